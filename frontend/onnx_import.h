@@ -1,0 +1,31 @@
+// ONNX → IR. Reads ModelProto as real exporters write it, specializes dynamic dims for a
+// fixed batch (and sequence length), folds shape subgraphs to constants, lowers ONNX ops onto
+// the core op set and fuses exporter idioms (GELU, layernorm, linear, attention).
+#pragma once
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+struct ImportOptions {
+  int64_t batch = -1;  // value for the first dim of inputs when dynamic; -1: the model's, else 1
+  int64_t seq = -1;    // value for the second dim of token inputs when dynamic; -1: model's, else error
+  std::map<std::string, int64_t> dim_values;  // named symbolic dims (dim_param) → value
+  bool load_weights = true;  // false: shapes only (inspect, compile of skeleton models)
+  bool fuse = true;          // idiom fusion (tests of raw lowering turn it off)
+};
+
+// Imports the model at `path`; external data is resolved relative to its folder.
+// Errors name the file, and for graph problems the node, op type and opset.
+Expected<Module> import_onnx(const std::string& path, const ImportOptions& options = {});
+// Same from bytes in memory (fuzzing); external data relative to `base_dir`.
+Expected<Module> import_onnx_bytes(std::string_view bytes, const std::string& base_dir,
+                                   const ImportOptions& options = {}, const std::string& display_name = "<memory>");
+
+// ONNX op types (default domain) the importer lowers.
+std::vector<std::string> supported_onnx_ops();
+
+}  // namespace memc

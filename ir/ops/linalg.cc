@@ -1,0 +1,137 @@
+// Compute-heavy ops: batched matmul, linear, N-d convolution, fused attention.
+#include "ir/ops/ops.h"
+
+namespace memc {
+namespace {
+
+// matmul(a, b) {transpose_a, transpose_b}: numpy matmul semantics (1-D operands are promoted
+// and the promoted dim removed), batch dims broadcast. Transposes swap the last two dims.
+Status matmul_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  Shape a = c.inputs[0].shape, b = c.inputs[1].shape;
+  if (c.inputs[0].dtype != c.inputs[1].dtype) return Status::BadInput("operand dtypes differ");
+  if (a.empty() || b.empty()) return Status::BadInput("operands must have rank ≥ 1");
+  const bool ta = c.node.attrs.get_int("transpose_a", 0), tb = c.node.attrs.get_int("transpose_b", 0);
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec && ta) return Status::BadInput("transpose_a on a 1-D operand");
+  if (b_vec && tb) return Status::BadInput("transpose_b on a 1-D operand");
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
+  const int64_t m = a[a.size() - 2], k = a.back(), k2 = b[b.size() - 2], n = b.back();
+  if (k != k2) return Status::BadInput(str_cat("contraction dims differ: ", k, " vs ", k2));
+  MEMC_ASSIGN_OR_RETURN(Shape batch, broadcast_shapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
+  Shape result = batch;
+  if (!a_vec) result.push_back(m);
+  if (!b_vec) result.push_back(n);
+  out = {TensorType{c.inputs[0].dtype, result}};
+  return Status::Ok();
+}
+
+int64_t matmul_flops(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  // 2·M·N·K per output matrix: out elements × 2K.
+  const Shape& a = in[0].shape;
+  const bool ta = node.attrs.get_int("transpose_a", 0);
+  const int64_t k = a.size() == 1 ? a[0] : (ta ? a[a.size() - 2] : a.back());
+  return 2 * out[0].numel() * k;
+}
+
+// linear(x, w, [b]) {transpose_w = 1}: y = x·wᵀ + b with w [N, K] (or x·w + b with w [K, N]).
+Status linear_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const TensorType &x = c.inputs[0], &w = c.inputs[1];
+  if (x.shape.empty() || w.shape.size() != 2) return Status::BadInput("needs x of rank ≥ 1 and a 2-D weight");
+  if (x.dtype != w.dtype) return Status::BadInput("operand dtypes differ");
+  const bool tw = c.node.attrs.get_int("transpose_w", 1);
+  const int64_t k = tw ? w.shape[1] : w.shape[0], n = tw ? w.shape[0] : w.shape[1];
+  if (x.shape.back() != k) return Status::BadInput(str_cat("input features ", x.shape.back(), " vs weight ", k));
+  if (c.inputs.size() == 3) {
+    const TensorType& b = c.inputs[2];
+    if (b.dtype != x.dtype || !(b.shape == Shape{n} || (b.shape.size() == 2 && b.shape[1] == n && b.shape[0] == 1))) {
+      return Status::BadInput(str_cat("bias must be [", n, "], got ", shape_str(b.shape)));
+    }
+  }
+  Shape y = x.shape;
+  y.back() = n;
+  out = {TensorType{x.dtype, y}};
+  return Status::Ok();
+}
+
+// conv(x, w, [b]) {strides, pads = [begin..., end...], dilations, group}: x [N, C, spatial...],
+// w [M, C/group, kernel...].
+Status conv_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const Shape &x = c.inputs[0].shape, &w = c.inputs[1].shape;
+  if (x.size() < 3 || w.size() != x.size()) return Status::BadInput("needs x [N,C,...] and w of equal rank");
+  const size_t sd = x.size() - 2;
+  auto strides = c.node.attrs.get_ints("strides", std::vector<int64_t>(sd, 1));
+  auto dilations = c.node.attrs.get_ints("dilations", std::vector<int64_t>(sd, 1));
+  auto pads = c.node.attrs.get_ints("pads", std::vector<int64_t>(2 * sd, 0));
+  const int64_t group = c.node.attrs.get_int("group", 1);
+  if (strides.size() != sd || dilations.size() != sd || pads.size() != 2 * sd) return Status::BadInput("strides/dilations/pads rank mismatch");
+  if (group < 1 || x[1] != w[1] * group || w[0] % group != 0) {
+    return Status::BadInput(str_cat("channels ", x[1], " do not match weight ", shape_str(w), " with group ", group));
+  }
+  if (c.inputs.size() == 3 && c.inputs[2].shape != Shape{w[0]}) return Status::BadInput("bias must be [M]");
+  Shape y = {x[0], w[0]};
+  for (size_t i = 0; i < sd; ++i) {
+    const int64_t extent = x[2 + i] + pads[i] + pads[sd + i] - dilations[i] * (w[2 + i] - 1) - 1;
+    if (strides[i] < 1 || extent < 0) return Status::BadInput("kernel larger than padded input");
+    y.push_back(extent / strides[i] + 1);
+  }
+  out = {TensorType{c.inputs[0].dtype, y}};
+  return Status::Ok();
+}
+
+int64_t conv_flops(const Node&, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const Shape& w = in[1].shape;
+  int64_t per_output = 2;
+  for (size_t i = 1; i < w.size(); ++i) per_output *= w[i];
+  return out[0].numel() * per_output;
+}
+
+// attention(q, k, v, [bias]) {scale, dropout_ratio, seed}: softmax(scale·q·kᵀ + bias)·v with
+// q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]; bias broadcasts to [..., Tq, Tk].
+Status attention_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const Shape &q = c.inputs[0].shape, &k = c.inputs[1].shape, &v = c.inputs[2].shape;
+  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return Status::BadInput("q, k, v need equal rank ≥ 2");
+  const size_t r = q.size();
+  if (q[r - 1] != k[r - 1] || k[r - 2] != v[r - 2]) return Status::BadInput("q/k head dims or k/v lengths differ");
+  MEMC_ASSIGN_OR_RETURN(Shape batch, broadcast_shapes(Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2)));
+  if (c.inputs.size() == 4) {
+    Shape scores = batch;
+    scores.push_back(q[r - 2]);
+    scores.push_back(k[r - 2]);
+    MEMC_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(scores, c.inputs[3].shape));
+    if (b != scores) return Status::BadInput("bias does not broadcast to the scores");
+  }
+  Shape y = batch;
+  y.push_back(q[r - 2]);
+  y.push_back(v[r - 1]);
+  out = {TensorType{c.inputs[0].dtype, y}};
+  return Status::Ok();
+}
+
+int64_t attention_flops(const Node&, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const Shape& q = in[0].shape;
+  const int64_t tk = in[1].shape[in[1].shape.size() - 2], d = q.back();
+  const int64_t rows = numel(q) / d;
+  return rows * tk * (2 * d + 2 * out[0].shape.back() + 5);
+}
+
+}  // namespace
+
+void register_linalg_ops(OpRegistry& r) {
+  r.add({.name = "matmul", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy, .shape = matmul_shape,
+         .flops = matmul_flops, .doc = "batched matmul {transpose_a, transpose_b}"});
+  r.add({.name = "linear", .min_inputs = 2, .max_inputs = 3, .flags = kOpComputeHeavy, .shape = linear_shape,
+         .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType> out) {
+           const bool tw = n.attrs.get_int("transpose_w", 1);
+           return 2 * out[0].numel() * (tw ? in[1].shape[1] : in[1].shape[0]);
+         },
+         .doc = "y = x·wᵀ + b {transpose_w = 1}"});
+  r.add({.name = "conv", .min_inputs = 2, .max_inputs = 3, .flags = kOpComputeHeavy, .shape = conv_shape,
+         .flops = conv_flops, .doc = "N-d convolution {strides, pads, dilations, group}"});
+  r.add({.name = "attention", .min_inputs = 3, .max_inputs = 4, .flags = kOpComputeHeavy, .shape = attention_shape,
+         .flops = attention_flops, .doc = "softmax(scale·q·kᵀ + bias)·v {scale, dropout_ratio, seed}"});
+}
+
+}  // namespace memc

@@ -1,0 +1,17 @@
+// Registration entry points of each op family, and helpers their shape functions share.
+#pragma once
+#include "ir/op_registry.h"
+
+namespace memc {
+
+void register_elementwise_ops(OpRegistry& r);
+void register_linalg_ops(OpRegistry& r);
+void register_reduce_ops(OpRegistry& r);
+void register_shape_ops(OpRegistry& r);
+
+// Numpy broadcasting of two shapes; fails if a pair of dims is neither equal nor 1.
+Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b);
+// Checks every axis in `axes` lies in [0, rank) and appears once.
+Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what);
+
+}  // namespace memc

@@ -1,0 +1,81 @@
+// Reductions and normalizations: reduce_*, arg_max/min, softmax, log_softmax, layernorm.
+#include "ir/ops/ops.h"
+
+namespace memc {
+namespace {
+
+Shape reduced_shape(const Shape& in, const std::vector<int64_t>& axes, bool keepdims) {
+  Shape out;
+  for (int64_t i = 0; i < static_cast<int64_t>(in.size()); ++i) {
+    const bool reduced = axes.empty() || std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced) out.push_back(in[i]);
+    else if (keepdims) out.push_back(1);
+  }
+  return out;
+}
+
+Status reduce_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const auto axes = c.node.attrs.get_ints("axes");
+  MEMC_RETURN_IF_ERROR(check_axes(axes, static_cast<int64_t>(c.inputs[0].shape.size()), "reduction"));
+  out = {TensorType{c.inputs[0].dtype, reduced_shape(c.inputs[0].shape, axes, c.node.attrs.get_int("keepdims", 1))}};
+  return Status::Ok();
+}
+
+Status arg_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const int64_t axis = c.node.attrs.get_int("axis", 0);
+  MEMC_RETURN_IF_ERROR(check_axes({axis}, static_cast<int64_t>(c.inputs[0].shape.size()), "arg"));
+  out = {TensorType{DType::kI64, reduced_shape(c.inputs[0].shape, {axis}, c.node.attrs.get_int("keepdims", 1))}};
+  return Status::Ok();
+}
+
+Status softmax_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  if (!is_float(c.inputs[0].dtype)) return Status::BadInput("needs a float input");
+  MEMC_RETURN_IF_ERROR(check_axes({c.node.attrs.get_int("axis", -1)}, static_cast<int64_t>(c.inputs[0].shape.size()), "softmax"));
+  out = {c.inputs[0]};
+  return Status::Ok();
+}
+
+// layernorm(x, scale, [bias]) {axis, eps}: normalizes over dims axis..rank-1; scale and bias
+// broadcast against those dims. Optional outputs 1, 2: mean and inverse std (f32, keepdims).
+Status layernorm_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const Shape& x = c.inputs[0].shape;
+  const int64_t axis = c.node.attrs.get_int("axis", -1);
+  MEMC_RETURN_IF_ERROR(check_axes({axis}, static_cast<int64_t>(x.size()), "layernorm"));
+  const Shape normalized(x.begin() + axis, x.end());
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    MEMC_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(normalized, c.inputs[i].shape));
+    if (b != normalized) return Status::BadInput(str_cat("scale/bias ", shape_str(c.inputs[i].shape), " do not fit normalized dims ", shape_str(normalized)));
+    if (c.inputs[i].dtype != c.inputs[0].dtype) return Status::BadInput("scale/bias dtype differs from x");
+  }
+  out = {c.inputs[0]};
+  Shape stats = x;
+  for (size_t i = axis; i < stats.size(); ++i) stats[i] = 1;
+  for (size_t i = 1; i < c.node.outputs.size() && i < 3; ++i) out.push_back(TensorType{DType::kF32, stats});
+  return Status::Ok();
+}
+
+}  // namespace
+
+void register_reduce_ops(OpRegistry& r) {
+  const char* reductions[] = {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_sum_square", "reduce_l2"};
+  for (const char* name : reductions) {
+    r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpReduction, .shape = reduce_shape,
+           .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return in[0].numel(); },
+           .doc = "reduction over {axes} (empty: all) {keepdims}"});
+  }
+  for (const char* name : {"argmax", "argmin"}) {
+    r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpReduction | kOpNoGradient, .shape = arg_shape,
+           .doc = "index of the extreme along {axis} {keepdims, select_last_index}"});
+  }
+  for (const char* name : {"softmax", "log_softmax"}) {
+    r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpNone, .shape = softmax_shape,
+           .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 5 * in[0].numel(); },
+           .doc = "normalized exponential along {axis}"});
+  }
+  r.add({.name = "layernorm", .min_inputs = 2, .max_inputs = 3, .num_outputs = -1, .flags = kOpNone,
+         .shape = layernorm_shape,
+         .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 8 * in[0].numel(); },
+         .doc = "(x - mean)/√(var + eps)·scale + bias over dims {axis}..end {eps}"});
+}
+
+}  // namespace memc

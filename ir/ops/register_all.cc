@@ -1,0 +1,36 @@
+#include "ir/ops/ops.h"
+
+namespace memc {
+
+void register_all_ops(OpRegistry& r) {
+  register_elementwise_ops(r);
+  register_linalg_ops(r);
+  register_reduce_ops(r);
+  register_shape_ops(r);
+}
+
+Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      return Status::BadInput(str_cat("shapes ", shape_str(a), " and ", shape_str(b), " do not broadcast"));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what) {
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(rank, 0)), false);
+  for (int64_t a : axes) {
+    if (a < 0 || a >= rank) return Status::BadInput(str_cat(what, " axis ", a, " out of range for rank ", rank));
+    if (seen[a]) return Status::BadInput(str_cat(what, " axis ", a, " repeated"));
+    seen[a] = true;
+  }
+  return Status::Ok();
+}
+
+}  // namespace memc

@@ -1,0 +1,34 @@
+#include "tests/test_util.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace memc::testing {
+
+std::string source_path(const std::string& relative) { return std::string(MEMC_SOURCE_DIR) + "/" + relative; }
+
+Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo, double hi) {
+  Tensor t = Tensor::zeros(dtype, shape);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = dist(rng);
+    if (!is_float(dtype)) v = std::floor(v);
+    t.set_from_double(i, v);
+  }
+  return t;
+}
+
+double rel_error(const Tensor& actual, const Tensor& expected) {
+  double max_diff = 0, max_ref = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const double a = actual.get_as_double(i), e = expected.get_as_double(i);
+    if (std::isnan(a) != std::isnan(e)) return INFINITY;
+    if (std::isnan(e)) continue;
+    max_diff = std::max(max_diff, std::abs(a - e));
+    max_ref = std::max(max_ref, std::abs(e));
+  }
+  if (max_ref == 0) return max_diff;
+  return max_diff / max_ref;
+}
+
+}  // namespace memc::testing

@@ -1,0 +1,15 @@
+// Shared helpers for tests: paths to committed files, random tensors, comparisons.
+#pragma once
+#include <random>
+#include <string>
+
+#include "ir/tensor.h"
+
+namespace memc::testing {
+
+std::string source_path(const std::string& relative);  // MEMC_SOURCE_DIR/relative
+Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo = -1.0, double hi = 1.0);
+// max|a-b| / max|b| (max-abs relative error used across the suite); 0 when both are zero.
+double rel_error(const Tensor& actual, const Tensor& expected);
+
+}  // namespace memc::testing
