@@ -457,6 +457,13 @@ class TextEncoder(nn.Module):
         layer = nn.TransformerEncoderLayer(d_model=d, nhead=2, dim_feedforward=64, dropout=0.1,
                                            batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        # nn.TransformerEncoder deep-copies `layer`, so all layers start with
+        # identical weights; give each layer its own random init.
+        for lyr in self.encoder.layers:
+            lyr.self_attn._reset_parameters()
+            lyr.self_attn.out_proj.reset_parameters()
+            lyr.linear1.reset_parameters()
+            lyr.linear2.reset_parameters()
         self.head = nn.Linear(d, n_classes)
 
     def forward(self, input_ids, attention_mask):

@@ -16,6 +16,7 @@ static const KernelTable& table() {
     register_linalg_kernels(*table);
     register_reduce_kernels(*table);
     register_shape_kernels(*table);
+    register_misc_kernels(*table);
     return table;
   }();
   return *t;

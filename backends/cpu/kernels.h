@@ -32,6 +32,7 @@ void register_elementwise_kernels(KernelTable& t);
 void register_linalg_kernels(KernelTable& t);
 void register_reduce_kernels(KernelTable& t);
 void register_shape_kernels(KernelTable& t);
+void register_misc_kernels(KernelTable& t);
 
 struct KernelTable {
   void add(const std::string& op, Kernel k);

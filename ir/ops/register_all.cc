@@ -7,6 +7,7 @@ void register_all_ops(OpRegistry& r) {
   register_linalg_ops(r);
   register_reduce_ops(r);
   register_shape_ops(r);
+  register_misc_ops(r);
 }
 
 Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
