@@ -1,0 +1,290 @@
+#include "frontend/onnx_import.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <unordered_set>
+
+#include "frontend/fusion.h"
+#include "frontend/lowering.h"
+#include "frontend/onnx_graph_prep.h"
+#include "frontend/onnx_tensor.h"
+#include "support/log.h"
+
+namespace memc {
+
+const LoweringTable& onnx_lowerings() {
+  static const LoweringTable* table = [] {
+    auto* t = new LoweringTable();
+    add_elementwise_lowerings(*t);
+    add_shape_lowerings(*t);
+    add_nn_lowerings(*t);
+    return t;
+  }();
+  return *table;
+}
+
+std::vector<std::string> supported_onnx_ops() {
+  std::vector<std::string> ops;
+  for (const auto& [name, fn] : onnx_lowerings()) ops.push_back(name);
+  return ops;
+}
+
+namespace {
+
+// Names exporters give the constants they synthesize ("onnx::Div_123", "_val_12", "val_3").
+bool looks_synthesized(const std::string& name) {
+  return name.rfind("onnx::", 0) == 0 || name.rfind("_val_", 0) == 0 || name.rfind("val_", 0) == 0 ||
+         name.rfind("_v_", 0) == 0 || name.rfind("/", 0) == 0;
+}
+
+// A float initializer is a trainable weight unless it is a rank-0 scalar or a one-element
+// tensor the exporter synthesized (torchvision and HF models have no scalar parameters).
+bool is_weight(const onnx::TensorProto& init, DType dtype, int64_t count) {
+  if (!is_float(dtype) || init.dims_size() == 0) return false;
+  return !(count <= 1 && looks_synthesized(init.name()));
+}
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, const std::string& file, const std::string& base_dir,
+           const ImportOptions& options)
+      : model_(model), file_(file), base_dir_(base_dir), options_(options) {}
+
+  Expected<Module> run();
+
+ private:
+  Status read_opset();
+  Status check_ops(const std::vector<onnx::NodeProto>& nodes);
+  Status add_inputs(ImportContext& ctx);
+  Status add_initializers(ImportContext& ctx);
+  Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
+  Status set_outputs(ImportContext& ctx);
+  void warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes);
+  Status error(const std::string& msg) const { return Status::BadInput(file_ + ": " + msg); }
+
+  const onnx::ModelProto& model_;
+  std::string file_, base_dir_;
+  const ImportOptions& options_;
+  int64_t opset_ = 0;
+  Module module_;
+  std::map<std::string, int64_t> resolved_dims_;
+  bool skeleton_ = false;
+};
+
+Status Importer::read_opset() {
+  bool found = false;
+  for (const auto& o : model_.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") {
+      opset_ = o.version();
+      found = true;
+    }
+  }
+  if (!found) return error("the model imports no default-domain opset");
+  if (opset_ < 1 || opset_ > 100) return error(str_cat("opset ", opset_, " is not a valid ONNX opset"));
+  return Status::Ok();
+}
+
+Status Importer::check_ops(const std::vector<onnx::NodeProto>& nodes) {
+  const auto& table = onnx_lowerings();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const auto& n = nodes[i];
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    if (default_domain && table.count(n.op_type())) continue;
+    const std::string name = n.name().empty() ? str_cat("#", i) : n.name();
+    const std::string op = default_domain ? n.op_type() : n.domain() + "::" + n.op_type();
+    return error(str_cat("node '", name, "' (", op, ", opset ", opset_, "): unsupported op"));
+  }
+  return Status::Ok();
+}
+
+Expected<int64_t> Importer::resolve_dim(const std::string& input, DType dtype, int index,
+                                        const onnx::TensorShapeProto_Dimension& dim) {
+  if (dim.has_dim_value() && dim.dim_value() >= 0) {
+    if (dim.dim_value() > (int64_t{1} << 40)) return error(str_cat("input '", input, "' dim ", index, " is too large"));
+    return dim.dim_value();
+  }
+  const std::string param = dim.has_dim_param() ? dim.dim_param() : "";
+  if (!param.empty()) {
+    if (auto it = options_.dim_values.find(param); it != options_.dim_values.end()) return it->second;
+    if (auto it = resolved_dims_.find(param); it != resolved_dims_.end()) return it->second;
+  }
+  int64_t value = -1;
+  const bool token_like = !is_float(dtype) || input.find("mask") != std::string::npos;
+  if (index == 0) {
+    value = options_.batch > 0 ? options_.batch : 1;
+  } else if (index == 1 && token_like) {
+    if (options_.seq <= 0) {
+      return error(str_cat("input '", input, "' dim 1 ('", param.empty() ? "?" : param, "') is dynamic; pass --seq"));
+    }
+    value = options_.seq;
+  } else {
+    return error(str_cat("input '", input, "' dim ", index, " ('", param.empty() ? "?" : param,
+                         "') is dynamic; pass its value (ImportOptions::dim_values)"));
+  }
+  if (!param.empty()) resolved_dims_[param] = value;
+  return value;
+}
+
+Status Importer::add_inputs(ImportContext& ctx) {
+  std::unordered_set<std::string> initializers;
+  for (const auto& init : model_.graph().initializer()) initializers.insert(init.name());
+  for (const auto& in : model_.graph().input()) {
+    if (initializers.count(in.name())) continue;
+    if (in.name().empty()) return error("a graph input has no name");
+    if (!in.type().has_tensor_type()) return error(str_cat("input '", in.name(), "' is not a tensor"));
+    const auto& tt = in.type().tensor_type();
+    auto dtype = dtype_from_onnx(tt.elem_type());
+    if (!dtype.ok()) return error(str_cat("input '", in.name(), "': ", dtype.status().message()));
+    if (!tt.has_shape()) return error(str_cat("input '", in.name(), "' has no shape"));
+    Shape shape;
+    int64_t count = 1;
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      MEMC_ASSIGN_OR_RETURN(int64_t d, resolve_dim(in.name(), *dtype, i, tt.shape().dim(i)));
+      if (d > 0 && count > (int64_t{1} << 40) / d) return error(str_cat("input '", in.name(), "' is too large"));
+      count *= std::max<int64_t>(d, 1);
+      shape.push_back(d);
+    }
+    if (ctx.lookup(in.name()) != kNoValue) return error(str_cat("input '", in.name(), "' is declared twice"));
+    ctx.define(in.name(), module_.add_argument(in.name(), TensorType{*dtype, shape}, Role::kInput));
+  }
+  return Status::Ok();
+}
+
+Status Importer::add_initializers(ImportContext& ctx) {
+  for (const auto& init : model_.graph().initializer()) {
+    const std::string what = str_cat("initializer '", init.name(), "'");
+    if (init.name().empty()) return error("an initializer has no name");
+    auto dtype = dtype_from_onnx(init.data_type());
+    if (!dtype.ok()) return error(str_cat(what, ": ", dtype.status().message()));
+    auto shape = shape_from_proto(init);
+    if (!shape.ok()) return error(str_cat(what, ": ", shape.status().message()));
+    if (ctx.lookup(init.name()) != kNoValue) return error(str_cat(what, " is defined twice"));
+    const bool no_data = tensor_proto_has_no_data(init);
+    if (is_weight(init, *dtype, numel(*shape))) {
+      ValueId id = module_.add_argument(init.name(), TensorType{*dtype, *shape}, Role::kParam);
+      ctx.define(init.name(), id);
+      if (no_data) skeleton_ = true;
+      if (!options_.load_weights || no_data) continue;
+      auto t = tensor_from_proto(init, base_dir_);
+      if (!t.ok()) return error(str_cat(what, ": ", t.status().message()));
+      module_.weights()[id] = std::move(*t);
+      continue;
+    }
+    if (no_data) return error(str_cat(what, " has dims but no data and is not a weight (memc needs its value)"));
+    auto t = tensor_from_proto(init, base_dir_);
+    if (!t.ok()) return error(str_cat(what, ": ", t.status().message()));
+    ctx.define(init.name(), ctx.constant(std::move(*t), init.name()));
+  }
+  return Status::Ok();
+}
+
+Status Importer::set_outputs(ImportContext& ctx) {
+  std::vector<ValueId> outputs;
+  for (const auto& out : model_.graph().output()) {
+    ValueId v = ctx.lookup(out.name());
+    if (v == kNoValue) return error(str_cat("graph output '", out.name(), "' is never computed"));
+    // Outputs that are arguments or constants get their own node so each output has a producer.
+    const Value& value = module_.value(v);
+    if (value.producer == kNoNode || value.role == Role::kConstant ||
+        std::find(outputs.begin(), outputs.end(), v) != outputs.end()) {
+      auto copy = module_.add_node("copy", {v}, {}, "output " + out.name());
+      if (!copy.ok()) return error(copy.status().message());
+      v = copy->front();
+    }
+    if (module_.value(v).source_name.empty()) {
+      module_.rename(v, out.name());
+      module_.value(v).source_name = out.name();
+    }
+    outputs.push_back(v);
+  }
+  if (outputs.empty()) return error("the graph has no outputs");
+  module_.set_outputs(outputs);
+  return Status::Ok();
+}
+
+// torch 1.13's EVAL export merges equal-valued initializers and reaches them through
+// Identity nodes: one initializer then stands for several parameters.
+void Importer::warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes) {
+  std::unordered_set<std::string> weights;
+  for (const auto& init : model_.graph().initializer()) weights.insert(init.name());
+  std::map<std::string, std::vector<std::string>> aliases;
+  for (const auto& n : nodes) {
+    if (n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1 && weights.count(n.input(0))) {
+      aliases[n.input(0)].push_back(n.output(0));
+    }
+  }
+  for (const auto& [init, uses] : aliases) {
+    if (uses.empty()) continue;
+    std::string list;
+    for (const auto& u : uses) list += (list.empty() ? "" : ", ") + u;
+    warn(str_cat(file_, ": initializer '", init, "' is tied to ", uses.size() + 1,
+                 " parameter uses through Identity nodes (", init, ", ", list,
+                 "); training updates them together. Re-export in TRAINING mode or with distinct values"));
+  }
+}
+
+Expected<Module> Importer::run() {
+  MEMC_RETURN_IF_ERROR(read_opset());
+  if (!model_.has_graph()) return error("the model has no graph");
+  std::vector<onnx::NodeProto> nodes(model_.graph().node().begin(), model_.graph().node().end());
+  MEMC_RETURN_IF_ERROR(inline_functions(model_, nodes, file_));
+  MEMC_RETURN_IF_ERROR(check_ops(nodes));
+  ImportContext ctx(module_, options_, file_, opset_);
+  MEMC_RETURN_IF_ERROR(add_inputs(ctx));
+  MEMC_RETURN_IF_ERROR(add_initializers(ctx));
+  std::vector<std::string> defined;
+  for (const auto& in : model_.graph().input()) defined.push_back(in.name());
+  for (const auto& init : model_.graph().initializer()) defined.push_back(init.name());
+  MEMC_RETURN_IF_ERROR(topological_sort(nodes, defined, file_, opset_));
+  warn_tied_initializers(nodes);
+
+  const auto& table = onnx_lowerings();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ctx.begin_node(&nodes[i], static_cast<int>(i));
+    MEMC_RETURN_IF_ERROR(table.at(nodes[i].op_type())(ctx));
+  }
+  MEMC_RETURN_IF_ERROR(set_outputs(ctx));
+  module_.eliminate_dead_nodes();
+  module_.compact();
+  if (options_.fuse) run_fusions(module_);
+
+  Attrs& meta = module_.metadata();
+  meta.set("opset", opset_);
+  meta.set("producer", str_cat(model_.producer_name(), model_.producer_version().empty() ? "" : " ", model_.producer_version()));
+  meta.set("source_file", file_);
+  if (skeleton_) meta.set("skeleton", int64_t{1});
+  return std::move(module_);
+}
+
+}  // namespace
+
+Expected<Module> import_onnx_bytes(std::string_view bytes, const std::string& base_dir, const ImportOptions& options,
+                                   const std::string& display_name) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return Status::BadInput(display_name + ": larger than 2 GB (use external data)");
+  }
+  onnx::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Status::BadInput(display_name + ": not a valid ONNX model (protobuf parse failed)");
+  }
+  if (!model.has_graph()) return Status::BadInput(display_name + ": not a valid ONNX model (no graph)");
+  return Importer(model, display_name, base_dir, options).run();
+}
+
+Expected<Module> import_onnx(const std::string& path, const ImportOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::BadInput(path + ": no such file");
+  if (fs::is_directory(path, ec)) return Status::BadInput(path + ": is a directory, not an ONNX file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::BadInput(path + ": cannot open");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  const std::string bytes = buffer.str();
+  const std::string base_dir = fs::path(path).parent_path().string();
+  return import_onnx_bytes(bytes, base_dir, options, path);
+}
+
+}  // namespace memc

@@ -90,7 +90,7 @@ static Status read_external(const onnx::TensorProto& proto, const std::string& b
   const int64_t size = static_cast<int64_t>(in.tellg());
   if (offset < 0 || offset > size) return Status::BadInput(str_cat("external data offset ", offset, " outside ", path.string(), " (", size, " bytes)"));
   if (length < 0) length = size - offset;
-  if (offset + length > size) return Status::BadInput(str_cat("external data [", offset, ", +", length, ") runs past the end of ", path.string(), " (", size, " bytes)"));
+  if (length > size - offset) return Status::BadInput(str_cat("external data [", offset, ", +", length, ") runs past the end of ", path.string(), " (", size, " bytes)"));
   bytes.resize(static_cast<size_t>(length));
   in.seekg(offset);
   in.read(bytes.data(), length);
@@ -129,6 +129,10 @@ Expected<Tensor> tensor_from_proto(const onnx::TensorProto& proto, const std::st
     return t;
   }
   if (count > 0 && tensor_proto_has_no_data(proto)) return Status::BadInput("has dims but no data (skeleton model)");
+  // Check the typed field's length before allocating: hostile dims may claim 2^40 elements.
+  const int64_t stored = std::max({proto.float_data_size(), proto.double_data_size(), proto.int64_data_size(),
+                                   proto.int32_data_size()});
+  if (stored != count) return Status::BadInput(str_cat("typed data holds ", stored, " values, dims need ", count));
   Tensor t = Tensor::zeros(dtype, shape);
   switch (dtype) {
     case DType::kF32:

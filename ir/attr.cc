@@ -8,7 +8,8 @@ int64_t Attrs::get_int(const std::string& key, int64_t fallback) const {
   const Attr* a = find(key);
   if (!a) return fallback;
   if (auto* v = std::get_if<int64_t>(a)) return *v;
-  if (auto* d = std::get_if<double>(a)) return static_cast<int64_t>(*d);
+  // Casting a double outside int64's range (or NaN) is undefined behaviour; treat it as absent.
+  if (auto* d = std::get_if<double>(a)) return (*d >= -0x1p63 && *d < 0x1p63) ? static_cast<int64_t>(*d) : fallback;
   return fallback;
 }
 

@@ -223,6 +223,9 @@ void Module::compact() {
   }
   for (ValueId& v : arguments_) v = value_map[v];
   for (ValueId& v : outputs_) v = value_map[v];
+  for (ValueId& v : output_updates_) {
+    if (v != kNoValue) v = value_map[v];
+  }
   std::unordered_map<ValueId, Tensor> new_weights;
   for (auto& [v, t] : weights_) {
     if (value_map[v] != kNoValue) new_weights[value_map[v]] = t;

@@ -88,7 +88,19 @@ class Module {
   std::vector<NodeId> schedule() const;
   const std::vector<ValueId>& arguments() const { return arguments_; }
   const std::vector<ValueId>& outputs() const { return outputs_; }
-  void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
+  void set_outputs(std::vector<ValueId> outputs) {
+    outputs_ = std::move(outputs);
+    output_updates_.assign(outputs_.size(), kNoValue);
+  }
+  // Appends an output that replaces argument `arg` after each step (a parameter or optimizer
+  // state updated in place). The runtime writes it back; the planner may alias the buffers.
+  void add_update(ValueId arg, ValueId new_value) {
+    outputs_.push_back(new_value);
+    output_updates_.resize(outputs_.size(), kNoValue);
+    output_updates_.back() = arg;
+  }
+  // For each output, the argument it updates, or kNoValue for a plain result.
+  const std::vector<ValueId>& output_updates() const { return output_updates_; }
   void set_schedule(const std::vector<NodeId>& order);
 
   ValueId find_value(const std::string& name) const;  // by IR name; kNoValue if absent
@@ -119,6 +131,7 @@ class Module {
   std::vector<NodeId> order_;  // schedule: node ids
   std::vector<ValueId> arguments_;
   std::vector<ValueId> outputs_;
+  std::vector<ValueId> output_updates_;
   std::unordered_map<std::string, ValueId> by_name_;
   std::unordered_map<ValueId, Tensor> weights_;
   Attrs metadata_;

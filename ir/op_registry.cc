@@ -26,6 +26,13 @@ const OpDef* OpRegistry::find(const std::string& name) const {
   return nullptr;
 }
 
+OpDef* OpRegistry::find_mutable(const std::string& name) {
+  for (OpDef& d : defs_) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
 std::vector<std::string> OpRegistry::names() const {
   std::vector<std::string> out;
   for (const OpDef& d : defs_) out.push_back(d.name);

@@ -33,6 +33,10 @@ using ShapeFn = std::function<Status(const ShapeContext&, std::vector<TensorType
 using FlopsFn = std::function<int64_t(const Node&, std::span<const TensorType> in,
                                       std::span<const TensorType> out)>;
 
+class GradBuilder;  // ir/grad.h
+// Emits the nodes computing the gradients of a node's inputs from its outputs' gradients.
+using GradFn = std::function<Status(GradBuilder&)>;
+
 struct OpDef {
   std::string name;
   int min_inputs = 0;
@@ -42,6 +46,7 @@ struct OpDef {
   ShapeFn shape;
   FlopsFn flops;  // defaults to one per output element
   std::string doc;  // one line: what the op computes and its attributes
+  GradFn grad;      // empty: no rule yet (autodiff fails naming the op) unless kOpNoGradient
 };
 
 class OpRegistry {
@@ -49,6 +54,7 @@ class OpRegistry {
   static OpRegistry& get();
   void add(OpDef def);
   const OpDef* find(const std::string& name) const;
+  OpDef* find_mutable(const std::string& name);
   std::vector<std::string> names() const;
 
  private:

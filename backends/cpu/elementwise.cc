@@ -1,7 +1,395 @@
-#include "backends/cpu/kernels.h"
+// Elementwise kernels: unary math, numpy-broadcast binary ops, where, cast, copy, dropout.
+// Each op is a small functor; one template per arity turns it into a kernel for every dtype
+// it supports. f16/bf16 load to f32, compute, and round to nearest even on store.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "backends/cpu/loops.h"
 
 namespace memc::cpu {
+namespace {
 
-void register_elementwise_kernels(KernelTable& t) {}
+// ---- unary ----------------------------------------------------------------------------------
+
+// Ops marked kFloatOnly reject integer and bool inputs; the others reject only bool.
+struct Neg {
+  static constexpr bool kFloatOnly = false;
+  explicit Neg(const Node&) {}
+  template <typename C> C operator()(C x) const { return static_cast<C>(-x); }
+};
+struct Abs {
+  static constexpr bool kFloatOnly = false;
+  explicit Abs(const Node&) {}
+  template <typename C> C operator()(C x) const {
+    if constexpr (std::is_unsigned_v<C>) return x;
+    else return x < 0 ? static_cast<C>(-x) : x;
+  }
+};
+struct Sign {
+  static constexpr bool kFloatOnly = false;
+  explicit Sign(const Node&) {}
+  template <typename C> C operator()(C x) const {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (std::isnan(x)) return x;
+    }
+    return static_cast<C>((C(0) < x) - (x < C(0)));
+  }
+};
+struct Relu {
+  static constexpr bool kFloatOnly = false;
+  explicit Relu(const Node&) {}
+  template <typename C> C operator()(C x) const { return x > C(0) ? x : (x != x ? x : C(0)); }
+};
+struct LeakyRelu {
+  static constexpr bool kFloatOnly = true;
+  explicit LeakyRelu(const Node& n) : alpha(n.attrs.get_float("alpha", 0.01)) {}
+  template <typename C> C operator()(C x) const { return x >= C(0) ? x : static_cast<C>(alpha) * x; }
+  double alpha;
+};
+struct Gelu {
+  static constexpr bool kFloatOnly = true;
+  explicit Gelu(const Node& n) : tanh_form(n.attrs.get_string("approximate", "none") == "tanh") {}
+  template <typename C> C operator()(C x) const {
+    if (tanh_form) {  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+      const C inner = C(0.7978845608028654) * (x + C(0.044715) * x * x * x);
+      return C(0.5) * x * (C(1) + std::tanh(inner));
+    }
+    return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));  // x·Φ(x)
+  }
+  bool tanh_form;
+};
+
+// Float-only math without attributes: one functor type per std function.
+#define MEMC_FLOAT_UNARY(Name, expr)                              \
+  struct Name {                                                   \
+    static constexpr bool kFloatOnly = true;                      \
+    explicit Name(const Node&) {}                                 \
+    template <typename C> C operator()(C x) const { return expr; } \
+  };
+MEMC_FLOAT_UNARY(Exp, std::exp(x))
+MEMC_FLOAT_UNARY(Log, std::log(x))
+MEMC_FLOAT_UNARY(Sqrt, std::sqrt(x))
+MEMC_FLOAT_UNARY(Rsqrt, C(1) / std::sqrt(x))
+MEMC_FLOAT_UNARY(Reciprocal, C(1) / x)
+MEMC_FLOAT_UNARY(Tanh, std::tanh(x))
+// Stable for large |x|: never evaluates e^x for large positive x.
+MEMC_FLOAT_UNARY(Sigmoid, x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
+MEMC_FLOAT_UNARY(Erf, std::erf(x))
+MEMC_FLOAT_UNARY(Floor, std::floor(x))
+MEMC_FLOAT_UNARY(Ceil, std::ceil(x))
+MEMC_FLOAT_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
+MEMC_FLOAT_UNARY(Sin, std::sin(x))
+MEMC_FLOAT_UNARY(Cos, std::cos(x))
+// ln(1+e^x) = max(x, 0) + ln(1 + e^-|x|), stable on both sides.
+MEMC_FLOAT_UNARY(Softplus, std::max(x, C(0)) + std::log1p(std::exp(-std::abs(x))))
+#undef MEMC_FLOAT_UNARY
+
+// y[i] = op(x[i]) over n contiguous elements.
+template <typename T, typename Op>
+void map_unary(T* y, const T* x, int64_t n, const Op& op) {  // y, x: [n]
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(op(load<T>(x[i])));
+}
+
+template <typename Op>
+Status unary_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  const Op op(ctx.node);
+  return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsNumeric<T> || (Op::kFloatOnly && !kIsFloatStorage<T>)) {
+      return unsupported_dtype(ctx, x.dtype());
+    } else {
+      map_unary(y.data<T>(), x.data<T>(), x.numel(), op);
+      return Status::Ok();
+    }
+  });
+}
+
+Status not_kernel(KernelContext& ctx) {
+  const bool* x = ctx.inputs[0]->data<bool>();  // [n]
+  bool* y = ctx.outputs[0]->data<bool>();       // [n]
+  for (int64_t i = 0, n = ctx.inputs[0]->numel(); i < n; ++i) y[i] = !x[i];
+  return Status::Ok();
+}
+
+// ---- binary ---------------------------------------------------------------------------------
+
+// kind: arithmetic ops map C×C→C on numeric dtypes; comparisons map any dtype to bool;
+// logical ops map bool×bool→bool.
+enum class BinaryKind { kArithmetic, kComparison, kLogical };
+
+struct Add { static constexpr auto kKind = BinaryKind::kArithmetic; template <typename C> C operator()(C a, C b) const { return a + b; } };
+struct Sub { static constexpr auto kKind = BinaryKind::kArithmetic; template <typename C> C operator()(C a, C b) const { return a - b; } };
+struct Mul { static constexpr auto kKind = BinaryKind::kArithmetic; template <typename C> C operator()(C a, C b) const { return a * b; } };
+struct Div {
+  static constexpr auto kKind = BinaryKind::kArithmetic;
+  template <typename C> C operator()(C a, C b) const {
+    // Integer division truncates (C, ONNX); MIN / -1 would trap, so negate with wraparound.
+    if constexpr (std::is_signed_v<C> && std::is_integral_v<C>) {
+      if (b == C(-1)) return static_cast<C>(-static_cast<std::make_unsigned_t<C>>(a));
+    }
+    return static_cast<C>(a / b);
+  }
+};
+struct Max { static constexpr auto kKind = BinaryKind::kArithmetic; template <typename C> C operator()(C a, C b) const { return (a > b || a != a) ? a : b; } };
+struct Min { static constexpr auto kKind = BinaryKind::kArithmetic; template <typename C> C operator()(C a, C b) const { return (a < b || a != a) ? a : b; } };
+struct Pow {
+  static constexpr auto kKind = BinaryKind::kArithmetic;
+  template <typename C> C operator()(C a, C b) const {
+    if constexpr (std::is_floating_point_v<C>) {
+      return std::pow(a, b);
+    } else {  // exact integer power by squaring, wrapping like repeated multiplication
+      using U = std::make_unsigned_t<C>;
+      if (b < C(0)) return a == C(1) ? C(1) : (a == C(-1) ? ((b & 1) ? a : C(1)) : C(0));
+      U base = static_cast<U>(a), result = 1;
+      for (U e = static_cast<U>(b); e; e >>= 1, base *= base) {
+        if (e & 1) result *= base;
+      }
+      return static_cast<C>(result);
+    }
+  }
+};
+// fmod = 1: remainder takes the dividend's sign (C fmod); fmod = 0: the divisor's (Python).
+struct Mod {
+  static constexpr auto kKind = BinaryKind::kArithmetic;
+  template <typename C> C operator()(C a, C b) const {
+    C r;
+    if constexpr (std::is_floating_point_v<C>) {
+      r = std::fmod(a, b);
+    } else if constexpr (std::is_signed_v<C>) {
+      r = b == C(-1) ? C(0) : static_cast<C>(a % b);
+    } else {
+      r = static_cast<C>(a % b);
+    }
+    if (!c_fmod && r != C(0) && ((r < C(0)) != (b < C(0)))) r = static_cast<C>(r + b);
+    return r;
+  }
+  bool c_fmod = false;
+};
+struct Equal { static constexpr auto kKind = BinaryKind::kComparison; template <typename C> bool operator()(C a, C b) const { return a == b; } };
+struct Less { static constexpr auto kKind = BinaryKind::kComparison; template <typename C> bool operator()(C a, C b) const { return a < b; } };
+struct LessEqual { static constexpr auto kKind = BinaryKind::kComparison; template <typename C> bool operator()(C a, C b) const { return a <= b; } };
+struct Greater { static constexpr auto kKind = BinaryKind::kComparison; template <typename C> bool operator()(C a, C b) const { return a > b; } };
+struct GreaterEqual { static constexpr auto kKind = BinaryKind::kComparison; template <typename C> bool operator()(C a, C b) const { return a >= b; } };
+struct And { static constexpr auto kKind = BinaryKind::kLogical; bool operator()(bool a, bool b) const { return a && b; } };
+struct Or { static constexpr auto kKind = BinaryKind::kLogical; bool operator()(bool a, bool b) const { return a || b; } };
+struct Xor { static constexpr auto kKind = BinaryKind::kLogical; bool operator()(bool a, bool b) const { return a != b; } };
+
+template <typename Op>
+Op make_binary_op(const Node& node) {
+  Op op{};
+  if constexpr (std::is_same_v<Op, Mod>) op.c_fmod = node.attrs.get_int("fmod", 0) != 0;
+  return op;
+}
+
+// y = op(a, b) with numpy broadcasting. One walk for every shape; the innermost run picks a
+// loop with constant strides so the common cases (same shape, scalar or row operand) vectorize.
+template <typename Y, typename T, typename Op>
+void broadcast_binary(Tensor& out, const Tensor& a, const Tensor& b, const Op& op) {
+  Y* y = out.data<Y>();              // [out shape]
+  const T* pa = a.data<T>();         // [a shape], broadcast to out
+  const T* pb = b.data<T>();         // [b shape], broadcast to out
+  auto apply = [&](T x0, T x1) { return store<Y>(op(load<T>(x0), load<T>(x1))); };
+  if (a.shape() == out.shape() && b.shape() == out.shape()) {  // same-shape contiguous fast path
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = apply(pa[i], pb[i]);
+    return;
+  }
+  const Shape& shape = out.shape();
+  for_each_row<3>(shape, {row_major_strides(shape), broadcast_strides(a.shape(), shape), broadcast_strides(b.shape(), shape)},
+                  [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+                    Y* yr = y + off[0];
+                    const T* ar = pa + off[1];
+                    const T* br = pb + off[2];
+                    if (st[1] == 1 && st[2] == 1) {
+                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[i], br[i]);
+                    } else if (st[1] == 1 && st[2] == 0) {
+                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[i], br[0]);
+                    } else if (st[1] == 0 && st[2] == 1) {
+                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[0], br[i]);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[i * st[1]], br[i * st[2]]);
+                    }
+                  });
+}
+
+template <typename T>
+bool has_zero(const Tensor& t) {
+  const T* p = t.data<T>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    if (p[i] == T(0)) return true;
+  }
+  return false;
+}
+
+template <typename Op>
+Status binary_kernel(KernelContext& ctx) {
+  const Tensor &a = *ctx.inputs[0], &b = *ctx.inputs[1];
+  Tensor& out = *ctx.outputs[0];
+  const Op op = make_binary_op<Op>(ctx.node);
+  if constexpr (Op::kKind == BinaryKind::kLogical) {
+    if (a.dtype() != DType::kBool) return unsupported_dtype(ctx, a.dtype());
+    broadcast_binary<bool, bool>(out, a, b, op);
+    return Status::Ok();
+  } else {
+    return dispatch_dtype(a.dtype(), [&]<typename T>() -> Status {
+      if constexpr (Op::kKind == BinaryKind::kComparison) {
+        broadcast_binary<bool, T>(out, a, b, op);
+        return Status::Ok();
+      } else if constexpr (!kIsNumeric<T>) {
+        return unsupported_dtype(ctx, a.dtype());
+      } else {
+        // Integer x / 0 traps the CPU; user data must not crash us.
+        if constexpr (std::is_integral_v<T> && (std::is_same_v<Op, Div> || std::is_same_v<Op, Mod>)) {
+          if (has_zero<T>(b)) return Status::BadInput("integer division by zero");
+        }
+        broadcast_binary<T, T>(out, a, b, op);
+        return Status::Ok();
+      }
+    });
+  }
+}
+
+// ---- where, cast, copy, dropout -------------------------------------------------------------
+
+// y = cond ? a : b with numpy broadcasting; copies elements by size, so every dtype works.
+Status where_kernel(KernelContext& ctx) {
+  const Tensor &cond = *ctx.inputs[0], &a = *ctx.inputs[1], &b = *ctx.inputs[2];
+  Tensor& out = *ctx.outputs[0];
+  const Shape& shape = out.shape();
+  dispatch_element_size(a.dtype(), [&]<typename E>() {
+    E* y = static_cast<E*>(out.raw());              // [out shape]
+    const bool* c = cond.data<bool>();              // broadcast to out
+    const E* pa = static_cast<const E*>(a.raw());   // broadcast to out
+    const E* pb = static_cast<const E*>(b.raw());   // broadcast to out
+    for_each_row<4>(shape, {row_major_strides(shape), broadcast_strides(cond.shape(), shape),
+                            broadcast_strides(a.shape(), shape), broadcast_strides(b.shape(), shape)},
+                    [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& st) {
+                      for (int64_t i = 0; i < n; ++i) {
+                        y[off[0] + i] = c[off[1] + i * st[1]] ? pa[off[2] + i * st[2]] : pb[off[3] + i * st[3]];
+                      }
+                    });
+  });
+  return Status::Ok();
+}
+
+// Float → integer saturates (NaN → 0) instead of invoking undefined behaviour.
+template <typename D, typename S>
+D convert(S v) {
+  using C = typename Compute<D>::type;
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool> && std::is_floating_point_v<decltype(load<S>(v))>) {
+    const auto x = load<S>(v);
+    if (x != x) return D(0);
+    if (x <= static_cast<decltype(x)>(std::numeric_limits<C>::lowest())) return std::numeric_limits<C>::lowest();
+    if (x >= static_cast<decltype(x)>(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
+    return static_cast<D>(x);
+  } else if constexpr (std::is_same_v<C, bool>) {
+    return load<S>(v) != decltype(load<S>(v))(0);
+  } else {
+    return store<D>(static_cast<C>(load<S>(v)));
+  }
+}
+
+Status cast_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  const int64_t n = x.numel();
+  dispatch_dtype(x.dtype(), [&]<typename S>() {
+    dispatch_dtype(y.dtype(), [&]<typename D>() {
+      const S* src = x.data<S>();  // [n]
+      D* dst = y.data<D>();        // [n]
+      for (int64_t i = 0; i < n; ++i) dst[i] = convert<D>(src[i]);
+    });
+  });
+  return Status::Ok();
+}
+
+Status copy_kernel(KernelContext& ctx) {
+  if (ctx.inputs[0]->nbytes()) std::memcpy(ctx.outputs[0]->raw(), ctx.inputs[0]->raw(), ctx.inputs[0]->nbytes());
+  return Status::Ok();
+}
+
+// Training: y = x·keep/(1 - ratio), keep[i] = counter_random(seed, stream, i) < threshold.
+// Inference: y = x and the mask is all true.
+Status dropout_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  Tensor* mask = ctx.outputs.size() >= 2 ? ctx.outputs[1] : nullptr;
+  const double ratio = ctx.node.attrs.get_float("ratio", 0.5);
+  const int64_t n = x.numel();
+  bool* keep = mask ? mask->data<bool>() : nullptr;  // [n] or absent
+  if (!ctx.training || ratio == 0.0) {
+    copy_kernel(ctx);
+    if (keep) std::fill(keep, keep + n, true);
+    return Status::Ok();
+  }
+  const uint64_t stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
+  const uint64_t threshold = dropout_threshold(ratio);
+  return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsFloatStorage<T>) {
+      return unsupported_dtype(ctx, x.dtype());
+    } else {
+      using C = typename Compute<T>::type;
+      const C scale = static_cast<C>(1.0 / (1.0 - ratio));
+      const T* px = x.data<T>();  // [n]
+      T* py = y.data<T>();        // [n]
+      for (int64_t i = 0; i < n; ++i) {
+        const bool kept = counter_random(ctx.seed, stream, static_cast<uint64_t>(i)) < threshold;
+        py[i] = store<T>(kept ? load<T>(px[i]) * scale : C(0));
+        if (keep) keep[i] = kept;
+      }
+      return Status::Ok();
+    }
+  });
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelTable& t) {
+  t.add("neg", unary_kernel<Neg>);
+  t.add("abs", unary_kernel<Abs>);
+  t.add("sign", unary_kernel<Sign>);
+  t.add("exp", unary_kernel<Exp>);
+  t.add("log", unary_kernel<Log>);
+  t.add("sqrt", unary_kernel<Sqrt>);
+  t.add("rsqrt", unary_kernel<Rsqrt>);
+  t.add("reciprocal", unary_kernel<Reciprocal>);
+  t.add("tanh", unary_kernel<Tanh>);
+  t.add("sigmoid", unary_kernel<Sigmoid>);
+  t.add("relu", unary_kernel<Relu>);
+  t.add("leaky_relu", unary_kernel<LeakyRelu>);
+  t.add("erf", unary_kernel<Erf>);
+  t.add("gelu", unary_kernel<Gelu>);
+  t.add("floor", unary_kernel<Floor>);
+  t.add("ceil", unary_kernel<Ceil>);
+  t.add("round", unary_kernel<Round>);
+  t.add("sin", unary_kernel<Sin>);
+  t.add("cos", unary_kernel<Cos>);
+  t.add("softplus", unary_kernel<Softplus>);
+  t.add("not", not_kernel);
+
+  t.add("add", binary_kernel<Add>);
+  t.add("sub", binary_kernel<Sub>);
+  t.add("mul", binary_kernel<Mul>);
+  t.add("div", binary_kernel<Div>);
+  t.add("pow", binary_kernel<Pow>);
+  t.add("max", binary_kernel<Max>);
+  t.add("min", binary_kernel<Min>);
+  t.add("mod", binary_kernel<Mod>);
+  t.add("equal", binary_kernel<Equal>);
+  t.add("less", binary_kernel<Less>);
+  t.add("less_equal", binary_kernel<LessEqual>);
+  t.add("greater", binary_kernel<Greater>);
+  t.add("greater_equal", binary_kernel<GreaterEqual>);
+  t.add("and", binary_kernel<And>);
+  t.add("or", binary_kernel<Or>);
+  t.add("xor", binary_kernel<Xor>);
+
+  t.add("where", where_kernel);
+  t.add("cast", cast_kernel);
+  t.add("copy", copy_kernel);
+  t.add("dropout", dropout_kernel);
+}
 
 }  // namespace memc::cpu

@@ -17,6 +17,8 @@ static const KernelTable& table() {
     register_reduce_kernels(*table);
     register_shape_kernels(*table);
     register_misc_kernels(*table);
+    register_training_kernels(*table);
+    register_optimizer_kernels(*table);
     return table;
   }();
   return *t;

@@ -33,6 +33,8 @@ void register_linalg_kernels(KernelTable& t);
 void register_reduce_kernels(KernelTable& t);
 void register_shape_kernels(KernelTable& t);
 void register_misc_kernels(KernelTable& t);
+void register_training_kernels(KernelTable& t);
+void register_optimizer_kernels(KernelTable& t);  // loss, fills, fused backward ops
 
 struct KernelTable {
   void add(const std::string& op, Kernel k);

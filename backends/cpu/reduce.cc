@@ -1,7 +1,260 @@
-#include "backends/cpu/kernels.h"
+// Reductions and normalizations: reduce_*, argmax/argmin, softmax, log_softmax, layernorm.
+// Sums accumulate in f64 (integers in i64) so long rows keep f32 accuracy; exponentials
+// subtract the row max first.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/loops.h"
 
 namespace memc::cpu {
+namespace {
 
-void register_reduce_kernels(KernelTable& t) {}
+// ---- reduce_* -------------------------------------------------------------------------------
+
+enum class Reduction { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
+
+template <Reduction R, typename A>
+A reduction_identity() {
+  if constexpr (R == Reduction::kMax) return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
+  else if constexpr (R == Reduction::kMin) return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
+  else if constexpr (R == Reduction::kProd) return A(1);
+  else return A(0);
+}
+
+// Max and min propagate NaN: once the accumulator is NaN it stays NaN.
+template <Reduction R, typename A>
+A reduction_combine(A acc, A x) {
+  if constexpr (R == Reduction::kMax) return (x > acc || x != x) ? x : acc;
+  else if constexpr (R == Reduction::kMin) return (x < acc || x != x) ? x : acc;
+  else if constexpr (R == Reduction::kProd) return acc * x;
+  else if constexpr (R == Reduction::kSumSquare || R == Reduction::kL2) return acc + x * x;
+  else return acc + x;
+}
+
+// Element strides of the output over the input's dims: 0 along reduced axes, so every input
+// element lands on its output slot during one walk of the input.
+std::vector<int64_t> reduced_strides(const Shape& in, const std::vector<int64_t>& axes) {
+  Shape kept = in;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (axes.empty() || std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end()) kept[d] = 1;
+  }
+  return broadcast_strides(kept, in);
+}
+
+template <Reduction R, typename T>
+void reduce(T* y, const T* x, const Shape& in_shape, const std::vector<int64_t>& axes, int64_t out_count) {
+  // y: [out_count], x: [in_shape]
+  using A = std::conditional_t<kIsFloatStorage<T>, double, int64_t>;
+  std::vector<A> acc(static_cast<size_t>(out_count), reduction_identity<R, A>());
+  for_each_row<2>(in_shape, {reduced_strides(in_shape, axes), row_major_strides(in_shape)},
+                  [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                    A* a = acc.data() + off[0];
+                    const T* xr = x + off[1];
+                    if (st[0] == 0) {  // reducing along the run: one accumulator
+                      A total = a[0];
+                      for (int64_t i = 0; i < n; ++i) total = reduction_combine<R>(total, static_cast<A>(load<T>(xr[i * st[1]])));
+                      a[0] = total;
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) a[i * st[0]] = reduction_combine<R>(a[i * st[0]], static_cast<A>(load<T>(xr[i * st[1]])));
+                    }
+                  });
+  const int64_t count = out_count ? numel(in_shape) / out_count : 0;
+  for (int64_t i = 0; i < out_count; ++i) {
+    A v = acc[i];
+    if constexpr (R == Reduction::kMean) v = count ? static_cast<A>(v / static_cast<A>(count)) : v;
+    if constexpr (R == Reduction::kL2) v = static_cast<A>(std::sqrt(static_cast<double>(v)));
+    y[i] = store<T>(static_cast<typename Compute<T>::type>(v));
+  }
+}
+
+template <Reduction R>
+Status reduce_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  const auto axes = ctx.node.attrs.get_ints("axes");
+  return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsNumeric<T>) {
+      return unsupported_dtype(ctx, x.dtype());
+    } else {
+      reduce<R>(y.data<T>(), x.data<T>(), x.shape(), axes, y.numel());
+      return Status::Ok();
+    }
+  });
+}
+
+// ---- argmax / argmin ------------------------------------------------------------------------
+
+// The input viewed as [outer, n, inner] around `axis`.
+struct AxisView {
+  int64_t outer = 1, n = 1, inner = 1;
+  AxisView(const Shape& shape, int64_t axis) {
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+      if (d < axis) outer *= shape[d];
+      else if (d == axis) n = shape[d];
+      else inner *= shape[d];
+    }
+  }
+};
+
+// NaN counts as the extreme (numpy); ties keep the first index unless select_last_index.
+template <bool kMax, typename T>
+void arg_extreme(int64_t* y, const T* x, const AxisView& v, bool select_last) {  // y: [outer, inner], x: [outer, n, inner]
+  for (int64_t o = 0; o < v.outer; ++o) {
+    for (int64_t j = 0; j < v.inner; ++j) {
+      const T* col = x + o * v.n * v.inner + j;
+      auto best = load<T>(col[0]);
+      int64_t best_index = 0;
+      for (int64_t i = 1; i < v.n; ++i) {
+        const auto value = load<T>(col[i * v.inner]);
+        const bool best_nan = best != best, value_nan = value != value;
+        bool better = kMax ? value > best : value < best;
+        if (select_last && value == best) better = true;
+        if (best_nan) better = select_last && value_nan;
+        else if (value_nan) better = true;
+        if (better) {
+          best = value;
+          best_index = i;
+        }
+      }
+      y[o * v.inner + j] = best_index;
+    }
+  }
+}
+
+template <bool kMax>
+Status arg_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  const AxisView view(x.shape(), ctx.node.attrs.get_int("axis", 0));
+  const bool select_last = ctx.node.attrs.get_int("select_last_index", 0);
+  if (view.n == 0) return Status::BadInput("argmax/argmin over an empty axis");
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    arg_extreme<kMax>(ctx.outputs[0]->data<int64_t>(), x.data<T>(), view, select_last);
+  });
+  return Status::Ok();
+}
+
+// ---- softmax / log_softmax ------------------------------------------------------------------
+
+// One row of n values at stride `inner`: softmax = e^(x - max) / Σ, log_softmax = x - max - ln Σ.
+template <bool kLog, typename T>
+void softmax(T* y, const T* x, const AxisView& v) {  // y, x: [outer, n, inner]
+  using C = typename Compute<T>::type;
+  std::vector<C> row(static_cast<size_t>(v.n));
+  for (int64_t o = 0; o < v.outer; ++o) {
+    for (int64_t j = 0; j < v.inner; ++j) {
+      const int64_t base = o * v.n * v.inner + j;
+      C row_max = -std::numeric_limits<C>::infinity();
+      for (int64_t i = 0; i < v.n; ++i) {
+        row[i] = load<T>(x[base + i * v.inner]);
+        row_max = std::max(row_max, row[i]);
+      }
+      if (row_max == -std::numeric_limits<C>::infinity()) row_max = 0;  // all -inf: avoid inf - inf
+      // One exponential per element: softmax keeps e^(x - max) in the row buffer.
+      double sum = 0;
+      for (int64_t i = 0; i < v.n; ++i) {
+        const C e = std::exp(row[i] - row_max);
+        sum += e;
+        if constexpr (!kLog) row[i] = e;
+      }
+      const C log_sum = static_cast<C>(std::log(sum)), inv_sum = static_cast<C>(1.0 / sum);
+      for (int64_t i = 0; i < v.n; ++i) {
+        y[base + i * v.inner] = store<T>(kLog ? row[i] - row_max - log_sum : row[i] * inv_sum);
+      }
+    }
+  }
+}
+
+template <bool kLog>
+Status softmax_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  const AxisView view(x.shape(), ctx.node.attrs.get_int("axis", x.rank() - 1));
+  return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsFloatStorage<T>) {
+      return unsupported_dtype(ctx, x.dtype());
+    } else {
+      softmax<kLog>(ctx.outputs[0]->data<T>(), x.data<T>(), view);
+      return Status::Ok();
+    }
+  });
+}
+
+// ---- layernorm ------------------------------------------------------------------------------
+
+// `param` broadcast to the normalized dims, as n values of compute type C.
+template <typename T, typename C>
+std::vector<C> expand_param(const Tensor* param, const Shape& normalized, C fallback) {
+  const int64_t n = numel(normalized);
+  std::vector<C> out(static_cast<size_t>(n), fallback);
+  if (!param) return out;
+  const std::vector<int64_t> strides = broadcast_strides(param->shape(), normalized);
+  for (int64_t i = 0; i < n; ++i) out[i] = load<T>(param->data<T>()[strided_offset(i, normalized, strides)]);
+  return out;
+}
+
+// y = (x - mean)·inv_std·scale + bias per row of n normalized elements; mean and
+// inv_std = 1/√(var + eps) are also written out (f32) when asked for.
+template <typename T>
+void layernorm(T* y, float* mean_out, float* inv_std_out, const T* x, const std::vector<typename Compute<T>::type>& scale,
+               const std::vector<typename Compute<T>::type>& bias, int64_t rows, int64_t n, double eps) {
+  // y, x: [rows, n], mean_out, inv_std_out: [rows] or null, scale, bias: [n]
+  using C = typename Compute<T>::type;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += load<T>(xr[i]);
+    const double mean = n ? sum / n : 0;
+    double square_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double centered = load<T>(xr[i]) - mean;
+      square_sum += centered * centered;
+    }
+    const double inv_std = 1.0 / std::sqrt((n ? square_sum / n : 0) + eps);
+    const C mean_c = static_cast<C>(mean), inv_std_c = static_cast<C>(inv_std);
+    T* yr = y + r * n;
+    for (int64_t i = 0; i < n; ++i) yr[i] = store<T>((load<T>(xr[i]) - mean_c) * inv_std_c * scale[i] + bias[i]);
+    if (mean_out) mean_out[r] = static_cast<float>(mean);
+    if (inv_std_out) inv_std_out[r] = static_cast<float>(inv_std);
+  }
+}
+
+Status layernorm_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  const Tensor* scale = ctx.inputs[1];
+  const Tensor* bias = ctx.inputs.size() >= 3 ? ctx.inputs[2] : nullptr;
+  const int64_t axis = ctx.node.attrs.get_int("axis", x.rank() - 1);
+  const double eps = ctx.node.attrs.get_float("eps", 1e-5);
+  const Shape normalized(x.shape().begin() + axis, x.shape().end());
+  const int64_t n = numel(normalized), rows = n ? x.numel() / n : 0;
+  auto stat = [&](size_t i) { return ctx.outputs.size() > i && ctx.outputs[i] ? ctx.outputs[i]->data<float>() : nullptr; };
+  return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsFloatStorage<T>) {
+      return unsupported_dtype(ctx, x.dtype());
+    } else {
+      using C = typename Compute<T>::type;
+      layernorm(ctx.outputs[0]->data<T>(), stat(1), stat(2), x.data<T>(), expand_param<T>(scale, normalized, C(1)),
+                expand_param<T>(bias, normalized, C(0)), rows, n, eps);
+      return Status::Ok();
+    }
+  });
+}
+
+}  // namespace
+
+void register_reduce_kernels(KernelTable& t) {
+  t.add("reduce_sum", reduce_kernel<Reduction::kSum>);
+  t.add("reduce_mean", reduce_kernel<Reduction::kMean>);
+  t.add("reduce_max", reduce_kernel<Reduction::kMax>);
+  t.add("reduce_min", reduce_kernel<Reduction::kMin>);
+  t.add("reduce_prod", reduce_kernel<Reduction::kProd>);
+  t.add("reduce_sum_square", reduce_kernel<Reduction::kSumSquare>);
+  t.add("reduce_l2", reduce_kernel<Reduction::kL2>);
+  t.add("argmax", arg_kernel<true>);
+  t.add("argmin", arg_kernel<false>);
+  t.add("softmax", softmax_kernel<false>);
+  t.add("log_softmax", softmax_kernel<true>);
+  t.add("layernorm", layernorm_kernel);
+}
 
 }  // namespace memc::cpu

@@ -95,7 +95,10 @@ Status attention_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return Status::BadInput("q, k, v need equal rank ≥ 2");
   const size_t r = q.size();
   if (q[r - 1] != k[r - 1] || k[r - 2] != v[r - 2]) return Status::BadInput("q/k head dims or k/v lengths differ");
+  if (c.inputs[1].dtype != c.inputs[0].dtype || c.inputs[2].dtype != c.inputs[0].dtype) return Status::BadInput("q, k, v dtypes differ");
   MEMC_ASSIGN_OR_RETURN(Shape batch, broadcast_shapes(Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2)));
+  // v's batch dims broadcast too: the kernel indexes v by the output batch.
+  MEMC_ASSIGN_OR_RETURN(batch, broadcast_shapes(batch, Shape(v.begin(), v.end() - 2)));
   if (c.inputs.size() == 4) {
     Shape scores = batch;
     scores.push_back(q[r - 2]);

@@ -8,7 +8,10 @@ void register_elementwise_ops(OpRegistry& r);
 void register_linalg_ops(OpRegistry& r);
 void register_reduce_ops(OpRegistry& r);
 void register_shape_ops(OpRegistry& r);
-void register_misc_ops(OpRegistry& r);  // ops the frontend needs beyond the core families
+void register_misc_ops(OpRegistry& r);
+void register_training_ops(OpRegistry& r);
+void register_optimizer_ops(OpRegistry& r);  // loss, fills, fused backward ops
+void register_gradients(OpRegistry& r);      // sets OpDef::grad on every differentiable op  // ops the frontend needs beyond the core families
 
 // Numpy broadcasting of two shapes; fails if a pair of dims is neither equal nor 1.
 Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b);

@@ -30,7 +30,9 @@ Status arg_shape(const ShapeContext& c, std::vector<TensorType>& out) {
 
 Status softmax_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   if (!is_float(c.inputs[0].dtype)) return Status::BadInput("needs a float input");
-  MEMC_RETURN_IF_ERROR(check_axes({c.node.attrs.get_int("axis", -1)}, static_cast<int64_t>(c.inputs[0].shape.size()), "softmax"));
+  // The default axis is the last one (axes are non-negative in the IR).
+  const int64_t rank = static_cast<int64_t>(c.inputs[0].shape.size());
+  MEMC_RETURN_IF_ERROR(check_axes({c.node.attrs.get_int("axis", rank - 1)}, rank, "softmax"));
   out = {c.inputs[0]};
   return Status::Ok();
 }
@@ -39,7 +41,7 @@ Status softmax_shape(const ShapeContext& c, std::vector<TensorType>& out) {
 // broadcast against those dims. Optional outputs 1, 2: mean and inverse std (f32, keepdims).
 Status layernorm_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const Shape& x = c.inputs[0].shape;
-  const int64_t axis = c.node.attrs.get_int("axis", -1);
+  const int64_t axis = c.node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);  // default: last dim
   MEMC_RETURN_IF_ERROR(check_axes({axis}, static_cast<int64_t>(x.size()), "layernorm"));
   const Shape normalized(x.begin() + axis, x.end());
   for (size_t i = 1; i < c.inputs.size(); ++i) {

@@ -8,6 +8,9 @@ void register_all_ops(OpRegistry& r) {
   register_reduce_ops(r);
   register_shape_ops(r);
   register_misc_ops(r);
+  register_training_ops(r);
+  register_optimizer_ops(r);
+  register_gradients(r);
 }
 
 Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b) {

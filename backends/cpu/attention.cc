@@ -1,0 +1,390 @@
+// Fused attention y = softmax(scale·q·kᵀ + bias)·v, tiled FlashAttention-style: for each
+// block of queries it walks the keys in blocks, keeping a running max m and sum l per query
+// row (online softmax), so only a [kQueryBlock, kKeyBlock] block of scores ever exists. The
+// backward (attention_grad) replays that forward per query block and keeps the same bound.
+// Dimension letters: Tq queries, Tk keys, D head dim, Dv value dim.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/attention.h"
+#include "backends/cpu/blas.h"
+#include "backends/cpu/loops.h"
+
+namespace memc::cpu {
+namespace {
+
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyBlock = 64;
+
+// Where each operand's matrices sit for a flat batch index, and how bias broadcasts.
+struct AttentionGeometry {
+  Shape batch;  // broadcast batch dims of the output
+  int64_t tq = 0, tk = 0, d = 0, dv = 0;
+  std::vector<int64_t> q_strides, k_strides, v_strides;  // batch strides in matrices
+  std::vector<int64_t> bias_strides;                     // element strides over [batch..., Tq, Tk]
+  double scale = 1.0;
+
+  // `out` is y (forward) or dy (backward): [batch..., Tq, Dv].
+  AttentionGeometry(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor* bias, const Shape& out,
+                    const Attrs& attrs) {
+    const Shape &q = q_t.shape(), &k = k_t.shape(), &v = v_t.shape();
+    const size_t r = q.size();
+    batch.assign(out.begin(), out.end() - 2);
+    tq = q[r - 2];
+    tk = k[r - 2];
+    d = q[r - 1];
+    dv = v[r - 1];
+    q_strides = broadcast_strides(Shape(q.begin(), q.end() - 2), batch);
+    k_strides = broadcast_strides(Shape(k.begin(), k.end() - 2), batch);
+    v_strides = broadcast_strides(Shape(v.begin(), v.end() - 2), batch);
+    if (bias) {
+      Shape scores = batch;
+      scores.push_back(tq);
+      scores.push_back(tk);
+      bias_strides = broadcast_strides(bias->shape(), scores);
+    }
+    scale = attrs.get_float("scale", 1.0 / std::sqrt(static_cast<double>(d)));
+  }
+  int64_t q_offset(int64_t i) const { return strided_offset(i, batch, q_strides) * tq * d; }
+  int64_t k_offset(int64_t i) const { return strided_offset(i, batch, k_strides) * tk * d; }
+  int64_t v_offset(int64_t i) const { return strided_offset(i, batch, v_strides) * tk * dv; }
+  // Bias element of batch i's score [0, 0], and the strides along Tq and Tk.
+  int64_t bias_offset(int64_t i) const {
+    return strided_offset(i, batch, std::vector<int64_t>(bias_strides.begin(), bias_strides.end() - 2));
+  }
+  int64_t bias_row() const { return bias_strides[bias_strides.size() - 2]; }
+  int64_t bias_col() const { return bias_strides.back(); }
+};
+
+// Dropout on the attention probabilities: applied to the weights that multiply v, not to the
+// normalizer l, so the result equals dropout(softmax(s))·v. The keep draw of score (i, r, c) is
+// counter_random(seed, stream, (i·Tq + r)·Tk + c), so forward and backward replay one mask.
+struct AttentionDropout {
+  bool active = false;
+  uint64_t seed = 0, stream = 0, threshold = 0;
+  double inv_keep = 1.0;
+
+  AttentionDropout(const KernelContext& ctx) {
+    const double ratio = ctx.node.attrs.get_float("dropout_ratio", 0.0);
+    if (!ctx.training || ratio <= 0.0) return;
+    active = true;
+    seed = ctx.seed;
+    stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
+    threshold = dropout_threshold(ratio);
+    inv_keep = 1.0 / (1.0 - ratio);
+  }
+  // factor[r, c] = kept ? 1/(1 - ratio) : 0 for one block of batch entry `batch_index`.
+  template <typename C>
+  void factors(C* factor, int64_t batch_index, int64_t q0, int64_t k0, int64_t rows, int64_t cols,
+               int64_t tq, int64_t tk) const {  // factor: [rows, cols]
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint64_t first = static_cast<uint64_t>(((batch_index * tq) + q0 + r) * tk + k0);
+      for (int64_t c = 0; c < cols; ++c) {
+        factor[r * cols + c] = counter_random(seed, stream, first + c) < threshold ? static_cast<C>(inv_keep) : C(0);
+      }
+    }
+  }
+};
+
+// scores[r, c] += bias[base + r·row_stride + c·col_stride] for one block; bias may have any
+// float dtype, converted once per element.
+template <typename C>
+void add_bias_block(C* scores, const Tensor& bias, int64_t base, int64_t row_stride, int64_t col_stride, int64_t rows,
+                    int64_t cols) {  // scores: [rows, cols]
+  dispatch_dtype(bias.dtype(), [&]<typename B>() {
+    const B* p = bias.data<B>() + base;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) scores[r * cols + c] += static_cast<C>(load<B>(p[r * row_stride + c * col_stride]));
+    }
+  });
+}
+
+// Online-softmax update of one block: turns scores into unnormalized weights e^(s - m_new),
+// rescales the running output rows by e^(m_old - m_new) and folds the block's sum into l.
+template <typename C>
+void online_softmax_block(C* scores, C* out, C* row_max, C* row_sum, int64_t rows, int64_t cols, int64_t dv) {
+  // scores: [rows, cols], out: [rows, Dv], row_max, row_sum: [rows]
+  const C neg_inf = -std::numeric_limits<C>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    C* s = scores + r * cols;
+    C block_max = neg_inf;
+    for (int64_t c = 0; c < cols; ++c) block_max = std::max(block_max, s[c]);
+    const C new_max = std::max(row_max[r], block_max);
+    if (new_max == neg_inf) {  // every key so far masked out: nothing to add
+      std::fill(s, s + cols, C(0));
+      continue;
+    }
+    const C rescale = std::exp(row_max[r] - new_max);
+    C block_sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      s[c] = std::exp(s[c] - new_max);
+      block_sum += s[c];
+    }
+    row_sum[r] = row_sum[r] * rescale + block_sum;
+    row_max[r] = new_max;
+    C* o = out + r * dv;
+    for (int64_t j = 0; j < dv; ++j) o[j] *= rescale;
+  }
+}
+
+// The matrices of one batch entry in compute type C, and where its scores' bias starts.
+template <typename C>
+struct AttentionOperands {
+  const C *q = nullptr, *k = nullptr, *v = nullptr;  // [Tq, D], [Tk, D], [Tk, Dv]
+  const Tensor* bias = nullptr;
+  int64_t bias_base = 0, batch_index = 0;
+};
+
+// s[rows, cols] = scale·q_blk·k_blkᵀ (+ bias) for queries q0.. and keys k0..
+template <typename C>
+void score_block(C* s, const AttentionOperands<C>& x, int64_t q0, int64_t k0, int64_t rows, int64_t cols,
+                 const AttentionGeometry& g) {
+  gemm(s, x.q + q0 * g.d, x.k + k0 * g.d, GemmShape{.m = rows, .n = cols, .k = g.d, .trans_b = true});
+  for (int64_t i = 0; i < rows * cols; ++i) s[i] *= static_cast<C>(g.scale);
+  if (x.bias) {
+    add_bias_block(s, *x.bias, x.bias_base + q0 * g.bias_row() + k0 * g.bias_col(), g.bias_row(), g.bias_col(), rows, cols);
+  }
+}
+
+// Per-query-block scratch: a block of scores and dropout factors, output rows, row max and sum.
+template <typename C>
+struct QueryBlockScratch {
+  std::vector<C> scores, factor, out, row_max, row_sum;
+  explicit QueryBlockScratch(const AttentionGeometry& g)
+      : scores(kQueryBlock * kKeyBlock), factor(kQueryBlock * kKeyBlock), out(kQueryBlock * g.dv),
+        row_max(kQueryBlock), row_sum(kQueryBlock) {}
+};
+
+// The forward pass over all keys for queries q0..q0+rows: leaves the unnormalized output rows
+// Σ_j dropout(e^(s_j - m))·v_j in w.out, the row max m in w.row_max and l = Σ_j e^(s_j - m) in
+// w.row_sum (l = 0 for a row whose every key is masked).
+template <typename C>
+void attend_query_block(QueryBlockScratch<C>& w, const AttentionOperands<C>& x, int64_t q0, int64_t rows,
+                        const AttentionGeometry& g, const AttentionDropout& dropout) {
+  std::fill(w.out.begin(), w.out.end(), C(0));
+  std::fill(w.row_max.begin(), w.row_max.end(), -std::numeric_limits<C>::infinity());
+  std::fill(w.row_sum.begin(), w.row_sum.end(), C(0));
+  for (int64_t k0 = 0; k0 < g.tk; k0 += kKeyBlock) {
+    const int64_t cols = std::min(kKeyBlock, g.tk - k0);
+    score_block(w.scores.data(), x, q0, k0, rows, cols, g);
+    online_softmax_block(w.scores.data(), w.out.data(), w.row_max.data(), w.row_sum.data(), rows, cols, g.dv);
+    if (dropout.active) {
+      dropout.factors(w.factor.data(), x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
+      for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] *= w.factor[i];
+    }
+    // out[rows, Dv] += p[rows, cols] · v_blk[cols, Dv]
+    gemm(w.out.data(), w.scores.data(), x.v + k0 * g.dv, GemmShape{.m = rows, .n = g.dv, .k = cols, .accumulate = true});
+  }
+}
+
+// One batch entry: y[Tq, Dv] from q[Tq, D], k[Tk, D], v[Tk, Dv] in compute type C.
+template <typename T, typename C>
+void attention_matrix(T* y, const AttentionOperands<C>& x, const AttentionGeometry& g, const AttentionDropout& dropout) {
+  QueryBlockScratch<C> w(g);
+  for (int64_t q0 = 0; q0 < g.tq; q0 += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, g.tq - q0);
+    attend_query_block(w, x, q0, rows, g, dropout);
+    // Rows whose every key was masked (-inf bias) have l = 0 and produce 0, not NaN.
+    for (int64_t r = 0; r < rows; ++r) {
+      const C inv_sum = w.row_sum[r] > C(0) ? C(1) / w.row_sum[r] : C(0);
+      T* y_row = y + (q0 + r) * g.dv;
+      for (int64_t j = 0; j < g.dv; ++j) y_row[j] = store<T>(w.out[r * g.dv + j] * inv_sum);
+    }
+  }
+}
+
+// A [rows, cols] matrix of T in compute type C: the data itself when T is C, else a widened copy.
+template <typename T, typename C>
+const C* as_compute(const T* x, int64_t count, std::vector<C>& buffer) {
+  if constexpr (std::is_same_v<T, C>) {
+    return x;
+  } else {
+    buffer.resize(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) buffer[i] = load<T>(x[i]);
+    return buffer.data();
+  }
+}
+
+// Batch entry i's q, k, v (widened into the buffers when T is 16-bit) and bias position.
+template <typename T, typename C>
+struct OperandLoader {
+  const Tensor &q, &k, &v;
+  const Tensor* bias;
+  const AttentionGeometry& g;
+  std::vector<C> q_buf, k_buf, v_buf;
+
+  AttentionOperands<C> operator()(int64_t i) {
+    AttentionOperands<C> x;
+    x.q = as_compute(q.data<T>() + g.q_offset(i), g.tq * g.d, q_buf);
+    x.k = as_compute(k.data<T>() + g.k_offset(i), g.tk * g.d, k_buf);
+    x.v = as_compute(v.data<T>() + g.v_offset(i), g.tk * g.dv, v_buf);
+    x.bias = bias;
+    x.bias_base = bias ? g.bias_offset(i) : 0;
+    x.batch_index = i;
+    return x;
+  }
+};
+
+// ---- backward -------------------------------------------------------------------------------
+// Per query block: replay the forward block (m, l and the output rows o), then D_r = dy_r·o_r
+// (= Σ_c P_rc·dP_rc, dropout included), and per key block with P = e^(s - m)/l and
+// P̃ = P∘dropout factor:
+//   dv += P̃ᵀ·dy,  dP = (dy·vᵀ)∘factor,  dS = P∘(dP - D),  dbias += dS,
+//   dq += scale·dS·k,  dk += scale·dSᵀ·q.
+
+// One gradient output, accumulated in compute type C: in place when T is C, else in a buffer
+// rounded once by finish(). Broadcast batch entries add into the same matrices.
+template <typename T, typename C>
+class GradAccumulator {
+ public:
+  explicit GradAccumulator(Tensor& out) : out_(out) {
+    if constexpr (std::is_same_v<T, C>) std::fill(out.data<T>(), out.data<T>() + out.numel(), T(0));
+    else buffer_.assign(static_cast<size_t>(out.numel()), C(0));
+  }
+  C* data() {
+    if constexpr (std::is_same_v<T, C>) return out_.data<T>();
+    else return buffer_.data();
+  }
+  void finish() {
+    if constexpr (!std::is_same_v<T, C>) {
+      for (int64_t i = 0; i < out_.numel(); ++i) out_.data<T>()[i] = store<T>(buffer_[i]);
+    }
+  }
+
+ private:
+  Tensor& out_;
+  std::vector<C> buffer_;
+};
+
+template <typename C>
+struct AttentionGrads {
+  C *dq, *dk, *dv;  // batch entry's [Tq, D], [Tk, D], [Tk, Dv]
+  C* dbias;         // whole bias layout (nullptr: not wanted), indexed like the bias
+};
+
+template <typename C>
+struct BackwardScratch : QueryBlockScratch<C> {
+  std::vector<C> prob, dprob, inv_sum, delta;
+  explicit BackwardScratch(const AttentionGeometry& g)
+      : QueryBlockScratch<C>(g), prob(kQueryBlock * kKeyBlock), dprob(kQueryBlock * kKeyBlock), inv_sum(kQueryBlock),
+        delta(kQueryBlock) {}
+};
+
+// The key block k0..k0+cols of query block q0..q0+rows; w holds the replayed row stats.
+template <typename C>
+void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
+                          int64_t q0, int64_t rows, int64_t k0, int64_t cols, const AttentionGeometry& g,
+                          const AttentionDropout& dropout) {  // dy: [Tq, Dv]
+  score_block(w.scores.data(), x, q0, k0, rows, cols, g);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      w.prob[i] = w.inv_sum[r] > C(0) ? std::exp(w.scores[i] - w.row_max[r]) * w.inv_sum[r] : C(0);
+    }
+  }
+  const C* dropped = w.prob.data();  // P̃[rows, cols]
+  if (dropout.active) {
+    dropout.factors(w.factor.data(), x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
+    for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] = w.prob[i] * w.factor[i];
+    dropped = w.scores.data();
+  }
+  const C* dy_blk = dy + q0 * g.dv;
+  // dv[cols, Dv] += P̃ᵀ[cols, rows]·dy[rows, Dv];  dP[rows, cols] = dy[rows, Dv]·v_blkᵀ
+  gemm(d.dv + k0 * g.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true});
+  gemm(w.dprob.data(), dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true});
+  C* ds = w.dprob.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      const C dp = dropout.active ? ds[i] * w.factor[i] : ds[i];
+      ds[i] = w.prob[i] * (dp - w.delta[r]);
+    }
+  }
+  if (d.dbias) {
+    C* db = d.dbias + x.bias_base + q0 * g.bias_row() + k0 * g.bias_col();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) db[r * g.bias_row() + c * g.bias_col()] += ds[r * cols + c];
+    }
+  }
+  for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= static_cast<C>(g.scale);
+  // dq[rows, D] += dS·k_blk;  dk[cols, D] += dSᵀ·q_blk
+  gemm(d.dq + q0 * g.d, ds, x.k + k0 * g.d, GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true});
+  gemm(d.dk + k0 * g.d, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true});
+}
+
+// One batch entry; only one [kQueryBlock, kKeyBlock] block of probabilities exists at a time.
+template <typename C>
+void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
+                           const AttentionGeometry& g, const AttentionDropout& dropout) {  // dy: [Tq, Dv]
+  for (int64_t q0 = 0; q0 < g.tq; q0 += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, g.tq - q0);
+    attend_query_block(w, x, q0, rows, g, dropout);
+    for (int64_t r = 0; r < rows; ++r) {  // D_r = dy_r·o_r with o_r = out_r / l_r
+      w.inv_sum[r] = w.row_sum[r] > C(0) ? C(1) / w.row_sum[r] : C(0);
+      C dot = 0;
+      for (int64_t j = 0; j < g.dv; ++j) dot += dy[(q0 + r) * g.dv + j] * w.out[r * g.dv + j];
+      w.delta[r] = dot * w.inv_sum[r];
+    }
+    for (int64_t k0 = 0; k0 < g.tk; k0 += kKeyBlock) {
+      attention_grad_block(dy, x, d, w, q0, rows, k0, std::min(kKeyBlock, g.tk - k0), g, dropout);
+    }
+  }
+}
+
+}  // namespace
+
+Status attention_kernel(KernelContext& ctx) {
+  const Tensor &q = *ctx.inputs[0], &k = *ctx.inputs[1], &v = *ctx.inputs[2];
+  const Tensor* bias = ctx.inputs.size() >= 4 ? ctx.inputs[3] : nullptr;
+  Tensor& y = *ctx.outputs[0];
+  const AttentionGeometry g(q, k, v, bias, y.shape(), ctx.node.attrs);
+  const AttentionDropout dropout(ctx);
+  return dispatch_dtype(q.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsFloatStorage<T>) {
+      return unsupported_dtype(ctx, q.dtype());
+    } else {
+      using C = typename Compute<T>::type;
+      OperandLoader<T, C> load_operands{q, k, v, bias, g, {}, {}, {}};
+      for (int64_t i = 0, batches = numel(g.batch); i < batches; ++i) {
+        attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, load_operands(i), g, dropout);
+      }
+      return Status::Ok();
+    }
+  });
+}
+
+// (dy, q, k, v, [bias]) → (dq, dk, dv, [dbias]); see the backward section above.
+Status attention_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy = *ctx.inputs[0], &q = *ctx.inputs[1], &k = *ctx.inputs[2], &v = *ctx.inputs[3];
+  const Tensor* bias = ctx.inputs.size() >= 5 ? ctx.inputs[4] : nullptr;
+  Tensor* dbias_out = ctx.outputs.size() >= 4 ? ctx.outputs[3] : nullptr;
+  const AttentionGeometry g(q, k, v, bias, dy.shape(), ctx.node.attrs);
+  const AttentionDropout dropout(ctx);
+  return dispatch_dtype(q.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsFloatStorage<T>) {
+      return unsupported_dtype(ctx, q.dtype());
+    } else {
+      using C = typename Compute<T>::type;
+      OperandLoader<T, C> load_operands{q, k, v, bias, g, {}, {}, {}};
+      GradAccumulator<T, C> dq(*ctx.outputs[0]), dk(*ctx.outputs[1]), dv(*ctx.outputs[2]);
+      std::vector<C> dbias(dbias_out ? static_cast<size_t>(dbias_out->numel()) : 0, C(0));  // bias layout
+      BackwardScratch<C> scratch(g);
+      std::vector<C> dy_buf;
+      for (int64_t i = 0, batches = numel(g.batch); i < batches; ++i) {
+        const C* dy_c = as_compute(dy.data<T>() + i * g.tq * g.dv, g.tq * g.dv, dy_buf);
+        const AttentionGrads<C> d{dq.data() + g.q_offset(i), dk.data() + g.k_offset(i), dv.data() + g.v_offset(i),
+                                  dbias_out ? dbias.data() : nullptr};
+        attention_grad_matrix(dy_c, load_operands(i), d, scratch, g, dropout);
+      }
+      dq.finish();
+      dk.finish();
+      dv.finish();
+      for (size_t i = 0; i < dbias.size(); ++i) dbias_out->set_from_double(static_cast<int64_t>(i), static_cast<double>(dbias[i]));
+      return Status::Ok();
+    }
+  });
+}
+
+}  // namespace memc::cpu

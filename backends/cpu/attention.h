@@ -1,0 +1,11 @@
+// The fused attention kernels (backends/cpu/attention.cc), registered with the linalg family.
+#pragma once
+#include "backends/cpu/kernels.h"
+
+namespace memc::cpu {
+
+Status attention_kernel(KernelContext& ctx);
+// (dy, q, k, v, [bias]) → (dq, dk, dv, [dbias]) {scale, dropout_ratio, seed}
+Status attention_grad_kernel(KernelContext& ctx);
+
+}  // namespace memc::cpu

@@ -1,0 +1,22 @@
+// Matrix multiply used by matmul, linear, conv and attention.
+#pragma once
+#include <cstdint>
+
+#include "ir/dtype.h"
+
+namespace memc::cpu {
+
+// One row-major product c[m, n] (+)= op(a)[m, k] · op(b)[k, n] over contiguous matrices:
+// a is stored [m, k] ([k, m] when trans_a), b is [k, n] ([n, k] when trans_b).
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  bool accumulate = false;  // c += product instead of c = product
+};
+
+// f32/f64 call OpenBLAS; f16/bf16 widen to f32, multiply, and round once on store; integer
+// dtypes use a plain loop (wrapping like repeated multiply-add).
+template <typename T>
+void gemm(T* c, const T* a, const T* b, const GemmShape& s);  // c: [m, n], a, b: see GemmShape
+
+}  // namespace memc::cpu

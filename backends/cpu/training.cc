@@ -1,0 +1,269 @@
+// CPU kernels of the training ops (ir/ops/training.cc): loss, fills and fused backward ops.
+// Float work is done in the compute type of the storage (f32 for f16/bf16, f64 for f64).
+#include <cmath>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/loops.h"
+
+namespace memc::cpu {
+namespace {
+
+template <typename Fn>
+Status dispatch_float(const KernelContext& ctx, DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kF32: fn.template operator()<float>(); return Status::Ok();
+    case DType::kF64: fn.template operator()<double>(); return Status::Ok();
+    case DType::kF16: fn.template operator()<f16_t>(); return Status::Ok();
+    case DType::kBF16: fn.template operator()<bf16_t>(); return Status::Ok();
+    default: return unsupported_dtype(ctx, t);
+  }
+}
+
+// Splits a shape at `axis` into [outer, inner] for ops that work over dims axis..end.
+std::pair<int64_t, int64_t> split_at(const Shape& s, int64_t axis) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) (d < axis ? outer : inner) *= s[d];
+  return {outer, inner};
+}
+
+// Softmax-family ops reduce over one axis: [outer, n, inner] with stride `inner` along n.
+struct AxisView {
+  int64_t outer, n, inner;
+};
+AxisView axis_view(const Shape& s, int64_t axis) {
+  AxisView v{1, s.empty() ? 1 : s[axis], 1};
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < axis) v.outer *= s[d];
+    if (d > axis) v.inner *= s[d];
+  }
+  return v;
+}
+
+Status full_kernel(KernelContext& ctx) {
+  Tensor& out = *ctx.outputs[0];
+  const double value = ctx.node.attrs.get_float("value", 0.0);
+  for (int64_t i = 0; i < out.numel(); ++i) out.set_from_double(i, value);
+  return Status::Ok();
+}
+
+Status check_labels(const Tensor& labels, int64_t classes) {
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    const int64_t l = labels.data<int64_t>()[i];
+    if (l < 0 || l >= classes) return Status::BadInput(str_cat("label ", l, " at row ", i, " is outside [0, ", classes, ")"));
+  }
+  return Status::Ok();
+}
+
+// loss = (1/N) Σ_n [logsumexp(z_n) - z_n[label_n]]
+Status softmax_cross_entropy_kernel(KernelContext& ctx) {
+  const Tensor &logits = *ctx.inputs[0], &labels = *ctx.inputs[1];
+  const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
+  MEMC_RETURN_IF_ERROR(check_labels(labels, classes));
+  return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
+    const T* z = logits.data<T>();  // [N, C]
+    double total = 0;
+    for (int64_t n = 0; n < rows; ++n) {
+      const T* row = z + n * classes;
+      double m = -INFINITY;
+      for (int64_t c = 0; c < classes; ++c) m = std::max(m, static_cast<double>(load(row[c])));
+      double sum = 0;
+      for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(load(row[c])) - m);
+      total += m + std::log(sum) - static_cast<double>(load(row[labels.data<int64_t>()[n]]));
+    }
+    ctx.outputs[0]->set_from_double(0, total / static_cast<double>(std::max<int64_t>(rows, 1)));  // f32 or f64
+  });
+}
+
+// dz = dloss·(softmax(z) - onehot(label))/N
+Status softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
+  const Tensor &dloss = *ctx.inputs[0], &logits = *ctx.inputs[1], &labels = *ctx.inputs[2];
+  const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
+  MEMC_RETURN_IF_ERROR(check_labels(labels, classes));
+  const double scale = dloss.get_as_double(0) / static_cast<double>(std::max<int64_t>(rows, 1));
+  return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
+    using C = typename Compute<T>::type;
+    const T* z = logits.data<T>();       // [N, C]
+    T* dz = ctx.outputs[0]->data<T>();   // [N, C]
+    for (int64_t n = 0; n < rows; ++n) {
+      const T* row = z + n * classes;
+      C m = -INFINITY;
+      for (int64_t c = 0; c < classes; ++c) m = std::max(m, load(row[c]));
+      C sum = 0;
+      for (int64_t c = 0; c < classes; ++c) sum += std::exp(load(row[c]) - m);
+      const int64_t label = labels.data<int64_t>()[n];
+      for (int64_t c = 0; c < classes; ++c) {
+        const C p = std::exp(load(row[c]) - m) / sum;
+        dz[n * classes + c] = store<T, C>(static_cast<C>(scale) * (p - (c == label ? C(1) : C(0))));
+      }
+    }
+  });
+}
+
+// gelu'(x) = Φ(x) + x·φ(x), or the derivative of the tanh approximation.
+Status gelu_grad_kernel(KernelContext& ctx) {
+  const bool tanh_form = ctx.node.attrs.get_string("approximate", "none") == "tanh";
+  return dispatch_float(ctx, ctx.inputs[1]->dtype(), [&]<typename T>() {
+    using C = typename Compute<T>::type;
+    const T* dy = ctx.inputs[0]->data<T>();
+    const T* x = ctx.inputs[1]->data<T>();
+    T* dx = ctx.outputs[0]->data<T>();
+    const int64_t n = ctx.outputs[0]->numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const C v = load(x[i]);
+      C d;
+      if (tanh_form) {
+        const C k = C(0.7978845608028654), a = C(0.044715);
+        const C t = std::tanh(k * (v + a * v * v * v));
+        d = C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3) * a * v * v);
+      } else {
+        d = C(0.5) * (C(1) + std::erf(v * C(0.7071067811865476))) + v * std::exp(C(-0.5) * v * v) * C(0.3989422804014327);
+      }
+      dx[i] = store<T, C>(load(dy[i]) * d);
+    }
+  });
+}
+
+// softmax: dx = y·(dy - Σ dy·y);  log_softmax: dx = dy - e^y·Σ dy
+template <bool kLog>
+Status softmax_grad_kernel(KernelContext& ctx) {
+  // Same default as the forward softmax (ir/ops/reduce.cc): the last axis.
+  const AxisView v = axis_view(ctx.inputs[1]->shape(), ctx.node.attrs.get_int("axis", ctx.inputs[1]->rank() - 1));
+  return dispatch_float(ctx, ctx.inputs[1]->dtype(), [&]<typename T>() {
+    using C = typename Compute<T>::type;
+    const T* dy = ctx.inputs[0]->data<T>();
+    const T* y = ctx.inputs[1]->data<T>();
+    T* dx = ctx.outputs[0]->data<T>();
+    for (int64_t o = 0; o < v.outer; ++o) {
+      for (int64_t in = 0; in < v.inner; ++in) {
+        const int64_t base = o * v.n * v.inner + in;
+        C dot = 0;
+        for (int64_t k = 0; k < v.n; ++k) {
+          const int64_t i = base + k * v.inner;
+          dot += kLog ? load(dy[i]) : load(dy[i]) * load(y[i]);
+        }
+        for (int64_t k = 0; k < v.n; ++k) {
+          const int64_t i = base + k * v.inner;
+          dx[i] = store<T, C>(kLog ? load(dy[i]) - std::exp(load(y[i])) * dot : load(y[i]) * (load(dy[i]) - dot));
+        }
+      }
+    }
+  });
+}
+
+// With x̂ = (x - μ)·r over the normalized dims (size H), g = dy·scale:
+//   dx = r·(g - mean(g) - x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂ (scale's full broadcast shape).
+Status layernorm_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy_t = *ctx.inputs[0], &x_t = *ctx.inputs[1], &scale_t = *ctx.inputs[2];
+  const int64_t axis = ctx.node.attrs.get_int("axis", x_t.rank() - 1);  // forward's default: the last dim
+  const double eps = ctx.node.attrs.get_float("eps", 1e-5);
+  const auto [rows, h] = split_at(x_t.shape(), axis);
+  const Shape normalized(x_t.shape().begin() + axis, x_t.shape().end());
+  const auto scale_strides = broadcast_strides(scale_t.shape(), normalized);
+  return dispatch_float(ctx, x_t.dtype(), [&]<typename T>() {
+    using C = typename Compute<T>::type;
+    const T* dy = dy_t.data<T>();        // [rows, H]
+    const T* x = x_t.data<T>();          // [rows, H]
+    const T* scale = scale_t.data<T>();  // broadcast to [H]
+    T* dx = ctx.outputs[0]->data<T>();   // [rows, H]
+    std::vector<C> scale_h(h), dscale(h, C(0)), xhat(h), g(h);
+    for (int64_t j = 0; j < h; ++j) scale_h[j] = load(scale[strided_offset(j, normalized, scale_strides)]);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * h;
+      const T* dyr = dy + r * h;
+      C mean = 0, var = 0;
+      for (int64_t j = 0; j < h; ++j) mean += load(xr[j]);
+      mean /= static_cast<C>(h);
+      for (int64_t j = 0; j < h; ++j) var += (load(xr[j]) - mean) * (load(xr[j]) - mean);
+      const C inv_std = C(1) / std::sqrt(var / static_cast<C>(h) + static_cast<C>(eps));
+      C mean_g = 0, mean_gx = 0;
+      for (int64_t j = 0; j < h; ++j) {
+        xhat[j] = (load(xr[j]) - mean) * inv_std;
+        g[j] = load(dyr[j]) * scale_h[j];
+        mean_g += g[j];
+        mean_gx += g[j] * xhat[j];
+        dscale[j] += load(dyr[j]) * xhat[j];
+      }
+      mean_g /= static_cast<C>(h);
+      mean_gx /= static_cast<C>(h);
+      for (int64_t j = 0; j < h; ++j) dx[r * h + j] = store<T, C>(inv_std * (g[j] - mean_g - xhat[j] * mean_gx));
+    }
+    // dscale has the normalized dims' full shape; the rule sums it down to scale's shape.
+    T* ds = ctx.outputs[1]->data<T>();
+    const int64_t ds_n = ctx.outputs[1]->numel();
+    if (ds_n == h) {
+      for (int64_t j = 0; j < h; ++j) ds[j] = store<T, C>(dscale[j]);
+    } else {  // scale broadcast from fewer elements: accumulate into its own layout
+      std::vector<C> acc(ds_n, C(0));
+      for (int64_t j = 0; j < h; ++j) acc[strided_offset(j, normalized, scale_strides)] += dscale[j];
+      for (int64_t j = 0; j < ds_n; ++j) ds[j] = store<T, C>(acc[j]);
+    }
+  });
+}
+
+// dx = zeros(input_shape); dx[..., idx[j], ...] += dy[..., j, ...]
+Status gather_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy_t = *ctx.inputs[0], &idx_t = *ctx.inputs[1];
+  Tensor& dx_t = *ctx.outputs[0];
+  const int64_t axis = ctx.node.attrs.get_int("axis", 0);
+  const Shape& in_shape = dx_t.shape();
+  const auto [outer, rest] = split_at(in_shape, axis);
+  const int64_t dim = in_shape[axis], inner = rest / std::max<int64_t>(dim, 1);
+  const int64_t count = idx_t.numel();
+  return dispatch_float(ctx, dx_t.dtype(), [&]<typename T>() {
+    using C = typename Compute<T>::type;
+    const T* dy = dy_t.data<T>();  // [outer, count, inner]
+    std::vector<C> acc(static_cast<size_t>(dx_t.numel()), C(0));
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < count; ++j) {
+        int64_t k = idx_t.get_as_int(j);
+        if (k < 0) k += dim;
+        if (k < 0 || k >= dim) continue;  // forward already rejected it
+        for (int64_t i = 0; i < inner; ++i) acc[(o * dim + k) * inner + i] += load(dy[(o * count + j) * inner + i]);
+      }
+    }
+    T* dx = dx_t.data<T>();
+    for (int64_t i = 0; i < dx_t.numel(); ++i) dx[i] = store<T, C>(acc[i]);
+  });
+}
+
+// dx = zeros(input_shape); dx[slice] = dy
+Status slice_grad_kernel(KernelContext& ctx) {
+  const Tensor& dy = *ctx.inputs[0];
+  Tensor& dx = *ctx.outputs[0];
+  const Shape& in_shape = dx.shape();
+  const auto axes = ctx.node.attrs.get_ints("axes"), starts = ctx.node.attrs.get_ints("starts"),
+             steps = ctx.node.attrs.get_ints("steps");
+  std::vector<int64_t> strides = row_major_strides(in_shape);
+  int64_t base = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    base += starts[i] * strides[axes[i]];
+    strides[axes[i]] *= steps[i];
+  }
+  std::memset(dx.raw(), 0, dx.nbytes());
+  dispatch_element_size(dy.dtype(), [&]<typename E>() {
+    const E* src = static_cast<const E*>(dy.raw());
+    E* dst = static_cast<E*>(dx.raw());
+    for_each_row<2>(dy.shape(), {row_major_strides(dy.shape()), strides},
+                    [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                      for (int64_t i = 0; i < n; ++i) dst[off[1] + i * st[1]] = src[off[0] + i * st[0]];
+                    },
+                    {0, base});
+  });
+  return Status::Ok();
+}
+
+}  // namespace
+
+void register_training_kernels(KernelTable& t) {
+  t.add("full", full_kernel);
+  t.add("softmax_cross_entropy", softmax_cross_entropy_kernel);
+  t.add("softmax_cross_entropy_grad", softmax_cross_entropy_grad_kernel);
+  t.add("gelu_grad", gelu_grad_kernel);
+  t.add("softmax_grad", softmax_grad_kernel<false>);
+  t.add("log_softmax_grad", softmax_grad_kernel<true>);
+  t.add("layernorm_grad", layernorm_grad_kernel);
+  t.add("gather_grad", gather_grad_kernel);
+  t.add("slice_grad", slice_grad_kernel);
+}
+
+}  // namespace memc::cpu

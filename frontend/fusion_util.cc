@@ -1,0 +1,86 @@
+#include "frontend/fusion_util.h"
+
+#include <cmath>
+
+#include "frontend/fusion.h"
+#include "support/log.h"
+
+namespace memc::fusion {
+
+const Node* producer(const Module& m, ValueId v) {
+  if (v == kNoValue) return nullptr;
+  const NodeId p = m.value(v).producer;
+  if (p == kNoNode || m.node(p).dead) return nullptr;
+  return &m.node(p);
+}
+
+const Node* producer_if(const Module& m, ValueId v, const std::string& op) {
+  const Node* n = producer(m, v);
+  return n && n->op == op ? n : nullptr;
+}
+
+std::optional<double> constant_value(const Module& m, ValueId v) {
+  const Node* n = producer_if(m, v, "constant");
+  if (!n) return std::nullopt;
+  const Tensor* t = n->attrs.get_tensor("value");
+  if (!t || t->numel() < 1 || !is_float(t->dtype())) return std::nullopt;
+  const double first = t->get_as_double(0);
+  for (int64_t i = 1; i < t->numel(); ++i) {
+    if (t->get_as_double(i) != first) return std::nullopt;
+  }
+  return first;
+}
+
+bool is_constant_near(const Module& m, ValueId v, double expected, double tolerance) {
+  auto c = constant_value(m, v);
+  return c && std::abs(*c - expected) <= tolerance * std::max(1.0, std::abs(expected));
+}
+
+ValueId other_operand(const Node& n, ValueId known) {
+  if (n.inputs.size() != 2) return kNoValue;
+  if (n.inputs[0] == known) return n.inputs[1];
+  if (n.inputs[1] == known) return n.inputs[0];
+  return kNoValue;
+}
+
+std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op, std::vector<ValueId> inputs,
+                                Attrs attrs, const std::string& source) {
+  auto outs = m.add_node(op, std::move(inputs), std::move(attrs), source);
+  if (!outs.ok()) return {};
+  const NodeId added = m.value(outs->front()).producer;
+  std::vector<NodeId> order;
+  for (NodeId n : m.schedule()) {
+    if (n == added) continue;
+    if (n == anchor) order.push_back(added);
+    order.push_back(n);
+  }
+  m.set_schedule(order);
+  return *outs;
+}
+
+}  // namespace memc::fusion
+
+namespace memc {
+
+int run_fusions(Module& module) {
+  std::vector<std::unique_ptr<FusionPass>> passes;
+  passes.push_back(make_gelu_fusion());
+  passes.push_back(make_layernorm_fusion());
+  passes.push_back(make_linear_fusion());
+  passes.push_back(make_attention_fusion());
+  int total = 0;
+  for (auto& pass : passes) {
+    const size_t before = module.schedule().size();
+    const bool changed = pass->run(module);
+    const int removed = module.eliminate_dead_nodes();
+    const size_t after = module.schedule().size();
+    if (changed) {
+      ++total;
+      log(1, str_cat("fusion ", pass->name(), ": ", before, " → ", after, " nodes (", removed, " removed)"));
+    }
+  }
+  module.compact();
+  return total;
+}
+
+}  // namespace memc

@@ -1,0 +1,24 @@
+// Pattern-matching helpers shared by the fusions.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace memc::fusion {
+
+// The live node producing `v`, or nullptr for arguments.
+const Node* producer(const Module& m, ValueId v);
+// The producer when it has op `op`.
+const Node* producer_if(const Module& m, ValueId v, const std::string& op);
+// The single value of a constant whose elements are all equal (scalars, broadcast fills).
+std::optional<double> constant_value(const Module& m, ValueId v);
+bool is_constant_near(const Module& m, ValueId v, double expected, double tolerance = 1e-4);
+// For a binary node with `known` as one operand, the other operand (kNoValue otherwise).
+ValueId other_operand(const Node& n, ValueId known);
+// Adds a node scheduled immediately before `anchor`; returns its outputs (empty on a shape error).
+std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op, std::vector<ValueId> inputs,
+                                Attrs attrs, const std::string& source);
+
+}  // namespace memc::fusion

@@ -1,0 +1,426 @@
+// Shape and data-movement ONNX ops. Their shape operands (Reshape's shape, Slice's starts…)
+// must be known at import: with static input shapes the exporters' shape subgraphs fold.
+#include <cmath>
+#include <limits>
+
+#include "frontend/fold.h"
+#include "frontend/onnx_tensor.h"
+#include "frontend/lowering.h"
+
+namespace memc {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+
+Status lower_constant(ImportContext& ctx) {
+  Tensor value;
+  if (const auto* a = ctx.attr("value")) {
+    auto t = tensor_from_proto(a->t(), "");
+    if (!t.ok()) return ctx.error(t.status().message());
+    value = std::move(*t);
+  } else if (const auto* f = ctx.attr("value_float")) {
+    value = Tensor::zeros(DType::kF32, {});
+    value.set_from_double(0, f->f());
+  } else if (const auto* fs = ctx.attr("value_floats")) {
+    value = Tensor::zeros(DType::kF32, {fs->floats_size()});
+    for (int i = 0; i < fs->floats_size(); ++i) value.set_from_double(i, fs->floats(i));
+  } else if (const auto* i1 = ctx.attr("value_int")) {
+    value = Tensor::zeros(DType::kI64, {});
+    value.data<int64_t>()[0] = i1->i();
+  } else if (const auto* is = ctx.attr("value_ints")) {
+    value = Tensor::zeros(DType::kI64, {is->ints_size()});
+    for (int i = 0; i < is->ints_size(); ++i) value.data<int64_t>()[i] = is->ints(i);
+  } else {
+    return ctx.error("Constant needs value, value_float(s) or value_int(s) (sparse and string values are unsupported)");
+  }
+  return ctx.bind(0, ctx.constant(std::move(value), ctx.has_output(0) ? ctx.node().output(0) : "cst"));
+}
+
+Tensor int_vector(const std::vector<int64_t>& values) {
+  Tensor t = Tensor::zeros(DType::kI64, {static_cast<int64_t>(values.size())});
+  for (size_t i = 0; i < values.size(); ++i) t.data<int64_t>()[i] = values[i];
+  return t;
+}
+
+// Shape {start, end} (opset 15) → a constant: every shape is static here.
+Status lower_shape(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape& s = ctx.type(x).shape;
+  const int64_t rank = static_cast<int64_t>(s.size());
+  int64_t start = ctx.attr_int("start", 0), end = ctx.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  return ctx.bind(0, ctx.constant(int_vector(Shape(s.begin() + start, s.begin() + end))));
+}
+
+Status lower_size(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  Tensor t = Tensor::zeros(DType::kI64, {});
+  t.data<int64_t>()[0] = ctx.type(x).numel();
+  return ctx.bind(0, ctx.constant(std::move(t)));
+}
+
+Expected<Shape> checked_shape(const ImportContext& ctx, const std::vector<int64_t>& dims) {
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || d > kMaxDim) return ctx.error(str_cat("bad dim ", d));
+    if (d > 0 && count > kMaxDim / d) return ctx.error("shape has more than 2^40 elements");
+    count *= d;
+  }
+  return Shape(dims);
+}
+
+Status lower_constant_of_shape(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(auto dims, ctx.input_ints(0, "shape"));
+  MEMC_ASSIGN_OR_RETURN(Shape shape, checked_shape(ctx, dims));
+  Tensor fill = Tensor::zeros(DType::kF32, {});
+  if (const auto* a = ctx.attr("value")) {
+    auto t = tensor_from_proto(a->t(), "");
+    if (!t.ok()) return ctx.error(t.status().message());
+    if (t->numel() != 1) return ctx.error("value must hold one element");
+    fill = std::move(*t);
+  }
+  if (numel(shape) > kMaxFoldElements) return ctx.error(str_cat("ConstantOfShape of ", numel(shape), " elements is too large"));
+  Tensor out = Tensor::zeros(fill.dtype(), shape);
+  const size_t size = dtype_size(fill.dtype());
+  for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(static_cast<char*>(out.raw()) + i * size, fill.raw(), size);
+  return ctx.bind(0, ctx.constant(std::move(out)));
+}
+
+// Reshape: 0 copies the input dim (unless allowzero), -1 is inferred.
+Status lower_reshape(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  std::vector<int64_t> dims;
+  if (ctx.opset() < 5) dims = ctx.attr_ints("shape");
+  else { MEMC_ASSIGN_OR_RETURN(dims, ctx.input_ints(1, "Reshape target shape")); }
+  const Shape& in = ctx.type(x).shape;
+  const bool allowzero = ctx.attr_int("allowzero", 0) != 0;
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0 && !allowzero) {
+      if (i >= in.size()) return ctx.error("0 in the target shape has no input dim to copy");
+      dims[i] = in[i];
+    }
+    if (dims[i] == -1) {
+      if (infer >= 0) return ctx.error("more than one -1 in the target shape");
+      infer = static_cast<int>(i);
+      continue;
+    }
+    if (dims[i] < 0 || dims[i] > kMaxDim) return ctx.error(str_cat("bad target dim ", dims[i]));
+    if (dims[i] > 0 && known > kMaxDim / dims[i]) return ctx.error("target shape too large");
+    known *= dims[i];
+  }
+  const int64_t total = ctx.type(x).numel();
+  if (infer >= 0) {
+    if (known == 0 || total % known != 0) return ctx.error(str_cat("cannot reshape ", shape_str(in), " to ", shape_str(dims)));
+    dims[infer] = total / known;
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.reshape(x, dims));
+  return ctx.bind(0, y);
+}
+
+Status lower_flatten(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape& in = ctx.type(x).shape;
+  int64_t axis = ctx.attr_int("axis", 1);
+  if (axis < 0) axis += static_cast<int64_t>(in.size());
+  if (axis < 0 || axis > static_cast<int64_t>(in.size())) return ctx.error(str_cat("axis ", axis, " out of range"));
+  const int64_t outer = numel(Shape(in.begin(), in.begin() + axis));
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.reshape(x, {outer, outer ? ctx.type(x).numel() / outer : 0}));
+  return ctx.bind(0, y);
+}
+
+// Squeeze/Unsqueeze axes: attribute before 13, input from 13.
+Expected<std::vector<int64_t>> axes_operand(ImportContext& ctx, int input_index, int since) {
+  if (ctx.opset() < since) return ctx.attr_ints("axes");
+  if (!ctx.has_input(input_index)) return std::vector<int64_t>{};
+  return ctx.input_ints(input_index, "axes");
+}
+
+Status lower_squeeze(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape& in = ctx.type(x).shape;
+  MEMC_ASSIGN_OR_RETURN(auto axes, axes_operand(ctx, 1, 13));
+  MEMC_ASSIGN_OR_RETURN(axes, checked_axes(ctx, axes, static_cast<int64_t>(in.size())));
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    const bool listed = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (listed && in[d] != 1) return ctx.error(str_cat("cannot squeeze dim ", d, " of size ", in[d]));
+    if (listed || (axes.empty() && in[d] == 1)) continue;
+    out.push_back(in[d]);
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.reshape(x, out));
+  return ctx.bind(0, y);
+}
+
+Status lower_unsqueeze(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape& in = ctx.type(x).shape;
+  MEMC_ASSIGN_OR_RETURN(auto axes, axes_operand(ctx, 1, 13));
+  const int64_t rank = static_cast<int64_t>(in.size() + axes.size());
+  MEMC_ASSIGN_OR_RETURN(axes, checked_axes(ctx, axes, rank));
+  Shape out;
+  size_t next = 0;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(axes.begin(), axes.end(), d) != axes.end()) out.push_back(1);
+    else if (next < in.size()) out.push_back(in[next++]);
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.reshape(x, out));
+  return ctx.bind(0, y);
+}
+
+Status lower_transpose(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const int64_t rank = static_cast<int64_t>(ctx.type(x).shape.size());
+  std::vector<int64_t> perm = ctx.attr_ints("perm");
+  if (perm.empty()) {
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  }
+  if (static_cast<int64_t>(perm.size()) != rank) return ctx.error("perm length differs from rank");
+  MEMC_ASSIGN_OR_RETURN(perm, checked_axes(ctx, perm, rank));
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.transpose(x, perm));
+  if (y == x) { MEMC_ASSIGN_OR_RETURN(y, ctx.emit("copy", {x})); }
+  return ctx.bind(0, y);
+}
+
+Status lower_concat(ImportContext& ctx) {
+  std::vector<ValueId> inputs;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    MEMC_ASSIGN_OR_RETURN(ValueId v, ctx.input(i));
+    inputs.push_back(v);
+  }
+  if (inputs.empty()) return ctx.error("needs at least one input");
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", 0), ctx.type(inputs[0]).shape.size()));
+  Attrs a;
+  a.set("axis", axis);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("concat", inputs, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+Status lower_gather(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", 0), ctx.type(data).shape.size()));
+  if (const Tensor* idx = ctx.constant_of(indices)) {
+    const int64_t dim = ctx.type(data).shape[axis];
+    for (int64_t i = 0; i < idx->numel(); ++i) {
+      const int64_t j = idx->get_as_int(i);
+      if (j < -dim || j >= dim) return ctx.error(str_cat("index ", j, " outside dim ", dim));
+    }
+  }
+  Attrs a;
+  a.set("axis", axis);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {data, indices}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+// ONNX slice bounds → the IR's normalized {start, end} for one axis.
+void normalize_slice(int64_t dim, int64_t step, int64_t& start, int64_t& end) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    if (end <= start) start = end = 0;
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    if (start <= end || dim == 0) start = end = 0;
+  }
+}
+
+Status lower_slice(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape& in = ctx.type(x).shape;
+  const int64_t rank = static_cast<int64_t>(in.size());
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset() < 10) {
+    starts = ctx.attr_ints("starts");
+    ends = ctx.attr_ints("ends");
+    axes = ctx.attr_ints("axes");
+  } else {
+    MEMC_ASSIGN_OR_RETURN(starts, ctx.input_ints(1, "starts"));
+    MEMC_ASSIGN_OR_RETURN(ends, ctx.input_ints(2, "ends"));
+    if (ctx.has_input(3)) { MEMC_ASSIGN_OR_RETURN(axes, ctx.input_ints(3, "axes")); }
+    if (ctx.has_input(4)) { MEMC_ASSIGN_OR_RETURN(steps, ctx.input_ints(4, "steps")); }
+  }
+  if (axes.empty()) {
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+    return ctx.error("starts/ends/axes/steps lengths differ");
+  }
+  MEMC_ASSIGN_OR_RETURN(axes, checked_axes(ctx, axes, rank));
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (steps[i] == 0) return ctx.error("slice step is 0");
+    steps[i] = std::clamp<int64_t>(steps[i], -kMaxDim, kMaxDim);
+    normalize_slice(in[axes[i]], steps[i], starts[i], ends[i]);
+  }
+  Attrs a;
+  a.set("axes", axes);
+  a.set("starts", starts);
+  a.set("ends", ends);
+  a.set("steps", steps);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("slice", {x}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+// Split → one slice per output. Sizes: attribute before 13, input from 13; else equal
+// parts (num_outputs attribute from 18, or the number of outputs).
+Status lower_split(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape& in = ctx.type(x).shape;
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", 0), in.size()));
+  std::vector<int64_t> sizes;
+  if (ctx.opset() < 13) sizes = ctx.attr_ints("split");
+  else if (ctx.has_input(1)) { MEMC_ASSIGN_OR_RETURN(sizes, ctx.input_ints(1, "split")); }
+  const int64_t dim = in[axis];
+  const int64_t parts = ctx.num_outputs();
+  if (parts < 1) return ctx.error("needs at least one output");
+  if (sizes.empty()) {
+    const int64_t chunk = (dim + parts - 1) / parts;  // opset 18: the last part may be smaller
+    for (int64_t i = 0; i < parts; ++i) sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
+  }
+  if (static_cast<int64_t>(sizes.size()) != parts) return ctx.error("split sizes do not match the outputs");
+  int64_t offset = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    if (sizes[i] < 0 || sizes[i] > dim - offset) return ctx.error(str_cat("split sizes exceed dim ", dim));
+    Attrs a;
+    a.set("axes", std::vector<int64_t>{axis});
+    a.set("starts", std::vector<int64_t>{sizes[i] ? offset : 0});
+    a.set("ends", std::vector<int64_t>{sizes[i] ? offset + sizes[i] : 0});
+    a.set("steps", std::vector<int64_t>{1});
+    MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("slice", {x}, std::move(a)));
+    MEMC_RETURN_IF_ERROR(ctx.bind(static_cast<int>(i), y));
+    offset += sizes[i];
+  }
+  if (offset != dim) return ctx.error(str_cat("split sizes sum to ", offset, ", dim is ", dim));
+  return Status::Ok();
+}
+
+Status lower_expand(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(auto dims, ctx.input_ints(1, "Expand shape"));
+  Shape in = ctx.type(x).shape;
+  const size_t rank = std::max(in.size(), dims.size());
+  Shape target(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t a = i + in.size() >= rank ? in[i + in.size() - rank] : 1;
+    const int64_t b = i + dims.size() >= rank ? dims[i + dims.size() - rank] : 1;
+    if (a != b && a != 1 && b != 1) return ctx.error(str_cat("cannot expand ", shape_str(in), " to ", shape_str(dims)));
+    target[i] = a == 1 ? b : a;
+  }
+  MEMC_ASSIGN_OR_RETURN(target, checked_shape(ctx, target));
+  MEMC_ASSIGN_OR_RETURN(ValueId xr, ctx.reshape(x, [&] {
+                          Shape padded(rank - in.size(), 1);
+                          padded.insert(padded.end(), in.begin(), in.end());
+                          return padded;
+                        }()));
+  ValueId y = xr;
+  if (target != ctx.type(xr).shape) {
+    Attrs a;
+    a.set("shape", std::vector<int64_t>(target));
+    MEMC_ASSIGN_OR_RETURN(y, ctx.emit("expand", {xr}, std::move(a)));
+  } else if (y == x) {
+    MEMC_ASSIGN_OR_RETURN(y, ctx.emit("copy", {x}));
+  }
+  return ctx.bind(0, y);
+}
+
+Status lower_tile(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(auto repeats, ctx.input_ints(1, "repeats"));
+  Shape out = ctx.type(x).shape;
+  if (repeats.size() != out.size()) return ctx.error("repeats length differs from rank");
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (repeats[i] < 0 || repeats[i] > kMaxDim) return ctx.error("bad repeat");
+    out[i] *= repeats[i];
+  }
+  MEMC_RETURN_IF_ERROR(checked_shape(ctx, out).status());
+  Attrs a;
+  a.set("repeats", repeats);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("tile", {x}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+// Pad: pads/value attributes before 11; inputs pads, constant_value, axes (18) from 11.
+Status lower_pad(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const int64_t rank = static_cast<int64_t>(ctx.type(x).shape.size());
+  std::vector<int64_t> pads;
+  double value = 0;
+  if (ctx.opset() < 11) {
+    pads = ctx.attr_ints("pads");
+    value = ctx.attr_float("value", 0);
+  } else {
+    MEMC_ASSIGN_OR_RETURN(pads, ctx.input_ints(1, "pads"));
+    if (ctx.has_input(2)) { MEMC_ASSIGN_OR_RETURN(value, ctx.input_scalar(2, "constant_value")); }
+    if (ctx.has_input(3)) {
+      MEMC_ASSIGN_OR_RETURN(auto axes, ctx.input_ints(3, "axes"));
+      MEMC_ASSIGN_OR_RETURN(axes, checked_axes(ctx, axes, rank));
+      if (pads.size() != 2 * axes.size()) return ctx.error("pads must hold 2·len(axes) values");
+      std::vector<int64_t> full(2 * rank, 0);
+      for (size_t i = 0; i < axes.size(); ++i) {
+        full[axes[i]] = pads[i];
+        full[rank + axes[i]] = pads[axes.size() + i];
+      }
+      pads = full;
+    }
+  }
+  if (static_cast<int64_t>(pads.size()) != 2 * rank) return ctx.error("pads must hold 2·rank values");
+  for (int64_t& p : pads) {
+    if (p < -kMaxDim || p > kMaxDim) return ctx.error("bad pad");
+  }
+  const std::string mode = ctx.attr_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") return ctx.error("mode '" + mode + "' is unsupported");
+  Attrs a;
+  a.set("pads", pads);
+  a.set("mode", mode);
+  a.set("value", value);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("pad", {x}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+// Range is folded: its operands are scalars fixed at import.
+Status lower_range(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId start_v, ctx.input(0));
+  const DType dtype = ctx.type(start_v).dtype;
+  MEMC_ASSIGN_OR_RETURN(double start, ctx.input_scalar(0, "start"));
+  MEMC_ASSIGN_OR_RETURN(double limit, ctx.input_scalar(1, "limit"));
+  MEMC_ASSIGN_OR_RETURN(double delta, ctx.input_scalar(2, "delta"));
+  if (delta == 0 || !std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta)) return ctx.error("bad range");
+  const double count_f = std::max(0.0, std::ceil((limit - start) / delta));
+  if (count_f > static_cast<double>(kMaxFoldElements)) return ctx.error("range too long");
+  const int64_t count = static_cast<int64_t>(count_f);
+  Tensor t = Tensor::zeros(dtype, {count});
+  for (int64_t i = 0; i < count; ++i) t.set_from_double(i, start + static_cast<double>(i) * delta);
+  return ctx.bind(0, ctx.constant(std::move(t)));
+}
+
+}  // namespace
+
+void add_shape_lowerings(LoweringTable& table) {
+  table["Constant"] = lower_constant;
+  table["Shape"] = lower_shape;
+  table["Size"] = lower_size;
+  table["ConstantOfShape"] = lower_constant_of_shape;
+  table["Reshape"] = lower_reshape;
+  table["Flatten"] = lower_flatten;
+  table["Squeeze"] = lower_squeeze;
+  table["Unsqueeze"] = lower_unsqueeze;
+  table["Transpose"] = lower_transpose;
+  table["Concat"] = lower_concat;
+  table["Gather"] = lower_gather;
+  table["Slice"] = lower_slice;
+  table["Split"] = lower_split;
+  table["Expand"] = lower_expand;
+  table["Tile"] = lower_tile;
+  table["Pad"] = lower_pad;
+  table["Range"] = lower_range;
+}
+
+}  // namespace memc

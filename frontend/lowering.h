@@ -1,0 +1,22 @@
+// One lowering function per ONNX op (default domain), split by family:
+// lower_elementwise.cc, lower_shape.cc, lower_nn.cc. Each reads the current node from the
+// context, emits core ops and binds the node's outputs.
+#pragma once
+#include <map>
+#include <string>
+
+#include "frontend/import_context.h"
+
+namespace memc {
+
+using LowerFn = Status (*)(ImportContext& ctx);
+using LoweringTable = std::map<std::string, LowerFn>;
+
+void add_elementwise_lowerings(LoweringTable& table);
+void add_shape_lowerings(LoweringTable& table);
+void add_nn_lowerings(LoweringTable& table);
+
+// Every lowering, by ONNX op type.
+const LoweringTable& onnx_lowerings();
+
+}  // namespace memc

@@ -1,0 +1,142 @@
+#include "frontend/onnx_graph_prep.h"
+
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace memc {
+namespace {
+
+constexpr int kMaxInlineDepth = 8;
+constexpr size_t kMaxInlinedNodes = 1 << 20;
+
+bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+const onnx::FunctionProto* find_function(const onnx::ModelProto& model, const onnx::NodeProto& node) {
+  for (const auto& f : model.functions()) {
+    if (f.name() == node.op_type() && f.domain() == node.domain()) return &f;
+  }
+  return nullptr;
+}
+
+Status inline_into(const onnx::ModelProto& model, const onnx::NodeProto& call, const onnx::FunctionProto& fn,
+                   int depth, int& counter, std::vector<onnx::NodeProto>& out, const std::string& file) {
+  if (depth > kMaxInlineDepth) return Status::BadInput(str_cat(file, ": function '", fn.name(), "' nests too deeply"));
+  const std::string prefix = str_cat("__fn", counter++, "_", fn.name(), "/");
+  std::unordered_map<std::string, std::string> rename;
+  for (int i = 0; i < fn.input_size(); ++i) rename[fn.input(i)] = i < call.input_size() ? call.input(i) : "";
+  for (int i = 0; i < fn.output_size(); ++i) rename[fn.output(i)] = i < call.output_size() ? call.output(i) : prefix + fn.output(i);
+  auto mapped = [&](const std::string& name) {
+    if (name.empty()) return name;
+    auto it = rename.find(name);
+    return it != rename.end() ? it->second : prefix + name;
+  };
+  // Attribute values come from the caller (unset ones are dropped).
+  std::map<std::string, const onnx::AttributeProto*> attr_values;
+  for (const auto& a : call.attribute()) attr_values[a.name()] = &a;
+  for (const auto& body : fn.node()) {
+    onnx::NodeProto node = body;
+    for (auto& in : *node.mutable_input()) in = mapped(in);
+    for (auto& o : *node.mutable_output()) o = mapped(o);
+    node.set_name(prefix + body.name());
+    google::protobuf::RepeatedPtrField<onnx::AttributeProto> attrs;
+    for (const auto& a : body.attribute()) {
+      if (a.ref_attr_name().empty()) {
+        *attrs.Add() = a;
+        continue;
+      }
+      auto it = attr_values.find(a.ref_attr_name());
+      if (it == attr_values.end()) continue;  // unset optional attribute
+      onnx::AttributeProto resolved = *it->second;
+      resolved.set_name(a.name());
+      *attrs.Add() = resolved;
+    }
+    *node.mutable_attribute() = attrs;
+    if (!is_default_domain(node.domain())) {
+      if (const auto* inner = find_function(model, node)) {
+        MEMC_RETURN_IF_ERROR(inline_into(model, node, *inner, depth + 1, counter, out, file));
+        continue;
+      }
+    }
+    if (out.size() > kMaxInlinedNodes) return Status::BadInput(str_cat(file, ": too many nodes after inlining functions"));
+    out.push_back(std::move(node));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status inline_functions(const onnx::ModelProto& model, std::vector<onnx::NodeProto>& nodes, const std::string& file) {
+  if (model.functions_size() == 0) return Status::Ok();
+  std::vector<onnx::NodeProto> out;
+  int counter = 0;
+  for (auto& node : nodes) {
+    const onnx::FunctionProto* fn = is_default_domain(node.domain()) ? nullptr : find_function(model, node);
+    if (!fn) {
+      out.push_back(std::move(node));
+      continue;
+    }
+    MEMC_RETURN_IF_ERROR(inline_into(model, node, *fn, 0, counter, out, file));
+  }
+  nodes = std::move(out);
+  return Status::Ok();
+}
+
+Status topological_sort(std::vector<onnx::NodeProto>& nodes, const std::vector<std::string>& defined_names,
+                        const std::string& file, int64_t opset) {
+  std::unordered_map<std::string, int> producer;  // value name → node index
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    for (const auto& o : nodes[i].output()) {
+      if (!o.empty()) producer.emplace(o, i);
+    }
+  }
+  std::unordered_set<std::string> defined(defined_names.begin(), defined_names.end());
+  // Kahn's algorithm, keeping the file's order among ready nodes.
+  std::vector<int> missing(nodes.size(), 0);
+  std::vector<std::vector<int>> consumers(nodes.size());
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    std::unordered_set<int> waits;
+    for (const auto& in : nodes[i].input()) {
+      if (in.empty() || defined.count(in)) continue;
+      auto it = producer.find(in);
+      if (it == producer.end()) {
+        const std::string name = nodes[i].name().empty() ? str_cat("#", i) : nodes[i].name();
+        return Status::BadInput(str_cat(file, ": node '", name, "' (", nodes[i].op_type(), ", opset ", opset,
+                                        "): input '", in, "' is not defined"));
+      }
+      if (it->second != i && waits.insert(it->second).second) consumers[it->second].push_back(i);
+      if (it->second == i) missing[i] = 1 << 30;  // consumes its own output: a cycle
+    }
+    missing[i] += static_cast<int>(waits.size());
+  }
+  std::vector<int> order, ready;
+  for (int i = static_cast<int>(nodes.size()) - 1; i >= 0; --i) {
+    if (missing[i] == 0) ready.push_back(i);
+  }
+  while (!ready.empty()) {
+    // Pop the smallest index so an already-sorted graph keeps its order.
+    auto it = std::min_element(ready.begin(), ready.end());
+    const int n = *it;
+    ready.erase(it);
+    order.push_back(n);
+    for (int c : consumers[n]) {
+      if (--missing[c] == 0) ready.push_back(c);
+    }
+  }
+  if (order.size() != nodes.size()) {
+    for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+      if (missing[i] > 0) {
+        const std::string name = nodes[i].name().empty() ? str_cat("#", i) : nodes[i].name();
+        return Status::BadInput(str_cat(file, ": node '", name, "' (", nodes[i].op_type(), ", opset ", opset,
+                                        "): the graph has a cycle through this node"));
+      }
+    }
+  }
+  std::vector<onnx::NodeProto> sorted;
+  sorted.reserve(nodes.size());
+  for (int n : order) sorted.push_back(std::move(nodes[n]));
+  nodes = std::move(sorted);
+  return Status::Ok();
+}
+
+}  // namespace memc

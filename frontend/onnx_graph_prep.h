@@ -1,0 +1,24 @@
+// Graph preparation before lowering: inlining model-local functions (FunctionProto, as the
+// dynamo exporter writes them), checking every op is known, and ordering nodes
+// topologically with every input defined.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "onnx/onnx_pb.h"
+#include "support/status.h"
+
+namespace memc {
+
+// Replaces calls of model-local functions in `nodes` by their bodies (recursively, with
+// fresh internal names and attribute references resolved). `error` builds node errors.
+Status inline_functions(const onnx::ModelProto& model, std::vector<onnx::NodeProto>& nodes,
+                        const std::string& file);
+
+// Reorders `nodes` so each runs after the producers of its inputs; `defined` holds the graph
+// inputs and initializers. Fails naming the first node whose input is never defined.
+Status topological_sort(std::vector<onnx::NodeProto>& nodes, const std::vector<std::string>& defined,
+                        const std::string& file, int64_t opset);
+
+}  // namespace memc

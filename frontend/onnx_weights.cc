@@ -1,0 +1,85 @@
+#include "frontend/onnx_weights.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "frontend/onnx_tensor.h"
+#include "runtime/atomic_file.h"
+
+namespace memc {
+
+namespace {
+
+Status load_model(const std::string& path, onnx::ModelProto& model) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::BadInput(path + ": cannot open model file");
+  if (!model.ParseFromIstream(&in)) return Status::BadInput(path + ": not a valid ONNX model (protobuf parse failed)");
+  return Status::Ok();
+}
+
+std::string folder_of(const std::string& path) {
+  std::filesystem::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : ".";
+}
+
+}  // namespace
+
+Expected<std::map<std::string, Tensor>> read_onnx_initializers(const std::string& path, const std::set<std::string>& names) {
+  onnx::ModelProto model;
+  MEMC_RETURN_IF_ERROR(load_model(path, model));
+  std::map<std::string, Tensor> out;
+  for (const auto& init : model.graph().initializer()) {
+    if (!names.count(init.name())) continue;
+    Expected<Tensor> t = tensor_from_proto(init, folder_of(path));
+    if (!t.ok()) return t.status().with_context(path + ": initializer '" + init.name() + "': ");
+    out[init.name()] = std::move(t).value();
+  }
+  for (const std::string& n : names) {
+    if (!out.count(n)) return Status::BadInput(path + ": no initializer named '" + n + "'");
+  }
+  return out;
+}
+
+Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
+                               const std::map<std::string, Tensor>& weights) {
+  onnx::ModelProto model;
+  MEMC_RETURN_IF_ERROR(load_model(in_path, model));
+  std::set<std::string> written;
+  const std::string base = folder_of(in_path);
+  int64_t inline_bytes = 0;
+  for (auto& init : *model.mutable_graph()->mutable_initializer()) {
+    auto it = weights.find(init.name());
+    if (it == weights.end()) {
+      // Untouched initializers stored externally are pulled inline so the copy stands alone.
+      if (init.data_location() == onnx::TensorProto::EXTERNAL) {
+        Expected<Tensor> t = tensor_from_proto(init, base);
+        if (!t.ok()) return t.status().with_context(in_path + ": initializer '" + init.name() + "': ");
+        tensor_to_proto(*t, init);
+      }
+      inline_bytes += static_cast<int64_t>(init.raw_data().size());
+      continue;
+    }
+    MEMC_ASSIGN_OR_RETURN(DType dtype, dtype_from_onnx(init.data_type()));
+    MEMC_ASSIGN_OR_RETURN(Shape shape, shape_from_proto(init));
+    if (shape != it->second.shape()) {
+      return Status::BadInput(str_cat("weight '", init.name(), "' has shape [", shape_str(it->second.shape()),
+                                      "], the model's initializer [", shape_str(shape), "]"));
+    }
+    const std::string name = init.name();
+    tensor_to_proto(it->second.dtype() == dtype ? it->second : it->second.cast(dtype), init);
+    init.set_name(name);
+    inline_bytes += static_cast<int64_t>(init.raw_data().size());
+    written.insert(name);
+  }
+  for (const auto& [name, t] : weights) {
+    if (!written.count(name)) return Status::BadInput(in_path + ": no initializer named '" + name + "' to write");
+  }
+  if (inline_bytes > (int64_t{1} << 30) * 3 / 2) {
+    return Status::BadInput(str_cat("the model's weights (", inline_bytes, " bytes) pass protobuf's 2 GB limit; external-data export is not supported yet"));
+  }
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) return Status::Internal("cannot serialize the ONNX model");
+  return write_file_atomic(out_path, bytes);
+}
+
+}  // namespace memc

@@ -1,0 +1,22 @@
+// Reading initializer values from an ONNX file by name (memc run loads weights this way) and
+// writing trained values back into a copy of the model (memc export).
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+
+#include "ir/tensor.h"
+#include "support/status.h"
+
+namespace memc {
+
+// The values of the named initializers; every name must exist and hold data.
+Expected<std::map<std::string, Tensor>> read_onnx_initializers(const std::string& path, const std::set<std::string>& names);
+
+// Copies the model at `in_path` to `out_path` with each named initializer replaced by the
+// given tensor (same shape; converted to the initializer's element type). Replaced values
+// are stored inline, or in `out_path`.data when the model would pass protobuf's 2 GB limit.
+Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
+                               const std::map<std::string, Tensor>& weights);
+
+}  // namespace memc

@@ -1,0 +1,114 @@
+#include "passes/training_step.h"
+
+#include "ir/grad.h"
+#include "passes/autodiff.h"
+
+namespace memc {
+namespace {
+
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}, int outputs = -1) {
+  auto out = m.add_node(op, std::move(inputs), std::move(attrs), "training step", outputs);
+  MEMC_CHECK(out.ok(), out.status().message());
+  return (*out)[0];
+}
+
+ValueId f32_scalar(Module& m, double v) {
+  Tensor t = Tensor::zeros(DType::kF32, {});
+  t.data<float>()[0] = static_cast<float>(v);
+  return m.add_constant(std::move(t), "c");
+}
+
+// coef = min(1, max_norm / (√Σ‖g‖² + 1e-6)), applied to every gradient (torch's clip_grad_norm_).
+std::vector<ValueId> clip_by_global_norm(Module& m, const std::vector<ValueId>& grads, double max_norm) {
+  ValueId total = kNoValue;
+  for (ValueId g : grads) {
+    ValueId g32 = m.value(g).type.dtype == DType::kF32 ? g : emit(m, "cast", {g}, make_attrs({{"to", std::string("f32")}}));
+    ValueId sq = emit(m, "reduce_sum_square", {g32}, make_attrs({{"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}}));
+    total = total == kNoValue ? sq : emit(m, "add", {total, sq});
+  }
+  ValueId norm = emit(m, "sqrt", {total});
+  ValueId coef = emit(m, "min", {f32_scalar(m, 1.0), emit(m, "div", {f32_scalar(m, max_norm), emit(m, "add", {norm, f32_scalar(m, 1e-6)})})});
+  std::vector<ValueId> clipped;
+  for (ValueId g : grads) {
+    const DType t = m.value(g).type.dtype;
+    ValueId c = t == DType::kF32 ? coef : emit(m, "cast", {coef}, make_attrs({{"to", std::string(dtype_name(t))}}));
+    ValueId out = emit(m, "mul", {g, c});
+    m.value(out).role = Role::kGrad;
+    clipped.push_back(out);
+  }
+  return clipped;
+}
+
+}  // namespace
+
+Status TrainingStep::run(Module& module) {
+  const auto& kind = options_.kind;
+  if (kind != "sgd" && kind != "momentum" && kind != "adam" && kind != "adamw") {
+    return Status::BadInput("unknown optimizer '" + kind + "' (sgd, momentum, adam, adamw)");
+  }
+  if (module.outputs().empty()) return Status::BadInput("the model has no outputs");
+  const ValueId logits = module.outputs()[0];
+  const TensorType logits_type = module.value(logits).type;
+  if (logits_type.shape.size() != 2 || !is_float(logits_type.dtype)) {
+    return Status::BadInput(str_cat("the first output '", module.value(logits).source_name, "' is ",
+                                    dtype_name(logits_type.dtype), "[", shape_str(logits_type.shape),
+                                    "]; cross-entropy training needs float logits [N, C]"));
+  }
+  const ValueId labels = module.add_argument(kLabelsArg, TensorType{DType::kI64, {logits_type.shape[0]}}, Role::kInput);
+  auto loss_out = module.add_node("softmax_cross_entropy", {logits, labels}, {}, "loss");
+  if (!loss_out.ok()) return loss_out.status();
+  const ValueId loss = (*loss_out)[0];
+  module.rename(loss, "loss");
+
+  std::vector<ValueId> params;
+  for (ValueId a : module.arguments()) {
+    if (module.value(a).role == Role::kParam) params.push_back(a);
+  }
+  if (params.empty()) return Status::BadInput("the model has no trainable parameters");
+  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(module, loss, params));
+  if (options_.clip_grad_norm > 0) grads = clip_by_global_norm(module, grads, options_.clip_grad_norm);
+
+  const ValueId lr = module.add_argument(kLrArg, TensorType{DType::kF32, {}}, Role::kScalar);
+  const ValueId step = module.add_argument(kStepArg, TensorType{DType::kF32, {}}, Role::kScalar);
+  module.set_outputs({loss, logits});
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ValueId w = params[i], g = grads[i];
+    const TensorType t = module.value(w).type;
+    const std::string& name = module.value(w).source_name;
+    auto state = [&](const std::string& prefix) {
+      return module.add_argument(prefix + "." + name, t, Role::kOptimizerState);
+    };
+    Attrs a;
+    a.set("weight_decay", options_.weight_decay);
+    std::vector<ValueId> updated_args = {w};
+    std::vector<ValueId> outs;
+    if (kind == "sgd") {
+      outs = *module.add_node("sgd_update", {w, g, lr}, a, "optimizer");
+    } else if (kind == "momentum") {
+      a.set("momentum", options_.momentum);
+      a.set("dampening", options_.dampening);
+      a.set("nesterov", int64_t{options_.nesterov});
+      const ValueId buf = state("momentum_buffer");
+      updated_args.push_back(buf);
+      outs = *module.add_node("momentum_update", {w, g, buf, lr, step}, a, "optimizer");
+    } else {
+      a.set("beta1", options_.beta1);
+      a.set("beta2", options_.beta2);
+      a.set("eps", options_.eps);
+      a.set("decoupled", int64_t{kind == "adamw"});
+      const ValueId m = state("exp_avg"), v = state("exp_avg_sq");
+      updated_args.push_back(m);
+      updated_args.push_back(v);
+      outs = *module.add_node("adam_update", {w, g, m, v, lr, step}, a, "optimizer");
+    }
+    for (size_t k = 0; k < outs.size(); ++k) {
+      module.value(outs[k]).role = module.value(updated_args[k]).role;
+      module.rename(outs[k], module.value(updated_args[k]).name + ".next");
+      module.add_update(updated_args[k], outs[k]);
+    }
+  }
+  module.metadata().set("memc.optimizer", kind);
+  return Status::Ok();
+}
+
+}  // namespace memc

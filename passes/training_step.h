@@ -1,0 +1,42 @@
+// Turns a forward Module (outputs[0] = logits [N, C]) into one training step:
+//   loss = softmax_cross_entropy(logits, labels)            labels: new i64 [N] input
+//   grads = autodiff(loss, params)                          Role::kGrad
+//   [global-norm clipping]                                  coef = min(1, max_norm/(‖g‖+1e-6))
+//   params', states' = optimizer updates                    written back via Module::add_update
+// Outputs afterwards: loss (f32 scalar), logits, then the updates. lr and step are runtime
+// scalar arguments ("lr", "step"); optimizer states are Role::kOptimizerState arguments that
+// start at zero. Run after import, before every memory pass.
+#pragma once
+#include <string>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+struct OptimizerOptions {
+  std::string kind = "adamw";  // sgd | momentum | adam | adamw
+  double weight_decay = 0.0;   // AdamW's default is set by the CLI (0.01)
+  double momentum = 0.9;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip_grad_norm = 0.0;  // 0: no clipping
+};
+
+class TrainingStep {
+ public:
+  using Options = OptimizerOptions;
+  explicit TrainingStep(Options options) : options_(std::move(options)) {}
+  std::string name() const { return "training_step"; }
+  Status run(Module& module);
+
+ private:
+  Options options_;
+};
+
+// Names of the runtime scalar arguments a training step reads.
+inline constexpr const char* kLrArg = "lr";
+inline constexpr const char* kStepArg = "step";
+inline constexpr const char* kLabelsArg = "labels";
+
+}  // namespace memc

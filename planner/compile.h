@@ -1,0 +1,26 @@
+// `memc compile`: imports the model for a fixed batch, builds the training step (loss,
+// autodiff, optimizer) and the forward pass for evaluation, verifies both, and fills a Plan.
+// The memory passes and the budget search of later work plug in here.
+#pragma once
+#include <string>
+
+#include "frontend/onnx_import.h"
+#include "runtime/plan.h"
+
+namespace memc {
+
+struct CompileOptions {
+  int64_t batch = 0;
+  int64_t seq = -1;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  int64_t epochs = 1;
+  int64_t steps_per_epoch = 0;
+  bool dropout = true;         // false: dropout nodes become identities (for exact comparisons)
+  std::string precision = "fp32";
+};
+
+// `plan_path` is where the plan will be written; the model path is stored relative to it.
+Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options);
+
+}  // namespace memc

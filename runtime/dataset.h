@@ -1,0 +1,48 @@
+// Training and evaluation data: an .npz with one array per graph input (keyed by the input's
+// name; a single-input model also accepts `x`) and integer labels `y`, checked against the
+// model's inputs once at load, then served in seeded, shuffled mini-batches of static size.
+//
+// Order: epoch e visits the samples in the permutation made by a Fisher–Yates shuffle whose
+// draw i is counter_random(seed, kShuffleStream + e, i) % (i + 1) — stateless, so a resumed run
+// replays the same order and models/ scripts reproduce it. The last partial batch of an epoch
+// is dropped (shapes are static); evaluation pads nothing and runs the remainder with a
+// batch-sized window that repeats no sample (see eval_batches).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/npz.h"
+
+namespace memc {
+
+struct InputSpec {
+  std::string name;  // graph input name (Value::source_name)
+  TensorType type;   // with the batch as dim 0
+};
+
+struct Dataset {
+  std::string path;
+  std::map<std::string, Tensor> inputs;  // by graph input name, dim 0 = samples
+  Tensor labels;                         // i64 [samples]
+  int64_t size = 0;
+};
+
+// Loads and validates: every model input present with the per-sample shape and a compatible
+// dtype (masks may be float, bool or integer and are converted), labels i64 within
+// [0, num_classes). Errors name the file and the array.
+Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes);
+
+inline constexpr uint64_t kShuffleStream = 0x5348554646ull;  // "SHUFF"
+std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch);
+inline int64_t batches_per_epoch(int64_t size, int64_t batch) { return batch > 0 ? size / batch : 0; }
+
+// Copies samples order[first .. first+batch) into batch tensors keyed by input name, plus
+// the labels under `labels_key`.
+std::map<std::string, Tensor> make_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t first,
+                                         int64_t batch, const std::vector<InputSpec>& specs,
+                                         const std::string& labels_key);
+
+}  // namespace memc

@@ -1,0 +1,57 @@
+// The plan file `memc compile` writes and `memc run` / `memc inspect PLAN` read: a JSON
+// document (docs/PLAN.md) holding the format version, the memc version that wrote it, the
+// model it came from (path and size, for the weights), the training hyperparameters, the
+// planner's decisions, and two IR texts: the training step and the forward pass used for
+// evaluation. A plan from another format version is refused.
+#pragma once
+#include <string>
+
+#include "ir/graph.h"
+#include "passes/training_step.h"
+
+namespace memc {
+
+inline constexpr int kPlanFormatVersion = 1;
+const char* memc_version();
+
+struct ScheduleOptions {
+  std::string kind = "constant";  // constant | cosine | warmup-cosine
+  double lr = 1e-3;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // cosine horizon; 0: epochs × steps per epoch at run time
+  double min_lr = 0.0;
+};
+// The learning rate of 1-based optimizer step `step` (a runtime scalar, never in the IR).
+double learning_rate(const ScheduleOptions& s, int64_t step, int64_t total_steps);
+
+// What the planner chose; every field can be pinned by its compile flag.
+struct Decisions {
+  std::string precision = "fp32";
+  int64_t micro_batches = 1;
+  std::string remat = "none";
+  int64_t shard = 0;
+  std::string offload = "none";
+};
+
+struct Plan {
+  std::string model_path;     // as written: relative paths resolve against the plan's folder
+  int64_t model_bytes = 0;    // size of the model file when compiled (a changed file is refused)
+  int64_t batch = 0;
+  int64_t seq = -1;
+  int64_t num_classes = 0;
+  int64_t epochs = 1;
+  int64_t steps_per_epoch = 0;  // 0: the data decides
+  bool dropout = true;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  Decisions decisions;
+  Module train;  // one training step (outputs: loss, logits, then updates)
+  Module eval;   // forward pass (outputs: logits)
+};
+
+Status write_plan(const std::string& path, const Plan& plan);
+Expected<Plan> read_plan(const std::string& path);
+// The model path of a plan resolved against the plan file's folder.
+std::string resolve_model_path(const std::string& plan_path, const Plan& plan);
+
+}  // namespace memc

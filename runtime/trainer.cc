@@ -1,0 +1,239 @@
+#include "runtime/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "frontend/onnx_weights.h"
+#include "runtime/dataset.h"
+#include "runtime/executor.h"
+#include "runtime/safetensors.h"
+
+namespace memc {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+const char* kCheckpointFile = "checkpoint.safetensors";
+
+std::vector<InputSpec> data_inputs(const Module& m) {
+  std::vector<InputSpec> specs;
+  for (ValueId a : m.arguments()) {
+    const Value& v = m.value(a);
+    if (v.role == Role::kInput && v.source_name != kLabelsArg) specs.push_back({v.source_name, v.type});
+  }
+  return specs;
+}
+
+// Feeds of a module: its stateful arguments from `state`, by source name.
+void add_state_feeds(const Module& m, const StateMap& state, std::map<std::string, Tensor>& feeds) {
+  for (ValueId a : m.arguments()) {
+    const Value& v = m.value(a);
+    if (v.role != Role::kParam && v.role != Role::kOptimizerState) continue;
+    auto it = state.find(v.source_name);
+    if (it != state.end()) feeds[v.source_name] = it->second;
+  }
+}
+
+Tensor f32_scalar(double v) {
+  Tensor t = Tensor::zeros(DType::kF32, {});
+  t.data<float>()[0] = static_cast<float>(v);
+  return t;
+}
+
+Status save_checkpoint(const std::string& dir, const StateMap& state, int64_t step, int64_t epoch, int64_t step_in_epoch,
+                       uint64_t seed) {
+  SafetensorsFile file;
+  file.tensors = state;
+  file.metadata = {{"memc_version", memc_version()}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch)},
+                   {"step_in_epoch", std::to_string(step_in_epoch)}, {"seed", std::to_string(seed)}};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::BadInput(dir + ": cannot create checkpoint folder: " + ec.message());
+  return write_safetensors((std::filesystem::path(dir) / kCheckpointFile).string(), file);
+}
+
+struct Position {
+  int64_t step = 0, epoch = 0, step_in_epoch = 0;
+};
+
+Expected<Position> load_checkpoint(const std::string& dir, StateMap& state, uint64_t seed) {
+  const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
+  MEMC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path));
+  for (auto& [name, tensor] : state) {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) return Status::BadInput(path + ": no tensor '" + name + "' (checkpoint of another model or optimizer?)");
+    if (it->second.dtype() != tensor.dtype() || it->second.shape() != tensor.shape()) {
+      return Status::BadInput(str_cat(path, ": tensor '", name, "' is ", dtype_name(it->second.dtype()), "[", shape_str(it->second.shape()),
+                                      "], the plan needs ", dtype_name(tensor.dtype()), "[", shape_str(tensor.shape()), "]"));
+    }
+    tensor = it->second;
+  }
+  if (file.tensors.size() != state.size()) return Status::BadInput(path + ": holds tensors the plan does not have (another model?)");
+  Position p;
+  try {
+    p.step = std::stoll(file.metadata.at("step"));
+    p.epoch = std::stoll(file.metadata.at("epoch"));
+    p.step_in_epoch = std::stoll(file.metadata.at("step_in_epoch"));
+    if (std::stoull(file.metadata.at("seed")) != seed) {
+      return Status::BadInput(str_cat(path, ": written with --seed ", file.metadata.at("seed"), ", this run has --seed ", seed));
+    }
+  } catch (const std::exception&) {
+    return Status::BadInput(path + ": missing or malformed step metadata");
+  }
+  return p;
+}
+
+// Runs the forward module over `data` and returns the fraction of correct argmax predictions.
+Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset& data, int64_t& counted) {
+  const std::vector<InputSpec> specs = data_inputs(plan.eval);
+  std::vector<int64_t> order(static_cast<size_t>(data.size));
+  for (int64_t i = 0; i < data.size; ++i) order[i] = i;
+  // Static batch: a short tail reuses earlier samples but counts only the new ones.
+  while (static_cast<int64_t>(order.size()) < plan.batch) order.push_back(order[order.size() % std::max<int64_t>(data.size, 1)]);
+  int64_t correct = 0;
+  counted = 0;
+  for (int64_t start = 0; start < data.size; start += plan.batch) {
+    const int64_t window = std::min<int64_t>(start, static_cast<int64_t>(order.size()) - plan.batch);
+    auto feeds = make_batch(data, order, window, plan.batch, specs, kLabelsArg);
+    add_state_feeds(plan.eval, state, feeds);
+    MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(plan.eval, feeds, ExecOptions{.training = false}));
+    const Tensor& logits = out[0];
+    const int64_t classes = logits.shape()[1];
+    for (int64_t b = start - window; b < plan.batch && window + b < data.size; ++b) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < classes; ++c) {
+        if (logits.get_as_double(b * classes + c) > logits.get_as_double(b * classes + best)) best = c;
+      }
+      correct += best == data.labels.data<int64_t>()[order[window + b]];
+      ++counted;
+    }
+  }
+  return counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
+}
+
+Status dump_first_grads(const Plan& plan, const std::map<std::string, Tensor>& feeds, const ExecOptions& opts, const std::string& path);
+
+}  // namespace
+
+Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan) {
+  const std::string model = resolve_model_path(plan_path, plan);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(model, ec);
+  if (ec) return Status::BadInput(model + ": model file of the plan not found");
+  if (static_cast<int64_t>(size) != plan.model_bytes) {
+    return Status::BadInput(str_cat(model, ": has ", size, " bytes, the plan was compiled from ", plan.model_bytes, " bytes: recompile"));
+  }
+  std::set<std::string> names;
+  StateMap state;
+  for (ValueId a : plan.train.arguments()) {
+    const Value& v = plan.train.value(a);
+    if (v.role == Role::kParam) names.insert(v.source_name);
+    if (v.role == Role::kOptimizerState) state[v.source_name] = Tensor::zeros(v.type.dtype, v.type.shape);
+  }
+  MEMC_ASSIGN_OR_RETURN(auto weights, read_onnx_initializers(model, names));
+  for (ValueId a : plan.train.arguments()) {
+    const Value& v = plan.train.value(a);
+    if (v.role != Role::kParam) continue;
+    const Tensor& w = weights.at(v.source_name);
+    // Created directly in the plan's dtype: no full-precision staging copy is kept.
+    state[v.source_name] = w.dtype() == v.type.dtype ? w : w.cast(v.type.dtype);
+  }
+  return state;
+}
+
+Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
+  MEMC_ASSIGN_OR_RETURN(StateMap state, initial_state(plan_path, plan));
+  Position pos;
+  if (options.resume) {
+    if (options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
+    MEMC_ASSIGN_OR_RETURN(pos, load_checkpoint(options.checkpoint_dir, state, options.seed));
+  }
+  RunReport report;
+  const std::vector<InputSpec> specs = data_inputs(plan.train);
+  const int64_t epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
+  if (!options.data.empty()) {
+    MEMC_ASSIGN_OR_RETURN(Dataset data, load_dataset(options.data, specs, plan.num_classes));
+    const int64_t per_epoch = plan.steps_per_epoch > 0 ? std::min(plan.steps_per_epoch, batches_per_epoch(data.size, plan.batch))
+                                                       : batches_per_epoch(data.size, plan.batch);
+    if (per_epoch == 0) return Status::BadInput(str_cat(options.data, ": ", data.size, " samples make no batch of ", plan.batch));
+    const int64_t horizon = epochs * per_epoch;
+    const bool tty = isatty(fileno(stderr));
+    double total_ms = 0;
+    int64_t step = pos.step;
+    for (int64_t epoch = pos.epoch; epoch < epochs; ++epoch) {
+      const std::vector<int64_t> order = epoch_order(data.size, options.seed, epoch);
+      const int64_t first = epoch == pos.epoch ? pos.step_in_epoch : 0;
+      for (int64_t b = first; b < per_epoch; ++b) {
+        if (options.steps >= 0 && report.steps >= options.steps) break;
+        ++step;
+        auto feeds = make_batch(data, order, b * plan.batch, plan.batch, specs, kLabelsArg);
+        add_state_feeds(plan.train, state, feeds);
+        feeds[kLrArg] = f32_scalar(learning_rate(plan.schedule, step, horizon));
+        feeds[kStepArg] = f32_scalar(static_cast<double>(step));
+        const ExecOptions opts{.training = plan.dropout, .seed = options.seed, .step = step};
+        if (!options.dump_grads.empty() && report.steps == 0) MEMC_RETURN_IF_ERROR(dump_first_grads(plan, feeds, opts, options.dump_grads));
+        const auto t0 = Clock::now();
+        MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(plan.train, feeds, opts));
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        total_ms += ms;
+        const auto& updates = plan.train.output_updates();
+        for (size_t i = 0; i < out.size(); ++i) {
+          if (updates[i] != kNoValue) state[plan.train.value(updates[i]).source_name] = out[i];
+        }
+        const double loss = out[0].get_as_double(0);
+        report.losses.push_back(loss);
+        ++report.steps;
+        if (!options.quiet) {
+          std::fprintf(stderr, "%sepoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s%s", tty ? "\r" : "",
+                       static_cast<long long>(epoch + 1), static_cast<long long>(epochs), static_cast<long long>(b + 1),
+                       static_cast<long long>(per_epoch), loss, plan.batch * 1000.0 / std::max(ms, 1e-3), tty ? "\033[K" : "\n");
+        }
+        pos = {step, epoch, b + 1};
+      }
+      if (pos.step_in_epoch >= per_epoch) pos = {step, epoch + 1, 0};
+      if (!options.quiet && tty) std::fprintf(stderr, "\n");
+      if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, state, pos.step, pos.epoch, pos.step_in_epoch, options.seed));
+      if (options.steps >= 0 && report.steps >= options.steps) break;
+    }
+    report.total_steps = step;
+    report.final_loss = report.losses.empty() ? 0 : report.losses.back();
+    report.step_ms = report.steps ? total_ms / static_cast<double>(report.steps) : 0;
+    report.samples_per_s = report.step_ms > 0 ? plan.batch * 1000.0 / report.step_ms : 0;
+  }
+  if (!options.eval.empty()) {
+    MEMC_ASSIGN_OR_RETURN(Dataset eval_data, load_dataset(options.eval, data_inputs(plan.eval), plan.num_classes));
+    MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, state, eval_data, report.eval_samples));
+  }
+  if (final_state) *final_state = std::move(state);
+  return report;
+}
+
+namespace {
+
+// Runs the training step with the gradients as outputs (no state changes) and writes them as
+// float32 keyed by initializer name.
+Status dump_first_grads(const Plan& plan, const std::map<std::string, Tensor>& feeds, const ExecOptions& opts, const std::string& path) {
+  Module probe = plan.train;
+  std::vector<ValueId> outputs = {probe.outputs()[0]};
+  std::vector<std::string> names = {"loss"};
+  for (const Value& v : probe.values()) {
+    if (v.role == Role::kGrad && v.name.rfind("grad.", 0) == 0) {
+      ValueId param = probe.find_value(v.name.substr(5));
+      if (param == kNoValue) continue;
+      outputs.push_back(v.id);
+      names.push_back(probe.value(param).source_name);
+    }
+  }
+  probe.set_outputs(outputs);
+  MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(probe, feeds, opts));
+  TensorMap arrays;
+  for (size_t i = 0; i < out.size(); ++i) arrays[names[i]] = out[i].dtype() == DType::kF32 ? out[i] : out[i].cast(DType::kF32);
+  return write_npz(path, arrays);
+}
+
+}  // namespace
+
+}  // namespace memc

@@ -1,0 +1,44 @@
+// `memc run`: loads a plan and its weights, trains on an .npz in seeded shuffled batches with
+// a progress line, evaluates accuracy, checkpoints (safetensors, atomic) and resumes with the
+// identical loss sequence, and reports.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "runtime/plan.h"
+
+namespace memc {
+
+struct RunOptions {
+  std::string data;             // training .npz (empty: evaluate only)
+  std::string eval;             // evaluation .npz
+  int64_t epochs = -1;          // -1: the plan's
+  int64_t steps = -1;           // stop after this many optimizer steps in total (-1: no limit)
+  uint64_t seed = 0;
+  std::string checkpoint_dir;   // write checkpoint.safetensors here after each epoch and at the end
+  bool resume = false;          // continue from checkpoint_dir
+  std::string dump_grads;       // gradients of the first step, by initializer name
+  bool quiet = false;
+};
+
+struct RunReport {
+  int64_t steps = 0;               // optimizer steps taken by this process
+  int64_t total_steps = 0;         // including those before a resume
+  std::vector<double> losses;      // per step taken here
+  double final_loss = 0;
+  double accuracy = -1;            // on --eval; -1 when not evaluated
+  int64_t eval_samples = 0;
+  double step_ms = 0;              // mean wall time of a step
+  double samples_per_s = 0;
+};
+
+// The state a run carries between steps, keyed by source name: parameters by initializer
+// name, optimizer states as "<state>.<initializer>".
+using StateMap = std::map<std::string, Tensor>;
+
+Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state = nullptr);
+
+// Loads the parameters of `plan` from its model file and zero optimizer states.
+Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan);
+
+}  // namespace memc

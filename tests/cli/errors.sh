@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Bad input: one line on stderr ("memc: ..."), exit 2, never a crash, and an existing output
+# file is left untouched when infer fails.
+source "$(dirname "$0")/common.bash" "$@"
+cd "$SRC"
+M=models/vit_tiny.onnx
+REF=models/vit_tiny.ref.npz
+OUT="$TMP/out.npz"
+
+# Flags and commands.
+expect_error 2 "memc --help" -- $MEMC
+expect_error 2 "frobnicate" -- $MEMC frobnicate $M
+expect_error 2 "--frobnicate" -- $MEMC inspect $M --frobnicate
+expect_error 2 "--batch" -- $MEMC inspect $M --batch 0
+expect_error 2 "--batch" -- $MEMC inspect $M --batch abc
+expect_error 2 "--input" -- $MEMC infer $M -o $OUT
+expect_error 2 "MODEL" -- $MEMC inspect
+
+# Model files.
+expect_error 2 "/nonexistent/m.onnx" -- $MEMC inspect /nonexistent/m.onnx
+expect_error 2 "is not an ONNX model" -- $MEMC inspect $REF
+head -c 1500 $M >"$TMP/truncated.onnx"
+expect_error 2 "truncated.onnx" -- $MEMC inspect "$TMP/truncated.onnx"
+printf 'this is not a protobuf at all \x01\x02\xff\xfe garbage garbage\n' >"$TMP/garbage.onnx"
+expect_error 2 "garbage.onnx" -- $MEMC inspect "$TMP/garbage.onnx"
+: >"$TMP/empty.onnx"
+expect_error 2 "empty.onnx" -- $MEMC inspect "$TMP/empty.onnx"
+expect_error 2 "Det" -- $MEMC inspect tests/data/unsupported_op.onnx
+grep -q "det0" "$TMP/err" || fail "unsupported op message names no node: $(cat "$TMP/err")"
+grep -q "17" "$TMP/err" || fail "unsupported op message names no opset: $(cat "$TMP/err")"
+
+# infer: every failure leaves an existing output file as it was.
+echo "keep me" >"$OUT"
+expect_error 2 "skeleton" -- $MEMC infer models/vit_b_16_skeleton.onnx --input $REF -o "$OUT"
+expect_error 2 "/nonexistent/in.npz" -- $MEMC infer $M --input /nonexistent/in.npz -o "$OUT"
+expect_error 2 "$TMP/garbage.onnx" -- $MEMC infer $M --input "$TMP/garbage.onnx" -o "$OUT"
+npz_py 'write_npz(sys.argv[1], {"x": ("<f4", (4, 1, 8, 9), [0.0] * 288)})' "$TMP/shape.npz"
+expect_error 2 "expected f32[4x1x8x8], got f32[4x1x8x9]" -- $MEMC infer $M --input "$TMP/shape.npz" -o "$OUT"
+npz_py 'write_npz(sys.argv[1], {"x": ("<f8", (4, 1, 8, 8), [0.0] * 256)})' "$TMP/dtype.npz"
+expect_error 2 "expected f32[4x1x8x8], got f64[4x1x8x8]" -- $MEMC infer $M --input "$TMP/dtype.npz" -o "$OUT"
+npz_py 'write_npz(sys.argv[1], {"pixels": ("<f4", (4, 1, 8, 8), [0.0] * 256), "y": ("<i8", (4,), [0] * 4)})' "$TMP/names.npz"
+expect_error 2 "no array for model input 'x'" -- $MEMC infer $M --input "$TMP/names.npz" -o "$OUT"
+expect_error 2 "does not exist" -- $MEMC infer $M --input $REF -o /nonexistent/dir/out.npz
+expect_error 2 "is a directory" -- $MEMC infer $M --input $REF -o "$TMP"
+[ "$(cat "$OUT")" = "keep me" ] && pass "output file untouched by failures" || fail "output file was modified"
+ls "$TMP" | grep -q '\.tmp\.' && fail "temporary files left behind: $(ls "$TMP")"
+finish

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# memc infer reproduces PyTorch's logits (models/*.ref*.npz) through the CLI, at the exported
+# batch and at batch 3, and --print names a class per sample.
+source "$(dirname "$0")/common.bash" "$@"
+cd "$SRC"
+
+check_infer() {  # MODEL REF [extra flags]
+  local model=$1 ref=$2; shift 2
+  [ -f "$model" ] && [ -f "$ref" ] || { echo "skip: $model or $ref absent"; return; }
+  local out="$TMP/$(basename "$ref" .npz).out.npz"
+  if ! $MEMC infer "$model" --input "$ref" -o "$out" "$@" >"$TMP/stdout" 2>"$TMP/err"; then
+    fail "infer $model $ref: $(cat "$TMP/err")"; return
+  fi
+  grep -q "^memc infer: .* ms$" "$TMP/stdout" || fail "infer summary line: $(head -3 "$TMP/stdout")"
+  if npz_py '
+ref, out = read_npz(sys.argv[1]), read_npz(sys.argv[2])
+assert "logits" in out, sorted(out)
+_, shape, got = out["logits"]
+_, want_shape, want = ref["logits"]
+assert shape == want_shape, (shape, want_shape)
+err = rel_error(got, want)
+print("rel error %.3g" % err)
+assert err <= 1e-4, err
+' "$ref" "$out" >"$TMP/cmp" 2>&1; then pass "infer $model $(basename "$ref"): $(cat "$TMP/cmp")"
+  else fail "infer $model $(basename "$ref") logits: $(tail -2 "$TMP/cmp")"; fi
+}
+
+for ref in models/*.ref.npz models/*.ref_b3.npz; do
+  name=$(basename "$ref"); name=${name%%.ref*}
+  check_infer "models/$name.onnx" "$ref"
+done
+
+# The README's command: one predicted class per sample, checked against the reference labels.
+if $MEMC infer models/vit_tiny.onnx --input models/vit_tiny.ref.npz -o "$TMP/p.npz" --print >"$TMP/print" 2>"$TMP/err"; then
+  rows=$(grep -c '^logits\[[0-9]*\]: class [0-9]' "$TMP/print")
+  [ "$rows" -eq 4 ] && pass "infer --print: $rows samples" || fail "infer --print: $(cat "$TMP/print")"
+else fail "infer --print: $(cat "$TMP/err")"; fi
+
+# A single-input model also accepts the key x; the batch follows the arrays (5 here).
+npz_py 'write_npz(sys.argv[1], {"x": ("<f4", (5, 1, 8, 8), [0.01 * i for i in range(320)])})' "$TMP/x5.npz"
+if $MEMC infer models/vit_tiny.onnx --input "$TMP/x5.npz" -o "$TMP/y5.npz" >/dev/null 2>"$TMP/err" &&
+   npz_py 'assert read_npz(sys.argv[1])["logits"][1] == (5, 10)' "$TMP/y5.npz"; then pass "infer batch 5 from key x"
+else fail "infer batch 5: $(cat "$TMP/err")"; fi
+finish

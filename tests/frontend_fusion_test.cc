@@ -1,0 +1,316 @@
+// Fusions (pattern in → fused op out, numerics equal to the unfused import), shape folding
+// with a dynamic batch, and error cases (garbage, truncation, unsupported ops, skeletons).
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "tests/frontend_onnx_builder.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+using testing::OnnxBuilder;
+using testing::make_tensor;
+
+// Imports with and without fusion, checks the fused op count and equal outputs.
+void check_fusion(const OnnxBuilder& b, const std::string& op, int expected, const std::map<std::string, Tensor>& feeds) {
+  auto fused = b.import();
+  ASSERT_TRUE(fused.ok()) << fused.status().message();
+  ImportOptions raw;
+  raw.fuse = false;
+  auto plain = b.import(raw);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(testing::count_op(*fused, op), expected);
+  EXPECT_EQ(testing::count_op(*plain, op), 0);
+  EXPECT_LT(fused->schedule().size(), plain->schedule().size());
+  auto a = execute(*fused, feeds);
+  auto r = execute(*plain, feeds);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (size_t i = 0; i < r->size(); ++i) EXPECT_LE(testing::rel_error(a->at(i), r->at(i)), 1e-5);
+}
+
+Tensor random(Shape s, int seed) {
+  std::mt19937 rng(seed);
+  return testing::random_tensor(DType::kF32, s, rng, -2, 2);
+}
+
+TEST(FrontendFusion, ErfGeluInEveryOrder) {
+  OnnxBuilder b;
+  b.input("x", {2, 8}).output("y1").output("y2").output("y3");
+  b.scalar("sqrt2", std::sqrt(2.0)).scalar("one", 1).scalar("half", 0.5).scalar("inv", 1 / std::sqrt(2.0));
+  // torch: ((x · (erf(x/√2) + 1)) · 0.5)
+  b.node("Div", {"x", "sqrt2"}, {"d"});
+  b.node("Erf", {"d"}, {"e"});
+  b.node("Add", {"e", "one"}, {"p"});
+  b.node("Mul", {"x", "p"}, {"m"});
+  b.node("Mul", {"m", "half"}, {"y1"});
+  // x · (0.5 · (1 + erf(x·(1/√2))))  (x·Φ)
+  b.node("Mul", {"inv", "x"}, {"d2"});
+  b.node("Erf", {"d2"}, {"e2"});
+  b.node("Add", {"one", "e2"}, {"p2"});
+  b.node("Mul", {"p2", "half"}, {"phi"});
+  b.node("Mul", {"phi", "x"}, {"y2"});
+  // (1 + erf) · (x · 0.5)
+  b.node("Div", {"x", "sqrt2"}, {"d3"});
+  b.node("Erf", {"d3"}, {"e3"});
+  b.node("Add", {"e3", "one"}, {"p3"});
+  b.node("Mul", {"x", "half"}, {"h3"});
+  b.node("Mul", {"p3", "h3"}, {"y3"});
+  check_fusion(b, "gelu", 3, {{"x", random({2, 8}, 1)}});
+}
+
+TEST(FrontendFusion, LayerNormReduceMeanForm) {
+  OnnxBuilder b(13);
+  b.input("x", {2, 3, 8}).output("y");
+  b.init("gamma", random({8}, 2)).init("beta", random({8}, 3));
+  b.scalar("two", 2).scalar("eps", 1e-5);
+  auto& m1 = b.node("ReduceMean", {"x"}, {"mean"});
+  testing::attr_ints(m1, "axes", {-1});
+  b.node("Sub", {"x", "mean"}, {"d"});
+  b.node("Pow", {"d", "two"}, {"sq"});
+  auto& m2 = b.node("ReduceMean", {"sq"}, {"var"});
+  testing::attr_ints(m2, "axes", {-1});
+  b.node("Add", {"var", "eps"}, {"ve"});
+  b.node("Sqrt", {"ve"}, {"std"});
+  b.node("Div", {"d", "std"}, {"n"});
+  b.node("Mul", {"n", "gamma"}, {"s"});
+  b.node("Add", {"s", "beta"}, {"y"});
+  check_fusion(b, "layernorm", 1, {{"x", random({2, 3, 8}, 4)}});
+}
+
+TEST(FrontendFusion, LinearFromTransposeMatMulAddAndGemm) {
+  OnnxBuilder b;
+  b.input("x", {2, 3, 4}).input("x2", {5, 4}).output("y").output("g");
+  b.init("w", random({6, 4}, 5)).init("bias", random({6}, 6)).init("w2", random({3, 4}, 7)).init("b2", random({3}, 8));
+  auto& t = b.node("Transpose", {"w"}, {"wt"});
+  testing::attr_ints(t, "perm", {1, 0});
+  b.node("MatMul", {"x", "wt"}, {"mm"});
+  b.node("Add", {"bias", "mm"}, {"y"});
+  auto& g = b.node("Gemm", {"x2", "w2", "b2"}, {"g"});
+  testing::attr_i(g, "transB", 1);
+  check_fusion(b, "linear", 2, {{"x", random({2, 3, 4}, 9)}, {"x2", random({5, 4}, 10)}});
+}
+
+// torch's MHA export: q·√s and kᵀ·√s, masked softmax, dropout, ·v.
+TEST(FrontendFusion, AttentionWithSplitScaleMaskAndDropout) {
+  OnnxBuilder b;
+  b.input("q", {2, 2, 5, 4}).input("k", {2, 2, 5, 4}).input("v", {2, 2, 5, 4}).output("y");
+  b.init("mask", make_tensor(DType::kF32, {1, 1, 1, 5}, {0, 0, 0, -1e9, -1e9}));
+  b.scalar("rs", std::sqrt(0.5)).scalar("ratio", 0.1);
+  Tensor t = Tensor::zeros(DType::kBool, {});
+  t.data<bool>()[0] = true;
+  b.init("train", t);
+  b.node("Mul", {"q", "rs"}, {"qs"});
+  auto& tr = b.node("Transpose", {"k"}, {"kt"});
+  testing::attr_ints(tr, "perm", {0, 1, 3, 2});
+  b.node("Mul", {"kt", "rs"}, {"ks"});
+  b.node("MatMul", {"qs", "ks"}, {"s"});
+  b.node("Add", {"s", "mask"}, {"sm"});
+  auto& sm = b.node("Softmax", {"sm"}, {"p"});
+  testing::attr_i(sm, "axis", -1);
+  b.node("Dropout", {"p", "ratio", "train"}, {"pd", "pmask"});
+  b.node("MatMul", {"pd", "v"}, {"y"});
+  check_fusion(b, "attention", 1, {{"q", random({2, 2, 5, 4}, 11)}, {"k", random({2, 2, 5, 4}, 12)}, {"v", random({2, 2, 5, 4}, 13)}});
+  auto m = b.import();
+  for (NodeId n : m->schedule()) {
+    if (m->node(n).op != "attention") continue;
+    EXPECT_NEAR(m->node(n).attrs.get_float("scale", 0), 0.5, 1e-6);
+    EXPECT_NEAR(m->node(n).attrs.get_float("dropout_ratio", 0), 0.1, 1e-6);
+    EXPECT_EQ(m->node(n).inputs.size(), 4u);
+  }
+}
+
+// HF style: (q·kᵀ)/√d + mask → softmax → ·v, kᵀ from a 4-D transpose.
+TEST(FrontendFusion, AttentionWithDivAfterMatMul) {
+  OnnxBuilder b;
+  b.input("q", {1, 2, 3, 4}).input("kr", {1, 3, 2, 4}).input("v", {1, 2, 3, 4}).output("y");
+  b.scalar("sd", 2.0);
+  auto& tr = b.node("Transpose", {"kr"}, {"kt"});
+  testing::attr_ints(tr, "perm", {0, 2, 3, 1});
+  b.node("MatMul", {"q", "kt"}, {"s"});
+  b.node("Div", {"s", "sd"}, {"sc"});
+  auto& sm = b.node("Softmax", {"sc"}, {"p"});
+  testing::attr_i(sm, "axis", 3);
+  b.node("MatMul", {"p", "v"}, {"y"});
+  check_fusion(b, "attention", 1, {{"q", random({1, 2, 3, 4}, 14)}, {"kr", random({1, 3, 2, 4}, 15)}, {"v", random({1, 2, 3, 4}, 16)}});
+}
+
+// Shape → Gather → Unsqueeze → Concat → Reshape with a dynamic batch: static at 3 and 5.
+TEST(FrontendFolding, ShapeChainWithDynamicBatch) {
+  OnnxBuilder b;
+  b.input("x", {-1, 4, 3}).output("y");
+  b.node("Shape", {"x"}, {"shape"});
+  b.ints("zero", {0}).scalar("i0", 0, DType::kI64);
+  b.node("Gather", {"shape", "i0"}, {"batch"});
+  b.node("Unsqueeze", {"batch", "zero"}, {"b1"});
+  b.ints("rest", {-1});
+  auto& c = b.node("Concat", {"b1", "rest"}, {"target"});
+  testing::attr_i(c, "axis", 0);
+  b.node("Reshape", {"x", "target"}, {"y"});
+  for (int64_t batch : {3, 5}) {
+    ImportOptions o;
+    o.batch = batch;
+    auto m = b.import(o);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(m->value(m->outputs()[0]).type.shape, (Shape{batch, 12}));
+    EXPECT_EQ(testing::count_op(*m, "reshape"), 1);
+    EXPECT_EQ(m->schedule().size(), 1u);  // the shape chain folded away
+  }
+}
+
+TEST(FrontendFolding, RuntimeReshapeTargetIsAClearError) {
+  OnnxBuilder b;
+  b.input("x", {2, 3}).input("t", {2}, onnx::TensorProto::INT64).output("y");
+  b.node("Reshape", {"x", "t"}, {"y"}, "the_reshape");
+  auto m = b.import();
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("the_reshape"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("runtime data"), std::string::npos);
+}
+
+TEST(FrontendFolding, TokenInputNeedsSeq) {
+  OnnxBuilder b;
+  b.input("input_ids", {-1, -1}, onnx::TensorProto::INT64).output("y");
+  b.node("Identity", {"input_ids"}, {"y"});
+  auto m = b.import();
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("input 'input_ids' dim 1 ('seq') is dynamic; pass --seq"), std::string::npos)
+      << m.status().message();
+  ImportOptions o;
+  o.seq = 7;
+  o.batch = 2;
+  auto ok = b.import(o);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->value(ok->arguments()[0]).type.shape, (Shape{2, 7}));
+}
+
+TEST(FrontendErrors, GarbageTruncatedAndEmpty) {
+  auto g = import_onnx_bytes("\xff\xff\xff\xff garbage", "", {}, "bad.onnx");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(), "bad.onnx: not a valid ONNX model (protobuf parse failed)");
+  OnnxBuilder b;
+  b.input("x", {2}).output("y").node("Relu", {"x"}, {"y"});
+  const std::string bytes = b.bytes();
+  for (size_t cut = 1; cut < bytes.size(); ++cut) {
+    auto m = import_onnx_bytes(std::string_view(bytes).substr(0, cut), "", {}, "t.onnx");
+    if (!m.ok()) EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+  }
+  auto missing = import_onnx("/nonexistent/model.onnx");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no such file"), std::string::npos);
+  auto empty = import_onnx_bytes("", "", {}, "e.onnx");
+  EXPECT_FALSE(empty.ok());
+}
+
+TEST(FrontendErrors, RandomBytesNeverCrash) {
+  std::mt19937 rng(7);
+  OnnxBuilder b;
+  b.input("x", {-1, 3}).output("y").ints("s", {0, -1, 1});
+  b.node("Reshape", {"x", "s"}, {"r"});
+  b.node("Softmax", {"r"}, {"y"});
+  std::string bytes = b.bytes();
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string mutated = bytes;
+    for (int k = 0; k < 1 + trial % 4; ++k) mutated[rng() % mutated.size()] = static_cast<char>(rng());
+    (void)import_onnx_bytes(mutated, "", {}, "fuzz.onnx");
+  }
+}
+
+TEST(FrontendErrors, UnsupportedOpNamesNodeOpAndOpset) {
+  OnnxBuilder b(15);
+  b.input("x", {1, 1, 4, 4}).output("y").node("Resize", {"x"}, {"y"}, "up");
+  auto m = b.import();
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().message(), "test.onnx: node 'up' (Resize, opset 15): unsupported op");
+}
+
+TEST(FrontendErrors, UndefinedInputAndUnsortedGraph) {
+  OnnxBuilder b;
+  b.input("x", {2}).output("y");
+  b.node("Relu", {"h"}, {"y"});  // uses h before it is produced: gets sorted
+  b.node("Neg", {"x"}, {"h"});
+  auto m = b.import();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  OnnxBuilder bad;
+  bad.input("x", {2}).output("y").node("Relu", {"nowhere"}, {"y"}, "r");
+  auto e = bad.import();
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("input 'nowhere' is not defined"), std::string::npos);
+}
+
+TEST(FrontendErrors, UnsupportedElementType) {
+  OnnxBuilder b;
+  b.input("x", {2}, onnx::TensorProto::STRING).output("y").node("Identity", {"x"}, {"y"});
+  auto m = b.import();
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("STRING"), std::string::npos) << m.status().message();
+}
+
+TEST(FrontendErrors, SkeletonWeightsAreShapesOnly) {
+  OnnxBuilder b;
+  b.input("x", {2, 4}).output("y");
+  b.init("w", make_tensor(DType::kF32, {3, 4}, {1}), /*strip_data=*/true);
+  b.init("b", make_tensor(DType::kF32, {3}, {1}), true);
+  auto& g = b.node("Gemm", {"x", "w", "b"}, {"y"});
+  testing::attr_i(g, "transB", 1);
+  auto m = b.import();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->metadata().get_int("skeleton", 0), 1);
+  EXPECT_TRUE(m->weights().empty());
+  auto run = execute(*m, {{"x", make_tensor(DType::kF32, {2, 4}, {1})}});
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("skeleton"), std::string::npos) << run.status().message();
+}
+
+TEST(FrontendImport, WeightsVsConstantsAndMetadata) {
+  OnnxBuilder b;
+  b.input("x", {2}).output("y");
+  b.init("layer.weight", make_tensor(DType::kF32, {2}, {1, 2}));
+  b.scalar("onnx::Div_12", 2.0);
+  b.node("Mul", {"x", "layer.weight"}, {"m"});
+  b.node("Div", {"m", "onnx::Div_12"}, {"y"});
+  auto m = b.import();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  int params = 0;
+  for (ValueId a : m->arguments()) {
+    if (m->value(a).role == Role::kParam) {
+      ++params;
+      EXPECT_EQ(m->value(a).source_name, "layer.weight");
+    }
+  }
+  EXPECT_EQ(params, 1);
+  EXPECT_EQ(m->metadata().get_int("opset", 0), 17);
+  EXPECT_EQ(m->metadata().get_string("producer", ""), "memc-test");
+}
+
+// A model-local function (as the dynamo exporter writes) is inlined.
+TEST(FrontendImport, InlinesLocalFunctions) {
+  OnnxBuilder b(18);
+  auto& proto = b.proto();
+  auto* op = proto.add_opset_import();
+  op->set_domain("local");
+  op->set_version(1);
+  auto* f = proto.add_functions();
+  f->set_name("Twice");
+  f->set_domain("local");
+  f->add_input("a");
+  f->add_output("out");
+  auto* n = f->add_node();
+  n->set_op_type("Add");
+  n->add_input("a");
+  n->add_input("a");
+  n->add_output("out");
+  b.input("x", {3}).output("y");
+  auto& call = b.node("Twice", {"x"}, {"y"});
+  call.set_domain("local");
+  auto m = b.import();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {3}, {1, 2, 3})}});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->at(0).get_as_double(2), 6);
+}
+
+}  // namespace
+}  // namespace memc

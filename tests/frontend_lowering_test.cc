@@ -1,0 +1,458 @@
+// One check per ONNX op lowering: a tiny model in, the expected core ops out, and the
+// numbers the CPU executor computes from it.
+#include <cmath>
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "tests/frontend_onnx_builder.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+using testing::OnnxBuilder;
+using testing::make_tensor;
+
+Tensor run1(const Module& m, std::map<std::string, Tensor> feeds) {
+  auto out = execute(m, feeds);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return out.ok() ? out->at(0) : Tensor();
+}
+
+ImportOptions raw() {
+  ImportOptions o;
+  o.fuse = false;
+  return o;
+}
+
+void expect_values(const Tensor& t, std::vector<double> expected, double tol = 1e-5) {
+  ASSERT_EQ(t.numel(), static_cast<int64_t>(expected.size()));
+  for (int64_t i = 0; i < t.numel(); ++i) EXPECT_NEAR(t.get_as_double(i), expected[i], tol) << "element " << i;
+}
+
+struct UnaryCase {
+  const char* onnx;
+  const char* memc;
+  std::function<double(double)> ref;
+};
+
+TEST(FrontendLowering, UnaryOps) {
+  const UnaryCase cases[] = {
+      {"Abs", "abs", [](double x) { return std::abs(x); }},       {"Neg", "neg", [](double x) { return -x; }},
+      {"Sign", "sign", [](double x) { return (x > 0) - (x < 0); }}, {"Exp", "exp", [](double x) { return std::exp(x); }},
+      {"Log", "log", [](double x) { return std::log(std::abs(x) + 1); }}, {"Sqrt", "sqrt", [](double x) { return std::sqrt(std::abs(x) + 1); }},
+      {"Tanh", "tanh", [](double x) { return std::tanh(x); }},    {"Sigmoid", "sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {"Relu", "relu", [](double x) { return std::max(x, 0.0); }}, {"Erf", "erf", [](double x) { return std::erf(x); }},
+      {"Floor", "floor", [](double x) { return std::floor(x); }}, {"Ceil", "ceil", [](double x) { return std::ceil(x); }},
+      {"Round", "round", [](double x) { return std::nearbyint(x); }}, {"Sin", "sin", [](double x) { return std::sin(x); }},
+      {"Cos", "cos", [](double x) { return std::cos(x); }},       {"Softplus", "softplus", [](double x) { return std::log1p(std::exp(x)); }},
+      {"Reciprocal", "reciprocal", [](double x) { return 1 / x; }},
+  };
+  const std::vector<double> xs = {-1.7, -0.3, 0.4, 1.2, 2.6, -2.2};
+  for (const auto& c : cases) {
+    const bool shifted = std::string(c.onnx) == "Log" || std::string(c.onnx) == "Sqrt";
+    std::vector<double> in = xs;
+    if (shifted) for (double& v : in) v = std::abs(v) + 1;
+    OnnxBuilder b;
+    b.input("x", {2, 3}).output("y").node(c.onnx, {"x"}, {"y"});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << c.onnx << ": " << m.status().message();
+    EXPECT_EQ(testing::count_op(*m, c.memc), 1) << c.onnx;
+    Tensor y = run1(*m, {{"x", make_tensor(DType::kF32, {2, 3}, in)}});
+    std::vector<double> expected;
+    for (double v : xs) expected.push_back(c.ref(v));
+    expect_values(y, expected, 1e-4);
+  }
+}
+
+TEST(FrontendLowering, BinaryOpsBroadcastAndKeepDtypes) {
+  struct Case { const char* onnx; const char* memc; std::vector<double> expected; DType out; };
+  // a = [1, 4, -3, 6] (2x2), b = [2, -1] (2): broadcast over rows.
+  const Case cases[] = {
+      {"Add", "add", {3, 3, -1, 5}, DType::kF32},   {"Sub", "sub", {-1, 5, -5, 7}, DType::kF32},
+      {"Mul", "mul", {2, -4, -6, -6}, DType::kF32}, {"Div", "div", {0.5, -4, -1.5, -6}, DType::kF32},
+      {"Max", "max", {2, 4, 2, 6}, DType::kF32},    {"Min", "min", {1, -1, -3, -1}, DType::kF32},
+      {"Equal", "equal", {0, 0, 0, 0}, DType::kBool}, {"Less", "less", {1, 0, 1, 0}, DType::kBool},
+      {"Greater", "greater", {0, 1, 0, 1}, DType::kBool}, {"LessOrEqual", "less_equal", {1, 0, 1, 0}, DType::kBool},
+      {"GreaterOrEqual", "greater_equal", {0, 1, 0, 1}, DType::kBool},
+  };
+  for (const auto& c : cases) {
+    OnnxBuilder b;
+    b.input("a", {2, 2}).input("b", {2}).output("y").node(c.onnx, {"a", "b"}, {"y"});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(testing::count_op(*m, c.memc), 1) << c.onnx;
+    Tensor y = run1(*m, {{"a", make_tensor(DType::kF32, {2, 2}, {1, 4, -3, 6})}, {"b", make_tensor(DType::kF32, {2}, {2, -1})}});
+    EXPECT_EQ(y.dtype(), c.out) << c.onnx;
+    expect_values(y, c.expected);
+  }
+}
+
+TEST(FrontendLowering, IntegerAndLogicOps) {
+  OnnxBuilder b;
+  b.input("a", {4}, onnx::TensorProto::INT64).input("p", {4}, onnx::TensorProto::BOOL).input("q", {4}, onnx::TensorProto::BOOL);
+  b.ints("three", {3}).output("mod").output("and").output("or").output("xor").output("not");
+  b.node("Mod", {"a", "three"}, {"mod"});
+  b.node("And", {"p", "q"}, {"and"});
+  b.node("Or", {"p", "q"}, {"or"});
+  b.node("Xor", {"p", "q"}, {"xor"});
+  b.node("Not", {"p"}, {"not"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto out = execute(*m, {{"a", make_tensor(DType::kI64, {4}, {-4, 5, 7, -1})},
+                          {"p", make_tensor(DType::kBool, {4}, {1, 1, 0, 0})},
+                          {"q", make_tensor(DType::kBool, {4}, {1, 0, 1, 0})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(0).dtype(), DType::kI64);
+  expect_values(out->at(0), {2, 2, 1, 2});  // Python-style mod: sign of the divisor
+  expect_values(out->at(1), {1, 0, 0, 0});
+  expect_values(out->at(2), {1, 1, 1, 0});
+  expect_values(out->at(3), {0, 1, 1, 0});
+  expect_values(out->at(4), {0, 0, 1, 1});
+}
+
+TEST(FrontendLowering, PowCastsIntegerExponentAndVariadicOps) {
+  OnnxBuilder b;
+  b.input("x", {3}).ints("two", {2}).output("pow").output("sum").output("mean");
+  b.node("Pow", {"x", "two"}, {"pow"});
+  b.node("Sum", {"x", "x", "pow"}, {"sum"});
+  b.node("Mean", {"x", "pow", "sum"}, {"mean"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {3}, {1, -2, 3})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  expect_values(out->at(0), {1, 4, 9});
+  expect_values(out->at(1), {3, 0, 15});
+  expect_values(out->at(2), {5.0 / 3, 2.0 / 3, 9});
+}
+
+TEST(FrontendLowering, ClipBothOpsets) {
+  for (int64_t opset : {6, 13}) {
+    OnnxBuilder b(opset);
+    b.input("x", {4}).output("y");
+    if (opset < 11) {
+      auto& n = b.node("Clip", {"x"}, {"y"});
+      testing::attr_f(n, "min", -1);
+      testing::attr_f(n, "max", 2);
+    } else {
+      b.scalar("lo", -1).scalar("hi", 2).node("Clip", {"x", "lo", "hi"}, {"y"});
+    }
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    expect_values(run1(*m, {{"x", make_tensor(DType::kF32, {4}, {-3, 0.5, 1.5, 7})}}), {-1, 0.5, 1.5, 2});
+  }
+}
+
+TEST(FrontendLowering, CastCastLikeWhereLeakyReluGelu) {
+  OnnxBuilder b(20);
+  b.input("x", {4}).input("i", {4}, onnx::TensorProto::INT64).output("c").output("cl").output("w").output("lr").output("g");
+  auto& cast = b.node("Cast", {"x"}, {"c"});
+  testing::attr_i(cast, "to", onnx::TensorProto::INT64);
+  b.node("CastLike", {"i", "x"}, {"cl"});
+  b.scalar("zero", 0).node("Greater", {"x", "zero"}, {"pos"});
+  b.node("Where", {"pos", "x", "zero"}, {"w"});
+  auto& lr = b.node("LeakyRelu", {"x"}, {"lr"});
+  testing::attr_f(lr, "alpha", 0.1f);
+  b.node("Gelu", {"x"}, {"g"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {4}, {-2, -0.5, 1.5, 3})}, {"i", make_tensor(DType::kI64, {4}, {1, 2, 3, 4})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(0).dtype(), DType::kI64);
+  expect_values(out->at(0), {-2, 0, 1, 3});
+  EXPECT_EQ(out->at(1).dtype(), DType::kF32);
+  expect_values(out->at(2), {0, 0, 1.5, 3});
+  expect_values(out->at(3), {-0.2, -0.05, 1.5, 3});
+  expect_values(out->at(4), {-2 * 0.5 * std::erfc(2 / std::sqrt(2.0)), -0.5 * 0.5 * std::erfc(0.5 / std::sqrt(2.0)),
+                             1.5 * 0.5 * std::erfc(-1.5 / std::sqrt(2.0)), 3 * 0.5 * std::erfc(-3 / std::sqrt(2.0))}, 1e-4);
+}
+
+TEST(FrontendLowering, ShapeOpsFoldToStaticAttrs) {
+  // Reshape with 0 and -1, Squeeze/Unsqueeze (input axes), Flatten, Transpose, Shape, Size.
+  OnnxBuilder b(13);
+  b.input("x", {2, 3, 4}).output("r").output("u").output("f").output("t").output("s").output("n");
+  b.ints("shape", {0, -1}).node("Reshape", {"x", "shape"}, {"r"});
+  b.ints("ax", {0, 3}).node("Unsqueeze", {"x", "ax"}, {"u4"});
+  b.node("Squeeze", {"u4", "ax"}, {"sq"});
+  b.node("Identity", {"u4"}, {"u"});
+  auto& fl = b.node("Flatten", {"sq"}, {"f"});
+  testing::attr_i(fl, "axis", 2);
+  auto& tr = b.node("Transpose", {"x"}, {"t"});
+  testing::attr_ints(tr, "perm", {2, 0, 1});
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Size", {"x"}, {"n"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const auto& outs = m->outputs();
+  EXPECT_EQ(m->value(outs[0]).type.shape, (Shape{2, 12}));
+  EXPECT_EQ(m->value(outs[1]).type.shape, (Shape{1, 2, 3, 1, 4}));
+  EXPECT_EQ(m->value(outs[2]).type.shape, (Shape{6, 4}));
+  EXPECT_EQ(m->value(outs[3]).type.shape, (Shape{4, 2, 3}));
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(3).get_as_double(1), 4);  // t[0][0][1] = x[0][1][0]
+  expect_values(out->at(4), {2, 3, 4});
+  expect_values(out->at(5), {24});
+}
+
+TEST(FrontendLowering, SqueezeUnsqueezeAxesAttributeBefore13) {
+  OnnxBuilder b(11);
+  b.input("x", {3, 1}).output("y");
+  auto& sq = b.node("Squeeze", {"x"}, {"s"});
+  testing::attr_ints(sq, "axes", {-1});
+  auto& un = b.node("Unsqueeze", {"s"}, {"y"});
+  testing::attr_ints(un, "axes", {0});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->value(m->outputs()[0]).type.shape, (Shape{1, 3}));
+}
+
+TEST(FrontendLowering, SliceNegativeAndReversedSteps) {
+  OnnxBuilder b;
+  b.input("x", {6}).output("a").output("r");
+  b.ints("s1", {-4}).ints("e1", {INT64_MAX}).node("Slice", {"x", "s1", "e1"}, {"a"});
+  b.ints("s2", {-1}).ints("e2", {INT64_MIN}).ints("ax", {0}).ints("st", {-2}).node("Slice", {"x", "s2", "e2", "ax", "st"}, {"r"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {6}, {0, 1, 2, 3, 4, 5})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  expect_values(out->at(0), {2, 3, 4, 5});
+  expect_values(out->at(1), {5, 3, 1});
+}
+
+TEST(FrontendLowering, SplitAcrossOpsets) {
+  for (int64_t opset : {11, 13, 18}) {
+    OnnxBuilder b(opset);
+    b.input("x", {5, 2}).output("a").output("b");
+    auto& n = b.node("Split", opset >= 13 && opset < 18 ? std::vector<std::string>{"x", "sizes"} : std::vector<std::string>{"x"}, {"a", "b"});
+    if (opset < 13) testing::attr_ints(n, "split", {3, 2});
+    else if (opset < 18) b.ints("sizes", {3, 2});
+    else testing::attr_i(n, "num_outputs", 2);
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << opset << ": " << m.status().message();
+    EXPECT_EQ(m->value(m->outputs()[0]).type.shape, (Shape{3, 2})) << opset;
+    EXPECT_EQ(m->value(m->outputs()[1]).type.shape, (Shape{2, 2})) << opset;
+    auto out = execute(*m, {{"x", make_tensor(DType::kF32, {5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})}});
+    ASSERT_TRUE(out.ok());
+    expect_values(out->at(1), {6, 7, 8, 9});
+  }
+}
+
+TEST(FrontendLowering, ConcatGatherExpandTilePad) {
+  OnnxBuilder b;
+  b.input("x", {2, 2}).input("ids", {3}, onnx::TensorProto::INT64).output("c").output("g").output("e").output("t").output("p");
+  auto& c = b.node("Concat", {"x", "x"}, {"c"});
+  testing::attr_i(c, "axis", -1);
+  b.node("Gather", {"x", "ids"}, {"g"});
+  b.ints("eshape", {3, 1, 2}).node("Expand", {"x", "eshape"}, {"e"});
+  b.ints("reps", {1, 2}).node("Tile", {"x", "reps"}, {"t"});
+  b.ints("pads", {0, 1, 0, 0}).scalar("pv", 9).node("Pad", {"x", "pads", "pv"}, {"p"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4})}, {"ids", make_tensor(DType::kI64, {3}, {1, -2, 1})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  expect_values(out->at(0), {1, 2, 1, 2, 3, 4, 3, 4});
+  expect_values(out->at(1), {3, 4, 1, 2, 3, 4});
+  EXPECT_EQ(out->at(2).shape(), (Shape{3, 2, 2}));
+  expect_values(out->at(3), {1, 2, 1, 2, 3, 4, 3, 4});
+  expect_values(out->at(4), {9, 1, 2, 9, 3, 4});
+}
+
+TEST(FrontendLowering, RangeConstantOfShapeFold) {
+  OnnxBuilder b;
+  b.input("x", {4}).output("y");
+  b.scalar("s", 0, DType::kI64).scalar("l", 8, DType::kI64).scalar("d", 2, DType::kI64).node("Range", {"s", "l", "d"}, {"r"});
+  b.node("Cast", {"r"}, {"rf"});
+  testing::attr_i(*b.proto().mutable_graph()->mutable_node(1), "to", onnx::TensorProto::FLOAT);
+  b.node("Shape", {"x"}, {"shp"});
+  auto& cos = b.node("ConstantOfShape", {"shp"}, {"ones"});
+  auto* v = cos.add_attribute();
+  v->set_name("value");
+  v->set_type(onnx::AttributeProto::TENSOR);
+  tensor_to_proto(make_tensor(DType::kF32, {1}, {1}), *v->mutable_t());
+  b.node("Add", {"rf", "ones"}, {"k"});
+  b.node("Mul", {"x", "k"}, {"y"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(testing::count_op(*m, "mul"), 1);
+  EXPECT_EQ(testing::count_op(*m, "add"), 0);  // folded
+  expect_values(run1(*m, {{"x", make_tensor(DType::kF32, {4}, {1, 1, 2, 2})}}), {1, 3, 10, 14});
+}
+
+TEST(FrontendLowering, MatMulGemmConv) {
+  OnnxBuilder b;
+  b.input("a", {2, 3}).input("img", {1, 1, 3, 3}).output("mm").output("gemm").output("conv");
+  b.init("w", make_tensor(DType::kF32, {3, 2}, {1, 0, 0, 1, 1, 1}));
+  b.init("wt", make_tensor(DType::kF32, {2, 3}, {1, 0, 1, 0, 1, 1}));
+  b.init("c", make_tensor(DType::kF32, {2}, {10, 20}));
+  b.node("MatMul", {"a", "w"}, {"mm"});
+  auto& g = b.node("Gemm", {"a", "wt", "c"}, {"gemm"});
+  testing::attr_i(g, "transB", 1);
+  testing::attr_f(g, "alpha", 2);
+  testing::attr_f(g, "beta", 0.5);
+  b.init("k", make_tensor(DType::kF32, {1, 1, 2, 2}, {1, 1, 1, 1}));
+  auto& conv = b.node("Conv", {"img", "k"}, {"conv"});
+  testing::attr_ints(conv, "strides", {1, 1});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(testing::count_op(*m, "conv"), 1);
+  auto out = execute(*m, {{"a", make_tensor(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6})},
+                          {"img", make_tensor(DType::kF32, {1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  expect_values(out->at(0), {4, 5, 10, 11});
+  expect_values(out->at(1), {2 * 4 + 5, 2 * 5 + 10, 2 * 10 + 5, 2 * 11 + 10});
+  expect_values(out->at(2), {12, 16, 24, 28});
+}
+
+TEST(FrontendLowering, SoftmaxOpset11CoercesTo2D) {
+  OnnxBuilder b(11);
+  b.input("x", {2, 2}).output("y").output("l");
+  b.node("Reshape", {"x", "s"}, {"x3"});
+  b.ints("s", {1, 2, 2});
+  auto& sm = b.node("Softmax", {"x3"}, {"y"});
+  testing::attr_i(sm, "axis", 1);  // over the last 4 values together
+  auto& lsm = b.node("LogSoftmax", {"x"}, {"l"});
+  testing::attr_i(lsm, "axis", 1);
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 2}, {0, 0, 0, 0})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  expect_values(out->at(0), {0.25, 0.25, 0.25, 0.25});
+  expect_values(out->at(1), {std::log(0.5), std::log(0.5), std::log(0.5), std::log(0.5)});
+}
+
+TEST(FrontendLowering, ReductionsAxesAttributeOrInput) {
+  struct Case { int64_t opset; const char* op; std::vector<double> expected; };
+  const Case cases[] = {{13, "ReduceSum", {3, 7}},        {11, "ReduceSum", {3, 7}},   {17, "ReduceMean", {1.5, 3.5}},
+                        {18, "ReduceMean", {1.5, 3.5}},    {18, "ReduceMax", {2, 4}},   {13, "ReduceMin", {1, 3}},
+                        {18, "ReduceProd", {2, 12}},       {13, "ReduceSumSquare", {5, 25}}, {18, "ReduceL2", {std::sqrt(5.0), 5}}};
+  for (const auto& c : cases) {
+    OnnxBuilder b(c.opset);
+    b.input("x", {2, 2}).output("y");
+    const bool axes_input = std::string(c.op) == "ReduceSum" ? c.opset >= 13 : c.opset >= 18;
+    auto& n = b.node(c.op, axes_input ? std::vector<std::string>{"x", "axes"} : std::vector<std::string>{"x"}, {"y"});
+    if (axes_input) b.ints("axes", {-1});
+    else testing::attr_ints(n, "axes", {-1});
+    testing::attr_i(n, "keepdims", 0);
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << c.op << ": " << m.status().message();
+    expect_values(run1(*m, {{"x", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4})}}), c.expected, 1e-4);
+  }
+}
+
+TEST(FrontendLowering, ArgMaxArgMinLayerNorm) {
+  OnnxBuilder b;
+  b.input("x", {2, 3}).output("amax").output("amin").output("ln");
+  auto& a = b.node("ArgMax", {"x"}, {"amax"});
+  testing::attr_i(a, "axis", 1);
+  auto& i = b.node("ArgMin", {"x"}, {"amin"});
+  testing::attr_i(i, "axis", -1);
+  testing::attr_i(i, "keepdims", 0);
+  b.init("g", make_tensor(DType::kF32, {3}, {1, 1, 1})).init("beta", make_tensor(DType::kF32, {3}, {0, 0, 1}));
+  b.node("LayerNormalization", {"x", "g", "beta"}, {"ln"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(testing::count_op(*m, "layernorm"), 1);
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 3}, {1, 5, 3, 6, 0, 2})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(0).shape(), (Shape{2, 1}));
+  expect_values(out->at(0), {1, 0});
+  expect_values(out->at(1), {0, 1});
+  const double s = std::sqrt(8.0 / 3 + 1e-5);
+  const double s2 = std::sqrt(168.0 / 27 + 1e-5);
+  expect_values(out->at(2), {-2 / s, 2 / s, 1, (10.0 / 3) / s2, (-8.0 / 3) / s2, (-2.0 / 3) / s2 + 1}, 1e-4);
+}
+
+TEST(FrontendLowering, EinsumFormsFromBigBird) {
+  OnnxBuilder b;
+  b.input("q", {2, 1, 2, 3, 4}).input("k", {2, 1, 5, 4}).output("s").output("o");
+  auto& e1 = b.node("Einsum", {"q", "k"}, {"s"});
+  testing::attr_s(e1, "equation", "bhlqd,bhkd->bhlqk");
+  auto& e2 = b.node("Einsum", {"s", "k"}, {"o"});
+  testing::attr_s(e2, "equation", "bhlqk,bhkd->bhlqd");
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(testing::count_op(*m, "matmul"), 2);
+  std::mt19937 rng(1);
+  Tensor q = testing::random_tensor(DType::kF32, {2, 1, 2, 3, 4}, rng), k = testing::random_tensor(DType::kF32, {2, 1, 5, 4}, rng);
+  auto out = execute(*m, {{"q", q}, {"k", k}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_EQ(out->at(0).shape(), (Shape{2, 1, 2, 3, 5}));
+  // s[b,0,l,q,k] = Σ_d q[b,0,l,q,d]·k[b,0,k,d]
+  for (int bb = 0; bb < 2; ++bb)
+    for (int l = 0; l < 2; ++l)
+      for (int qi = 0; qi < 3; ++qi)
+        for (int ki = 0; ki < 5; ++ki) {
+          double acc = 0;
+          for (int d = 0; d < 4; ++d) acc += q.get_as_double(((bb * 2 + l) * 3 + qi) * 4 + d) * k.get_as_double((bb * 5 + ki) * 4 + d);
+          EXPECT_NEAR(out->at(0).get_as_double(((bb * 2 + l) * 3 + qi) * 5 + ki), acc, 1e-5);
+        }
+  EXPECT_EQ(out->at(1).shape(), (Shape{2, 1, 2, 3, 4}));
+}
+
+TEST(FrontendLowering, EinsumOuterProductWithBroadcastLetters) {
+  OnnxBuilder b;
+  b.input("a", {2, 3, 4}).input("c", {2, 5, 3, 6}).output("y");
+  auto& e = b.node("Einsum", {"a", "c"}, {"y"});
+  testing::attr_s(e, "equation", "blq,bhlk->bhlqk");
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->value(m->outputs()[0]).type.shape, (Shape{2, 5, 3, 4, 6}));
+  std::mt19937 rng(2);
+  Tensor a = testing::random_tensor(DType::kF32, {2, 3, 4}, rng), c = testing::random_tensor(DType::kF32, {2, 5, 3, 6}, rng);
+  Tensor y = run1(*m, {{"a", a}, {"c", c}});
+  // y[1,2,1,3,4] = a[1,1,3]·c[1,2,1,4]
+  EXPECT_NEAR(y.get_as_double((((1 * 5 + 2) * 3 + 1) * 4 + 3) * 6 + 4), a.get_as_double((1 * 3 + 1) * 4 + 3) * c.get_as_double(((1 * 5 + 2) * 3 + 1) * 6 + 4), 1e-5);
+}
+
+TEST(FrontendLowering, DropoutTrainingModeDecidesIdentity) {
+  OnnxBuilder b;
+  b.input("x", {8}).output("y").output("z").scalar("ratio", 0.25);
+  Tensor t = Tensor::zeros(DType::kBool, {});
+  t.data<bool>()[0] = true;
+  b.init("train", t);
+  b.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"});
+  b.node("Dropout", {"x", "ratio"}, {"z"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(testing::count_op(*m, "dropout"), 1);
+  for (NodeId n : m->schedule()) {
+    if (m->node(n).op == "dropout") {
+      EXPECT_DOUBLE_EQ(m->node(n).attrs.get_float("ratio", 0), 0.25);
+      EXPECT_TRUE(m->node(n).attrs.has("seed"));
+    }
+  }
+}
+
+TEST(FrontendLowering, ConstantNodeForms) {
+  OnnxBuilder b;
+  b.input("x", {2}).output("y");
+  auto& c = b.node("Constant", {}, {"c"});
+  auto* a = c.add_attribute();
+  a->set_name("value_floats");
+  a->set_type(onnx::AttributeProto::FLOATS);
+  a->add_floats(2);
+  a->add_floats(3);
+  b.node("Mul", {"x", "c"}, {"y"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  expect_values(run1(*m, {{"x", make_tensor(DType::kF32, {2}, {1, 2})}}), {2, 6});
+}
+
+TEST(FrontendLowering, SupportedOpListCoversTheBrief) {
+  const auto ops = supported_onnx_ops();
+  for (const char* op : {"Abs", "Add", "And", "ArgMax", "ArgMin", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Constant",
+                         "ConstantOfShape", "Conv", "Cos", "Div", "Dropout", "Einsum", "Equal", "Erf", "Exp", "Expand",
+                         "Flatten", "Floor", "Gather", "Gelu", "Gemm", "Greater", "GreaterOrEqual", "Identity",
+                         "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul", "Max",
+                         "Mean", "Min", "Mod", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "Range", "Reciprocal", "ReduceL2",
+                         "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu",
+                         "Reshape", "Round", "Shape", "Sigmoid", "Sign", "Sin", "Size", "Slice", "Softmax", "Softplus",
+                         "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"}) {
+    EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
+  }
+}
+
+}  // namespace
+}  // namespace memc

@@ -1,0 +1,206 @@
+// Finite-difference checks of every gradient rule, in float64 on random inputs.
+// loss = Σ y·R for a random R, so every output element's gradient is exercised.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "ir/op_registry.h"
+#include "ir/printer.h"
+#include "passes/autodiff.h"
+#include "runtime/executor.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+struct InputSpec {
+  Shape shape;
+  DType dtype = DType::kF64;
+  double lo = -1.0, hi = 1.0;
+  bool differentiable = true;  // fed as an argument and checked; else a constant
+};
+
+struct GradCase {
+  std::string label;
+  std::string op;
+  std::vector<InputSpec> inputs;
+  Attrs attrs;
+  int num_outputs = -1;
+};
+
+Attrs A(std::initializer_list<std::pair<std::string, Attr>> items) {
+  Attrs a;
+  for (const auto& [k, v] : items) a.set(k, v);
+  return a;
+}
+using I = std::vector<int64_t>;
+
+std::vector<GradCase> cases() {
+  const InputSpec x23{{2, 3}}, pos23{{2, 3}, DType::kF64, 0.5, 2.0};
+  std::vector<GradCase> c;
+  for (const char* op : {"neg", "abs", "exp", "tanh", "sigmoid", "relu", "erf", "sin", "cos", "softplus"}) c.push_back({op, op, {x23}});
+  for (const char* op : {"log", "sqrt", "rsqrt", "reciprocal"}) c.push_back({op, op, {pos23}});
+  c.push_back({"leaky_relu", "leaky_relu", {x23}, A({{"alpha", 0.1}})});
+  c.push_back({"gelu", "gelu", {x23}, A({{"approximate", std::string("none")}})});
+  c.push_back({"gelu_tanh", "gelu", {x23}, A({{"approximate", std::string("tanh")}})});
+  for (const char* op : {"add", "sub", "mul", "div", "max", "min"}) {
+    c.push_back({op, op, {x23, op == std::string("div") ? pos23 : InputSpec{{2, 3}}}});
+    c.push_back({std::string(op) + "_broadcast", op, {InputSpec{{4, 2, 3}}, op == std::string("div") ? InputSpec{{1, 3}, DType::kF64, 0.5, 2} : InputSpec{{1, 3}}}});
+  }
+  c.push_back({"pow", "pow", {pos23, InputSpec{{3}, DType::kF64, 0.5, 2.0}}});
+  c.push_back({"where", "where", {InputSpec{{2, 3}, DType::kBool, 0, 2, false}, InputSpec{{2, 3}}, InputSpec{{3}}}});
+  c.push_back({"cast_f32", "cast", {x23}, A({{"to", std::string("f64")}})});
+  c.push_back({"copy", "copy", {x23}});
+  c.push_back({"matmul", "matmul", {InputSpec{{3, 4}}, InputSpec{{4, 2}}}});
+  c.push_back({"matmul_ta", "matmul", {InputSpec{{4, 3}}, InputSpec{{4, 2}}}, A({{"transpose_a", int64_t{1}}})});
+  c.push_back({"matmul_tb", "matmul", {InputSpec{{3, 4}}, InputSpec{{2, 4}}}, A({{"transpose_b", int64_t{1}}})});
+  c.push_back({"matmul_tatb", "matmul", {InputSpec{{4, 3}}, InputSpec{{2, 4}}}, A({{"transpose_a", int64_t{1}}, {"transpose_b", int64_t{1}}})});
+  c.push_back({"matmul_batch_broadcast", "matmul", {InputSpec{{2, 3, 4}}, InputSpec{{4, 2}}}});
+  c.push_back({"matmul_vec_left", "matmul", {InputSpec{{4}}, InputSpec{{2, 4, 3}}}});
+  c.push_back({"matmul_vec_right", "matmul", {InputSpec{{2, 3, 4}}, InputSpec{{4}}}});
+  c.push_back({"linear", "linear", {InputSpec{{2, 3, 4}}, InputSpec{{5, 4}}, InputSpec{{5}}}});
+  c.push_back({"linear_nt", "linear", {InputSpec{{3, 4}}, InputSpec{{4, 5}}}, A({{"transpose_w", int64_t{0}}})});
+  c.push_back({"conv", "conv", {InputSpec{{2, 2, 5, 5}}, InputSpec{{3, 2, 2, 2}}, InputSpec{{3}}},
+               A({{"strides", I{2, 1}}, {"pads", I{1, 0, 0, 1}}, {"dilations", I{1, 2}}, {"group", int64_t{1}}})});
+  c.push_back({"conv_group", "conv", {InputSpec{{1, 4, 4, 4}}, InputSpec{{2, 2, 2, 2}}},
+               A({{"strides", I{2, 2}}, {"pads", I{0, 0, 0, 0}}, {"dilations", I{1, 1}}, {"group", int64_t{2}}})});
+  c.push_back({"attention", "attention", {InputSpec{{2, 3, 4}}, InputSpec{{2, 5, 4}}, InputSpec{{2, 5, 3}}}, A({{"scale", 0.5}})});
+  c.push_back({"attention_bias", "attention", {InputSpec{{2, 3, 4}}, InputSpec{{2, 5, 4}}, InputSpec{{2, 5, 3}}, InputSpec{{1, 3, 5}}},
+               A({{"scale", 0.5}})});
+  c.push_back({"conv_group_pad_dilate", "conv", {InputSpec{{2, 6, 5, 4}}, InputSpec{{4, 3, 3, 2}}, InputSpec{{4}}},
+               A({{"strides", I{1, 2}}, {"pads", I{1, 1, 2, 0}}, {"dilations", I{2, 1}}, {"group", int64_t{2}}})});
+  c.push_back({"conv_depthwise_1d", "conv", {InputSpec{{2, 3, 7}}, InputSpec{{3, 1, 3}}},
+               A({{"strides", I{2}}, {"pads", I{1, 1}}, {"group", int64_t{3}}})});
+  c.push_back({"conv_3d", "conv", {InputSpec{{1, 2, 3, 4, 3}}, InputSpec{{2, 2, 2, 2, 2}}},
+               A({{"strides", I{1, 2, 1}}, {"pads", I{0, 1, 1, 0, 0, 1}}})});
+  c.push_back({"conv_pointwise_group", "conv", {InputSpec{{2, 4, 3, 3}}, InputSpec{{6, 2, 1, 1}}}, A({{"group", int64_t{2}}})});
+  c.push_back({"attention_dropout", "attention", {InputSpec{{2, 3, 4}}, InputSpec{{2, 5, 4}}, InputSpec{{2, 5, 3}}, InputSpec{{2, 3, 5}}},
+               A({{"scale", 0.5}, {"dropout_ratio", 0.4}, {"seed", int64_t{11}}})});
+  c.push_back({"attention_broadcast", "attention",
+               {InputSpec{{2, 2, 3, 4}}, InputSpec{{1, 2, 5, 4}}, InputSpec{{2, 1, 5, 3}}, InputSpec{{2, 1, 1, 5}}},
+               A({{"scale", 0.7}})});
+  c.push_back({"attention_long", "attention", {InputSpec{{1, 70, 3}}, InputSpec{{1, 67, 3}}, InputSpec{{1, 67, 2}}, InputSpec{{67}}},
+               A({{"dropout_ratio", 0.25}, {"seed", int64_t{5}}})});
+  c.push_back({"reduce_sum", "reduce_sum", {InputSpec{{2, 3, 4}}}, A({{"axes", I{1}}, {"keepdims", int64_t{0}}})});
+  c.push_back({"reduce_sum_all", "reduce_sum", {InputSpec{{2, 3}}}, A({{"axes", I{}}, {"keepdims", int64_t{1}}})});
+  c.push_back({"reduce_mean", "reduce_mean", {InputSpec{{2, 3, 4}}}, A({{"axes", I{0, 2}}, {"keepdims", int64_t{1}}})});
+  c.push_back({"reduce_max", "reduce_max", {InputSpec{{2, 3, 4}}}, A({{"axes", I{2}}, {"keepdims", int64_t{0}}})});
+  c.push_back({"reduce_min", "reduce_min", {InputSpec{{2, 3, 4}}}, A({{"axes", I{1}}, {"keepdims", int64_t{1}}})});
+  c.push_back({"reduce_sum_square", "reduce_sum_square", {InputSpec{{2, 3}}}, A({{"axes", I{1}}, {"keepdims", int64_t{0}}})});
+  c.push_back({"reduce_l2", "reduce_l2", {InputSpec{{2, 3}, DType::kF64, 0.5, 1.0}}, A({{"axes", I{1}}, {"keepdims", int64_t{0}}})});
+  c.push_back({"softmax_last", "softmax", {InputSpec{{2, 3, 4}}}, A({{"axis", int64_t{2}}})});
+  c.push_back({"softmax_mid", "softmax", {InputSpec{{2, 3, 4}}}, A({{"axis", int64_t{1}}})});
+  c.push_back({"log_softmax", "log_softmax", {InputSpec{{2, 5}}}, A({{"axis", int64_t{1}}})});
+  c.push_back({"layernorm", "layernorm", {InputSpec{{2, 3, 4}}, InputSpec{{4}}, InputSpec{{4}}}, A({{"axis", int64_t{2}}, {"eps", 1e-5}})});
+  c.push_back({"layernorm_2d", "layernorm", {InputSpec{{2, 3, 4}}, InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}, {"eps", 1e-5}})});
+  c.push_back({"softmax_cross_entropy", "softmax_cross_entropy", {InputSpec{{4, 5}}, InputSpec{{4}, DType::kI64, 0, 5, false}}});
+  c.push_back({"reshape", "reshape", {InputSpec{{2, 6}}}, A({{"shape", I{3, 4}}})});
+  c.push_back({"transpose", "transpose", {InputSpec{{2, 3, 4}}}, A({{"perm", I{2, 0, 1}}})});
+  c.push_back({"slice", "slice", {InputSpec{{4, 5}}}, A({{"axes", I{0, 1}}, {"starts", I{1, 4}}, {"ends", I{4, 0}}, {"steps", I{2, -2}}})});
+  c.push_back({"concat", "concat", {InputSpec{{2, 3}}, InputSpec{{2, 1}}, InputSpec{{2, 2}}}, A({{"axis", int64_t{1}}})});
+  c.push_back({"expand", "expand", {InputSpec{{3, 1}}}, A({{"shape", I{2, 3, 4}}})});
+  c.push_back({"gather", "gather", {InputSpec{{5, 3}}, InputSpec{{2, 3}, DType::kI64, -5, 5, false}}, A({{"axis", int64_t{0}}})});
+  c.push_back({"gather_axis1", "gather", {InputSpec{{2, 5, 3}}, InputSpec{{4}, DType::kI64, 0, 5, false}}, A({{"axis", int64_t{1}}})});
+  c.push_back({"pad", "pad", {InputSpec{{2, 3}}}, A({{"pads", I{1, 0, 0, 2}}, {"mode", std::string("constant")}, {"value", 0.0}})});
+  c.push_back({"tile", "tile", {InputSpec{{2, 3}}}, A({{"repeats", I{2, 3}}})});
+  c.push_back({"dropout_train", "dropout", {InputSpec{{4, 8}}}, A({{"ratio", 0.3}, {"seed", int64_t{7}}})});
+  return c;
+}
+
+struct Built {
+  Module module;
+  ValueId loss;
+  std::vector<ValueId> wrt;
+  std::vector<std::string> wrt_names;
+};
+
+Built build(const GradCase& c, std::mt19937& rng, std::map<std::string, Tensor>& feeds) {
+  Built b;
+  std::vector<ValueId> inputs;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const InputSpec& s = c.inputs[i];
+    Tensor t = testing::random_tensor(s.dtype, s.shape, rng, s.lo, s.hi);
+    if (s.differentiable) {
+      const std::string name = "in" + std::to_string(i);
+      ValueId v = b.module.add_argument(name, TensorType{s.dtype, s.shape}, Role::kInput);
+      feeds[name] = t;
+      b.wrt.push_back(v);
+      b.wrt_names.push_back(name);
+      inputs.push_back(v);
+    } else {
+      inputs.push_back(b.module.add_constant(t, "k"));
+    }
+  }
+  auto y = b.module.add_node(c.op, inputs, c.attrs, c.label, c.num_outputs);
+  MEMC_CHECK(y.ok(), y.status().message());
+  const TensorType out = b.module.value((*y)[0]).type;
+  ValueId r = b.module.add_constant(testing::random_tensor(out.dtype, out.shape, rng), "r");
+  auto weighted = b.module.add_node("mul", {(*y)[0], r});
+  auto loss = b.module.add_node("reduce_sum", {(*weighted)[0]}, A({{"axes", I{}}, {"keepdims", int64_t{0}}}));
+  b.loss = (*loss)[0];
+  return b;
+}
+
+double eval_loss(const Module& m, ValueId loss, const std::map<std::string, Tensor>& feeds, const ExecOptions& opts) {
+  Module copy = m;
+  copy.set_outputs({loss});
+  auto out = execute(copy, feeds, opts);
+  MEMC_CHECK(out.ok(), out.status().message());
+  return (*out)[0].get_as_double(0);
+}
+
+class GradCheck : public ::testing::TestWithParam<GradCase> {};
+
+TEST_P(GradCheck, MatchesFiniteDifferences) {
+  const GradCase& c = GetParam();
+  const unsigned seed = static_cast<unsigned>(std::hash<std::string>{}(c.label) & 0xffff);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::map<std::string, Tensor> feeds;
+  Built b = build(c, rng, feeds);
+  const ExecOptions opts{.training = true, .seed = 3, .step = 1};
+
+  Module grad_module = b.module;
+  Expected<std::vector<ValueId>> grads = Autodiff().run(grad_module, b.loss, b.wrt);
+  ASSERT_TRUE(grads.ok()) << grads.status().message();
+  grad_module.set_outputs(*grads);
+  auto analytic = execute(grad_module, feeds, opts);
+  ASSERT_TRUE(analytic.ok()) << analytic.status().message() << "\n" << print_module(grad_module);
+
+  const double h = 1e-6;
+  for (size_t k = 0; k < b.wrt.size(); ++k) {
+    Tensor& x = feeds[b.wrt_names[k]];
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double saved = x.get_as_double(i);
+      x.set_from_double(i, saved + h);
+      const double up = eval_loss(b.module, b.loss, feeds, opts);
+      x.set_from_double(i, saved - h);
+      const double down = eval_loss(b.module, b.loss, feeds, opts);
+      x.set_from_double(i, saved);
+      const double numeric = (up - down) / (2 * h);
+      const double got = (*analytic)[k].get_as_double(i);
+      ASSERT_NEAR(got, numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+          << c.label << ": d loss / d " << b.wrt_names[k] << "[" << i << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, GradCheck, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<GradCase>& info) { return info.param.label; });
+
+// Every differentiable registered op has a rule or says it has none.
+TEST(GradRules, EveryOpHasARuleOrSaysItHasNone) {
+  const std::set<std::string> pending = {"conv_grad_input", "conv_grad_weight", "attention_grad", "gelu_grad",
+                                         "softmax_grad", "log_softmax_grad", "layernorm_grad", "gather_grad",
+                                         "slice_grad", "softmax_cross_entropy_grad", "full", "constant", "reduce_prod"};
+  for (const std::string& name : OpRegistry::get().names()) {
+    const OpDef* def = OpRegistry::get().find(name);
+    if (def->grad || (def->flags & kOpNoGradient) || pending.count(name)) continue;
+    ADD_FAILURE() << "memc." << name << " has neither a gradient rule nor kOpNoGradient";
+  }
+}
+
+}  // namespace
+}  // namespace memc

@@ -1,0 +1,39 @@
+// The subcommands of the memc CLI (../shared/CLI.md). Each returns the process exit status
+// (0 ok, 2 bad input, 3 budget, 1 internal) and prints its own one-line errors via report().
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "support/status.h"
+
+namespace memc::cli {
+
+struct InspectArgs {
+  std::string model;
+  int64_t batch = -1;
+  int64_t seq = -1;
+  bool print_ir = false;
+  bool json = false;
+};
+
+struct InferArgs {
+  std::string model;
+  std::string input;
+  std::string output;
+  int64_t batch = -1;
+  int64_t seq = -1;
+  bool print = false;  // argmax per row of each output
+};
+
+int run_inspect(const InspectArgs& args);
+int run_infer(const InferArgs& args);
+
+// Prints "memc: <message>" (one line) on stderr and returns the status's exit code.
+int report(const Status& status);
+
+// "86,567,656"; "330.2 MiB"; "17.6 GFLOP".
+std::string with_commas(int64_t n);
+std::string human_bytes(int64_t bytes);
+std::string human_flops(int64_t flops);
+
+}  // namespace memc::cli
