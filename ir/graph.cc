@@ -53,7 +53,7 @@ std::string Module::unique_name(const std::string& hint) {
   std::string base = sanitize_name(hint);
   if (!by_name_.count(base)) return base;
   for (int i = 1;; ++i) {
-    std::string candidate = base + "_" + std::to_string(i);
+    std::string candidate = sanitize_name(base + "_" + std::to_string(i));
     if (!by_name_.count(candidate)) return candidate;
   }
 }
@@ -144,6 +144,7 @@ std::vector<NodeId> Module::schedule() const {
   std::vector<NodeId> live;
   live.reserve(order_.size());
   for (NodeId n : order_) {
+    MEMC_CHECK(n >= 0 && n < static_cast<NodeId>(nodes_.size()), "schedule names node ", n, " of ", nodes_.size());
     if (!nodes_[n].dead) live.push_back(n);
   }
   return live;

@@ -114,7 +114,6 @@ Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset
   return counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
 }
 
-Status dump_first_grads(const Plan& plan, const std::map<std::string, Tensor>& feeds, const ExecOptions& opts, const std::string& path);
 
 }  // namespace
 
@@ -174,7 +173,12 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
         feeds[kLrArg] = f32_scalar(learning_rate(plan.schedule, step, horizon));
         feeds[kStepArg] = f32_scalar(static_cast<double>(step));
         const ExecOptions opts{.training = plan.dropout, .seed = options.seed, .step = step};
-        if (!options.dump_grads.empty() && report.steps == 0) MEMC_RETURN_IF_ERROR(dump_first_grads(plan, feeds, opts, options.dump_grads));
+        if (!options.dump_grads.empty() && report.steps == 0) {
+          MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(plan, state, feeds, options.seed, step));
+          TensorMap arrays;
+          for (auto& [name, t] : grads) arrays[name] = t.dtype() == DType::kF32 ? t : t.cast(DType::kF32);
+          MEMC_RETURN_IF_ERROR(write_npz(options.dump_grads, arrays));
+        }
         const auto t0 = Clock::now();
         MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(plan.train, feeds, opts));
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -211,29 +215,29 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   return report;
 }
 
-namespace {
-
-// Runs the training step with the gradients as outputs (no state changes) and writes them as
-// float32 keyed by initializer name.
-Status dump_first_grads(const Plan& plan, const std::map<std::string, Tensor>& feeds, const ExecOptions& opts, const std::string& path) {
+Expected<std::map<std::string, Tensor>> compute_gradients(const Plan& plan, const StateMap& state,
+                                                          const std::map<std::string, Tensor>& batch, uint64_t seed,
+                                                          int64_t step) {
   Module probe = plan.train;
   std::vector<ValueId> outputs = {probe.outputs()[0]};
   std::vector<std::string> names = {"loss"};
   for (const Value& v : probe.values()) {
-    if (v.role == Role::kGrad && v.name.rfind("grad.", 0) == 0) {
-      ValueId param = probe.find_value(v.name.substr(5));
-      if (param == kNoValue) continue;
-      outputs.push_back(v.id);
-      names.push_back(probe.value(param).source_name);
-    }
+    if (v.role != Role::kGrad || v.name.rfind("grad.", 0) != 0) continue;
+    const ValueId param = probe.find_value(v.name.substr(5));
+    if (param == kNoValue || probe.value(param).role != Role::kParam) continue;
+    outputs.push_back(v.id);
+    names.push_back(probe.value(param).source_name);
   }
   probe.set_outputs(outputs);
-  MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(probe, feeds, opts));
-  TensorMap arrays;
-  for (size_t i = 0; i < out.size(); ++i) arrays[names[i]] = out[i].dtype() == DType::kF32 ? out[i] : out[i].cast(DType::kF32);
-  return write_npz(path, arrays);
+  probe.eliminate_dead_nodes();  // the optimizer updates are not needed
+  std::map<std::string, Tensor> feeds = batch;
+  add_state_feeds(probe, state, feeds);
+  feeds[kLrArg] = f32_scalar(0.0);
+  feeds[kStepArg] = f32_scalar(static_cast<double>(step));
+  MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(probe, feeds, ExecOptions{.training = plan.dropout, .seed = seed, .step = step}));
+  std::map<std::string, Tensor> result;
+  for (size_t i = 0; i < out.size(); ++i) result[names[i]] = out[i];
+  return result;
 }
-
-}  // namespace
 
 }  // namespace memc

@@ -38,6 +38,12 @@ using StateMap = std::map<std::string, Tensor>;
 
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state = nullptr);
 
+// Loss ("loss") and the gradient of every parameter (keyed by initializer name) for one batch
+// (`batch` holds the data inputs and "labels"), without changing `state`.
+Expected<std::map<std::string, Tensor>> compute_gradients(const Plan& plan, const StateMap& state,
+                                                          const std::map<std::string, Tensor>& batch, uint64_t seed,
+                                                          int64_t step);
+
 // Loads the parameters of `plan` from its model file and zero optimizer states.
 Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan);
 

@@ -67,6 +67,12 @@ Status conv_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   auto pads = c.node.attrs.get_ints("pads", std::vector<int64_t>(2 * sd, 0));
   const int64_t group = c.node.attrs.get_int("group", 1);
   if (strides.size() != sd || dilations.size() != sd || pads.size() != 2 * sd) return Status::BadInput("strides/dilations/pads rank mismatch");
+  MEMC_RETURN_IF_ERROR(check_small(strides, "strides"));
+  MEMC_RETURN_IF_ERROR(check_small(dilations, "dilations"));
+  MEMC_RETURN_IF_ERROR(check_small(pads, "pads"));
+  for (size_t i = 0; i < sd; ++i) {
+    if (dilations[i] < 1) return Status::BadInput("dilations must be ≥ 1");
+  }
   if (group < 1 || x[1] != w[1] * group || w[0] % group != 0) {
     return Status::BadInput(str_cat("channels ", x[1], " do not match weight ", shape_str(w), " with group ", group));
   }

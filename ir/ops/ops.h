@@ -15,6 +15,14 @@ void register_gradients(OpRegistry& r);      // sets OpDef::grad on every differ
 
 // Numpy broadcasting of two shapes; fails if a pair of dims is neither equal nor 1.
 Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b);
+// Bounds every shape an op can be asked to build, so shape arithmetic never overflows:
+// dims in [0, 2^40], element counts up to 2^48 (the limits of the IR text form too).
+inline constexpr int64_t kMaxDim = int64_t{1} << 40;
+inline constexpr int64_t kMaxElements = int64_t{1} << 48;
+Status check_shape(const Shape& shape, const char* what);
+// An attribute integer (stride, pad, repeat) within ±2^40.
+Status check_small(const std::vector<int64_t>& values, const char* what);
+
 // Checks every axis in `axes` lies in [0, rank) and appears once.
 Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what);
 

@@ -27,6 +27,23 @@ Expected<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+Status check_shape(const Shape& shape, const char* what) {
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || d > kMaxDim) return Status::BadInput(str_cat(what, " dim ", d, " outside [0, 2^40]"));
+    if (d != 0 && count > kMaxElements / d) return Status::BadInput(str_cat(what, " [", shape_str(shape), "] has more than 2^48 elements"));
+    count *= d;
+  }
+  return Status::Ok();
+}
+
+Status check_small(const std::vector<int64_t>& values, const char* what) {
+  for (int64_t v : values) {
+    if (v < -kMaxDim || v > kMaxDim) return Status::BadInput(str_cat(what, " value ", v, " outside ±2^40"));
+  }
+  return Status::Ok();
+}
+
 Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what) {
   std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(rank, 0)), false);
   for (int64_t a : axes) {

@@ -11,9 +11,7 @@ constexpr auto kNoFlops = [](const Node&, std::span<const TensorType>, std::span
 
 Status reshape_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const Shape shape = c.node.attrs.get_ints("shape");
-  for (int64_t d : shape) {
-    if (d < 0) return Status::BadInput("shape has a negative dim");
-  }
+  MEMC_RETURN_IF_ERROR(check_shape(shape, "reshape"));
   if (numel(shape) != c.inputs[0].numel()) {
     return Status::BadInput(str_cat("cannot reshape ", shape_str(c.inputs[0].shape), " to ", shape_str(shape)));
   }
@@ -47,6 +45,9 @@ Status slice_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   if (starts.size() != axes.size() || ends.size() != axes.size() || steps.size() != axes.size()) {
     return Status::BadInput("axes/starts/ends/steps lengths differ");
   }
+  MEMC_RETURN_IF_ERROR(check_small(starts, "starts"));
+  MEMC_RETURN_IF_ERROR(check_small(ends, "ends"));
+  MEMC_RETURN_IF_ERROR(check_small(steps, "steps"));
   MEMC_RETURN_IF_ERROR(check_axes(axes, static_cast<int64_t>(y.size()), "slice"));
   for (size_t i = 0; i < axes.size(); ++i) {
     const int64_t dim = y[axes[i]];
@@ -79,6 +80,7 @@ Status concat_shape(const ShapeContext& c, std::vector<TensorType>& out) {
 
 Status expand_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const Shape target = c.node.attrs.get_ints("shape");
+  MEMC_RETURN_IF_ERROR(check_shape(target, "expand"));
   MEMC_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(c.inputs[0].shape, target));
   if (b != target) return Status::BadInput(str_cat("cannot expand ", shape_str(c.inputs[0].shape), " to ", shape_str(target)));
   out = {TensorType{c.inputs[0].dtype, target}};
@@ -103,10 +105,12 @@ Status pad_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const auto pads = c.node.attrs.get_ints("pads");
   Shape y = c.inputs[0].shape;
   if (pads.size() != 2 * y.size()) return Status::BadInput("pads must hold 2·rank values");
+  MEMC_RETURN_IF_ERROR(check_small(pads, "pads"));
   for (size_t i = 0; i < y.size(); ++i) {
     y[i] += pads[i] + pads[y.size() + i];
     if (y[i] < 0) return Status::BadInput("negative padded size");
   }
+  MEMC_RETURN_IF_ERROR(check_shape(y, "pad result"));
   out = {TensorType{c.inputs[0].dtype, y}};
   return Status::Ok();
 }
@@ -116,9 +120,11 @@ Status tile_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   Shape y = c.inputs[0].shape;
   if (repeats.size() != y.size()) return Status::BadInput("repeats length differs from rank");
   for (size_t i = 0; i < y.size(); ++i) {
-    if (repeats[i] < 0) return Status::BadInput("negative repeat");
+    if (repeats[i] < 0 || repeats[i] > kMaxDim) return Status::BadInput("repeat outside [0, 2^40]");
+    if (repeats[i] != 0 && y[i] > kMaxDim / repeats[i]) return Status::BadInput("tiled dim exceeds 2^40");
     y[i] *= repeats[i];
   }
+  MEMC_RETURN_IF_ERROR(check_shape(y, "tile result"));
   out = {TensorType{c.inputs[0].dtype, y}};
   return Status::Ok();
 }

@@ -19,9 +19,7 @@ void register_training_ops(OpRegistry& r) {
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            auto dtype = parse_dtype(c.node.attrs.get_string("dtype", "f32"));
            if (!dtype) return Status::BadInput("attribute 'dtype' names no dtype");
-           for (int64_t d : shape_attr(c, "shape")) {
-             if (d < 0) return Status::BadInput("negative dim");
-           }
+           MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "shape"), "full"));
            out = {TensorType{*dtype, shape_attr(c, "shape")}};
            return Status::Ok();
          },
@@ -65,18 +63,21 @@ void register_training_ops(OpRegistry& r) {
          .doc = "(dy, x, scale) → (dx, dscale) {axis, eps}"});
   r.add({.name = "gather_grad", .min_inputs = 2, .max_inputs = 2,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
          },
          .doc = "(dy, indices) → scatter-add of dy into zeros of {input_shape} along {axis}"});
   r.add({.name = "slice_grad", .min_inputs = 1, .max_inputs = 1,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
          },
          .doc = "dy written into zeros of {input_shape} at the slice {axes, starts, ends, steps}"});
   r.add({.name = "conv_grad_input", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
          },
@@ -88,6 +89,7 @@ void register_training_ops(OpRegistry& r) {
          .doc = "(dy, w) → dx of conv {input_shape, strides, pads, dilations, group}"});
   r.add({.name = "conv_grad_weight", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "weight_shape"), "weight_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "weight_shape")}};
            return Status::Ok();
          },
