@@ -249,6 +249,15 @@ Expected<Module> Importer::run() {
   module_.eliminate_dead_nodes();
   module_.compact();
   if (options_.fuse) run_fusions(module_);
+  // Fusion replaces the values that produce outputs: the graph's output names go on last.
+  for (int i = 0; i < model_.graph().output_size() && i < static_cast<int>(module_.outputs().size()); ++i) {
+    const ValueId v = module_.outputs()[i];
+    const std::string& name = model_.graph().output(i).name();
+    if (module_.value(v).source_name != name) {
+      module_.rename(v, name);
+      module_.value(v).source_name = name;
+    }
+  }
 
   Attrs& meta = module_.metadata();
   meta.set("opset", opset_);

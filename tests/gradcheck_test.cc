@@ -92,6 +92,9 @@ std::vector<GradCase> cases() {
   c.push_back({"reduce_l2", "reduce_l2", {InputSpec{{2, 3}, DType::kF64, 0.5, 1.0}}, A({{"axes", I{1}}, {"keepdims", int64_t{0}}})});
   c.push_back({"softmax_last", "softmax", {InputSpec{{2, 3, 4}}}, A({{"axis", int64_t{2}}})});
   c.push_back({"softmax_mid", "softmax", {InputSpec{{2, 3, 4}}}, A({{"axis", int64_t{1}}})});
+  c.push_back({"softmax_default_axis", "softmax", {InputSpec{{2, 3, 4}}}});  // no attrs: the last axis
+  c.push_back({"log_softmax_default_axis", "log_softmax", {InputSpec{{3, 5}}}});
+  c.push_back({"layernorm_default_axis", "layernorm", {InputSpec{{2, 3, 4}}, InputSpec{{4}}}});
   c.push_back({"log_softmax", "log_softmax", {InputSpec{{2, 5}}}, A({{"axis", int64_t{1}}})});
   c.push_back({"layernorm", "layernorm", {InputSpec{{2, 3, 4}}, InputSpec{{4}}, InputSpec{{4}}}, A({{"axis", int64_t{2}}, {"eps", 1e-5}})});
   c.push_back({"layernorm_2d", "layernorm", {InputSpec{{2, 3, 4}}, InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}, {"eps", 1e-5}})});

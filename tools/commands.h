@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "planner/compile.h"
+#include "runtime/trainer.h"
 #include "support/status.h"
 
 namespace memc::cli {
@@ -25,7 +27,34 @@ struct InferArgs {
   bool print = false;  // argmax per row of each output
 };
 
+struct CompileArgs {
+  std::string model;
+  std::string output;
+  std::string loss = "cross_entropy";
+  CompileOptions options;
+  ScheduleOptions schedule;
+  bool print_ir = false;
+  bool json = false;
+};
+
+struct RunArgs {
+  std::string plan;
+  RunOptions options;
+  std::string json_report;
+};
+
+struct ExportArgs {
+  std::string plan;
+  std::string weights;  // checkpoint folder or .safetensors file
+  std::string output;
+};
+
 int run_inspect(const InspectArgs& args);
+int run_compile(const CompileArgs& args);
+int run_run(const RunArgs& args);
+int run_export(const ExportArgs& args);
+// `memc inspect PLAN`
+int run_inspect_plan(const std::string& path, bool as_json, bool print_ir);
 int run_infer(const InferArgs& args);
 
 // Prints "memc: <message>" (one line) on stderr and returns the status's exit code.

@@ -125,7 +125,7 @@ int run_inspect(const InspectArgs& args) {
   const std::string ext = std::filesystem::path(args.model).extension().string();
   if (ext != ".onnx") {
     if (!std::filesystem::exists(args.model)) return report(Status::BadInput(args.model + ": no such file"));
-    return report(Status::BadInput(args.model + ": is not an ONNX model (expected a .onnx file)"));
+    return run_inspect_plan(args.model, args.json, args.print_ir);  // a plan from memc compile
   }
   ImportOptions options;
   options.batch = args.batch;

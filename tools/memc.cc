@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -36,13 +37,27 @@ const CLI::Validator kPositive(
     },
     "INT>0");
 
-constexpr const char* kCommands[] = {"inspect", "infer"};
+constexpr const char* kCommands[] = {"inspect", "infer", "compile", "run", "export"};
+
+// A positive float option (learning rate) or a non-negative one (weight decay, clipping).
+const CLI::Validator kNonNegative(
+    [](std::string& s) -> std::string {
+      double v = -1;
+      size_t used = 0;
+      try {
+        v = std::stod(s, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      return used == s.size() && v >= 0 && std::isfinite(v) ? "" : "must be a non-negative number, got '" + s + "'";
+    },
+    "FLOAT>=0");
 
 int run_main(int argc, char** argv) {
   // An unknown first word is a command typo, not a stray positional.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(std::begin(kCommands), std::end(kCommands), [&](const char* c) { return std::string(argv[1]) == c; })) {
-    std::fprintf(stderr, "memc: unknown command '%s' (commands: inspect, infer; see memc --help)\n", argv[1]);
+    std::fprintf(stderr, "memc: unknown command '%s' (commands: inspect, infer, compile, run, export; see memc --help)\n", argv[1]);
     return 2;
   }
   CLI::App app{"memc: compiles ONNX models into memory-budgeted training plans and runs them.", "memc"};
@@ -54,7 +69,7 @@ int run_main(int argc, char** argv) {
 
   InspectArgs inspect;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "Describe a model: inputs, outputs, ops, parameters, FLOPs");
-  inspect_cmd->add_option("MODEL", inspect.model, "ONNX model (.onnx)")->required();
+  inspect_cmd->add_option("MODEL", inspect.model, "ONNX model (.onnx) or plan from memc compile")->required();
   inspect_cmd->add_option("--batch", inspect.batch, "Batch size for dynamic first dims (default: model's, else 1)")
       ->check(kPositive);
   inspect_cmd->add_option("--seq", inspect.seq, "Sequence length for dynamic token dims")->check(kPositive);
@@ -73,6 +88,55 @@ int run_main(int argc, char** argv) {
       ->check(kPositive);
   infer_cmd->add_flag("--print", infer.print, "Print each output's argmax per row (the predicted class)");
 
+  CompileArgs compile;
+  CLI::App* compile_cmd = app.add_subcommand("compile", "Build a training plan: loss, autodiff, optimizer, schedule");
+  compile_cmd->add_option("MODEL", compile.model, "ONNX model (.onnx; a skeleton is enough)")->required();
+  compile_cmd->add_option("--batch", compile.options.batch, "Batch size")->required()->check(kPositive);
+  compile_cmd->add_option("-o,--output", compile.output, "Plan file to write")->required();
+  compile_cmd->add_option("--seq", compile.options.seq, "Sequence length for dynamic token dims")->check(kPositive);
+  compile_cmd->add_option("--loss", compile.loss, "Loss: cross_entropy (softmax cross-entropy on integer labels)");
+  compile_cmd->add_option("--optimizer", compile.options.optimizer.kind, "sgd | momentum | adam | adamw (default adamw)")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw"}));
+  compile_cmd->add_option("--lr", compile.schedule.lr, "Peak learning rate (default 1e-3)")->check(kNonNegative);
+  double weight_decay = -1;
+  compile_cmd->add_option("--weight-decay", weight_decay, "Weight decay (default 0.01 for adamw, else 0)")->check(kNonNegative);
+  compile_cmd->add_option("--momentum", compile.options.optimizer.momentum, "Momentum for --optimizer momentum (default 0.9)")
+      ->check(kNonNegative);
+  compile_cmd->add_flag("--nesterov", compile.options.optimizer.nesterov, "Nesterov momentum");
+  compile_cmd->add_option("--schedule", compile.schedule.kind, "constant | cosine | warmup-cosine (default constant)");
+  compile_cmd->add_option("--warmup-steps", compile.schedule.warmup_steps, "Linear warm-up steps for warmup-cosine")
+      ->check(CLI::NonNegativeNumber);
+  compile_cmd->add_option("--clip-grad-norm", compile.options.optimizer.clip_grad_norm, "Clip the global gradient norm to F (0: off)")
+      ->check(kNonNegative);
+  compile_cmd->add_option("--epochs", compile.options.epochs, "Epochs (the cosine horizon; memc run's default)")->check(kPositive);
+  compile_cmd->add_option("--steps-per-epoch", compile.options.steps_per_epoch, "Cap on steps per epoch (default: the data's)")
+      ->check(kPositive);
+  compile_cmd->add_option("--precision", compile.options.precision, "fp32 (lower precisions come with the memory passes)");
+  bool no_dropout = false;
+  compile_cmd->add_flag("--no-dropout", no_dropout, "Turn dropout into identity (for exact comparisons with another framework)");
+  compile_cmd->add_flag("--print-ir", compile.print_ir, "Print the training step's IR");
+  compile_cmd->add_flag("--json", compile.json, "Print a JSON summary");
+
+  RunArgs run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Train and/or evaluate a plan");
+  run_cmd->add_option("PLAN", run.plan, "Plan from memc compile")->required();
+  run_cmd->add_option("--data", run.options.data, "Training data (.npz: one array per input, y = int64 labels)");
+  run_cmd->add_option("--eval", run.options.eval, "Evaluation data (.npz), accuracy after training");
+  auto* epochs_opt = run_cmd->add_option("--epochs", run.options.epochs, "Epochs (default: the plan's)")->check(CLI::NonNegativeNumber);
+  run_cmd->add_option("--steps", run.options.steps, "Stop after S optimizer steps")->check(CLI::NonNegativeNumber)->excludes(epochs_opt);
+  run_cmd->add_option("--seed", run.options.seed, "Seed of data order and dropout (default 0)");
+  run_cmd->add_option("--checkpoint", run.options.checkpoint_dir, "Folder for checkpoint.safetensors (each epoch and at the end)");
+  run_cmd->add_flag("--resume", run.options.resume, "Continue from the checkpoint in --checkpoint");
+  run_cmd->add_option("--dump-grads", run.options.dump_grads, "Write the first step's gradients (.npz, by initializer name)");
+  run_cmd->add_option("--json", run.json_report, "Write a JSON report");
+  run_cmd->add_flag("--quiet", run.options.quiet, "No progress line");
+
+  ExportArgs export_args;
+  CLI::App* export_cmd = app.add_subcommand("export", "Write trained weights back into the ONNX model");
+  export_cmd->add_option("PLAN", export_args.plan, "Plan from memc compile")->required();
+  export_cmd->add_option("--weights", export_args.weights, "Checkpoint folder or .safetensors file")->required();
+  export_cmd->add_option("-o,--output", export_args.output, "ONNX file to write")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -87,7 +151,7 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // A subcommand's --help arrives as CallForHelp thrown from within that subcommand.
     if (e.get_exit_code() == 0) {
-      for (CLI::App* sub : {inspect_cmd, infer_cmd}) {
+      for (CLI::App* sub : {inspect_cmd, infer_cmd, compile_cmd, run_cmd, export_cmd}) {
         if (sub->parsed()) {
           std::fputs(sub->help().c_str(), stdout);
           return 0;
@@ -102,6 +166,13 @@ int run_main(int argc, char** argv) {
   set_verbosity(verbose);
   if (inspect_cmd->parsed()) return run_inspect(inspect);
   if (infer_cmd->parsed()) return run_infer(infer);
+  if (compile_cmd->parsed()) {
+    compile.options.optimizer.weight_decay = weight_decay >= 0 ? weight_decay : (compile.options.optimizer.kind == "adamw" ? 0.01 : 0.0);
+    compile.options.dropout = !no_dropout;
+    return run_compile(compile);
+  }
+  if (run_cmd->parsed()) return run_run(run);
+  if (export_cmd->parsed()) return run_export(export_args);
   std::fprintf(stderr, "memc: no command given (see memc --help)\n");
   return 2;
 }

@@ -66,7 +66,7 @@ struct AttentionDropout {
   uint64_t seed = 0, stream = 0, threshold = 0;
   double inv_keep = 1.0;
 
-  AttentionDropout(const KernelContext& ctx) {
+  explicit AttentionDropout(const KernelContext& ctx) {
     const double ratio = ctx.node.attrs.get_float("dropout_ratio", 0.0);
     if (!ctx.training || ratio <= 0.0) return;
     active = true;

@@ -136,7 +136,10 @@ Status reduce_l2_grad(GradBuilder& g) {
   return Status::Ok();
 }
 
+// Gradients reach x and scale only through y; a loss that uses the optional mean / inv_std
+// outputs would silently lose their share, so that is refused.
 Status layernorm_grad(GradBuilder& g) {
+  if (g.GO(1) != kNoValue || g.GO(2) != kNoValue) return Status::BadInput("no gradient through layernorm's mean/inv_std outputs");
   if (g.needs_GI(0) || g.needs_GI(1)) {
     std::vector<ValueId> d = g.emit_n("layernorm_grad", {g.GO(0), g.I(0), g.I(1)}, g.attrs(), 2);
     g.set_GI(0, d[0]);

@@ -1,0 +1,154 @@
+// `memc compile`, `memc run`, `memc export` and `memc inspect PLAN`: the training half of the
+// CLI (../shared/CLI.md).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "frontend/onnx_weights.h"
+#include "ir/printer.h"
+#include "planner/compile.h"
+#include "runtime/safetensors.h"
+#include "runtime/trainer.h"
+#include "tools/commands.h"
+
+namespace memc::cli {
+namespace {
+
+using json = nlohmann::json;
+
+json decisions_json(const Decisions& d) {
+  return {{"precision", d.precision}, {"micro_batches", d.micro_batches}, {"remat", d.remat}, {"shard", d.shard}, {"offload", d.offload}};
+}
+
+int64_t count_params(const Module& m, int64_t* bytes) {
+  int64_t count = 0;
+  *bytes = 0;
+  for (ValueId a : m.arguments()) {
+    const Value& v = m.value(a);
+    if (v.role != Role::kParam) continue;
+    count += v.type.numel();
+    *bytes += v.type.bytes();
+  }
+  return count;
+}
+
+json plan_summary(const std::string& path, const Plan& plan) {
+  int64_t param_bytes = 0;
+  const int64_t params = count_params(plan.train, &param_bytes);
+  return {{"plan", path},
+          {"model", plan.model_path},
+          {"batch", plan.batch},
+          {"num_classes", plan.num_classes},
+          {"optimizer", plan.optimizer.kind},
+          {"lr", plan.schedule.lr},
+          {"schedule", plan.schedule.kind},
+          {"epochs", plan.epochs},
+          {"dropout", plan.dropout},
+          {"param_count", params},
+          {"param_bytes", param_bytes},
+          {"train_nodes", plan.train.schedule().size()},
+          {"eval_nodes", plan.eval.schedule().size()},
+          {"decisions", decisions_json(plan.decisions)}};
+}
+
+void print_summary(const json& s) {
+  std::printf("plan       %s (from %s)\n", s["plan"].get<std::string>().c_str(), s["model"].get<std::string>().c_str());
+  std::printf("training   batch %lld, %lld classes, %s lr %g (%s), %lld epoch(s)%s\n", static_cast<long long>(s["batch"].get<int64_t>()),
+              static_cast<long long>(s["num_classes"].get<int64_t>()), s["optimizer"].get<std::string>().c_str(),
+              s["lr"].get<double>(), s["schedule"].get<std::string>().c_str(), static_cast<long long>(s["epochs"].get<int64_t>()),
+              s["dropout"].get<bool>() ? "" : ", dropout off");
+  std::printf("params     %s (%s)\n", with_commas(s["param_count"].get<int64_t>()).c_str(), human_bytes(s["param_bytes"].get<int64_t>()).c_str());
+  std::printf("nodes      %lld in the training step, %lld in the forward pass\n", static_cast<long long>(s["train_nodes"].get<int64_t>()),
+              static_cast<long long>(s["eval_nodes"].get<int64_t>()));
+  const json& d = s["decisions"];
+  std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %lld, offload %s\n", d["precision"].get<std::string>().c_str(),
+              static_cast<long long>(d["micro_batches"].get<int64_t>()), d["remat"].get<std::string>().c_str(),
+              static_cast<long long>(d["shard"].get<int64_t>()), d["offload"].get<std::string>().c_str());
+}
+
+}  // namespace
+
+int run_compile(const CompileArgs& args) {
+  if (args.loss != "cross_entropy") return report(Status::BadInput("--loss " + args.loss + " is not supported (cross_entropy)"));
+  if (args.schedule.kind != "constant" && args.schedule.kind != "cosine" && args.schedule.kind != "warmup-cosine") {
+    return report(Status::BadInput("--schedule " + args.schedule.kind + " is not one of constant, cosine, warmup-cosine"));
+  }
+  if (!std::filesystem::exists(args.model)) return report(Status::BadInput(args.model + ": no such file"));
+  CompileOptions options = args.options;
+  options.schedule = args.schedule;
+  Expected<Plan> plan = compile_model(args.model, args.output, options);
+  if (!plan.ok()) return report(plan.status());
+  if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
+  if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
+  const json summary = plan_summary(args.output, *plan);
+  if (args.json) std::printf("%s\n", summary.dump(2).c_str());
+  else print_summary(summary);
+  return 0;
+}
+
+int run_run(const RunArgs& args) {
+  Expected<Plan> plan = read_plan(args.plan);
+  if (!plan.ok()) return report(plan.status());
+  if (args.options.data.empty() && args.options.eval.empty()) {
+    return report(Status::BadInput("memc run: give --data to train and/or --eval to evaluate"));
+  }
+  StateMap state;
+  Expected<RunReport> result = run_plan(args.plan, *plan, args.options, &state);
+  if (!result.ok()) return report(result.status());
+  const RunReport& r = *result;
+  if (!args.options.quiet) {
+    if (r.steps) std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
+    if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
+  }
+  if (!args.json_report.empty()) {
+    json j = {{"plan", args.plan}, {"steps", r.total_steps}, {"steps_this_run", r.steps}, {"loss", r.final_loss}, {"losses", r.losses},
+              {"step_ms", r.step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)}};
+    j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);
+    std::ofstream out(args.json_report + ".tmp");
+    out << j.dump(2) << "\n";
+    out.close();
+    std::error_code ec;
+    std::filesystem::rename(args.json_report + ".tmp", args.json_report, ec);
+    if (!out || ec) return report(Status::BadInput(args.json_report + ": cannot write the report"));
+  }
+  return 0;
+}
+
+int run_export(const ExportArgs& args) {
+  Expected<Plan> plan = read_plan(args.plan);
+  if (!plan.ok()) return report(plan.status());
+  std::string weights_path = args.weights;
+  if (std::filesystem::is_directory(weights_path)) weights_path = (std::filesystem::path(weights_path) / "checkpoint.safetensors").string();
+  Expected<SafetensorsFile> file = read_safetensors(weights_path);
+  if (!file.ok()) return report(file.status());
+  std::map<std::string, Tensor> weights;
+  for (ValueId a : plan->train.arguments()) {
+    const Value& v = plan->train.value(a);
+    if (v.role != Role::kParam) continue;
+    auto it = file->tensors.find(v.source_name);
+    if (it == file->tensors.end()) return report(Status::BadInput(weights_path + ": no weights for parameter '" + v.source_name + "'"));
+    weights[v.source_name] = it->second;
+  }
+  const std::string model = resolve_model_path(args.plan, *plan);
+  if (Status st = write_onnx_with_weights(model, args.output, weights); !st.ok()) return report(st);
+  std::printf("memc export: %s with %zu trained weights from %s -> %s\n", model.c_str(), weights.size(), weights_path.c_str(), args.output.c_str());
+  return 0;
+}
+
+int run_inspect_plan(const std::string& path, bool as_json, bool print_ir) {
+  Expected<Plan> plan = read_plan(path);
+  if (!plan.ok()) return report(plan.status());
+  json summary = plan_summary(path, *plan);
+  if (print_ir) summary["train_ir"] = print_module(plan->train);
+  if (as_json) {
+    std::printf("%s\n", summary.dump(2).c_str());
+    return 0;
+  }
+  print_summary(summary);
+  if (print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace memc::cli
