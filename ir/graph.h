@@ -99,6 +99,10 @@ class Module {
     output_updates_.resize(outputs_.size(), kNoValue);
     output_updates_.back() = arg;
   }
+  void set_output_update(size_t output_index, ValueId arg) {
+    output_updates_.resize(outputs_.size(), kNoValue);
+    output_updates_.at(output_index) = arg;
+  }
   // For each output, the argument it updates, or kNoValue for a plain result.
   const std::vector<ValueId>& output_updates() const { return output_updates_; }
   void set_schedule(const std::vector<NodeId>& order);

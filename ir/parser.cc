@@ -1,6 +1,7 @@
 // Parser half of the text form (syntax in printer.h). A hand-written, non-recursive descent
 // over the bytes: every read is bounds-checked, numbers go through from_chars (no exceptions),
 // and the first error stops the parse with "line:column: what was expected, what was found".
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <unordered_map>
@@ -78,6 +79,7 @@ class Parser {
   Module module_;
   std::unordered_map<std::string, ValueId> values_;  // names defined so far
   std::vector<TensorType> result_types_;              // the signature's
+  std::vector<ValueId> result_updates_;               // per result: the argument it updates
 };
 
 void Parser::skip_ws() {
@@ -458,7 +460,30 @@ bool Parser::parse_signature() {
   ++pos_;
   skip_ws();
   if (at() == '(') {
-    if (!parse_type_list(result_types_, "")) return false;
+    // (type [{memc.updates = "arg"}], ...): a result may name the argument it replaces.
+    ++pos_;
+    skip_ws();
+    if (!consume(')')) {
+      do {
+        result_types_.emplace_back();
+        result_updates_.push_back(kNoValue);
+        if (!parse_type(result_types_.back())) return false;
+        skip_ws();
+        if (at() == '{') {
+          AttrList attrs;
+          if (!parse_attr_dict(attrs)) return false;
+          for (auto& [key, value] : attrs) {
+            const std::string* arg = std::get_if<std::string>(&value);
+            if (key != "memc.updates" || !arg) return fail("only memc.updates = \"<argument>\" as a result attribute");
+            const ValueId target = module_.find_value(*arg);
+            const bool is_arg = target != kNoValue && std::find(module_.arguments().begin(), module_.arguments().end(), target) != module_.arguments().end();
+            if (!is_arg) return fail(str_cat("memc.updates to name an argument (got '", *arg, "')"));
+            result_updates_.back() = target;
+          }
+        }
+      } while (consume(','));
+      if (!expect(')', "closing the result types")) return false;
+    }
   } else {
     result_types_.emplace_back();
     if (!parse_type(result_types_.back())) return false;
@@ -616,6 +641,9 @@ bool Parser::parse_return() {
   if (!parse_type_list(none, "after '->'")) return false;
   if (!none.empty()) return fail("'()' as the return's result types");
   module_.set_outputs(std::move(outputs));
+  for (size_t i = 0; i < result_updates_.size() && i < module_.outputs().size(); ++i) {
+    if (result_updates_[i] != kNoValue) module_.set_output_update(i, result_updates_[i]);
+  }
   return expect('}', "closing the function body after func.return");
 }
 

@@ -192,7 +192,14 @@ std::string print_module(const Module& m) {
     if (value.space == MemSpace::kHost) arg += ", memc.space = \"host\"";
     return arg + "}";
   });
-  out += ") -> (" + join(m.outputs(), [&](ValueId v) { return value_type(m, v); }) + ")";
+  std::vector<std::string> results;
+  for (size_t i = 0; i < m.outputs().size(); ++i) {
+    std::string r = value_type(m, m.outputs()[i]);
+    const ValueId updated = i < m.output_updates().size() ? m.output_updates()[i] : kNoValue;
+    if (updated != kNoValue && valid_value(m, updated)) r += " {memc.updates = " + quote_string(m.value(updated).name) + "}";
+    results.push_back(r);
+  }
+  out += ") -> (" + join(results, [](const std::string& s) { return s; }) + ")";
   if (!m.metadata().items().empty()) {
     std::vector<std::string> parts;
     for (const auto& [key, attr] : m.metadata().items()) parts.push_back(attr_key("memc." + key) + " = " + print_attr(attr));

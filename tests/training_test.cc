@@ -96,11 +96,22 @@ Plan digits_plan(const std::string& optimizer, const std::string& schedule, doub
   options.schedule.kind = schedule;
   options.schedule.lr = lr;
   options.epochs = epochs;
+  // Through the plan file, as memc run sees it: every decision and update must survive it.
   const std::string model = source_path("models/vit_tiny.onnx");
-  auto plan = compile_model(model, model + ".plan", options);
+  const std::string plan_path = (fs::temp_directory_path() / ("digits_" + optimizer + ".plan")).string();
+  auto plan = compile_model(model, plan_path, options);
   MEMC_CHECK(plan.ok(), plan.status().message());
   plan->model_path = model;
-  return std::move(plan).value();
+  MEMC_CHECK(write_plan(plan_path, *plan).ok());
+  auto loaded = read_plan(plan_path);
+  MEMC_CHECK(loaded.ok(), loaded.status().message());
+  auto update_names = [](const Module& m) {
+    std::vector<std::string> names;
+    for (ValueId v : m.output_updates()) names.push_back(v == kNoValue ? "" : m.value(v).name);
+    return names;
+  };
+  MEMC_CHECK(update_names(loaded->train) == update_names(plan->train), "plan file lost the state updates");
+  return std::move(loaded).value();
 }
 
 std::vector<double> reference_losses(const std::string& file) {

@@ -98,7 +98,7 @@ int run_run(const RunArgs& args) {
   Expected<RunReport> result = run_plan(args.plan, *plan, args.options, &state);
   if (!result.ok()) return report(result.status());
   const RunReport& r = *result;
-  if (!args.options.quiet) {
+  {  // --quiet drops the progress line, not the result
     if (r.steps) std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
     if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
   }
