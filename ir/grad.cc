@@ -11,8 +11,8 @@ GradBuilder::GradBuilder(Module& module, Node node, std::vector<ValueId> output_
 void GradBuilder::set_GI(int i, ValueId grad) {
   MEMC_CHECK(i >= 0 && i < num_inputs(), "set_GI(", i, ") on memc.", node_.op);
   if (grad == kNoValue || !needs_GI(i)) return;
-  const TensorType& want = module_.value(node_.inputs[i]).type;
-  const TensorType& got = module_.value(grad).type;
+  const TensorType want = module_.value(node_.inputs[i]).type;
+  const TensorType got = module_.value(grad).type;
   MEMC_CHECK(want.shape == got.shape, "gradient rule of memc.", node_.op, " gives input ", i, " shape ",
              shape_str(got.shape), ", input has ", shape_str(want.shape));
   input_grads_[i] = got.dtype == want.dtype ? grad : cast(grad, want.dtype);
@@ -46,7 +46,7 @@ ValueId GradBuilder::cast(ValueId v, DType dtype) {
 }
 
 ValueId GradBuilder::sum_to(ValueId grad, const Shape& target) {
-  const Shape& from = shape(grad);
+  const Shape from = shape(grad);
   if (from == target) return grad;
   // Dims broadcasting added (leading) or stretched from 1 are summed away.
   std::vector<int64_t> axes;

@@ -26,8 +26,9 @@ class GradBuilder {
 
   const Node& node() const { return node_; }
   const Attrs& attrs() const { return node_.attrs; }
-  const TensorType& type(ValueId v) const { return module_.value(v).type; }
-  const Shape& shape(ValueId v) const { return module_.value(v).type.shape; }
+  // By value: emitting nodes grows the module's value table, so references would dangle.
+  TensorType type(ValueId v) const { return module_.value(v).type; }
+  Shape shape(ValueId v) const { return module_.value(v).type.shape; }
   DType dtype(ValueId v) const { return module_.value(v).type.dtype; }
 
   // Emits one node and returns its first output. A failure here is a bug in a rule.

@@ -74,7 +74,7 @@ Status TrainingStep::run(Module& module) {
   for (size_t i = 0; i < params.size(); ++i) {
     const ValueId w = params[i], g = grads[i];
     const TensorType t = module.value(w).type;
-    const std::string& name = module.value(w).source_name;
+    const std::string name = module.value(w).source_name;  // a copy: adding arguments grows the table
     auto state = [&](const std::string& prefix) {
       return module.add_argument(prefix + "." + name, t, Role::kOptimizerState);
     };
