@@ -146,6 +146,10 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
   MEMC_ASSIGN_OR_RETURN(StateMap state, initial_state(plan_path, plan));
   Position pos;
+  if (!options.resume && !options.checkpoint_dir.empty() &&
+      std::filesystem::exists(std::filesystem::path(options.checkpoint_dir) / kCheckpointFile)) {
+    return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
+  }
   if (options.resume) {
     if (options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
     MEMC_ASSIGN_OR_RETURN(pos, load_checkpoint(options.checkpoint_dir, state, options.seed));

@@ -125,7 +125,11 @@ int run_inspect(const InspectArgs& args) {
   const std::string ext = std::filesystem::path(args.model).extension().string();
   if (ext != ".onnx") {
     if (!std::filesystem::exists(args.model)) return report(Status::BadInput(args.model + ": no such file"));
-    return run_inspect_plan(args.model, args.json, args.print_ir);  // a plan from memc compile
+    // Not .onnx: a plan from memc compile, or neither.
+    std::ifstream probe(args.model, std::ios::binary);
+    const int first = probe.get();
+    if (first != '{') return report(Status::BadInput(args.model + ": is not an ONNX model (.onnx) or a memc plan"));
+    return run_inspect_plan(args.model, args.json, args.print_ir);
   }
   ImportOptions options;
   options.batch = args.batch;

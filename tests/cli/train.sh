@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# memc compile / run / export / inspect PLAN end to end on the digits ViT, and the bad inputs
+# of training: data, plans and checkpoints that are wrong get one line and exit 2, and
+# nothing already on disk is overwritten.
+source "$(dirname "$0")/common.bash" "$@"
+cd "$SRC"
+
+PLAN="$TMP/vit.plan"
+if $MEMC compile models/vit_tiny.onnx --batch 32 --optimizer adamw --lr 2e-3 --schedule warmup-cosine \
+     --warmup-steps 10 --epochs 1 -o "$PLAN" >"$TMP/out" 2>"$TMP/err"; then pass "compile"
+else fail "compile: $(cat "$TMP/err")"; fi
+grep -q "^decisions  precision fp32" "$TMP/out" || fail "compile summary: $(cat "$TMP/out")"
+
+$MEMC inspect "$PLAN" --json >"$TMP/inspect.json" 2>"$TMP/err" || fail "inspect PLAN: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["param_count"] == 18218, d["param_count"]
+assert d["decisions"]["precision"] == "fp32" and d["optimizer"] == "adamw", d
+' "$TMP/inspect.json" && pass "inspect PLAN --json" || fail "inspect PLAN json: $(head -c 300 "$TMP/inspect.json")"
+
+# Train a few steps with a checkpoint, dump the first gradients, write a report.
+if $MEMC run "$PLAN" --data data/digits_train.npz --eval data/digits_test.npz --steps 5 --quiet \
+     --checkpoint "$TMP/ck" --dump-grads "$TMP/grads.npz" --json "$TMP/report.json" >"$TMP/out" 2>"$TMP/err"; then
+  pass "run: $(tr '\n' ' ' <"$TMP/out")"
+else fail "run: $(cat "$TMP/err")"; fi
+python3 -c '
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+assert d["steps"] == 5 and len(d["losses"]) == 5, d
+assert all(math.isfinite(l) for l in d["losses"]), d["losses"]
+assert 0 <= d["accuracy"] <= 1 and d["step_ms"] > 0, d
+for key in ("loss", "decisions", "samples_per_s"): assert key in d, key
+' "$TMP/report.json" && pass "run --json report" || fail "report: $(head -c 400 "$TMP/report.json")"
+npz_py '
+g = read_npz(sys.argv[1])
+assert "loss" in g and "class_token" in g and "heads.head.weight" in g, sorted(g)
+assert len(g) == 33, len(g)   # loss + 32 parameters, keyed by initializer name
+' "$TMP/grads.npz" && pass "--dump-grads keys" || fail "--dump-grads: $(ls -l "$TMP")"
+[ -f "$TMP/ck/checkpoint.safetensors" ] && pass "checkpoint written" || fail "no checkpoint"
+
+# Export the trained weights; the exported model runs in memc infer (ONNX Runtime: models/check_export.py).
+if $MEMC export "$PLAN" --weights "$TMP/ck" -o "$TMP/trained.onnx" >"$TMP/out" 2>"$TMP/err" &&
+   $MEMC infer "$TMP/trained.onnx" --input models/vit_tiny.ref.npz -o "$TMP/trained_out.npz" >/dev/null 2>"$TMP/err"; then
+  pass "export + infer on the exported model"
+else fail "export: $(cat "$TMP/err")"; fi
+npz_py '
+a, b = read_npz(sys.argv[1])["logits"][2], read_npz(sys.argv[2])["logits"][2]
+assert max(abs(x - y) for x, y in zip(a, b)) > 1e-4, "export wrote the untrained weights"
+' "$TMP/trained_out.npz" models/vit_tiny.ref.npz && pass "exported weights are the trained ones" || fail "exported weights unchanged"
+
+# Bad data: missing arrays, wrong dtype, labels out of range.
+expect_error 2 "no array 'y'" -- $MEMC run "$PLAN" --data models/vit_tiny.ref.npz --steps 1 --quiet
+npz_py '
+x = read_npz(sys.argv[1])["x"]
+write_npz(sys.argv[2], {"x": x, "y": ("<i8", (4,), (0, 1, 2, 10))})
+write_npz(sys.argv[3], {"x": ("<i8", x[1], tuple(0 for _ in x[2])), "y": ("<i8", (4,), (0, 1, 2, 3))})
+write_npz(sys.argv[4], {"x": ("<f4", (4, 1, 4, 4), tuple(0.0 for _ in range(64))), "y": ("<i8", (4,), (0, 1, 2, 3))})
+' models/vit_tiny.ref.npz "$TMP/badlabel.npz" "$TMP/baddtype.npz" "$TMP/badshape.npz"
+expect_error 2 "outside [0, 10)" -- $MEMC run "$PLAN" --data "$TMP/badlabel.npz" --steps 1 --quiet
+expect_error 2 "needs f32" -- $MEMC run "$PLAN" --data "$TMP/baddtype.npz" --steps 1 --quiet
+expect_error 2 "has shape" -- $MEMC run "$PLAN" --data "$TMP/badshape.npz" --steps 1 --quiet
+
+# Bad plans: truncated, another format version, not a plan.
+head -c 500 "$PLAN" >"$TMP/truncated.plan"
+expect_error 2 "truncated" -- $MEMC run "$TMP/truncated.plan" --data data/digits_train.npz
+sed 's/"format_version": 1/"format_version": 99/' "$PLAN" >"$TMP/future.plan"
+expect_error 2 "recompile" -- $MEMC run "$TMP/future.plan" --data data/digits_train.npz
+expect_error 2 "not a memc plan" -- $MEMC run models/vit_tiny.onnx --data data/digits_train.npz
+
+# Bad checkpoints: corrupt, or of another model; the file on disk stays as it was.
+mkdir -p "$TMP/bad_ck"
+printf '\x40\x00\x00\x00\x00\x00\x00\x00{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}' >"$TMP/bad_ck/checkpoint.safetensors"
+before=$(md5sum <"$TMP/bad_ck/checkpoint.safetensors")
+expect_error 2 "checkpoint.safetensors" -- $MEMC run "$PLAN" --data data/digits_train.npz --steps 1 --checkpoint "$TMP/bad_ck" --resume --quiet
+[ "$before" = "$(md5sum <"$TMP/bad_ck/checkpoint.safetensors")" ] && pass "corrupt checkpoint untouched" || fail "checkpoint overwritten"
+$MEMC compile models/text_encoder.onnx --batch 4 --seq 32 -o "$TMP/text.plan" >/dev/null 2>&1
+expect_error 2 "no tensor" -- $MEMC run "$TMP/text.plan" --data data/text_train.npz --steps 1 --checkpoint "$TMP/ck" --resume --quiet
+
+# A fresh run never overwrites an existing checkpoint.
+before=$(md5sum <"$TMP/ck/checkpoint.safetensors")
+expect_error 2 "pass --resume" -- $MEMC run "$PLAN" --data data/digits_train.npz --steps 1 --checkpoint "$TMP/ck" --quiet
+[ "$before" = "$(md5sum <"$TMP/ck/checkpoint.safetensors")" ] && pass "existing checkpoint untouched" || fail "checkpoint overwritten"
+
+# Bad flags.
+expect_error 2 "precision" -- $MEMC compile models/vit_tiny.onnx --batch 4 --precision bf16-mixed -o "$TMP/x.plan"
+expect_error 2 "--batch" -- $MEMC compile models/vit_tiny.onnx -o "$TMP/x.plan"
+expect_error 2 "schedule" -- $MEMC compile models/vit_tiny.onnx --batch 4 --schedule linear -o "$TMP/x.plan"
+finish
