@@ -169,6 +169,9 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
     for (int64_t epoch = pos.epoch; epoch < epochs; ++epoch) {
       const std::vector<int64_t> order = epoch_order(data.size, options.seed, epoch);
       const int64_t first = epoch == pos.epoch ? pos.step_in_epoch : 0;
+      double epoch_loss = 0;
+      int64_t epoch_steps = 0;
+      const auto epoch_start = Clock::now();
       for (int64_t b = first; b < per_epoch; ++b) {
         if (options.steps >= 0 && report.steps >= options.steps) break;
         ++step;
@@ -194,15 +197,22 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
         const double loss = out[0].get_as_double(0);
         report.losses.push_back(loss);
         ++report.steps;
-        if (!options.quiet) {
-          std::fprintf(stderr, "%sepoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s%s", tty ? "\r" : "",
-                       static_cast<long long>(epoch + 1), static_cast<long long>(epochs), static_cast<long long>(b + 1),
-                       static_cast<long long>(per_epoch), loss, plan.batch * 1000.0 / std::max(ms, 1e-3), tty ? "\033[K" : "\n");
+        epoch_loss += loss;
+        ++epoch_steps;
+        if (!options.quiet && tty) {
+          std::fprintf(stderr, "\repoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s\033[K", static_cast<long long>(epoch + 1),
+                       static_cast<long long>(epochs), static_cast<long long>(b + 1), static_cast<long long>(per_epoch), loss,
+                       plan.batch * 1000.0 / std::max(ms, 1e-3));
         }
         pos = {step, epoch, b + 1};
       }
       if (pos.step_in_epoch >= per_epoch) pos = {step, epoch + 1, 0};
-      if (!options.quiet && tty) std::fprintf(stderr, "\n");
+      if (!options.quiet && epoch_steps > 0) {  // one line per epoch; a terminal also sees each step
+        const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+        std::fprintf(stderr, "%sepoch %lld/%lld: %lld steps, mean loss %.4f, %.0f samples/s\n", tty ? "\r\033[K" : "",
+                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs), static_cast<long long>(epoch_steps),
+                     epoch_loss / static_cast<double>(epoch_steps), static_cast<double>(epoch_steps * plan.batch) / std::max(seconds, 1e-9));
+      }
       if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, state, pos.step, pos.epoch, pos.step_in_epoch, options.seed));
       if (options.steps >= 0 && report.steps >= options.steps) break;
     }

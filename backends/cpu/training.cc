@@ -156,7 +156,9 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
   const Tensor &dy_t = *ctx.inputs[0], &x_t = *ctx.inputs[1], &scale_t = *ctx.inputs[2];
   const int64_t axis = ctx.node.attrs.get_int("axis", x_t.rank() - 1);  // forward's default: the last dim
   const double eps = ctx.node.attrs.get_float("eps", 1e-5);
-  const auto [rows, h] = split_at(x_t.shape(), axis);
+  // Plain variables, not a structured binding: clang 14 (the fuzz build) cannot capture those.
+  const std::pair<int64_t, int64_t> rows_h = split_at(x_t.shape(), axis);
+  const int64_t rows = rows_h.first, h = rows_h.second;
   const Shape normalized(x_t.shape().begin() + axis, x_t.shape().end());
   const auto scale_strides = broadcast_strides(scale_t.shape(), normalized);
   return dispatch_float(ctx, x_t.dtype(), [&]<typename T>() {
@@ -206,7 +208,8 @@ Status gather_grad_kernel(KernelContext& ctx) {
   Tensor& dx_t = *ctx.outputs[0];
   const int64_t axis = ctx.node.attrs.get_int("axis", 0);
   const Shape& in_shape = dx_t.shape();
-  const auto [outer, rest] = split_at(in_shape, axis);
+  const std::pair<int64_t, int64_t> outer_rest = split_at(in_shape, axis);
+  const int64_t outer = outer_rest.first, rest = outer_rest.second;
   const int64_t dim = in_shape[axis], inner = rest / std::max<int64_t>(dim, 1);
   const int64_t count = idx_t.numel();
   return dispatch_float(ctx, dx_t.dtype(), [&]<typename T>() {

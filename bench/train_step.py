@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""memc vs PyTorch: wall time of one training step (forward + cross-entropy +
+backward + AdamW), same model, batch, optimizer, no dropout, same thread count.
+
+    /work/venv/bin/python bench/train_step.py                 # defaults below, ~3-5 min on 2 cores
+    /work/venv/bin/python bench/train_step.py --reps 3 --threads 1 --models vit_tiny --json /tmp/r.json
+
+Cases: vit_tiny batch 64 (data/digits_train.npz), vit_small32 batch 32 (synthetic
+3x32x32 data written by `torch_train_step.py --write-data`), each with 1 and 2
+threads (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = MKL_NUM_THREADS = T for both
+processes, and torch.set_num_threads(T) inside torch_train_step.py).
+
+Method
+  memc: `memc compile MODEL --batch B --optimizer adamw --no-dropout --epochs 1000 -o PLAN`
+        (the --epochs only makes sure --steps is not capped at one epoch), then per rep
+        `memc run PLAN --data D --steps WARMUP+STEPS --json R.json` WITHOUT --quiet:
+        memc prints one line per step, `... loss L <B*1000/ms> samples/s`, where ms is
+        the wall time of that step's execute() call (runtime/trainer.cc; batch
+        assembly and the state copy-back are outside it). Per-step ms = B*1000/that
+        number (printed with %.0f, so the resolution is ~0.01 % for vit_tiny and ~0.5 %
+        for vit_small32). The first WARMUP steps are dropped. As a cross-check the
+        mean of all parsed steps is compared with the JSON `step_ms` (mean over all
+        steps, warm-up included).
+  torch: `bench/torch_train_step.py --model M --batch B --threads T --no-dropout
+        --warmup WARMUP --runs STEPS`; its `step_ms_all` (timed steps only) is used.
+  Reps alternate memc and torch runs (and thread counts) so that load from other
+  processes hits both alike. Reported: median over all post-warm-up steps of all
+  reps, and the min..max of the per-rep medians (spread), plus load averages.
+"""
+import argparse
+import hashlib
+import shutil
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEMC = os.path.join(ROOT, "build", "memc")
+PY = sys.executable
+CASES = {"vit_tiny": 64, "vit_small32": 32}
+STEP_RE = re.compile(r"step \d+/\d+ loss \S+ (\d+) samples/s")
+
+
+def env_for(threads):
+    e = dict(os.environ)
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        e[k] = str(threads)
+    return e
+
+
+def run_child(cmd, env):
+    """Runs cmd, returns (stdout, stderr, wall_s, rusage of the child)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    out, err = p.communicate()
+    wall = time.perf_counter() - t0
+    # communicate() has reaped the child; per-child rusage via RUSAGE_CHILDREN deltas is
+    # taken by the caller.
+    if p.returncode != 0:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{err[-2000:]}")
+    return out, err, wall
+
+
+def run_child_pty_stderr(cmd, env):
+    """Like run_child, but stderr is a pseudo-terminal: memc prints its per-step
+    line (`... loss L N samples/s`) only when stderr is a terminal (since the change to
+    one line per epoch otherwise); older builds print it to any stderr."""
+    import pty
+    master, slave = pty.openpty()
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:  # EIO once the child has closed the terminal
+            break
+        if not b:
+            break
+        chunks.append(b)
+    out = p.stdout.read().decode()
+    p.wait()
+    wall = time.perf_counter() - t0
+    os.close(master)
+    err = b"".join(chunks).decode(errors="replace")
+    if p.returncode != 0:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{err[-2000:]}")
+    return out, err, wall
+
+
+def children_usage():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime, r.ru_stime, r.ru_minflt
+
+
+def memc_rep(plan, data, batch, steps, warmup, threads, tmp):
+    rj = os.path.join(tmp, "report.json")
+    u0 = children_usage()
+    _, err, wall = run_child_pty_stderr([MEMC, "run", plan, "--data", data, "--steps", str(warmup + steps), "--json", rj],
+                             env_for(threads))
+    u1 = children_usage()
+    sps = [int(m.group(1)) for m in STEP_RE.finditer(err)]
+    if len(sps) != warmup + steps:
+        raise SystemExit(f"memc printed {len(sps)} step lines, expected {warmup + steps}:\n{err[-1000:]}")
+    ms = [batch * 1000.0 / s for s in sps]
+    rep = json.load(open(rj))
+    return {
+        "step_ms_all": [round(x, 3) for x in ms],
+        "step_ms_timed": ms[warmup:],
+        "json_step_ms_mean_incl_warmup": rep["step_ms"],
+        "parsed_mean_incl_warmup": statistics.fmean(ms),
+        "wall_s": wall, "user_s": u1[0] - u0[0], "sys_s": u1[1] - u0[1], "minflt": u1[2] - u0[2],
+        "last_loss": rep["loss"],
+    }
+
+
+def torch_rep(model, batch, steps, warmup, threads):
+    out, _, _ = run_child([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--model", model, "--batch",
+                           str(batch), "--threads", str(threads), "--no-dropout", "--warmup", str(warmup),
+                           "--runs", str(steps)], env_for(threads))
+    d = json.loads(out.strip().splitlines()[-1])
+    if d["torch_num_threads"] != threads:
+        raise SystemExit(f"torch ran with {d['torch_num_threads']} threads, wanted {threads}")
+    return {"step_ms_timed": d["step_ms_all"], "last_loss": d["last_loss"], "torch_version": d["torch_version"]}
+
+
+def summarize(reps):
+    pooled = [x for r in reps for x in r["step_ms_timed"]]
+    per_rep = [statistics.median(r["step_ms_timed"]) for r in reps]
+    return {"median_ms": statistics.median(pooled), "rep_median_min": min(per_rep), "rep_median_max": max(per_rep),
+            "n_steps": len(pooled)}
+
+
+def main():
+    global MEMC
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="vit_tiny,vit_small32")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=5, help="processes per (model, threads, framework)")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per process")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed first steps per process")
+    ap.add_argument("--json", help="write all raw figures here")
+    args = ap.parse_args()
+    models = [m for m in args.models.split(",") if m]
+    threads = [int(t) for t in args.threads.split(",") if t]
+    if not os.access(MEMC, os.X_OK):
+        raise SystemExit(f"{MEMC} not built (cmake --build {ROOT}/build)")
+
+    results = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count(),
+               "loadavg_start": os.getloadavg(), "args": vars(args), "cases": []}
+    with tempfile.TemporaryDirectory(prefix="memc_bench_") as tmp:
+        # private copy: build/memc may be relinked by other work while we measure
+        private = os.path.join(tmp, "memc")
+        shutil.copy2(MEMC, private)
+        MEMC = private
+        results["memc_binary"] = {"path": os.path.join(ROOT, "build", "memc"),
+                                  "sha256": hashlib.sha256(open(private, "rb").read()).hexdigest()[:16]}
+        for model in models:
+            batch = CASES[model]
+            if model == "vit_tiny":
+                data = os.path.join(ROOT, "data", "digits_train.npz")
+            else:
+                data = os.path.join(tmp, "small32.npz")
+                n = batch * (args.steps + args.warmup + 1)
+                subprocess.run([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--write-data", data,
+                                "--n", str(n)], check=True, stdout=subprocess.DEVNULL)
+            plan = os.path.join(tmp, model + ".plan")
+            subprocess.run([MEMC, "compile", os.path.join(ROOT, "models", model + ".onnx"), "--batch", str(batch),
+                            "--optimizer", "adamw", "--no-dropout", "--epochs", "1000", "-o", plan],
+                           check=True, stdout=subprocess.DEVNULL)
+            raw = {t: {"memc": [], "torch": []} for t in threads}
+            for rep in range(args.reps):
+                for t in (threads if rep % 2 == 0 else threads[::-1]):
+                    order = ("memc", "torch") if rep % 2 == 0 else ("torch", "memc")
+                    for fw in order:
+                        if fw == "memc":
+                            raw[t][fw].append(memc_rep(plan, data, batch, args.steps, args.warmup, t, tmp))
+                        else:
+                            raw[t][fw].append(torch_rep(model, batch, args.steps, args.warmup, t))
+                    print(f"  {model} b{batch} T={t} rep {rep + 1}/{args.reps}: memc "
+                          f"{statistics.median(raw[t]['memc'][-1]['step_ms_timed']):.2f} ms, torch "
+                          f"{statistics.median(raw[t]['torch'][-1]['step_ms_timed']):.2f} ms, "
+                          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
+            for t in threads:
+                m, p = summarize(raw[t]["memc"]), summarize(raw[t]["torch"])
+                results["cases"].append({"model": model, "batch": batch, "threads": t, "memc": m, "torch": p,
+                                         "ratio": m["median_ms"] / p["median_ms"], "raw": raw[t]})
+    results["loadavg_end"] = os.getloadavg()
+
+    print(f"nproc {results['nproc']}, load average at start {results['loadavg_start'][0]:.2f} "
+          f"(1 min) / {results['loadavg_start'][1]:.2f} (5 min), at end {results['loadavg_end'][0]:.2f} / "
+          f"{results['loadavg_end'][1]:.2f}; {args.reps} reps x {args.steps} timed steps after {args.warmup} warm-up")
+    hdr = f"| model | batch | threads | memc ms/step | (rep spread) | torch ms/step | (rep spread) | memc/torch |"
+    print(hdr)
+    print("|---|---:|---:|---:|---|---:|---|---:|")
+    for c in results["cases"]:
+        m, p = c["memc"], c["torch"]
+        print(f"| {c['model']} | {c['batch']} | {c['threads']} | {m['median_ms']:.2f} | "
+              f"{m['rep_median_min']:.2f}–{m['rep_median_max']:.2f} | {p['median_ms']:.2f} | "
+              f"{p['rep_median_min']:.2f}–{p['rep_median_max']:.2f} | {c['ratio']:.2f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"raw figures: {args.json}")
+    print(f"memc binary sha256 {results['memc_binary']['sha256']}…")
+
+
+if __name__ == "__main__":
+    main()
