@@ -132,7 +132,7 @@ Status tile_shape(const ShapeContext& c, std::vector<TensorType>& out) {
 }  // namespace
 
 void register_shape_ops(OpRegistry& r) {
-  r.add({.name = "constant", .min_inputs = 0, .max_inputs = 0,
+  r.add({.name = "constant", .min_inputs = 0, .max_inputs = 0, .flags = kOpNoGradient,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            const Tensor* t = c.node.attrs.get_tensor("value");
            if (!t) return Status::BadInput("needs a tensor attribute 'value'");

@@ -1,5 +1,6 @@
 // Ops that training graphs add: the loss, fills, and the fused backward ops that gradient
-// rules emit where composing core ops would store more or cost more.
+// rules emit where composing core ops would store more or cost more. Backward ops are marked
+// kOpNoGradient: memc trains with first-order gradients and never differentiates them again.
 #include "ir/ops/ops.h"
 
 namespace memc {
@@ -16,7 +17,7 @@ Shape shape_attr(const ShapeContext& c, const char* key) { return c.node.attrs.g
 
 void register_training_ops(OpRegistry& r) {
   r.add({.name = "full", .min_inputs = 0, .max_inputs = 0,
-         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            auto dtype = parse_dtype(c.node.attrs.get_string("dtype", "f32"));
            if (!dtype) return Status::BadInput("attribute 'dtype' names no dtype");
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "shape"), "full"));
@@ -41,41 +42,41 @@ void register_training_ops(OpRegistry& r) {
          .doc = "mean cross-entropy of softmax(logits) against integer labels (loss in f32, f64 for f64 logits)"});
   // dlogits = dloss · (softmax(logits) - onehot(labels)) / N
   r.add({.name = "softmax_cross_entropy_grad", .min_inputs = 3, .max_inputs = 3,
-         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
          .doc = "(dloss, logits, labels) → dlogits"});
 
-  r.add({.name = "gelu_grad", .min_inputs = 2, .max_inputs = 2, .flags = kOpElementwise,
+  r.add({.name = "gelu_grad", .min_inputs = 2, .max_inputs = 2, .flags = kOpElementwise | kOpNoGradient,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
          .doc = "(dy, x) → dy·gelu'(x) {approximate}"});
   r.add({.name = "softmax_grad", .min_inputs = 2, .max_inputs = 2,
-         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
          .doc = "(dy, y) → y·(dy - Σ dy·y) along {axis}"});
   r.add({.name = "log_softmax_grad", .min_inputs = 2, .max_inputs = 2,
-         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
          .doc = "(dy, y) → dy - exp(y)·Σ dy along {axis}"});
   // Recomputes mean and inverse std from x (one pass) instead of storing them in forward.
   r.add({.name = "layernorm_grad", .min_inputs = 3, .max_inputs = 3, .num_outputs = 2,
-         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            out = {c.inputs[1], c.inputs[2]};
            return Status::Ok();
          },
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 12 * in[1].numel(); },
          .doc = "(dy, x, scale) → (dx, dscale) {axis, eps}"});
   r.add({.name = "gather_grad", .min_inputs = 2, .max_inputs = 2,
-         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
          },
          .doc = "(dy, indices) → scatter-add of dy into zeros of {input_shape} along {axis}"});
   r.add({.name = "slice_grad", .min_inputs = 1, .max_inputs = 1,
-         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
          },
          .doc = "dy written into zeros of {input_shape} at the slice {axes, starts, ends, steps}"});
-  r.add({.name = "conv_grad_input", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy,
+  r.add({.name = "conv_grad_input", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy | kOpNoGradient,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
@@ -87,7 +88,7 @@ void register_training_ops(OpRegistry& r) {
            return in[0].numel() * k;
          },
          .doc = "(dy, w) → dx of conv {input_shape, strides, pads, dilations, group}"});
-  r.add({.name = "conv_grad_weight", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy,
+  r.add({.name = "conv_grad_weight", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy | kOpNoGradient,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "weight_shape"), "weight_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "weight_shape")}};
@@ -101,7 +102,7 @@ void register_training_ops(OpRegistry& r) {
          .doc = "(dy, x) → dw of conv {weight_shape, strides, pads, dilations, group}"});
   // Recomputes the attention probabilities row by row (never the whole matrix); dropout masks
   // replay from the counter RNG. Outputs dq, dk, dv, and dbias when the node has 4 outputs.
-  r.add({.name = "attention_grad", .min_inputs = 4, .max_inputs = 5, .num_outputs = -1, .flags = kOpComputeHeavy,
+  r.add({.name = "attention_grad", .min_inputs = 4, .max_inputs = 5, .num_outputs = -1, .flags = kOpComputeHeavy | kOpNoGradient,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            out = {c.inputs[1], c.inputs[2], c.inputs[3]};
            if (c.node.outputs.size() >= 4) {
