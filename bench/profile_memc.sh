@@ -30,7 +30,7 @@ measure() {  # name plan data steps tunables -> prints "user sys minflt wall jso
   echo "$(cat "$OUT/$name.time") $($PY -c "import json;print(json.load(open('$OUT/$name.json'))['step_ms'])")"
 }
 
-echo "== per-step cost by differencing runs (median of 3 pairs); columns: user_ms sys_ms minflt step_ms(json mean)"
+echo "== per-step cost by differencing runs (3 pairs); columns: user_ms sys_ms minflt step_ms(json mean)"
 for spec in "vit_tiny $OUT/tiny.plan $ROOT/data/digits_train.npz 43" "vit_small32 $OUT/small.plan $OUT/small32.npz 13"; do
   set -- $spec
   for mode in default tuned; do
@@ -46,13 +46,13 @@ done
 
 echo "== perf stat (software events), vit_tiny 43 steps"
 perf stat -e task-clock,page-faults,minor-faults,major-faults,context-switches,cpu-migrations \
-  $M run "$OUT/tiny.plan" --data "$ROOT/data/digits_train.npz" --steps 43 --quiet 2>&1 | grep -vE '^\s*$'
+  $M run "$OUT/tiny.plan" --data "$ROOT/data/digits_train.npz" --steps 43 --quiet 2>&1 | grep -vE '^\s*$' || true
 
 for spec in "vit_tiny $OUT/tiny.plan $ROOT/data/digits_train.npz 43" "vit_small32 $OUT/small.plan $OUT/small32.npz 10"; do
   set -- $spec
   echo "== perf record -e cpu-clock (user), $1, $4 steps: top symbols (self %)"
   perf record -q -e cpu-clock -F 2000 -o "$OUT/$1.perf.data" $M run "$2" --data "$3" --steps "$4" --quiet >/dev/null 2>&1
-  perf report -i "$OUT/$1.perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -E '^\s+[0-9]' | head -25
+  perf report -i "$OUT/$1.perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep '%' | head -25 || true
   echo "-- by DSO"
-  perf report -i "$OUT/$1.perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^\s+[0-9]' | head -8
+  perf report -i "$OUT/$1.perf.data" --no-children --sort dso --stdio 2>/dev/null | grep '%' | head -8 || true
 done
