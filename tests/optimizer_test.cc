@@ -1,0 +1,133 @@
+// The optimizer update ops against torch.optim's update rules, written out in double here,
+// over several steps (so first-step special cases and bias corrections are exercised).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "runtime/executor.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+Tensor scalar(float v) {
+  Tensor t = Tensor::zeros(DType::kF32, {});
+  t.data<float>()[0] = v;
+  return t;
+}
+
+struct UpdateRun {
+  std::vector<Tensor> states;  // w, then optimizer states
+};
+
+// Runs `op` for `steps` steps on a 5-element parameter, feeding outputs back as inputs.
+UpdateRun run_updates(const std::string& op, Attrs attrs, int num_states, const std::vector<Tensor>& grads, float lr) {
+  Module m;
+  const Shape shape = {5};
+  std::vector<ValueId> inputs = {m.add_argument("w", {DType::kF32, shape}, Role::kParam),
+                                 m.add_argument("g", {DType::kF32, shape}, Role::kInput)};
+  for (int i = 0; i < num_states; ++i) inputs.push_back(m.add_argument("s" + std::to_string(i), {DType::kF32, shape}, Role::kOptimizerState));
+  inputs.push_back(m.add_argument("lr", {DType::kF32, {}}, Role::kScalar));
+  if (op != "sgd_update") inputs.push_back(m.add_argument("step", {DType::kF32, {}}, Role::kScalar));
+  auto out = m.add_node(op, inputs, attrs);
+  MEMC_CHECK(out.ok(), out.status().message());
+  m.set_outputs(*out);
+  UpdateRun run;
+  run.states.push_back(Tensor::zeros(DType::kF32, shape));
+  for (int i = 0; i < 5; ++i) run.states[0].data<float>()[i] = 0.5f - 0.2f * static_cast<float>(i);
+  for (int i = 0; i < num_states; ++i) run.states.push_back(Tensor::zeros(DType::kF32, shape));
+  for (size_t step = 1; step <= grads.size(); ++step) {
+    std::map<std::string, Tensor> feeds = {{"w", run.states[0]}, {"g", grads[step - 1]}, {"lr", scalar(lr)}, {"step", scalar(static_cast<float>(step))}};
+    for (int i = 0; i < num_states; ++i) feeds["s" + std::to_string(i)] = run.states[1 + i];
+    auto result = execute(m, feeds);
+    MEMC_CHECK(result.ok(), result.status().message());
+    run.states = *result;
+  }
+  return run;
+}
+
+std::vector<Tensor> random_grads(int steps) {
+  std::mt19937 rng(11);
+  std::vector<Tensor> g;
+  for (int i = 0; i < steps; ++i) g.push_back(testing::random_tensor(DType::kF32, {5}, rng));
+  return g;
+}
+
+void expect_close(const Tensor& got, const std::vector<double>& want) {
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(got.get_as_double(i), want[i], 1e-6 * std::max(1.0, std::abs(want[i]))) << "element " << i;
+}
+
+std::vector<double> initial_w() {
+  std::vector<double> w(5);
+  for (int i = 0; i < 5; ++i) w[i] = static_cast<double>(0.5f - 0.2f * static_cast<float>(i));
+  return w;
+}
+
+TEST(Optimizer, SgdWithWeightDecay) {
+  const auto grads = random_grads(3);
+  Attrs a;
+  a.set("weight_decay", 0.1);
+  UpdateRun run = run_updates("sgd_update", a, 0, grads, 0.05f);
+  std::vector<double> w = initial_w();
+  for (const Tensor& g : grads) {
+    for (int i = 0; i < 5; ++i) w[i] -= 0.05 * (g.get_as_double(i) + 0.1 * w[i]);  // w ← w − lr·(g + λw)
+  }
+  expect_close(run.states[0], w);
+}
+
+void check_momentum(bool nesterov, double dampening) {
+  const auto grads = random_grads(4);
+  Attrs a;
+  a.set("momentum", 0.9);
+  a.set("dampening", dampening);
+  a.set("nesterov", int64_t{nesterov});
+  a.set("weight_decay", 0.01);
+  UpdateRun run = run_updates("momentum_update", a, 1, grads, 0.1f);
+  std::vector<double> w = initial_w(), buf(5, 0.0);
+  for (size_t t = 0; t < grads.size(); ++t) {
+    for (int i = 0; i < 5; ++i) {
+      const double g = grads[t].get_as_double(i) + 0.01 * w[i];
+      buf[i] = t == 0 ? g : 0.9 * buf[i] + (1 - dampening) * g;  // torch: buf = g on the first step
+      w[i] -= 0.1 * (nesterov ? g + 0.9 * buf[i] : buf[i]);
+    }
+  }
+  expect_close(run.states[0], w);
+  expect_close(run.states[1], buf);
+}
+
+TEST(Optimizer, Momentum) { check_momentum(false, 0.0); }
+TEST(Optimizer, MomentumNesterov) { check_momentum(true, 0.0); }
+TEST(Optimizer, MomentumDampening) { check_momentum(false, 0.3); }
+
+void check_adam(bool decoupled) {
+  const auto grads = random_grads(4);
+  Attrs a;
+  a.set("beta1", 0.9);
+  a.set("beta2", 0.99);
+  a.set("eps", 1e-8);
+  a.set("weight_decay", 0.05);
+  a.set("decoupled", int64_t{decoupled});
+  UpdateRun run = run_updates("adam_update", a, 2, grads, 0.01f);
+  std::vector<double> w = initial_w(), m(5, 0.0), v(5, 0.0);
+  for (size_t t = 1; t <= grads.size(); ++t) {
+    for (int i = 0; i < 5; ++i) {
+      double g = grads[t - 1].get_as_double(i);
+      if (decoupled) w[i] *= 1 - 0.01 * 0.05;  // AdamW
+      else g += 0.05 * w[i];                   // Adam's L2 term
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      v[i] = 0.99 * v[i] + 0.01 * g * g;
+      const double m_hat = m[i] / (1 - std::pow(0.9, t)), v_hat = v[i] / (1 - std::pow(0.99, t));
+      w[i] -= 0.01 * m_hat / (std::sqrt(v_hat) + 1e-8);
+    }
+  }
+  expect_close(run.states[0], w);
+  expect_close(run.states[1], m);
+  expect_close(run.states[2], v);
+}
+
+TEST(Optimizer, Adam) { check_adam(false); }
+TEST(Optimizer, AdamW) { check_adam(true); }
+
+}  // namespace
+}  // namespace memc
