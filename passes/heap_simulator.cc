@@ -1,0 +1,182 @@
+#include "passes/heap_simulator.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <queue>
+
+namespace memc {
+
+namespace {
+
+// Free intervals of a heap, coalesced: offset → size. The top of the heap is `top`.
+class FreeList {
+ public:
+  int64_t allocate(int64_t size) {
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= size && (best == free_.end() || it->second < best->second)) best = it;
+    }
+    if (best != free_.end()) {
+      const int64_t offset = best->first, rest = best->second - size;
+      free_.erase(best);
+      if (rest > 0) free_[offset + size] = rest;
+      return offset;
+    }
+    // Nothing fits: grow the heap, starting inside a free interval that touches the top.
+    int64_t offset = top_;
+    if (!free_.empty()) {
+      auto last = std::prev(free_.end());
+      if (last->first + last->second == top_) {
+        offset = last->first;
+        free_.erase(last);
+      }
+    }
+    top_ = offset + size;
+    peak_ = std::max(peak_, top_);
+    return offset;
+  }
+  void release(int64_t offset, int64_t size) {
+    auto [it, inserted] = free_.emplace(offset, size);
+    MEMC_CHECK(inserted, "double free at offset ", offset);
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+        it = prev;
+      }
+    }
+    if (it->first + it->second == top_) {  // keep the top tight so growth starts low
+      top_ = it->first;
+      free_.erase(it);
+    }
+  }
+  int64_t peak() const { return peak_; }
+
+ private:
+  std::map<int64_t, int64_t> free_;
+  int64_t top_ = 0;
+  int64_t peak_ = 0;
+};
+
+// Places buffers in `order` at the lowest offset clear of every placed, time-overlapping one.
+HeapPlacement place_in_order(std::span<const HeapBuffer> buffers, const std::vector<size_t>& order) {
+  HeapPlacement result;
+  result.offsets.assign(buffers.size(), 0);
+  std::vector<size_t> placed;
+  placed.reserve(buffers.size());
+  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of conflicting buffers
+  for (size_t i : order) {
+    const HeapBuffer& b = buffers[i];
+    if (b.size == 0) continue;
+    busy.clear();
+    for (size_t j : placed) {
+      if (buffers[j].range.overlaps(b.range)) busy.emplace_back(result.offsets[j], result.offsets[j] + buffers[j].size);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [start, end] : busy) {
+      if (start >= offset + b.size) break;  // the gap below `start` fits
+      offset = std::max(offset, end);
+    }
+    result.offsets[i] = offset;
+    result.heap_bytes = std::max(result.heap_bytes, offset + b.size);
+    placed.push_back(i);
+  }
+  return result;
+}
+
+int64_t length(const LiveRange& r) { return int64_t{r.last} - r.first + 1; }
+
+}  // namespace
+
+HeapPlacement BestFitHeap::place(std::span<const HeapBuffer> buffers) const {
+  HeapPlacement result;
+  result.offsets.assign(buffers.size(), 0);
+  std::vector<size_t> by_start(buffers.size());
+  std::iota(by_start.begin(), by_start.end(), 0);
+  std::stable_sort(by_start.begin(), by_start.end(), [&](size_t a, size_t b) {
+    if (buffers[a].range.first != buffers[b].range.first) return buffers[a].range.first < buffers[b].range.first;
+    return buffers[a].size > buffers[b].size;
+  });
+  using Live = std::pair<int32_t, size_t>;  // (last position, buffer), earliest end on top
+  std::priority_queue<Live, std::vector<Live>, std::greater<Live>> live;
+  FreeList heap;
+  for (size_t i : by_start) {
+    const HeapBuffer& b = buffers[i];
+    if (b.size == 0) continue;
+    while (!live.empty() && live.top().first < b.range.first) {
+      const size_t done = live.top().second;
+      live.pop();
+      heap.release(result.offsets[done], buffers[done].size);
+    }
+    result.offsets[i] = heap.allocate(b.size);
+    live.emplace(b.range.last, i);
+  }
+  result.heap_bytes = heap.peak();
+  return result;
+}
+
+HeapPlacement GreedyBySizeHeap::place(std::span<const HeapBuffer> buffers) const {
+  std::vector<size_t> order(buffers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const HeapBuffer &x = buffers[a], &y = buffers[b];
+    if (x.size != y.size) return x.size > y.size;
+    if (length(x.range) != length(y.range)) return length(x.range) > length(y.range);
+    return x.range.first < y.range.first;
+  });
+  return place_in_order(buffers, order);
+}
+
+HeapPlacement GreedyByAreaHeap::place(std::span<const HeapBuffer> buffers) const {
+  std::vector<size_t> order(buffers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const HeapBuffer &x = buffers[a], &y = buffers[b];
+    // size × length can pass 2^63 (sizes near 2^50 bytes, lengths near 2^31): long double.
+    const long double ax = static_cast<long double>(x.size) * length(x.range);
+    const long double ay = static_cast<long double>(y.size) * length(y.range);
+    if (ax != ay) return ax > ay;
+    if (x.size != y.size) return x.size > y.size;
+    return x.range.first < y.range.first;
+  });
+  return place_in_order(buffers, order);
+}
+
+int64_t heap_lower_bound(std::span<const HeapBuffer> buffers) {
+  std::map<int32_t, int64_t> delta;  // position → change of live bytes
+  for (const HeapBuffer& b : buffers) {
+    delta[b.range.first] += b.size;
+    delta[b.range.last + 1] -= b.size;
+  }
+  int64_t live = 0, best = 0;
+  for (const auto& [position, change] : delta) {
+    live += change;
+    best = std::max(best, live);
+  }
+  return best;
+}
+
+bool placement_is_valid(std::span<const HeapBuffer> buffers, const HeapPlacement& placement) {
+  if (placement.offsets.size() != buffers.size()) return false;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i].size == 0) continue;
+    const int64_t oi = placement.offsets[i];
+    if (oi < 0 || oi + buffers[i].size > placement.heap_bytes) return false;
+    for (size_t j = i + 1; j < buffers.size(); ++j) {
+      if (buffers[j].size == 0 || !buffers[i].range.overlaps(buffers[j].range)) continue;
+      const int64_t oj = placement.offsets[j];
+      if (oi < oj + buffers[j].size && oj < oi + buffers[i].size) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace memc
