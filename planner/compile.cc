@@ -3,7 +3,9 @@
 #include <filesystem>
 
 #include "ir/verifier.h"
+#include "passes/memory_plan.h"
 #include "passes/training_step.h"
+#include "support/size.h"
 
 namespace memc {
 
@@ -31,6 +33,36 @@ std::string relative_model_path(const std::string& model_path, const std::string
 }
 
 }  // namespace
+
+Expected<MemorySummary> summarize_memory(const Module& train) {
+  MEMC_ASSIGN_OR_RETURN(MemoryPlanResult result, MemoryPlan().run(train));
+  const SpacePlan& device = result.space(MemSpace::kDevice);
+  MemorySummary m;
+  m.predicted_peak_bytes = device.arena_bytes;
+  m.lower_bound_bytes = device.lower_bound_bytes;
+  m.persistent_bytes = device.persistent_bytes;
+  m.host_bytes = result.space(MemSpace::kHost).arena_bytes;
+  m.algorithm = device.algorithm;
+  for (size_t c = 0; c < kNumMemoryCategories; ++c) {
+    const std::string name(category_name(static_cast<MemoryCategory>(c)));
+    m.breakdown[name] = device.breakdown.bytes[c];
+    m.category_peak_bytes[name] = device.category_peak_bytes.bytes[c];
+  }
+  return m;
+}
+
+// "budget 1 MB < planned peak 2.19 MB (lower bound 2.19 MB); largest: activations 1.7 MB"
+static Status check_budget(const MemorySummary& m, int64_t budget) {
+  if (budget <= 0 || m.predicted_peak_bytes <= budget) return Status::Ok();
+  std::string largest;
+  int64_t largest_bytes = -1;
+  for (const auto& [name, bytes] : m.breakdown) {
+    if (bytes > largest_bytes) largest = name, largest_bytes = bytes;
+  }
+  return Status::Budget(str_cat("budget ", format_size(budget), " (", budget, " bytes) is below the plan's peak ",
+                                format_size(m.predicted_peak_bytes), " (", m.predicted_peak_bytes, " bytes; no-fragmentation lower bound ",
+                                format_size(m.lower_bound_bytes), "); largest at the peak: ", largest, " ", format_size(largest_bytes)));
+}
 
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
@@ -71,6 +103,9 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   plan.optimizer = options.optimizer;
   plan.schedule = options.schedule;
   plan.decisions.precision = options.precision;
+  plan.budget_bytes = options.budget_bytes;
+  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train));
+  MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
   return plan;
 }
 

@@ -18,7 +18,11 @@ struct CompileOptions {
   int64_t steps_per_epoch = 0;
   bool dropout = true;         // false: dropout nodes become identities (for exact comparisons)
   std::string precision = "fp32";
+  int64_t budget_bytes = 0;  // 0: no budget; else a plan whose device peak exceeds it fails (exit 3)
 };
+
+// The device/host memory of a training step, from passes/memory_plan.
+Expected<MemorySummary> summarize_memory(const Module& train);
 
 // `plan_path` is where the plan will be written; the model path is stored relative to it.
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options);

@@ -49,6 +49,11 @@ Status write_plan(const std::string& path, const Plan& plan) {
                     {"total_steps", plan.schedule.total_steps}, {"min_lr", plan.schedule.min_lr}}},
       {"decisions", {{"precision", plan.decisions.precision}, {"micro_batches", plan.decisions.micro_batches},
                      {"remat", plan.decisions.remat}, {"shard", plan.decisions.shard}, {"offload", plan.decisions.offload}}},
+      {"budget_bytes", plan.budget_bytes},
+      {"memory", {{"predicted_peak_bytes", plan.memory.predicted_peak_bytes}, {"lower_bound_bytes", plan.memory.lower_bound_bytes},
+                  {"persistent_bytes", plan.memory.persistent_bytes}, {"host_bytes", plan.memory.host_bytes},
+                  {"algorithm", plan.memory.algorithm}, {"breakdown", plan.memory.breakdown},
+                  {"category_peak_bytes", plan.memory.category_peak_bytes}}},
       {"train_ir", print_module(plan.train)},
       {"eval_ir", print_module(plan.eval)},
   };
@@ -125,6 +130,16 @@ Expected<Plan> read_plan(const std::string& path) {
   MEMC_RETURN_IF_ERROR(get(dec, "remat", plan.decisions.remat, dw));
   MEMC_RETURN_IF_ERROR(get(dec, "shard", plan.decisions.shard, dw));
   MEMC_RETURN_IF_ERROR(get(dec, "offload", plan.decisions.offload, dw));
+  MEMC_RETURN_IF_ERROR(get(doc, "budget_bytes", plan.budget_bytes, path));
+  const json& mem = doc.value("memory", json::object());
+  const std::string mw = path + ": memory";
+  MEMC_RETURN_IF_ERROR(get(mem, "predicted_peak_bytes", plan.memory.predicted_peak_bytes, mw));
+  MEMC_RETURN_IF_ERROR(get(mem, "lower_bound_bytes", plan.memory.lower_bound_bytes, mw));
+  MEMC_RETURN_IF_ERROR(get(mem, "persistent_bytes", plan.memory.persistent_bytes, mw));
+  MEMC_RETURN_IF_ERROR(get(mem, "host_bytes", plan.memory.host_bytes, mw));
+  MEMC_RETURN_IF_ERROR(get(mem, "algorithm", plan.memory.algorithm, mw));
+  MEMC_RETURN_IF_ERROR(get(mem, "breakdown", plan.memory.breakdown, mw));
+  MEMC_RETURN_IF_ERROR(get(mem, "category_peak_bytes", plan.memory.category_peak_bytes, mw));
   for (auto [key, module] : {std::pair{"train_ir", &plan.train}, std::pair{"eval_ir", &plan.eval}}) {
     std::string text;
     MEMC_RETURN_IF_ERROR(get(doc, key, text, path));

@@ -4,6 +4,7 @@
 // planner's decisions, and two IR texts: the training step and the forward pass used for
 // evaluation. A plan from another format version is refused.
 #pragma once
+#include <map>
 #include <string>
 
 #include "ir/graph.h"
@@ -33,6 +34,17 @@ struct Decisions {
   std::string offload = "none";
 };
 
+// What memory planning predicts for the device (per rank), recomputed identically at load.
+struct MemorySummary {
+  int64_t predicted_peak_bytes = 0;  // the device arena
+  int64_t lower_bound_bytes = 0;     // no-fragmentation bound
+  int64_t persistent_bytes = 0;      // params, optimizer states, master weights (live across steps)
+  int64_t host_bytes = 0;            // the host arena (offload)
+  std::string algorithm;
+  std::map<std::string, int64_t> breakdown;  // bytes by category at the peak
+  std::map<std::string, int64_t> category_peak_bytes;  // each category's own maximum over the step
+};
+
 struct Plan {
   std::string model_path;     // as written: relative paths resolve against the plan's folder
   int64_t model_bytes = 0;    // size of the model file when compiled (a changed file is refused)
@@ -45,6 +57,8 @@ struct Plan {
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
   Decisions decisions;
+  int64_t budget_bytes = 0;  // 0: none given
+  MemorySummary memory;
   Module train;  // one training step (outputs: loss, logits, then updates)
   Module eval;   // forward pass (outputs: logits)
 };

@@ -16,6 +16,7 @@ struct InspectArgs {
   int64_t seq = -1;
   bool print_ir = false;
   bool json = false;
+  std::string timeline;  // plans only: write the memory timeline page here
 };
 
 struct InferArgs {
@@ -33,6 +34,7 @@ struct CompileArgs {
   std::string loss = "cross_entropy";
   CompileOptions options;
   ScheduleOptions schedule;
+  std::string budget;  // as spelled: 6GB, 6GiB, ...
   bool print_ir = false;
   bool json = false;
 };
@@ -54,7 +56,7 @@ int run_compile(const CompileArgs& args);
 int run_run(const RunArgs& args);
 int run_export(const ExportArgs& args);
 // `memc inspect PLAN`
-int run_inspect_plan(const std::string& path, bool as_json, bool print_ir);
+int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const std::string& timeline = "");
 int run_infer(const InferArgs& args);
 
 // Prints "memc: <message>" (one line) on stderr and returns the status's exit code.

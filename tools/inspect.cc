@@ -129,8 +129,9 @@ int run_inspect(const InspectArgs& args) {
     std::ifstream probe(args.model, std::ios::binary);
     const int first = probe.get();
     if (first != '{') return report(Status::BadInput(args.model + ": is not an ONNX model (.onnx) or a memc plan"));
-    return run_inspect_plan(args.model, args.json, args.print_ir);
+    return run_inspect_plan(args.model, args.json, args.print_ir, args.timeline);
   }
+  if (!args.timeline.empty()) return report(Status::BadInput("--timeline needs a plan from memc compile, not an ONNX model"));
   ImportOptions options;
   options.batch = args.batch;
   options.seq = args.seq;

@@ -75,6 +75,7 @@ int run_main(int argc, char** argv) {
   inspect_cmd->add_option("--seq", inspect.seq, "Sequence length for dynamic token dims")->check(kPositive);
   inspect_cmd->add_flag("--print-ir", inspect.print_ir, "Print the imported IR (MLIR generic syntax)");
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object instead of text");
+  inspect_cmd->add_option("--timeline", inspect.timeline, "Plans: write the memory timeline (one self-contained HTML page)");
 
   InferArgs infer;
   CLI::App* infer_cmd = app.add_subcommand("infer", "Run a forward pass on inputs from an .npz file");
@@ -111,6 +112,7 @@ int run_main(int argc, char** argv) {
   compile_cmd->add_option("--epochs", compile.options.epochs, "Epochs (the cosine horizon; memc run's default)")->check(kPositive);
   compile_cmd->add_option("--steps-per-epoch", compile.options.steps_per_epoch, "Cap on steps per epoch (default: the data's)")
       ->check(kPositive);
+  compile_cmd->add_option("--budget", compile.budget, "Device memory the plan may use: 6GB, 6GiB, 512MiB, bytes (exit 3 if unmet)");
   compile_cmd->add_option("--precision", compile.options.precision, "fp32 (lower precisions come with the memory passes)");
   bool no_dropout = false;
   compile_cmd->add_flag("--no-dropout", no_dropout, "Turn dropout into identity (for exact comparisons with another framework)");

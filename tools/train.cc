@@ -8,9 +8,13 @@
 
 #include "frontend/onnx_weights.h"
 #include "ir/printer.h"
+#include "passes/memory_plan.h"
+#include "runtime/atomic_file.h"
+#include "runtime/timeline.h"
 #include "planner/compile.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
+#include "support/size.h"
 #include "tools/commands.h"
 
 namespace memc::cli {
@@ -50,7 +54,15 @@ json plan_summary(const std::string& path, const Plan& plan) {
           {"param_bytes", param_bytes},
           {"train_nodes", plan.train.schedule().size()},
           {"eval_nodes", plan.eval.schedule().size()},
-          {"decisions", decisions_json(plan.decisions)}};
+          {"decisions", decisions_json(plan.decisions)},
+          {"predicted_peak_bytes", plan.memory.predicted_peak_bytes},
+          {"lower_bound_bytes", plan.memory.lower_bound_bytes},
+          {"persistent_bytes", plan.memory.persistent_bytes},
+          {"host_bytes", plan.memory.host_bytes},
+          {"breakdown", plan.memory.breakdown},
+          {"category_peak_bytes", plan.memory.category_peak_bytes},
+          {"budget_bytes", plan.budget_bytes > 0 ? json(plan.budget_bytes) : json(nullptr)},
+          {"estimated_step_ms", nullptr}};  // the cost model comes with the budget planner
 }
 
 void print_summary(const json& s) {
@@ -62,6 +74,15 @@ void print_summary(const json& s) {
   std::printf("params     %s (%s)\n", with_commas(s["param_count"].get<int64_t>()).c_str(), human_bytes(s["param_bytes"].get<int64_t>()).c_str());
   std::printf("nodes      %lld in the training step, %lld in the forward pass\n", static_cast<long long>(s["train_nodes"].get<int64_t>()),
               static_cast<long long>(s["eval_nodes"].get<int64_t>()));
+  const int64_t peak = s["predicted_peak_bytes"].get<int64_t>(), bound = s["lower_bound_bytes"].get<int64_t>();
+  std::printf("memory     planned peak %s (%s bytes), lower bound %s (+%.2f%%)%s\n", human_bytes(peak).c_str(), with_commas(peak).c_str(),
+              human_bytes(bound).c_str(), bound ? 100.0 * static_cast<double>(peak - bound) / static_cast<double>(bound) : 0.0,
+              s["budget_bytes"].is_null() ? "" : (", budget " + human_bytes(s["budget_bytes"].get<int64_t>())).c_str());
+  std::string parts;
+  for (const auto& [name, bytes] : s["breakdown"].items()) {
+    if (bytes.get<int64_t>() > 0) parts += (parts.empty() ? "" : ", ") + name + " " + human_bytes(bytes.get<int64_t>());
+  }
+  std::printf("at peak    %s\n", parts.c_str());
   const json& d = s["decisions"];
   std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %lld, offload %s\n", d["precision"].get<std::string>().c_str(),
               static_cast<long long>(d["micro_batches"].get<int64_t>()), d["remat"].get<std::string>().c_str(),
@@ -78,6 +99,11 @@ int run_compile(const CompileArgs& args) {
   if (!std::filesystem::exists(args.model)) return report(Status::BadInput(args.model + ": no such file"));
   CompileOptions options = args.options;
   options.schedule = args.schedule;
+  if (!args.budget.empty()) {
+    Expected<int64_t> budget = parse_size(args.budget);
+    if (!budget.ok()) return report(budget.status().with_context("--budget: "));
+    options.budget_bytes = *budget;
+  }
   Expected<Plan> plan = compile_model(args.model, args.output, options);
   if (!plan.ok()) return report(plan.status());
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
@@ -137,9 +163,37 @@ int run_export(const ExportArgs& args) {
   return 0;
 }
 
-int run_inspect_plan(const std::string& path, bool as_json, bool print_ir) {
+// The timeline page from the plan's memory plan (recomputed: it is deterministic).
+static Status write_timeline(const std::string& plan_path, const Plan& plan, const std::string& out) {
+  MEMC_ASSIGN_OR_RETURN(MemoryPlanResult mem, MemoryPlan().run(plan.train));
+  TimelineInput in;
+  in.title = "memc plan " + plan_path + ": training step, batch " + std::to_string(plan.batch);
+  for (NodeId n : mem.liveness.schedule) in.steps.push_back("memc." + plan.train.node(n).op);
+  const SpacePlan& device = mem.space(MemSpace::kDevice);
+  in.arena_bytes = device.arena_bytes;
+  in.lower_bound_bytes = device.lower_bound_bytes;
+  in.budget_bytes = plan.budget_bytes;
+  for (const Buffer& b : mem.liveness.buffers) {
+    if (b.space != MemSpace::kDevice || b.range.first < 0) continue;
+    TimelineBuffer tb;
+    for (size_t i = 0; i < b.values.size() && i < 4; ++i) tb.name += (i ? ", " : "") + plan.train.value(b.values[i]).name;
+    if (b.values.size() > 4) tb.name += ", …";
+    tb.role = std::string(category_name(category_of(b.role_at(b.range.first))));
+    tb.start = b.range.first;
+    tb.end = b.range.last;
+    tb.bytes = mem.slices[b.id].size;
+    tb.offset = mem.slices[b.id].offset;
+    in.buffers.push_back(std::move(tb));
+  }
+  return write_file_atomic(out, render_timeline_html(in));
+}
+
+int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const std::string& timeline) {
   Expected<Plan> plan = read_plan(path);
   if (!plan.ok()) return report(plan.status());
+  if (!timeline.empty()) {
+    if (Status st = write_timeline(path, *plan, timeline); !st.ok()) return report(st);
+  }
   json summary = plan_summary(path, *plan);
   if (print_ir) summary["train_ir"] = print_module(plan->train);
   if (as_json) {
