@@ -4,6 +4,7 @@
 
 #include "ir/verifier.h"
 #include "passes/memory_plan.h"
+#include "runtime/executor.h"
 #include "passes/training_step.h"
 #include "support/size.h"
 
@@ -38,8 +39,10 @@ Expected<MemorySummary> summarize_memory(const Module& train) {
   MEMC_ASSIGN_OR_RETURN(MemoryPlanResult result, MemoryPlan().run(train));
   const SpacePlan& device = result.space(MemSpace::kDevice);
   MemorySummary m;
-  m.predicted_peak_bytes = device.arena_bytes;
-  m.lower_bound_bytes = device.lower_bound_bytes;
+  // The runtime allocates the arena and one workspace region sized for the hungriest kernel.
+  const int64_t workspace = max_workspace_bytes(train);
+  m.predicted_peak_bytes = device.arena_bytes + workspace;
+  m.lower_bound_bytes = device.lower_bound_bytes + workspace;
   m.persistent_bytes = device.persistent_bytes;
   m.host_bytes = result.space(MemSpace::kHost).arena_bytes;
   m.algorithm = device.algorithm;
@@ -48,6 +51,8 @@ Expected<MemorySummary> summarize_memory(const Module& train) {
     m.breakdown[name] = device.breakdown.bytes[c];
     m.category_peak_bytes[name] = device.category_peak_bytes.bytes[c];
   }
+  m.breakdown["workspace"] = workspace;
+  m.category_peak_bytes["workspace"] = workspace;
   return m;
 }
 

@@ -1,8 +1,62 @@
 #include "runtime/executor.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backends/cpu/kernels.h"
 
 namespace memc {
+
+int64_t max_workspace_bytes(const Module& module) {
+  int64_t bytes = 0;
+  for (NodeId id : module.schedule()) bytes = std::max(bytes, cpu::cpu_workspace_bytes(module, module.node(id)));
+  return bytes;
+}
+
+namespace {
+
+constexpr uint8_t kPoisonByte = 0xFF;  // all-ones: NaN in every float dtype, so reading scratch before writing it shows
+constexpr uint8_t kGuardByte = 0xA5;
+
+// The scratch of one execute() call. In check mode each node's workspace is placed to end
+// exactly where a guard region starts (sizes are whole cache lines, so it stays 64-byte
+// aligned); the guard is filled before the kernel and verified after it.
+class WorkspaceBuffer {
+ public:
+  WorkspaceBuffer(int64_t max_bytes, bool check) : max_bytes_(max_bytes), check_(check) {
+    const int64_t total = max_bytes + (check ? kWorkspaceGuardBytes : 0);
+    if (total > 0) buffer_ = Tensor::zeros(DType::kU8, {total});
+  }
+  void* prepare(int64_t bytes) {
+    if (bytes == 0 && !check_) return nullptr;
+    auto* base = static_cast<uint8_t*>(buffer_.raw());
+    if (!check_) return base;
+    uint8_t* workspace = base + (max_bytes_ - bytes);
+    std::memset(workspace, kPoisonByte, static_cast<size_t>(bytes));
+    std::memset(base + max_bytes_, kGuardByte, kWorkspaceGuardBytes);
+    return workspace;
+  }
+  // Bytes of the guard a kernel overwrote (0: none); only meaningful in check mode.
+  int64_t guard_damage() const {
+    if (!check_) return 0;
+    const auto* guard = static_cast<const uint8_t*>(buffer_.raw()) + max_bytes_;
+    int64_t damaged = 0;
+    for (int64_t i = 0; i < kWorkspaceGuardBytes; ++i) damaged += guard[i] != kGuardByte;
+    return damaged;
+  }
+
+ private:
+  Tensor buffer_;  // 64-byte aligned
+  int64_t max_bytes_;
+  bool check_;
+};
+
+bool check_workspace_from_env() {
+  const char* v = std::getenv("MEMC_CHECK_WORKSPACE");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+}  // namespace
 
 static Status check_feed(const Value& arg, const Tensor& t) {
   if (t.dtype() != arg.type.dtype || t.shape() != arg.type.shape) {
@@ -44,11 +98,21 @@ Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::
   }
   for (ValueId v : module.outputs()) last_use[v] = static_cast<int>(order.size());
 
+  std::vector<int64_t> workspace_bytes(order.size());
+  int64_t max_bytes = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    workspace_bytes[i] = cpu::cpu_workspace_bytes(module, module.node(order[i]));
+    max_bytes = std::max(max_bytes, workspace_bytes[i]);
+  }
+  WorkspaceBuffer workspace(max_bytes, options.check_workspace || check_workspace_from_env());
+
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
     const Node& node = module.node(order[i]);
     const cpu::Kernel* kernel = cpu::find_kernel(node.op);
     if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")"));
     cpu::KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
+    ctx.workspace = workspace.prepare(workspace_bytes[i]);
+    ctx.workspace_bytes = workspace_bytes[i];
     for (ValueId v : node.inputs) ctx.inputs.push_back(v == kNoValue ? nullptr : &slots[v]);
     for (ValueId v : node.outputs) {
       const TensorType& t = module.value(v).type;
@@ -57,6 +121,11 @@ Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::
     }
     Status st = (*kernel)(ctx);
     if (!st.ok()) return st.with_context(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", ": "));
+    if (const int64_t damaged = workspace.guard_damage()) {
+      return Status::Internal(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")",
+                                      ": kernel wrote past its declared workspace of ", workspace_bytes[i], " bytes (",
+                                      damaged, " guard bytes changed)"));
+    }
     for (ValueId v : node.inputs) {
       if (v != kNoValue && last_use[v] == i && module.value(v).producer != kNoNode) slots[v] = Tensor();
     }

@@ -1,6 +1,8 @@
 // Runs a Module on the CPU backend, node by node in schedule order.
 // For now each value gets its own buffer, freed after its last use; the memory-planning
-// work replaces this with one planned arena per memory space.
+// work replaces this with one planned arena per memory space. Kernel scratch is one buffer of
+// max_workspace_bytes allocated per execute() call; each kernel gets exactly what its
+// workspace function declared (cpu_workspace_bytes), carved from the start of it.
 #pragma once
 #include <map>
 #include <string>
@@ -14,7 +16,16 @@ struct ExecOptions {
   bool training = false;  // dropout active
   uint64_t seed = 0;
   int64_t step = 0;
+  // Debug: poison each kernel's workspace and fail the run (an internal error naming the node)
+  // when a kernel writes into the kWorkspaceGuardBytes after its declared size. Also on when
+  // the environment sets MEMC_CHECK_WORKSPACE=1.
+  bool check_workspace = false;
 };
+
+constexpr int64_t kWorkspaceGuardBytes = 4096;
+
+// The largest kernel workspace any node of `module` needs: the scratch execute() allocates.
+int64_t max_workspace_bytes(const Module& module);
 
 // Feeds are keyed by argument: IR name or source (ONNX) name. Params come from the module's
 // weights unless fed. Returns the module outputs in order.

@@ -9,6 +9,7 @@
 #include "frontend/onnx_weights.h"
 #include "runtime/dataset.h"
 #include "runtime/executor.h"
+#include "runtime/planned_executor.h"
 #include "runtime/safetensors.h"
 
 namespace memc {
@@ -143,8 +144,24 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
   return state;
 }
 
+// Loads parameters (and a checkpoint's states) into the training step's planned arena; the
+// returned map holds views of the arena, which the in-place updates keep current.
+static Expected<StateMap> load_into_arena(PlannedExecutor& exec, StateMap initial) {
+  StateMap state;
+  for (ValueId a : exec.module().arguments()) {
+    const Value& v = exec.module().value(a);
+    if (v.role != Role::kParam && v.role != Role::kOptimizerState) continue;
+    auto it = initial.find(v.source_name);
+    if (it == initial.end()) return Status::Internal("no initial value for " + v.source_name);
+    MEMC_RETURN_IF_ERROR(exec.set_argument(v.source_name, it->second));
+    it->second = Tensor();  // the host copy goes as soon as the arena holds it
+    state[v.source_name] = exec.tensor(a);
+  }
+  return state;
+}
+
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
-  MEMC_ASSIGN_OR_RETURN(StateMap state, initial_state(plan_path, plan));
+  MEMC_ASSIGN_OR_RETURN(StateMap initial, initial_state(plan_path, plan));
   Position pos;
   if (!options.resume && !options.checkpoint_dir.empty() &&
       std::filesystem::exists(std::filesystem::path(options.checkpoint_dir) / kCheckpointFile)) {
@@ -152,8 +169,11 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   }
   if (options.resume) {
     if (options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
-    MEMC_ASSIGN_OR_RETURN(pos, load_checkpoint(options.checkpoint_dir, state, options.seed));
+    MEMC_ASSIGN_OR_RETURN(pos, load_checkpoint(options.checkpoint_dir, initial, options.seed));
   }
+  DeviceMemory device;
+  MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
+  MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(exec, std::move(initial)));
   RunReport report;
   const std::vector<InputSpec> specs = data_inputs(plan.train);
   const int64_t epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
@@ -176,9 +196,9 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
         if (options.steps >= 0 && report.steps >= options.steps) break;
         ++step;
         auto feeds = make_batch(data, order, b * plan.batch, plan.batch, specs, kLabelsArg);
-        add_state_feeds(plan.train, state, feeds);
         feeds[kLrArg] = f32_scalar(learning_rate(plan.schedule, step, horizon));
         feeds[kStepArg] = f32_scalar(static_cast<double>(step));
+        for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(exec.set_argument(name, tensor));
         const ExecOptions opts{.training = plan.dropout, .seed = options.seed, .step = step};
         if (!options.dump_grads.empty() && report.steps == 0) {
           MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(plan, state, feeds, options.seed, step));
@@ -187,14 +207,16 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
           MEMC_RETURN_IF_ERROR(write_npz(options.dump_grads, arrays));
         }
         const auto t0 = Clock::now();
-        MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(plan.train, feeds, opts));
+        MEMC_RETURN_IF_ERROR(exec.run(opts));
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         total_ms += ms;
-        const auto& updates = plan.train.output_updates();
-        for (size_t i = 0; i < out.size(); ++i) {
-          if (updates[i] != kNoValue) state[plan.train.value(updates[i]).source_name] = out[i];
+        // Updates are planned in place: each lands on the argument it replaces.
+        const auto& updates = exec.module().output_updates();
+        for (size_t i = 0; i < updates.size(); ++i) {
+          if (updates[i] == kNoValue) continue;
+          MEMC_CHECK(exec.output(i).raw() == exec.tensor(updates[i]).raw(), "update of ", exec.module().value(updates[i]).name, " is not in place");
         }
-        const double loss = out[0].get_as_double(0);
+        const double loss = exec.output(0).get_as_double(0);
         report.losses.push_back(loss);
         ++report.steps;
         epoch_loss += loss;
@@ -217,6 +239,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
       if (options.steps >= 0 && report.steps >= options.steps) break;
     }
     report.total_steps = step;
+    report.measured_peak_bytes = device.peak_bytes();
     report.final_loss = report.losses.empty() ? 0 : report.losses.back();
     report.step_ms = report.steps ? total_ms / static_cast<double>(report.steps) : 0;
     report.samples_per_s = report.step_ms > 0 ? plan.batch * 1000.0 / report.step_ms : 0;
@@ -225,7 +248,9 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
     MEMC_ASSIGN_OR_RETURN(Dataset eval_data, load_dataset(options.eval, data_inputs(plan.eval), plan.num_classes));
     MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, state, eval_data, report.eval_samples));
   }
-  if (final_state) *final_state = std::move(state);
+  if (final_state) {
+    for (auto& [name, view] : state) (*final_state)[name] = view.clone();  // the arena goes with exec
+  }
   return report;
 }
 

@@ -30,6 +30,7 @@ struct RunReport {
   int64_t eval_samples = 0;
   double step_ms = 0;              // mean wall time of a step
   double samples_per_s = 0;
+  int64_t measured_peak_bytes = 0;  // high-water mark of device allocations while training
 };
 
 // The state a run carries between steps, keyed by source name: parameters by initializer

@@ -125,12 +125,18 @@ int run_run(const RunArgs& args) {
   if (!result.ok()) return report(result.status());
   const RunReport& r = *result;
   {  // --quiet drops the progress line, not the result
-    if (r.steps) std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
+    if (r.steps) {
+      std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
+      std::printf("device peak %s measured, %s planned\n", with_commas(r.measured_peak_bytes).c_str(), with_commas(plan->memory.predicted_peak_bytes).c_str());
+    }
     if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
   }
   if (!args.json_report.empty()) {
     json j = {{"plan", args.plan}, {"steps", r.total_steps}, {"steps_this_run", r.steps}, {"loss", r.final_loss}, {"losses", r.losses},
-              {"step_ms", r.step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)}};
+              {"step_ms", r.step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)},
+              {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}, {"lower_bound_bytes", plan->memory.lower_bound_bytes},
+              {"breakdown", plan->memory.breakdown}, {"estimated_step_ms", nullptr}};
+    j["measured_peak_bytes"] = r.steps ? json(r.measured_peak_bytes) : json(nullptr);
     j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);
     std::ofstream out(args.json_report + ".tmp");
     out << j.dump(2) << "\n";

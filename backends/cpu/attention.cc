@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/blas.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
 namespace {
@@ -22,14 +22,13 @@ constexpr int64_t kKeyBlock = 64;
 struct AttentionGeometry {
   Shape batch;  // broadcast batch dims of the output
   int64_t tq = 0, tk = 0, d = 0, dv = 0;
-  std::vector<int64_t> q_strides, k_strides, v_strides;  // batch strides in matrices
+  std::vector<int64_t> q_strides, k_strides, v_strides;  // batch strides in matrices; O(rank)
   std::vector<int64_t> bias_strides;                     // element strides over [batch..., Tq, Tk]
+  std::vector<int64_t> bias_batch_strides;               // the same, batch dims only
   double scale = 1.0;
 
-  // `out` is y (forward) or dy (backward): [batch..., Tq, Dv].
-  AttentionGeometry(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor* bias, const Shape& out,
-                    const Attrs& attrs) {
-    const Shape &q = q_t.shape(), &k = k_t.shape(), &v = v_t.shape();
+  // `out` is y (forward) or dy (backward): [batch..., Tq, Dv]; bias is null when absent.
+  AttentionGeometry(const Shape& q, const Shape& k, const Shape& v, const Shape* bias, const Shape& out, const Attrs& attrs) {
     const size_t r = q.size();
     batch.assign(out.begin(), out.end() - 2);
     tq = q[r - 2];
@@ -43,7 +42,8 @@ struct AttentionGeometry {
       Shape scores = batch;
       scores.push_back(tq);
       scores.push_back(tk);
-      bias_strides = broadcast_strides(bias->shape(), scores);
+      bias_strides = broadcast_strides(*bias, scores);
+      bias_batch_strides.assign(bias_strides.begin(), bias_strides.end() - 2);
     }
     scale = attrs.get_float("scale", 1.0 / std::sqrt(static_cast<double>(d)));
   }
@@ -52,7 +52,7 @@ struct AttentionGeometry {
   int64_t v_offset(int64_t i) const { return strided_offset(i, batch, v_strides) * tk * dv; }
   // Bias element of batch i's score [0, 0], and the strides along Tq and Tk.
   int64_t bias_offset(int64_t i) const {
-    return strided_offset(i, batch, std::vector<int64_t>(bias_strides.begin(), bias_strides.end() - 2));
+    return strided_offset(i, batch, bias_batch_strides);
   }
   int64_t bias_row() const { return bias_strides[bias_strides.size() - 2]; }
   int64_t bias_col() const { return bias_strides.back(); }
@@ -65,6 +65,9 @@ struct AttentionDropout {
   bool active = false;
   uint64_t seed = 0, stream = 0, threshold = 0;
   double inv_keep = 1.0;
+
+  // Whether dropout can be on at all (the workspace is sized for it even when not training).
+  static bool possible(const Node& node) { return node.attrs.get_float("dropout_ratio", 0.0) > 0.0; }
 
   explicit AttentionDropout(const KernelContext& ctx) {
     const double ratio = ctx.node.attrs.get_float("dropout_ratio", 0.0);
@@ -148,13 +151,17 @@ void score_block(C* s, const AttentionOperands<C>& x, int64_t q0, int64_t k0, in
   }
 }
 
-// Per-query-block scratch: a block of scores and dropout factors, output rows, row max and sum.
+// Per-query-block scratch: a block of scores and dropout factors (only when dropout is
+// possible), output rows, row max and sum. Blocks are at most [min(64, Tq), min(64, Tk)].
 template <typename C>
 struct QueryBlockScratch {
-  std::vector<C> scores, factor, out, row_max, row_sum;
-  explicit QueryBlockScratch(const AttentionGeometry& g)
-      : scores(kQueryBlock * kKeyBlock), factor(kQueryBlock * kKeyBlock), out(kQueryBlock * g.dv),
-        row_max(kQueryBlock), row_sum(kQueryBlock) {}
+  int64_t rows = 0;                // capacity in query rows
+  C *scores, *factor, *out;        // [rows, cols], [rows, cols], [rows, Dv]
+  C *row_max, *row_sum;            // [rows]
+  QueryBlockScratch(Workspace& ws, const AttentionGeometry& g, bool dropout_possible)
+      : rows(std::min(kQueryBlock, g.tq)), scores(ws.take<C>(rows * std::min(kKeyBlock, g.tk))),
+        factor(ws.take<C>(dropout_possible ? rows * std::min(kKeyBlock, g.tk) : 0)), out(ws.take<C>(rows * g.dv)),
+        row_max(ws.take<C>(rows)), row_sum(ws.take<C>(rows)) {}
 };
 
 // The forward pass over all keys for queries q0..q0+rows: leaves the unnormalized output rows
@@ -163,26 +170,26 @@ struct QueryBlockScratch {
 template <typename C>
 void attend_query_block(QueryBlockScratch<C>& w, const AttentionOperands<C>& x, int64_t q0, int64_t rows,
                         const AttentionGeometry& g, const AttentionDropout& dropout) {
-  std::fill(w.out.begin(), w.out.end(), C(0));
-  std::fill(w.row_max.begin(), w.row_max.end(), -std::numeric_limits<C>::infinity());
-  std::fill(w.row_sum.begin(), w.row_sum.end(), C(0));
+  std::fill(w.out, w.out + rows * g.dv, C(0));
+  std::fill(w.row_max, w.row_max + rows, -std::numeric_limits<C>::infinity());
+  std::fill(w.row_sum, w.row_sum + rows, C(0));
   for (int64_t k0 = 0; k0 < g.tk; k0 += kKeyBlock) {
     const int64_t cols = std::min(kKeyBlock, g.tk - k0);
-    score_block(w.scores.data(), x, q0, k0, rows, cols, g);
-    online_softmax_block(w.scores.data(), w.out.data(), w.row_max.data(), w.row_sum.data(), rows, cols, g.dv);
+    score_block(w.scores, x, q0, k0, rows, cols, g);
+    online_softmax_block(w.scores, w.out, w.row_max, w.row_sum, rows, cols, g.dv);
     if (dropout.active) {
-      dropout.factors(w.factor.data(), x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
+      dropout.factors(w.factor, x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
       for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] *= w.factor[i];
     }
     // out[rows, Dv] += p[rows, cols] · v_blk[cols, Dv]
-    gemm(w.out.data(), w.scores.data(), x.v + k0 * g.dv, GemmShape{.m = rows, .n = g.dv, .k = cols, .accumulate = true});
+    gemm(w.out, w.scores, x.v + k0 * g.dv, GemmShape{.m = rows, .n = g.dv, .k = cols, .accumulate = true});
   }
 }
 
 // One batch entry: y[Tq, Dv] from q[Tq, D], k[Tk, D], v[Tk, Dv] in compute type C.
 template <typename T, typename C>
-void attention_matrix(T* y, const AttentionOperands<C>& x, const AttentionGeometry& g, const AttentionDropout& dropout) {
-  QueryBlockScratch<C> w(g);
+void attention_matrix(T* y, const AttentionOperands<C>& x, QueryBlockScratch<C>& w, const AttentionGeometry& g,
+                      const AttentionDropout& dropout) {
   for (int64_t q0 = 0; q0 < g.tq; q0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, g.tq - q0);
     attend_query_block(w, x, q0, rows, g, dropout);
@@ -195,25 +202,36 @@ void attention_matrix(T* y, const AttentionOperands<C>& x, const AttentionGeomet
   }
 }
 
-// A [rows, cols] matrix of T in compute type C: the data itself when T is C, else a widened copy.
+// `count` elements of compute type C for a copy of 16-bit T; none when T is C (used in place).
+template <typename T, typename C = typename Compute<T>::type>
+C* take_widened(Workspace& ws, int64_t count) {
+  if constexpr (std::is_same_v<T, C>) return nullptr;
+  else return ws.take<C>(count);
+}
+
+// A matrix of `count` T in compute type C: the data itself when T is C, else widened into buffer.
 template <typename T, typename C>
-const C* as_compute(const T* x, int64_t count, std::vector<C>& buffer) {
+const C* as_compute(const T* x, int64_t count, C* buffer) {
   if constexpr (std::is_same_v<T, C>) {
     return x;
   } else {
-    buffer.resize(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) buffer[i] = load<T>(x[i]);
-    return buffer.data();
+    return buffer;
   }
 }
 
-// Batch entry i's q, k, v (widened into the buffers when T is 16-bit) and bias position.
+// Batch entry i's q, k, v (widened into workspace buffers when T is 16-bit) and bias position.
 template <typename T, typename C>
 struct OperandLoader {
   const Tensor &q, &k, &v;
   const Tensor* bias;
   const AttentionGeometry& g;
-  std::vector<C> q_buf, k_buf, v_buf;
+  C *q_buf, *k_buf, *v_buf;  // [Tq, D], [Tk, D], [Tk, Dv] or null
+
+  OperandLoader(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor* bias_t, const AttentionGeometry& geometry,
+                Workspace& ws)
+      : q(q_t), k(k_t), v(v_t), bias(bias_t), g(geometry), q_buf(take_widened<T>(ws, g.tq * g.d)),
+        k_buf(take_widened<T>(ws, g.tk * g.d)), v_buf(take_widened<T>(ws, g.tk * g.dv)) {}
 
   AttentionOperands<C> operator()(int64_t i) {
     AttentionOperands<C> x;
@@ -234,18 +252,19 @@ struct OperandLoader {
 //   dv += P̃ᵀ·dy,  dP = (dy·vᵀ)∘factor,  dS = P∘(dP - D),  dbias += dS,
 //   dq += scale·dS·k,  dk += scale·dSᵀ·q.
 
-// One gradient output, accumulated in compute type C: in place when T is C, else in a buffer
-// rounded once by finish(). Broadcast batch entries add into the same matrices.
+// One gradient output, accumulated in compute type C: in place when T is C, else in a
+// workspace buffer (take_widened) rounded once by finish(). Broadcast batch entries add into
+// the same matrices.
 template <typename T, typename C>
 class GradAccumulator {
  public:
-  explicit GradAccumulator(Tensor& out) : out_(out) {
+  GradAccumulator(Tensor& out, C* buffer) : out_(out), buffer_(buffer) {
     if constexpr (std::is_same_v<T, C>) std::fill(out.data<T>(), out.data<T>() + out.numel(), T(0));
-    else buffer_.assign(static_cast<size_t>(out.numel()), C(0));
+    else std::fill(buffer_, buffer_ + out.numel(), C(0));
   }
   C* data() {
     if constexpr (std::is_same_v<T, C>) return out_.data<T>();
-    else return buffer_.data();
+    else return buffer_;
   }
   void finish() {
     if constexpr (!std::is_same_v<T, C>) {
@@ -255,7 +274,7 @@ class GradAccumulator {
 
  private:
   Tensor& out_;
-  std::vector<C> buffer_;
+  C* buffer_;  // [out.numel()] when T is 16-bit
 };
 
 template <typename C>
@@ -266,10 +285,11 @@ struct AttentionGrads {
 
 template <typename C>
 struct BackwardScratch : QueryBlockScratch<C> {
-  std::vector<C> prob, dprob, inv_sum, delta;
-  explicit BackwardScratch(const AttentionGeometry& g)
-      : QueryBlockScratch<C>(g), prob(kQueryBlock * kKeyBlock), dprob(kQueryBlock * kKeyBlock), inv_sum(kQueryBlock),
-        delta(kQueryBlock) {}
+  C *prob, *dprob;    // [rows, cols]
+  C *inv_sum, *delta;  // [rows]
+  BackwardScratch(Workspace& ws, const AttentionGeometry& g, bool dropout_possible)
+      : QueryBlockScratch<C>(ws, g, dropout_possible), prob(ws.take<C>(this->rows * std::min(kKeyBlock, g.tk))),
+        dprob(ws.take<C>(this->rows * std::min(kKeyBlock, g.tk))), inv_sum(ws.take<C>(this->rows)), delta(ws.take<C>(this->rows)) {}
 };
 
 // The key block k0..k0+cols of query block q0..q0+rows; w holds the replayed row stats.
@@ -277,24 +297,24 @@ template <typename C>
 void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
                           int64_t q0, int64_t rows, int64_t k0, int64_t cols, const AttentionGeometry& g,
                           const AttentionDropout& dropout) {  // dy: [Tq, Dv]
-  score_block(w.scores.data(), x, q0, k0, rows, cols, g);
+  score_block(w.scores, x, q0, k0, rows, cols, g);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
       w.prob[i] = w.inv_sum[r] > C(0) ? std::exp(w.scores[i] - w.row_max[r]) * w.inv_sum[r] : C(0);
     }
   }
-  const C* dropped = w.prob.data();  // P̃[rows, cols]
+  const C* dropped = w.prob;  // P̃[rows, cols]
   if (dropout.active) {
-    dropout.factors(w.factor.data(), x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
+    dropout.factors(w.factor, x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
     for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] = w.prob[i] * w.factor[i];
-    dropped = w.scores.data();
+    dropped = w.scores;
   }
   const C* dy_blk = dy + q0 * g.dv;
   // dv[cols, Dv] += P̃ᵀ[cols, rows]·dy[rows, Dv];  dP[rows, cols] = dy[rows, Dv]·v_blkᵀ
   gemm(d.dv + k0 * g.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true});
-  gemm(w.dprob.data(), dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true});
-  C* ds = w.dprob.data();
+  gemm(w.dprob, dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true});
+  C* ds = w.dprob;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
@@ -333,56 +353,109 @@ void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const Att
   }
 }
 
+// Everything the backward carves besides BackwardScratch: dy widened (one batch entry), the
+// dq, dk, dv accumulators (16-bit only) and dbias in the bias layout (when dbias is wanted).
+template <typename T, typename C>
+struct GradBuffers {
+  C *dy, *dq, *dk, *dv, *dbias;
+  GradBuffers(Workspace& ws, const AttentionGeometry& g, int64_t dq_count, int64_t dk_count, int64_t dv_count, int64_t dbias_count)
+      : dy(take_widened<T>(ws, g.tq * g.dv)), dq(take_widened<T>(ws, dq_count)), dk(take_widened<T>(ws, dk_count)),
+        dv(take_widened<T>(ws, dv_count)), dbias(ws.take<C>(dbias_count)) {}
+};
+
+// The geometry for sizing: the bias only adds strides, never scratch, so it is left out.
+AttentionGeometry geometry_of(std::span<const TensorType> in, size_t first, const Shape& out, const Attrs& attrs) {
+  return AttentionGeometry(in[first].shape, in[first + 1].shape, in[first + 2].shape, nullptr, out, attrs);
+}
+
 }  // namespace
 
+// Workspace: q, k, v widened per batch entry (16-bit only), then one query block's scratch.
 Status attention_kernel(KernelContext& ctx) {
   const Tensor &q = *ctx.inputs[0], &k = *ctx.inputs[1], &v = *ctx.inputs[2];
   const Tensor* bias = ctx.inputs.size() >= 4 ? ctx.inputs[3] : nullptr;
   Tensor& y = *ctx.outputs[0];
-  const AttentionGeometry g(q, k, v, bias, y.shape(), ctx.node.attrs);
+  const AttentionGeometry g(q.shape(), k.shape(), v.shape(), bias ? &bias->shape() : nullptr, y.shape(), ctx.node.attrs);
   const AttentionDropout dropout(ctx);
+  Workspace ws(ctx);
   return dispatch_dtype(q.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, q.dtype());
     } else {
       using C = typename Compute<T>::type;
-      OperandLoader<T, C> load_operands{q, k, v, bias, g, {}, {}, {}};
+      OperandLoader<T, C> load_operands(q, k, v, bias, g, ws);
+      QueryBlockScratch<C> scratch(ws, g, AttentionDropout::possible(ctx.node));
       for (int64_t i = 0, batches = numel(g.batch); i < batches; ++i) {
-        attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, load_operands(i), g, dropout);
+        attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, load_operands(i), scratch, g, dropout);
       }
       return Status::Ok();
     }
   });
 }
 
+// (q, k, v, [bias]) → y
+int64_t attention_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const AttentionGeometry g = geometry_of(in, 0, out[0].shape, node.attrs);
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T>) {
+      using C = typename Compute<T>::type;
+      take_widened<T>(ws, g.tq * g.d);
+      take_widened<T>(ws, g.tk * g.d);
+      take_widened<T>(ws, g.tk * g.dv);
+      const QueryBlockScratch<C> scratch(ws, g, AttentionDropout::possible(node));
+      (void)scratch;
+    }
+  });
+}
+
 // (dy, q, k, v, [bias]) → (dq, dk, dv, [dbias]); see the backward section above.
+// Workspace: the forward's operands and block scratch, BackwardScratch's extra blocks, GradBuffers.
 Status attention_grad_kernel(KernelContext& ctx) {
   const Tensor &dy = *ctx.inputs[0], &q = *ctx.inputs[1], &k = *ctx.inputs[2], &v = *ctx.inputs[3];
   const Tensor* bias = ctx.inputs.size() >= 5 ? ctx.inputs[4] : nullptr;
   Tensor* dbias_out = ctx.outputs.size() >= 4 ? ctx.outputs[3] : nullptr;
-  const AttentionGeometry g(q, k, v, bias, dy.shape(), ctx.node.attrs);
+  const AttentionGeometry g(q.shape(), k.shape(), v.shape(), bias ? &bias->shape() : nullptr, dy.shape(), ctx.node.attrs);
   const AttentionDropout dropout(ctx);
+  Workspace ws(ctx);
   return dispatch_dtype(q.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, q.dtype());
     } else {
       using C = typename Compute<T>::type;
-      OperandLoader<T, C> load_operands{q, k, v, bias, g, {}, {}, {}};
-      GradAccumulator<T, C> dq(*ctx.outputs[0]), dk(*ctx.outputs[1]), dv(*ctx.outputs[2]);
-      std::vector<C> dbias(dbias_out ? static_cast<size_t>(dbias_out->numel()) : 0, C(0));  // bias layout
-      BackwardScratch<C> scratch(g);
-      std::vector<C> dy_buf;
+      OperandLoader<T, C> load_operands(q, k, v, bias, g, ws);
+      BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(ctx.node));
+      const GradBuffers<T, C> buffers(ws, g, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(),
+                                      dbias_out ? dbias_out->numel() : 0);
+      GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq), dk(*ctx.outputs[1], buffers.dk), dv(*ctx.outputs[2], buffers.dv);
+      if (dbias_out) std::fill(buffers.dbias, buffers.dbias + dbias_out->numel(), C(0));  // bias layout
       for (int64_t i = 0, batches = numel(g.batch); i < batches; ++i) {
-        const C* dy_c = as_compute(dy.data<T>() + i * g.tq * g.dv, g.tq * g.dv, dy_buf);
+        const C* dy_c = as_compute(dy.data<T>() + i * g.tq * g.dv, g.tq * g.dv, buffers.dy);
         const AttentionGrads<C> d{dq.data() + g.q_offset(i), dk.data() + g.k_offset(i), dv.data() + g.v_offset(i),
-                                  dbias_out ? dbias.data() : nullptr};
+                                  buffers.dbias};
         attention_grad_matrix(dy_c, load_operands(i), d, scratch, g, dropout);
       }
       dq.finish();
       dk.finish();
       dv.finish();
-      for (size_t i = 0; i < dbias.size(); ++i) dbias_out->set_from_double(static_cast<int64_t>(i), static_cast<double>(dbias[i]));
+      for (int64_t i = 0; dbias_out && i < dbias_out->numel(); ++i) dbias_out->set_from_double(i, static_cast<double>(buffers.dbias[i]));
       return Status::Ok();
+    }
+  });
+}
+
+// (dy, q, k, v, [bias]) → (dq, dk, dv, [dbias])
+int64_t attention_grad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const AttentionGeometry g = geometry_of(in, 1, in[0].shape, node.attrs);
+  return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T>) {
+      using C = typename Compute<T>::type;
+      take_widened<T>(ws, g.tq * g.d);
+      take_widened<T>(ws, g.tk * g.d);
+      take_widened<T>(ws, g.tk * g.dv);
+      const BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(node));
+      const GradBuffers<T, C> buffers(ws, g, out[0].numel(), out[1].numel(), out[2].numel(), out.size() >= 4 ? out[3].numel() : 0);
+      (void)scratch;
+      (void)buffers;
     }
   });
 }

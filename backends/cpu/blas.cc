@@ -3,7 +3,8 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <vector>
+
+#include "support/status.h"
 
 namespace memc::cpu {
 namespace {
@@ -28,8 +29,7 @@ void naive_gemm(T* c, const T* a, const T* b, const GemmShape& s) {  // c: [m, n
 }
 
 template <typename T>
-std::vector<float> widen(const T* x, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
+float* widen(float* out, const T* x, int64_t n) {  // out: [n]
   for (int64_t i = 0; i < n; ++i) out[i] = load<T>(x[i]);
   return out;
 }
@@ -37,7 +37,7 @@ std::vector<float> widen(const T* x, int64_t n) {
 }  // namespace
 
 template <>
-void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s) {
+void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s, float*) {
   if (s.m == 0 || s.n == 0) return;
   cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, a,
@@ -46,7 +46,7 @@ void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s) {
 }
 
 template <>
-void gemm<double>(double* c, const double* a, const double* b, const GemmShape& s) {
+void gemm<double>(double* c, const double* a, const double* b, const GemmShape& s, float*) {
   if (s.m == 0 || s.n == 0) return;
   cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0, a,
@@ -55,25 +55,29 @@ void gemm<double>(double* c, const double* a, const double* b, const GemmShape& 
 }
 
 namespace {
-// 16-bit floats: widen once, one sgemm, round once.
+// 16-bit floats: widen once, one sgemm, round once. scratch: [m·k + k·n + m·n] floats.
 template <typename T>
-void half_gemm(T* c, const T* a, const T* b, const GemmShape& s) {
-  const std::vector<float> a32 = widen(a, s.m * s.k), b32 = widen(b, s.k * s.n);
-  std::vector<float> c32 = s.accumulate ? widen(c, s.m * s.n) : std::vector<float>(static_cast<size_t>(s.m * s.n));
-  gemm<float>(c32.data(), a32.data(), b32.data(), s);
+void half_gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch) {
+  if (s.m == 0 || s.n == 0) return;
+  MEMC_CHECK(scratch, "16-bit gemm needs ", gemm_scratch_floats<T>(s), " floats of workspace");
+  float* a32 = widen(scratch, a, s.m * s.k);
+  float* b32 = widen(a32 + s.m * s.k, b, s.k * s.n);
+  float* c32 = b32 + s.k * s.n;
+  if (s.accumulate) widen(c32, c, s.m * s.n);
+  gemm<float>(c32, a32, b32, s);
   for (int64_t i = 0; i < s.m * s.n; ++i) c[i] = store<T>(c32[i]);
 }
 }  // namespace
 template <>
-void gemm<f16_t>(f16_t* c, const f16_t* a, const f16_t* b, const GemmShape& s) { half_gemm(c, a, b, s); }
+void gemm<f16_t>(f16_t* c, const f16_t* a, const f16_t* b, const GemmShape& s, float* scratch) { half_gemm(c, a, b, s, scratch); }
 template <>
-void gemm<bf16_t>(bf16_t* c, const bf16_t* a, const bf16_t* b, const GemmShape& s) { half_gemm(c, a, b, s); }
+void gemm<bf16_t>(bf16_t* c, const bf16_t* a, const bf16_t* b, const GemmShape& s, float* scratch) { half_gemm(c, a, b, s, scratch); }
 
 template <>
-void gemm<int64_t>(int64_t* c, const int64_t* a, const int64_t* b, const GemmShape& s) { naive_gemm(c, a, b, s); }
+void gemm<int64_t>(int64_t* c, const int64_t* a, const int64_t* b, const GemmShape& s, float*) { naive_gemm(c, a, b, s); }
 template <>
-void gemm<int32_t>(int32_t* c, const int32_t* a, const int32_t* b, const GemmShape& s) { naive_gemm(c, a, b, s); }
+void gemm<int32_t>(int32_t* c, const int32_t* a, const int32_t* b, const GemmShape& s, float*) { naive_gemm(c, a, b, s); }
 template <>
-void gemm<uint8_t>(uint8_t* c, const uint8_t* a, const uint8_t* b, const GemmShape& s) { naive_gemm(c, a, b, s); }
+void gemm<uint8_t>(uint8_t* c, const uint8_t* a, const uint8_t* b, const GemmShape& s, float*) { naive_gemm(c, a, b, s); }
 
 }  // namespace memc::cpu

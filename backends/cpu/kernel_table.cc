@@ -4,9 +4,9 @@
 
 namespace memc::cpu {
 
-void KernelTable::add(const std::string& op, Kernel k) {
-  for (const auto& e : entries) MEMC_CHECK(e.first != op, "CPU kernel registered twice: ", op);
-  entries.emplace_back(op, k);
+void KernelTable::add(const std::string& op, Kernel k, WorkspaceFn workspace_bytes) {
+  for (const auto& e : entries) MEMC_CHECK(e.op != op, "CPU kernel registered twice: ", op);
+  entries.push_back({op, k, workspace_bytes});
 }
 
 static const KernelTable& table() {
@@ -24,16 +24,30 @@ static const KernelTable& table() {
   return *t;
 }
 
-const Kernel* find_kernel(const std::string& op) {
+static const KernelTable::Entry* find_entry(const std::string& op) {
   for (const auto& e : table().entries) {
-    if (e.first == op) return &e.second;
+    if (e.op == op) return &e;
   }
   return nullptr;
 }
 
+const Kernel* find_kernel(const std::string& op) {
+  const KernelTable::Entry* e = find_entry(op);
+  return e ? &e->kernel : nullptr;
+}
+
+int64_t cpu_workspace_bytes(const Module& module, const Node& node) {
+  const KernelTable::Entry* e = find_entry(node.op);
+  if (!e || !e->workspace_bytes) return 0;
+  std::vector<TensorType> in, out;  // O(arity)
+  for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
+  for (ValueId v : node.outputs) out.push_back(module.value(v).type);
+  return e->workspace_bytes(node, in, out);
+}
+
 std::vector<std::string> kernel_ops() {
   std::vector<std::string> out;
-  for (const auto& e : table().entries) out.push_back(e.first);
+  for (const auto& e : table().entries) out.push_back(e.op);
   std::sort(out.begin(), out.end());
   return out;
 }

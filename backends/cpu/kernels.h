@@ -2,6 +2,7 @@
 // Kernels compute f16/bf16 in f32 and store with round-to-nearest-even.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,22 @@ struct KernelContext {
   bool training = false;              // dropout active
   uint64_t seed = 0;                  // counter-based RNG: (seed, step, node id, element)
   int64_t step = 0;
+  void* workspace = nullptr;     // scratch: 64-byte aligned, workspace_bytes long (backends/cpu/workspace.h)
+  int64_t workspace_bytes = 0;   // what the kernel's WorkspaceFn declared for this node
 };
 
 // Returns bad input for data-dependent errors (an out-of-range token id); shapes and dtypes
 // were checked by the verifier and are MEMC_CHECKed here.
 using Kernel = Status (*)(KernelContext& ctx);
 
+// Bytes of scratch the kernel needs for this node's static types, worst case over runs (dropout
+// on or off, any data). Absent optional inputs appear as a default TensorType. A kernel without
+// one needs no workspace.
+using WorkspaceFn = int64_t (*)(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out);
+
 const Kernel* find_kernel(const std::string& op);
+// The workspace `node` needs on the CPU backend (0: none, or no CPU kernel); for the planner.
+int64_t cpu_workspace_bytes(const Module& module, const Node& node);
 // Every op that has a CPU kernel.
 std::vector<std::string> kernel_ops();
 
@@ -37,8 +47,13 @@ void register_training_kernels(KernelTable& t);
 void register_optimizer_kernels(KernelTable& t);  // loss, fills, fused backward ops
 
 struct KernelTable {
-  void add(const std::string& op, Kernel k);
-  std::vector<std::pair<std::string, Kernel>> entries;
+  struct Entry {
+    std::string op;
+    Kernel kernel;
+    WorkspaceFn workspace_bytes;  // nullptr: the kernel needs no scratch
+  };
+  void add(const std::string& op, Kernel k, WorkspaceFn workspace_bytes = nullptr);
+  std::vector<Entry> entries;
 };
 
 // Counter-based RNG (Philox-style mixing): the same (seed, stream, index) gives the same bits

@@ -7,6 +7,7 @@
 #include "backends/cpu/attention.h"
 #include "backends/cpu/blas.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
 namespace {
@@ -16,85 +17,117 @@ namespace {
 // Numpy matmul: 1-D operands are promoted to matrices (and the dim dropped from the result),
 // batch dims broadcast. Matrices are contiguous, so each batch is one gemm; when b has no
 // batch and a is not transposed, all batches fold into one gemm of B·M rows.
-template <typename T>
-void matmul(T* y, const T* a, const T* b, Shape a_shape, Shape b_shape, bool trans_a, bool trans_b) {
-  if (a_shape.size() == 1) a_shape.insert(a_shape.begin(), 1);
-  if (b_shape.size() == 1) b_shape.push_back(1);
-  const size_t ra = a_shape.size(), rb = b_shape.size();
-  GemmShape s;
-  s.trans_a = trans_a;
-  s.trans_b = trans_b;
-  s.m = trans_a ? a_shape[ra - 1] : a_shape[ra - 2];
-  s.k = trans_a ? a_shape[ra - 2] : a_shape[ra - 1];
-  s.n = trans_b ? b_shape[rb - 2] : b_shape[rb - 1];
-  const Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
-  const Shape batch = [&] {
-    Shape out(std::max(a_batch.size(), b_batch.size()), 1);
-    for (size_t i = 0; i < out.size(); ++i) {
+struct MatmulPlan {
+  GemmShape s;          // one gemm call (the folded one when folded)
+  Shape batch;          // broadcast batch dims
+  bool folded = false;  // one gemm covers every batch
+  std::vector<int64_t> a_strides, b_strides;  // batch strides in matrices; O(rank)
+
+  MatmulPlan(Shape a_shape, Shape b_shape, bool trans_a, bool trans_b) {
+    if (a_shape.size() == 1) a_shape.insert(a_shape.begin(), 1);
+    if (b_shape.size() == 1) b_shape.push_back(1);
+    const size_t ra = a_shape.size(), rb = b_shape.size();
+    s.trans_a = trans_a;
+    s.trans_b = trans_b;
+    s.m = trans_a ? a_shape[ra - 1] : a_shape[ra - 2];
+    s.k = trans_a ? a_shape[ra - 2] : a_shape[ra - 1];
+    s.n = trans_b ? b_shape[rb - 2] : b_shape[rb - 1];
+    const Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
+    batch.assign(std::max(a_batch.size(), b_batch.size()), 1);
+    for (size_t i = 0; i < batch.size(); ++i) {
       const size_t ia = i + a_batch.size(), ib = i + b_batch.size();
-      const int64_t da = ia >= out.size() ? a_batch[ia - out.size()] : 1;
-      const int64_t db = ib >= out.size() ? b_batch[ib - out.size()] : 1;
-      out[i] = std::max(da, db);
+      const int64_t da = ia >= batch.size() ? a_batch[ia - batch.size()] : 1;
+      const int64_t db = ib >= batch.size() ? b_batch[ib - batch.size()] : 1;
+      batch[i] = std::max(da, db);
     }
-    return out;
-  }();
-  const int64_t batches = numel(batch);
-  if (numel(b_batch) == 1 && numel(a_batch) == batches && !trans_a) {
-    GemmShape folded = s;
-    folded.m = batches * s.m;
-    gemm(y, a, b, folded);
+    folded = numel(b_batch) == 1 && numel(a_batch) == numel(batch) && !trans_a;
+    if (folded) {
+      s.m *= numel(batch);
+    } else {
+      a_strides = broadcast_strides(a_batch, batch);
+      b_strides = broadcast_strides(b_batch, batch);
+    }
+  }
+  explicit MatmulPlan(const Node& node, const Shape& a, const Shape& b)
+      : MatmulPlan(a, b, node.attrs.get_int("transpose_a", 0), node.attrs.get_int("transpose_b", 0)) {}
+};
+
+// Workspace: the 16-bit gemm's f32 copies for one call's shape, reused by every batch.
+template <typename T>
+void matmul(T* y, const T* a, const T* b, const MatmulPlan& p, Workspace& ws) {
+  float* gemm_scratch = ws.take<float>(gemm_scratch_floats<T>(p.s));
+  if (p.folded) {
+    gemm(y, a, b, p.s, gemm_scratch);
     return;
   }
-  const std::vector<int64_t> a_strides = broadcast_strides(a_batch, batch), b_strides = broadcast_strides(b_batch, batch);
-  for (int64_t i = 0; i < batches; ++i) {
-    const T* a_i = a + strided_offset(i, batch, a_strides) * s.m * s.k;  // [M, K]
-    const T* b_i = b + strided_offset(i, batch, b_strides) * s.k * s.n;  // [K, N]
-    gemm(y + i * s.m * s.n, a_i, b_i, s);
+  for (int64_t i = 0, batches = numel(p.batch); i < batches; ++i) {
+    const T* a_i = a + strided_offset(i, p.batch, p.a_strides) * p.s.m * p.s.k;  // [M, K]
+    const T* b_i = b + strided_offset(i, p.batch, p.b_strides) * p.s.k * p.s.n;  // [K, N]
+    gemm(y + i * p.s.m * p.s.n, a_i, b_i, p.s, gemm_scratch);
   }
 }
 
 Status matmul_kernel(KernelContext& ctx) {
   const Tensor &a = *ctx.inputs[0], &b = *ctx.inputs[1];
   Tensor& y = *ctx.outputs[0];
-  const bool trans_a = ctx.node.attrs.get_int("transpose_a", 0), trans_b = ctx.node.attrs.get_int("transpose_b", 0);
+  const MatmulPlan plan(ctx.node, a.shape(), b.shape());
+  Workspace ws(ctx);
   return dispatch_dtype(a.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsNumeric<T>) {
       return unsupported_dtype(ctx, a.dtype());
     } else {
-      matmul(y.data<T>(), a.data<T>(), b.data<T>(), a.shape(), b.shape(), trans_a, trans_b);
+      matmul(y.data<T>(), a.data<T>(), b.data<T>(), plan, ws);
       return Status::Ok();
     }
   });
+}
+
+int64_t matmul_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
+  const MatmulPlan plan(node, in[0].shape, in[1].shape);
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) { ws.take<float>(gemm_scratch_floats<T>(plan.s)); });
 }
 
 // ---- linear ---------------------------------------------------------------------------------
 
 // y[R, N] = x[R, K] · wᵀ + bias, w [N, K] (transpose_w) or [K, N]; bias is written first and
 // the gemm accumulates onto it.
+// The one gemm of a linear node (accumulate: whether a bias is written first).
+GemmShape linear_shape(const Node& node, const Shape& x, const Shape& w, bool has_bias) {
+  const bool transpose_w = node.attrs.get_int("transpose_w", 1);
+  const int64_t k = x.back(), n = transpose_w ? w[0] : w[1];
+  return GemmShape{.m = k ? numel(x) / k : 0, .n = n, .k = k, .trans_a = false, .trans_b = transpose_w, .accumulate = has_bias};
+}
+
+// Workspace: the 16-bit gemm's f32 copies.
 template <typename T>
-void linear(T* y, const T* x, const T* w, const T* bias, int64_t rows, int64_t n, int64_t k, bool transpose_w) {
-  GemmShape s{.m = rows, .n = n, .k = k, .trans_a = false, .trans_b = transpose_w, .accumulate = bias != nullptr};
+void linear(T* y, const T* x, const T* w, const T* bias, const GemmShape& s, Workspace& ws) {
+  float* gemm_scratch = ws.take<float>(gemm_scratch_floats<T>(s));
   if (bias) {
-    for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + n, y + r * n);
+    for (int64_t r = 0; r < s.m; ++r) std::copy(bias, bias + s.n, y + r * s.n);
   }
-  gemm(y, x, w, s);
+  gemm(y, x, w, s, gemm_scratch);
 }
 
 Status linear_kernel(KernelContext& ctx) {
   const Tensor &x = *ctx.inputs[0], &w = *ctx.inputs[1];
   const Tensor* bias = ctx.inputs.size() >= 3 ? ctx.inputs[2] : nullptr;
   Tensor& y = *ctx.outputs[0];
-  const bool transpose_w = ctx.node.attrs.get_int("transpose_w", 1);
-  const int64_t k = x.shape().back(), n = transpose_w ? w.shape()[0] : w.shape()[1];
+  const GemmShape s = linear_shape(ctx.node, x.shape(), w.shape(), bias != nullptr);
+  Workspace ws(ctx);
   return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsNumeric<T>) {
       return unsupported_dtype(ctx, x.dtype());
     } else {
-      linear(y.data<T>(), x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, k ? x.numel() / k : 0, n, k,
-             transpose_w);
+      linear(y.data<T>(), x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, s, ws);
       return Status::Ok();
     }
   });
+}
+
+// The bias only changes accumulate, not the scratch, so an absent one needs no special case.
+int64_t linear_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
+  const GemmShape s = linear_shape(node, in[0].shape, in[1].shape, false);
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) { ws.take<float>(gemm_scratch_floats<T>(s)); });
 }
 
 // ---- conv -----------------------------------------------------------------------------------
@@ -120,6 +153,8 @@ struct ConvGeometry {
     pads_begin.assign(pads.begin(), pads.begin() + sd);
   }
   int64_t group_in() const { return in_channels / group; }
+  // Rows of one group's im2col matrix [Cg·K, P]; 0 when pointwise (x is read in place).
+  int64_t col_rows() const { return pointwise() ? 0 : group_in() * numel(kernel); }
   int64_t group_out() const { return out_channels / group; }
   // A 1×…×1 kernel with unit strides and no padding reads x as the im2col matrix itself.
   bool pointwise() const {
@@ -186,27 +221,34 @@ void im2col_nd(T* col, const T* x, const ConvGeometry& g) {  // col: [Cg·K, P],
   }
 }
 
+// One group's gemm: y_g[Mg, P] = w_g[Mg, Cg·K] · col[Cg·K, P].
+GemmShape conv_gemm_shape(const ConvGeometry& g) {
+  return GemmShape{.m = g.group_out(), .n = numel(g.out), .k = g.group_in() * numel(g.kernel)};
+}
+
 // Per image and group: y_g[Mg, P] = w_g[Mg, Cg·K] · col[Cg·K, P] (+ bias, written first).
+// Workspace: col [Cg·K, P] in T (none when pointwise), then the 16-bit gemm's f32 copies.
 template <typename T>
-void conv(T* y, const T* x, const T* w, const T* bias, const ConvGeometry& g) {
+void conv(T* y, const T* x, const T* w, const T* bias, const ConvGeometry& g, Workspace& ws) {
   const int64_t kernel_size = numel(g.kernel), positions = numel(g.out), in_size = numel(g.in);
   const int64_t rows = g.group_in() * kernel_size;
   const bool pointwise = g.pointwise();
-  std::vector<T> col(pointwise ? 0 : static_cast<size_t>(rows * positions));
+  T* col = ws.take<T>(g.col_rows() * positions);
+  float* gemm_scratch = ws.take<float>(gemm_scratch_floats<T>(conv_gemm_shape(g)));
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t grp = 0; grp < g.group; ++grp) {
       const T* x_g = x + (b * g.in_channels + grp * g.group_in()) * in_size;  // [Cg, in...]
       T* y_g = y + (b * g.out_channels + grp * g.group_out()) * positions;    // [Mg, P]
       const T* w_g = w + grp * g.group_out() * rows;                          // [Mg, Cg·K]
       if (!pointwise) {
-        if (g.in.size() == 2) im2col_2d(col.data(), x_g, g);
-        else im2col_nd(col.data(), x_g, g);
+        if (g.in.size() == 2) im2col_2d(col, x_g, g);
+        else im2col_nd(col, x_g, g);
       }
       if (bias) {
         for (int64_t m = 0; m < g.group_out(); ++m) std::fill(y_g + m * positions, y_g + (m + 1) * positions, bias[grp * g.group_out() + m]);
       }
-      gemm(y_g, w_g, pointwise ? x_g : col.data(),
-           GemmShape{.m = g.group_out(), .n = positions, .k = rows, .accumulate = bias != nullptr});
+      gemm(y_g, w_g, pointwise ? x_g : col,
+           GemmShape{.m = g.group_out(), .n = positions, .k = rows, .accumulate = bias != nullptr}, gemm_scratch);
     }
   }
 }
@@ -216,13 +258,23 @@ Status conv_kernel(KernelContext& ctx) {
   const Tensor* bias = ctx.inputs.size() >= 3 ? ctx.inputs[2] : nullptr;
   Tensor& y = *ctx.outputs[0];
   const ConvGeometry geometry(ctx.node, x.shape(), w.shape(), y.shape());
+  Workspace ws(ctx);
   return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsNumeric<T>) {
       return unsupported_dtype(ctx, x.dtype());
     } else {
-      conv(y.data<T>(), x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, geometry);
+      conv(y.data<T>(), x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, geometry, ws);
       return Status::Ok();
     }
+  });
+}
+
+// (x, w, [bias]) → y
+int64_t conv_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const ConvGeometry g(node, in[0].shape, in[1].shape, out[0].shape);
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
+    ws.take<T>(g.col_rows() * numel(g.out));
+    ws.take<float>(gemm_scratch_floats<T>(conv_gemm_shape(g)));
   });
 }
 
@@ -283,12 +335,11 @@ void col2im_nd(T* x, const T* col, const ConvGeometry& g) {  // x: [Cg, in...], 
 
 // Per image and group: col[Cg·K, P] = w_gᵀ[Cg·K, Mg] · dy_g[Mg, P], then dx_g += col2im(col).
 template <typename C>
-void conv_grad_input(C* dx, const C* dy, const C* w, const ConvGeometry& g) {  // dx: [B, C, in...]
+void conv_grad_input(C* dx, const C* dy, const C* w, C* col, const ConvGeometry& g) {  // dx: [B, C, in...], col: [Cg·K, P]
   const int64_t kernel_size = numel(g.kernel), positions = numel(g.out), in_size = numel(g.in);
   const int64_t rows = g.group_in() * kernel_size;
   const bool pointwise = g.pointwise();
   std::fill(dx, dx + g.batch * g.in_channels * in_size, C(0));
-  std::vector<C> col(pointwise ? 0 : static_cast<size_t>(rows * positions));
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t grp = 0; grp < g.group; ++grp) {
       C* dx_g = dx + (b * g.in_channels + grp * g.group_in()) * in_size;               // [Cg, in...]
@@ -299,52 +350,62 @@ void conv_grad_input(C* dx, const C* dy, const C* w, const ConvGeometry& g) {  /
         gemm(dx_g, w_g, dy_g, s);
         continue;
       }
-      gemm(col.data(), w_g, dy_g, s);
-      if (g.in.size() == 2) col2im_2d(dx_g, col.data(), g);
-      else col2im_nd(dx_g, col.data(), g);
+      gemm(col, w_g, dy_g, s);
+      if (g.in.size() == 2) col2im_2d(dx_g, col, g);
+      else col2im_nd(dx_g, col, g);
     }
   }
 }
 
 // Per group, summed over images: dw_g[Mg, Cg·K] += dy_g[Mg, P] · im2col(x_g)ᵀ[P, Cg·K].
 template <typename C>
-void conv_grad_weight(C* dw, const C* dy, const C* x, const ConvGeometry& g) {  // dw: [M, C/G, kernel...]
+void conv_grad_weight(C* dw, const C* dy, const C* x, C* col, const ConvGeometry& g) {  // dw: [M, C/G, kernel...], col: [Cg·K, P]
   const int64_t kernel_size = numel(g.kernel), positions = numel(g.out), in_size = numel(g.in);
   const int64_t rows = g.group_in() * kernel_size;
   const bool pointwise = g.pointwise();
   std::fill(dw, dw + g.out_channels * rows, C(0));
-  std::vector<C> col(pointwise ? 0 : static_cast<size_t>(rows * positions));
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t grp = 0; grp < g.group; ++grp) {
       const C* x_g = x + (b * g.in_channels + grp * g.group_in()) * in_size;         // [Cg, in...]
       const C* dy_g = dy + (b * g.out_channels + grp * g.group_out()) * positions;   // [Mg, P]
       if (!pointwise) {
-        if (g.in.size() == 2) im2col_2d(col.data(), x_g, g);
-        else im2col_nd(col.data(), x_g, g);
+        if (g.in.size() == 2) im2col_2d(col, x_g, g);
+        else im2col_nd(col, x_g, g);
       }
-      gemm(dw + grp * g.group_out() * rows, dy_g, pointwise ? x_g : col.data(),
+      gemm(dw + grp * g.group_out() * rows, dy_g, pointwise ? x_g : col,
            GemmShape{.m = g.group_out(), .n = rows, .k = positions, .trans_b = true, .accumulate = true});
     }
   }
 }
 
-// Runs fn(out, a, b) on compute-type pointers: f32/f64 in place, f16/bf16 through f32 copies
-// of the inputs and one rounding of the output.
+// Workspace of both conv backward ops, in compute type C: f32 copies of (a, b, out) when T is
+// 16-bit (f32/f64 run in place), then the im2col buffer col [Cg·K, P] (none when pointwise).
+template <typename T>
+struct ConvGradScratch {
+  using C = typename Compute<T>::type;
+  C *a = nullptr, *b = nullptr, *out = nullptr, *col = nullptr;
+  ConvGradScratch(Workspace& ws, int64_t a_count, int64_t b_count, int64_t out_count, const ConvGeometry& g) {
+    if constexpr (!std::is_same_v<T, C>) {
+      a = ws.take<C>(a_count);
+      b = ws.take<C>(b_count);
+      out = ws.take<C>(out_count);
+    }
+    col = ws.take<C>(g.col_rows() * numel(g.out));
+  }
+};
+
+// Runs fn(out, a, b, col) on compute-type pointers: f32/f64 in place, f16/bf16 through the
+// scratch copies of the inputs and one rounding of the output.
 template <typename T, typename Fn>
-void run_in_compute_type(Tensor& out, const Tensor& a, const Tensor& b, Fn&& fn) {
+void run_in_compute_type(Tensor& out, const Tensor& a, const Tensor& b, const ConvGradScratch<T>& w, Fn&& fn) {
   using C = typename Compute<T>::type;
   if constexpr (std::is_same_v<T, C>) {
-    fn(out.data<T>(), a.data<T>(), b.data<T>());
+    fn(out.data<T>(), a.data<T>(), b.data<T>(), w.col);
   } else {
-    auto widen = [](const Tensor& t) {
-      std::vector<C> w(static_cast<size_t>(t.numel()));
-      for (int64_t i = 0; i < t.numel(); ++i) w[i] = load<T>(t.data<T>()[i]);
-      return w;
-    };
-    const std::vector<C> a_c = widen(a), b_c = widen(b);
-    std::vector<C> out_c(static_cast<size_t>(out.numel()));
-    fn(out_c.data(), a_c.data(), b_c.data());
-    for (int64_t i = 0; i < out.numel(); ++i) out.data<T>()[i] = store<T>(out_c[i]);
+    for (int64_t i = 0; i < a.numel(); ++i) w.a[i] = load<T>(a.data<T>()[i]);
+    for (int64_t i = 0; i < b.numel(); ++i) w.b[i] = load<T>(b.data<T>()[i]);
+    fn(w.out, w.a, w.b, w.col);
+    for (int64_t i = 0; i < out.numel(); ++i) out.data<T>()[i] = store<T>(w.out[i]);
   }
 }
 
@@ -353,11 +414,15 @@ Status conv_grad_input_kernel(KernelContext& ctx) {
   const Tensor &dy = *ctx.inputs[0], &w = *ctx.inputs[1];
   Tensor& dx = *ctx.outputs[0];
   const ConvGeometry geometry(ctx.node, dx.shape(), w.shape(), dy.shape());
+  Workspace ws(ctx);
   return dispatch_dtype(dy.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, dy.dtype());
     } else {
-      run_in_compute_type<T>(dx, dy, w, [&](auto* out, const auto* a, const auto* b) { conv_grad_input(out, a, b, geometry); });
+      const ConvGradScratch<T> scratch(ws, dy.numel(), w.numel(), dx.numel(), geometry);
+      run_in_compute_type<T>(dx, dy, w, scratch, [&](auto* out, const auto* a, const auto* b, auto* col) {
+        conv_grad_input(out, a, b, col, geometry);
+      });
       return Status::Ok();
     }
   });
@@ -368,12 +433,38 @@ Status conv_grad_weight_kernel(KernelContext& ctx) {
   const Tensor &dy = *ctx.inputs[0], &x = *ctx.inputs[1];
   Tensor& dw = *ctx.outputs[0];
   const ConvGeometry geometry(ctx.node, x.shape(), dw.shape(), dy.shape());
+  Workspace ws(ctx);
   return dispatch_dtype(dy.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, dy.dtype());
     } else {
-      run_in_compute_type<T>(dw, dy, x, [&](auto* out, const auto* a, const auto* b) { conv_grad_weight(out, a, b, geometry); });
+      const ConvGradScratch<T> scratch(ws, dy.numel(), x.numel(), dw.numel(), geometry);
+      run_in_compute_type<T>(dw, dy, x, scratch, [&](auto* out, const auto* a, const auto* b, auto* col) {
+        conv_grad_weight(out, a, b, col, geometry);
+      });
       return Status::Ok();
+    }
+  });
+}
+
+// (dy, w) → dx: geometry over (dx, w, dy).
+int64_t conv_grad_input_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const ConvGeometry g(node, out[0].shape, in[1].shape, in[0].shape);
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T>) {
+      const ConvGradScratch<T> scratch(ws, in[0].numel(), in[1].numel(), out[0].numel(), g);
+      (void)scratch;
+    }
+  });
+}
+
+// (dy, x) → dw: geometry over (x, dw, dy).
+int64_t conv_grad_weight_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const ConvGeometry g(node, in[1].shape, out[0].shape, in[0].shape);
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T>) {
+      const ConvGradScratch<T> scratch(ws, in[0].numel(), in[1].numel(), out[0].numel(), g);
+      (void)scratch;
     }
   });
 }
@@ -381,13 +472,13 @@ Status conv_grad_weight_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_linalg_kernels(KernelTable& t) {
-  t.add("matmul", matmul_kernel);
-  t.add("linear", linear_kernel);
-  t.add("conv", conv_kernel);
-  t.add("attention", attention_kernel);
-  t.add("conv_grad_input", conv_grad_input_kernel);
-  t.add("conv_grad_weight", conv_grad_weight_kernel);
-  t.add("attention_grad", attention_grad_kernel);
+  t.add("matmul", matmul_kernel, matmul_workspace);
+  t.add("linear", linear_kernel, linear_workspace);
+  t.add("conv", conv_kernel, conv_workspace);
+  t.add("attention", attention_kernel, attention_workspace);
+  t.add("conv_grad_input", conv_grad_input_kernel, conv_grad_input_workspace);
+  t.add("conv_grad_weight", conv_grad_weight_kernel, conv_grad_weight_workspace);
+  t.add("attention_grad", attention_grad_kernel, attention_grad_workspace);
 }
 
 }  // namespace memc::cpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/loops.h"
+#include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
 namespace {
@@ -43,14 +44,20 @@ std::vector<int64_t> reduced_strides(const Shape& in, const std::vector<int64_t>
   return broadcast_strides(kept, in);
 }
 
+// Accumulator type: f64 for floats, i64 for integers.
+template <typename T>
+using ReduceAcc = std::conditional_t<kIsFloatStorage<T>, double, int64_t>;
+
+// Workspace: one accumulator per output element, acc [out_count].
 template <Reduction R, typename T>
-void reduce(T* y, const T* x, const Shape& in_shape, const std::vector<int64_t>& axes, int64_t out_count) {
+void reduce(T* y, const T* x, const Shape& in_shape, const std::vector<int64_t>& axes, int64_t out_count, Workspace& ws) {
   // y: [out_count], x: [in_shape]
-  using A = std::conditional_t<kIsFloatStorage<T>, double, int64_t>;
-  std::vector<A> acc(static_cast<size_t>(out_count), reduction_identity<R, A>());
+  using A = ReduceAcc<T>;
+  A* acc = ws.take<A>(out_count);
+  std::fill(acc, acc + out_count, reduction_identity<R, A>());
   for_each_row<2>(in_shape, {reduced_strides(in_shape, axes), row_major_strides(in_shape)},
                   [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
-                    A* a = acc.data() + off[0];
+                    A* a = acc + off[0];
                     const T* xr = x + off[1];
                     if (st[0] == 0) {  // reducing along the run: one accumulator
                       A total = a[0];
@@ -74,13 +81,20 @@ Status reduce_kernel(KernelContext& ctx) {
   const Tensor& x = *ctx.inputs[0];
   Tensor& y = *ctx.outputs[0];
   const auto axes = ctx.node.attrs.get_ints("axes");
+  Workspace ws(ctx);
   return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsNumeric<T>) {
       return unsupported_dtype(ctx, x.dtype());
     } else {
-      reduce<R>(y.data<T>(), x.data<T>(), x.shape(), axes, y.numel());
+      reduce<R>(y.data<T>(), x.data<T>(), x.shape(), axes, y.numel(), ws);
       return Status::Ok();
     }
+  });
+}
+
+int64_t reduce_workspace(const Node&, std::span<const TensorType> in, std::span<const TensorType> out) {
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsNumeric<T>) ws.take<ReduceAcc<T>>(out[0].numel());
   });
 }
 
@@ -138,10 +152,11 @@ Status arg_kernel(KernelContext& ctx) {
 // ---- softmax / log_softmax ------------------------------------------------------------------
 
 // One row of n values at stride `inner`: softmax = e^(x - max) / Σ, log_softmax = x - max - ln Σ.
+// Workspace: one row in compute type, row [n].
 template <bool kLog, typename T>
-void softmax(T* y, const T* x, const AxisView& v) {  // y, x: [outer, n, inner]
+void softmax(T* y, const T* x, const AxisView& v, Workspace& ws) {  // y, x: [outer, n, inner]
   using C = typename Compute<T>::type;
-  std::vector<C> row(static_cast<size_t>(v.n));
+  C* row = ws.take<C>(v.n);
   for (int64_t o = 0; o < v.outer; ++o) {
     for (int64_t j = 0; j < v.inner; ++j) {
       const int64_t base = o * v.n * v.inner + j;
@@ -170,25 +185,35 @@ template <bool kLog>
 Status softmax_kernel(KernelContext& ctx) {
   const Tensor& x = *ctx.inputs[0];
   const AxisView view(x.shape(), ctx.node.attrs.get_int("axis", x.rank() - 1));
+  Workspace ws(ctx);
   return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, x.dtype());
     } else {
-      softmax<kLog>(ctx.outputs[0]->data<T>(), x.data<T>(), view);
+      softmax<kLog>(ctx.outputs[0]->data<T>(), x.data<T>(), view, ws);
       return Status::Ok();
     }
   });
 }
 
+int64_t softmax_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
+  const AxisView view(in[0].shape, node.attrs.get_int("axis", static_cast<int64_t>(in[0].shape.size()) - 1));
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T>) ws.take<typename Compute<T>::type>(view.n);
+  });
+}
+
 // ---- layernorm ------------------------------------------------------------------------------
 
-// `param` broadcast to the normalized dims, as n values of compute type C.
+// `param` broadcast to the normalized dims, as n values of compute type C in `out` [n].
 template <typename T, typename C>
-std::vector<C> expand_param(const Tensor* param, const Shape& normalized, C fallback) {
+const C* expand_param(C* out, const Tensor* param, const Shape& normalized, C fallback) {
   const int64_t n = numel(normalized);
-  std::vector<C> out(static_cast<size_t>(n), fallback);
-  if (!param) return out;
-  const std::vector<int64_t> strides = broadcast_strides(param->shape(), normalized);
+  if (!param) {
+    std::fill(out, out + n, fallback);
+    return out;
+  }
+  const std::vector<int64_t> strides = broadcast_strides(param->shape(), normalized);  // O(rank)
   for (int64_t i = 0; i < n; ++i) out[i] = load<T>(param->data<T>()[strided_offset(i, normalized, strides)]);
   return out;
 }
@@ -196,8 +221,8 @@ std::vector<C> expand_param(const Tensor* param, const Shape& normalized, C fall
 // y = (x - mean)·inv_std·scale + bias per row of n normalized elements; mean and
 // inv_std = 1/√(var + eps) are also written out (f32) when asked for.
 template <typename T>
-void layernorm(T* y, float* mean_out, float* inv_std_out, const T* x, const std::vector<typename Compute<T>::type>& scale,
-               const std::vector<typename Compute<T>::type>& bias, int64_t rows, int64_t n, double eps) {
+void layernorm(T* y, float* mean_out, float* inv_std_out, const T* x, const typename Compute<T>::type* scale,
+               const typename Compute<T>::type* bias, int64_t rows, int64_t n, double eps) {
   // y, x: [rows, n], mean_out, inv_std_out: [rows] or null, scale, bias: [n]
   using C = typename Compute<T>::type;
   for (int64_t r = 0; r < rows; ++r) {
@@ -228,14 +253,29 @@ Status layernorm_kernel(KernelContext& ctx) {
   const Shape normalized(x.shape().begin() + axis, x.shape().end());
   const int64_t n = numel(normalized), rows = n ? x.numel() / n : 0;
   auto stat = [&](size_t i) { return ctx.outputs.size() > i && ctx.outputs[i] ? ctx.outputs[i]->data<float>() : nullptr; };
+  Workspace ws(ctx);
   return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, x.dtype());
     } else {
       using C = typename Compute<T>::type;
-      layernorm(ctx.outputs[0]->data<T>(), stat(1), stat(2), x.data<T>(), expand_param<T>(scale, normalized, C(1)),
-                expand_param<T>(bias, normalized, C(0)), rows, n, eps);
+      C* scale_n = ws.take<C>(n);  // scale and bias broadcast to [n]
+      C* bias_n = ws.take<C>(n);
+      layernorm(ctx.outputs[0]->data<T>(), stat(1), stat(2), x.data<T>(), expand_param<T>(scale_n, scale, normalized, C(1)),
+                expand_param<T>(bias_n, bias, normalized, C(0)), rows, n, eps);
       return Status::Ok();
+    }
+  });
+}
+
+int64_t layernorm_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
+  const Shape& x = in[0].shape;
+  const int64_t axis = node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);
+  const int64_t n = numel(Shape(x.begin() + axis, x.end()));
+  return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T>) {
+      ws.take<typename Compute<T>::type>(n);
+      ws.take<typename Compute<T>::type>(n);
     }
   });
 }
@@ -243,18 +283,18 @@ Status layernorm_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_reduce_kernels(KernelTable& t) {
-  t.add("reduce_sum", reduce_kernel<Reduction::kSum>);
-  t.add("reduce_mean", reduce_kernel<Reduction::kMean>);
-  t.add("reduce_max", reduce_kernel<Reduction::kMax>);
-  t.add("reduce_min", reduce_kernel<Reduction::kMin>);
-  t.add("reduce_prod", reduce_kernel<Reduction::kProd>);
-  t.add("reduce_sum_square", reduce_kernel<Reduction::kSumSquare>);
-  t.add("reduce_l2", reduce_kernel<Reduction::kL2>);
+  t.add("reduce_sum", reduce_kernel<Reduction::kSum>, reduce_workspace);
+  t.add("reduce_mean", reduce_kernel<Reduction::kMean>, reduce_workspace);
+  t.add("reduce_max", reduce_kernel<Reduction::kMax>, reduce_workspace);
+  t.add("reduce_min", reduce_kernel<Reduction::kMin>, reduce_workspace);
+  t.add("reduce_prod", reduce_kernel<Reduction::kProd>, reduce_workspace);
+  t.add("reduce_sum_square", reduce_kernel<Reduction::kSumSquare>, reduce_workspace);
+  t.add("reduce_l2", reduce_kernel<Reduction::kL2>, reduce_workspace);
   t.add("argmax", arg_kernel<true>);
   t.add("argmin", arg_kernel<false>);
-  t.add("softmax", softmax_kernel<false>);
-  t.add("log_softmax", softmax_kernel<true>);
-  t.add("layernorm", layernorm_kernel);
+  t.add("softmax", softmax_kernel<false>, softmax_workspace);
+  t.add("log_softmax", softmax_kernel<true>, softmax_workspace);
+  t.add("layernorm", layernorm_kernel, layernorm_workspace);
 }
 
 }  // namespace memc::cpu

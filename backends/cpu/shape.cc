@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/loops.h"
+#include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
 namespace {
@@ -93,27 +94,29 @@ Status gather_kernel(KernelContext& ctx) {
     if (d > axis) inner *= data.shape()[d];
   }
   const int64_t n = data.shape()[axis], count = indices.numel();
-  std::vector<int64_t> rows(static_cast<size_t>(count));
+  // Check every index before writing anything; the copy below re-reads them (no index buffer).
   for (int64_t i = 0; i < count; ++i) {
     const int64_t index = indices.get_as_int(i);
     if (index < -n || index >= n) {
       return Status::BadInput(str_cat("gather index ", index, " out of range for dim ", n, " (axis ", axis, ")"));
     }
-    rows[i] = index < 0 ? index + n : index;
   }
+  auto row = [&](int64_t i) {
+    const int64_t index = indices.get_as_int(i);
+    return index < 0 ? index + n : index;
+  };
   const size_t row_bytes = static_cast<size_t>(inner) * dtype_size(data.dtype());
   const auto* src = static_cast<const char*>(data.raw());  // [outer, n, inner]
   auto* dst = static_cast<char*>(y.raw());                 // [outer, I, inner]
   for (int64_t o = 0; o < outer && row_bytes; ++o) {
-    for (int64_t i = 0; i < count; ++i) std::memcpy(dst + (o * count + i) * row_bytes, src + (o * n + rows[i]) * row_bytes, row_bytes);
+    for (int64_t i = 0; i < count; ++i) std::memcpy(dst + (o * count + i) * row_bytes, src + (o * n + row(i)) * row_bytes, row_bytes);
   }
   return Status::Ok();
 }
 
 // Input coordinate read by each output coordinate along one dim; -1 where the constant fills.
 // Reflect mirrors without repeating the edge (numpy "reflect"), periodically for wide pads.
-std::vector<int64_t> pad_source(int64_t in, int64_t begin, int64_t out, const std::string& mode) {
-  std::vector<int64_t> source(static_cast<size_t>(out));
+void pad_source(int64_t* source, int64_t in, int64_t begin, int64_t out, const std::string& mode) {  // source: [out]
   for (int64_t o = 0; o < out; ++o) {
     int64_t i = o - begin;
     if (i < 0 || i >= in) {
@@ -128,13 +131,13 @@ std::vector<int64_t> pad_source(int64_t in, int64_t begin, int64_t out, const st
     }
     source[o] = i;
   }
-  return source;
 }
 
 // Every output row (all dims but the last) either lies in the constant border or reads one
 // input row through the last dim's source map.
+// source[d] is dim d's map [out[d]] (pad_source).
 template <typename T>
-void pad(T* y, const T* x, const Shape& in, const Shape& out, const std::vector<std::vector<int64_t>>& source, T value) {
+void pad(T* y, const T* x, const Shape& in, const Shape& out, const std::vector<const int64_t*>& source, T value) {
   // y: [out], x: [in]
   const int64_t rank = static_cast<int64_t>(out.size());
   if (rank == 0) {
@@ -143,7 +146,7 @@ void pad(T* y, const T* x, const Shape& in, const Shape& out, const std::vector<
   }
   const std::vector<int64_t> in_strides = row_major_strides(in);
   const int64_t width = out.back(), rows = width ? numel(out) / width : 0;
-  const std::vector<int64_t>& last = source.back();
+  const int64_t* last = source.back();
   std::vector<int64_t> index(rank - 1, 0);
   for (int64_t r = 0; r < rows; ++r) {
     int64_t base = 0;
@@ -171,14 +174,27 @@ Status pad_kernel(KernelContext& ctx) {
   if (mode != "constant" && mode != "reflect" && mode != "edge") return Status::BadInput(str_cat("unknown pad mode '", mode, "'"));
   if (y.numel() == 0) return Status::Ok();
   const size_t rank = x.shape().size();
-  std::vector<std::vector<int64_t>> source;
-  for (size_t d = 0; d < rank; ++d) source.push_back(pad_source(x.shape()[d], pads[d], y.shape()[d], mode));
+  Workspace ws(ctx);
+  std::vector<const int64_t*> source;  // O(rank) pointers into the workspace
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t* map = ws.take<int64_t>(y.shape()[d]);
+    pad_source(map, x.shape()[d], pads[d], y.shape()[d], mode);
+    source.push_back(map);
+  }
   const double value = ctx.node.attrs.get_float("value", 0.0);
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     pad(y.data<T>(), x.data<T>(), x.shape(), y.shape(), source, store<T>(static_cast<C>(value)));
   });
   return Status::Ok();
+}
+
+// One source map per output dim: Σ_d out[d] int64 (not the element count).
+int64_t pad_workspace(const Node&, std::span<const TensorType>, std::span<const TensorType> out) {
+  if (out[0].numel() == 0) return 0;
+  Workspace ws;
+  for (int64_t extent : out[0].shape) ws.take<int64_t>(extent);
+  return ws.used_bytes();
 }
 
 // y viewed as [r0, n0, r1, n1, ...]: the repeat dims have input stride 0.
@@ -206,7 +222,7 @@ void register_shape_kernels(KernelTable& t) {
   t.add("concat", concat_kernel);
   t.add("expand", expand_kernel);
   t.add("gather", gather_kernel);
-  t.add("pad", pad_kernel);
+  t.add("pad", pad_kernel, pad_workspace);
   t.add("tile", tile_kernel);
 }
 

@@ -4,6 +4,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
 namespace {
@@ -150,6 +151,16 @@ Status softmax_grad_kernel(KernelContext& ctx) {
   });
 }
 
+// layernorm_grad's workspace in compute type C: four rows [H] (scale broadcast, dscale, x̂, g)
+// and, when scale broadcasts from fewer elements, dscale in scale's layout [ds_n].
+template <typename C>
+struct LayernormGradScratch {
+  C *scale_h, *dscale, *xhat, *g, *acc;
+  LayernormGradScratch(Workspace& ws, int64_t h, int64_t ds_n)
+      : scale_h(ws.take<C>(h)), dscale(ws.take<C>(h)), xhat(ws.take<C>(h)), g(ws.take<C>(h)),
+        acc(ws.take<C>(ds_n == h ? 0 : ds_n)) {}
+};
+
 // With x̂ = (x - μ)·r over the normalized dims (size H), g = dy·scale:
 //   dx = r·(g - mean(g) - x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂ (scale's full broadcast shape).
 Status layernorm_grad_kernel(KernelContext& ctx) {
@@ -161,13 +172,17 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
   const int64_t rows = rows_h.first, h = rows_h.second;
   const Shape normalized(x_t.shape().begin() + axis, x_t.shape().end());
   const auto scale_strides = broadcast_strides(scale_t.shape(), normalized);
+  Workspace ws(ctx);
   return dispatch_float(ctx, x_t.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* dy = dy_t.data<T>();        // [rows, H]
     const T* x = x_t.data<T>();          // [rows, H]
     const T* scale = scale_t.data<T>();  // broadcast to [H]
     T* dx = ctx.outputs[0]->data<T>();   // [rows, H]
-    std::vector<C> scale_h(h), dscale(h, C(0)), xhat(h), g(h);
+    const int64_t ds_n = ctx.outputs[1]->numel();
+    const LayernormGradScratch<C> w(ws, h, ds_n);
+    C *scale_h = w.scale_h, *dscale = w.dscale, *xhat = w.xhat, *g = w.g;
+    std::fill(dscale, dscale + h, C(0));
     for (int64_t j = 0; j < h; ++j) scale_h[j] = load(scale[strided_offset(j, normalized, scale_strides)]);
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * h;
@@ -191,18 +206,39 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
     }
     // dscale has the normalized dims' full shape; the rule sums it down to scale's shape.
     T* ds = ctx.outputs[1]->data<T>();
-    const int64_t ds_n = ctx.outputs[1]->numel();
     if (ds_n == h) {
       for (int64_t j = 0; j < h; ++j) ds[j] = store<T, C>(dscale[j]);
     } else {  // scale broadcast from fewer elements: accumulate into its own layout
-      std::vector<C> acc(ds_n, C(0));
+      C* acc = w.acc;
+      std::fill(acc, acc + ds_n, C(0));
       for (int64_t j = 0; j < h; ++j) acc[strided_offset(j, normalized, scale_strides)] += dscale[j];
       for (int64_t j = 0; j < ds_n; ++j) ds[j] = store<T, C>(acc[j]);
     }
   });
 }
 
-// dx = zeros(input_shape); dx[..., idx[j], ...] += dy[..., j, ...]
+// (dy, x, scale) → (dx, dscale)
+int64_t layernorm_grad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const Shape& x = in[1].shape;
+  const int64_t axis = node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);
+  const int64_t h = split_at(x, axis).second, ds_n = out[1].numel();
+  return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T>) {
+      const LayernormGradScratch<typename Compute<T>::type> scratch(ws, h, ds_n);
+      (void)scratch;
+    }
+  });
+}
+
+// Where gather_grad accumulates: dx itself when T is its compute type, else the workspace.
+template <typename T, typename C = typename Compute<T>::type>
+C* gather_grad_accumulator(Workspace& ws, Tensor& dx) {
+  if constexpr (std::is_same_v<T, C>) return dx.data<T>();
+  else return ws.take<C>(dx.numel());
+}
+
+// dx = zeros(input_shape); dx[..., idx[j], ...] += dy[..., j, ...]. f32/f64 accumulate in dx
+// itself; f16/bf16 in an f32 workspace copy [numel(dx)], rounded once.
 Status gather_grad_kernel(KernelContext& ctx) {
   const Tensor &dy_t = *ctx.inputs[0], &idx_t = *ctx.inputs[1];
   Tensor& dx_t = *ctx.outputs[0];
@@ -212,10 +248,12 @@ Status gather_grad_kernel(KernelContext& ctx) {
   const int64_t outer = outer_rest.first, rest = outer_rest.second;
   const int64_t dim = in_shape[axis], inner = rest / std::max<int64_t>(dim, 1);
   const int64_t count = idx_t.numel();
+  Workspace ws(ctx);
   return dispatch_float(ctx, dx_t.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* dy = dy_t.data<T>();  // [outer, count, inner]
-    std::vector<C> acc(static_cast<size_t>(dx_t.numel()), C(0));
+    C* acc = gather_grad_accumulator<T>(ws, dx_t);
+    std::fill(acc, acc + dx_t.numel(), C(0));
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t j = 0; j < count; ++j) {
         int64_t k = idx_t.get_as_int(j);
@@ -224,8 +262,17 @@ Status gather_grad_kernel(KernelContext& ctx) {
         for (int64_t i = 0; i < inner; ++i) acc[(o * dim + k) * inner + i] += load(dy[(o * count + j) * inner + i]);
       }
     }
-    T* dx = dx_t.data<T>();
-    for (int64_t i = 0; i < dx_t.numel(); ++i) dx[i] = store<T, C>(acc[i]);
+    if constexpr (!std::is_same_v<T, C>) {
+      T* dx = dx_t.data<T>();
+      for (int64_t i = 0; i < dx_t.numel(); ++i) dx[i] = store<T, C>(acc[i]);
+    }
+  });
+}
+
+// (dy, indices) → dx
+int64_t gather_grad_workspace(const Node&, std::span<const TensorType>, std::span<const TensorType> out) {
+  return layout_bytes(out[0].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (kIsFloatStorage<T> && !std::is_same_v<T, typename Compute<T>::type>) ws.take<typename Compute<T>::type>(out[0].numel());
   });
 }
 
@@ -264,8 +311,8 @@ void register_training_kernels(KernelTable& t) {
   t.add("gelu_grad", gelu_grad_kernel);
   t.add("softmax_grad", softmax_grad_kernel<false>);
   t.add("log_softmax_grad", softmax_grad_kernel<true>);
-  t.add("layernorm_grad", layernorm_grad_kernel);
-  t.add("gather_grad", gather_grad_kernel);
+  t.add("layernorm_grad", layernorm_grad_kernel, layernorm_grad_workspace);
+  t.add("gather_grad", gather_grad_kernel, gather_grad_workspace);
   t.add("slice_grad", slice_grad_kernel);
 }
 

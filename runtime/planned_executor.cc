@@ -1,0 +1,87 @@
+#include "runtime/planned_executor.h"
+
+#include <cstring>
+
+#include "backends/cpu/kernels.h"
+#include "ir/op_registry.h"
+
+namespace memc {
+
+Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMemory& memory) {
+  PlannedExecutor ex;
+  ex.module_ = module;
+  MEMC_ASSIGN_OR_RETURN(ex.plan_, MemoryPlan().run(ex.module_));
+  const SpacePlan& device = ex.plan_.space(MemSpace::kDevice);
+  if (ex.plan_.space(MemSpace::kHost).arena_bytes > 0) return Status::Internal("host-space values are not executed yet (offload)");
+  ex.arena_bytes_ = device.arena_bytes;
+  ex.workspace_bytes_ = max_workspace_bytes(ex.module_);
+  MEMC_ASSIGN_OR_RETURN(ex.arena_, memory.allocate(ex.arena_bytes_, "the device arena"));
+  if (ex.workspace_bytes_ > 0) {
+    MEMC_ASSIGN_OR_RETURN(ex.workspace_, memory.allocate(ex.workspace_bytes_, "kernel workspace"));
+  }
+  ex.order_ = ex.module_.schedule();
+  for (NodeId n : ex.order_) {
+    const Node& node = ex.module_.node(n);
+    bool shares = false;
+    for (ValueId out : node.outputs) {
+      for (ValueId in : node.inputs) {
+        if (in != kNoValue && ex.plan_.liveness.buffer_of[out] == ex.plan_.liveness.buffer_of[in]) shares = true;
+      }
+    }
+    ex.in_place_.push_back(shares);
+  }
+  return ex;
+}
+
+Tensor PlannedExecutor::tensor(ValueId v) const {
+  const TensorType& t = module_.value(v).type;
+  char* base = static_cast<char*>(arena_.get());
+  return Tensor::borrow(t.dtype, t.shape, base + plan_.slice_of(v).offset);
+}
+
+Status PlannedExecutor::set_argument(const std::string& name, const Tensor& value) {
+  for (ValueId a : module_.arguments()) {
+    const Value& arg = module_.value(a);
+    if (arg.name != name && arg.source_name != name) continue;
+    if (value.dtype() != arg.type.dtype || value.shape() != arg.type.shape) {
+      return Status::BadInput(str_cat(role_name(arg.role), " '", arg.source_name, "' given ", dtype_name(value.dtype()), "[",
+                                      shape_str(value.shape()), "], the plan has ", dtype_name(arg.type.dtype), "[",
+                                      shape_str(arg.type.shape), "]"));
+    }
+    Tensor slot = tensor(a);
+    if (value.nbytes()) std::memcpy(slot.raw(), value.raw(), value.nbytes());
+    return Status::Ok();
+  }
+  return Status::BadInput("the plan has no argument '" + name + "'");
+}
+
+Status PlannedExecutor::run(const ExecOptions& options) {
+  std::vector<Tensor> inputs, outputs;
+  for (size_t i = 0; i < order_.size(); ++i) {
+    const Node& node = module_.node(order_[i]);
+    const cpu::Kernel* kernel = cpu::find_kernel(node.op);
+    if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op));
+    inputs.clear();
+    outputs.clear();
+    for (ValueId v : node.inputs) inputs.push_back(v == kNoValue ? Tensor() : tensor(v));
+    for (ValueId v : node.outputs) outputs.push_back(tensor(v));
+    const OpDef* def = OpRegistry::get().find(node.op);
+    // A view's output is its input's bytes already: nothing to do.
+    if (def && (def->flags & kOpView) && in_place_[i]) continue;
+    // Kernels may accumulate into their outputs; arena bytes are reused, so clear them first,
+    // unless an output shares an input's bytes (in-place updates).
+    if (!in_place_[i]) {
+      for (Tensor& t : outputs) std::memset(t.raw(), 0, t.nbytes());
+    }
+    cpu::KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
+    for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] == kNoValue ? nullptr : &inputs[k]);
+    for (Tensor& t : outputs) ctx.outputs.push_back(&t);
+    ctx.workspace = workspace_.get();
+    ctx.workspace_bytes = cpu::cpu_workspace_bytes(module_, node);
+    Status st = (*kernel)(ctx);
+    if (!st.ok()) return st.with_context(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", ": "));
+  }
+  return Status::Ok();
+}
+
+}  // namespace memc

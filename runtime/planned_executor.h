@@ -1,0 +1,47 @@
+// Runs a Module inside its memory plan: one device arena of the planned size (plus the
+// kernel workspace region), allocated once through the DeviceMemory accountant; every value
+// is a view at its planned offset, so nothing is allocated per tensor while training.
+// Persistent values (parameters, optimizer states) stay in the arena between steps, and
+// updates land on them in place (the plan aliases an update with the argument it replaces).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "passes/memory_plan.h"
+#include "runtime/device_memory.h"
+#include "runtime/executor.h"
+
+namespace memc {
+
+class PlannedExecutor {
+ public:
+  // Plans `module` (deterministically, as compile did) and allocates its arena and workspace.
+  static Expected<PlannedExecutor> create(const Module& module, DeviceMemory& memory);
+
+  // The tensor of an argument or value, in the arena (a view; valid while the executor lives).
+  Tensor tensor(ValueId v) const;
+  // Copies `value` into the argument named `name` (IR or source name): parameters and states
+  // before the first step, data and scalars before each step.
+  Status set_argument(const std::string& name, const Tensor& value);
+  // One execution. Every argument must have been set (persistent ones once).
+  Status run(const ExecOptions& options);
+  // Module output i, read from the arena (a view).
+  Tensor output(size_t i) const { return tensor(module_.outputs().at(i)); }
+
+  const Module& module() const { return module_; }
+  int64_t arena_bytes() const { return arena_bytes_; }
+  int64_t workspace_bytes() const { return workspace_bytes_; }
+  const MemoryPlanResult& plan() const { return plan_; }
+
+ private:
+  PlannedExecutor() = default;
+  Module module_;
+  MemoryPlanResult plan_;
+  DeviceMemory::Block arena_, workspace_;
+  int64_t arena_bytes_ = 0, workspace_bytes_ = 0;
+  std::vector<NodeId> order_;
+  std::vector<bool> in_place_;  // per node: output 0 shares input 0's bytes (skip zeroing)
+};
+
+}  // namespace memc
