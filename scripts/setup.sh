@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(cmake g++ make ninja-build pkg-config
           libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
           libopenblas-dev libgtest-dev libgmock-dev libzip-dev zlib1g-dev
-          libcli11-dev nlohmann-json3-dev)
+          libcli11-dev nlohmann-json3-dev
+          chromium)  # headless: the timeline page's DOM test
 
 missing=()
 for p in "${PACKAGES[@]}"; do

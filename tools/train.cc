@@ -176,8 +176,8 @@ static Status write_timeline(const std::string& plan_path, const Plan& plan, con
   in.title = "memc plan " + plan_path + ": training step, batch " + std::to_string(plan.batch);
   for (NodeId n : mem.liveness.schedule) in.steps.push_back("memc." + plan.train.node(n).op);
   const SpacePlan& device = mem.space(MemSpace::kDevice);
-  in.arena_bytes = device.arena_bytes;
-  in.lower_bound_bytes = device.lower_bound_bytes;
+  in.arena_bytes = plan.memory.predicted_peak_bytes;  // arena + the kernel workspace region above it
+  in.lower_bound_bytes = plan.memory.lower_bound_bytes;
   in.budget_bytes = plan.budget_bytes;
   for (const Buffer& b : mem.liveness.buffers) {
     if (b.space != MemSpace::kDevice || b.range.first < 0) continue;
@@ -190,6 +190,10 @@ static Status write_timeline(const std::string& plan_path, const Plan& plan, con
     tb.bytes = mem.slices[b.id].size;
     tb.offset = mem.slices[b.id].offset;
     in.buffers.push_back(std::move(tb));
+  }
+  const int64_t workspace = plan.memory.predicted_peak_bytes - device.arena_bytes;
+  if (workspace > 0) {  // one region sized for the hungriest kernel, allocated for the whole step
+    in.buffers.push_back({"kernel workspace", "workspace", 0, static_cast<int>(in.steps.size()) - 1, workspace, device.arena_bytes});
   }
   return write_file_atomic(out, render_timeline_html(in));
 }
