@@ -206,7 +206,7 @@ void fortran_to_c(Tensor& t) {
   const auto* src = static_cast<const char*>(column_major.raw());
   auto* dst = static_cast<char*>(t.raw());
   int64_t src_offset = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) {
+  for (int64_t i = 0, count = t.numel(); i < count; ++i) {
     std::memcpy(dst + i * elem, src + src_offset * elem, elem);
     for (int k = rank - 1; k >= 0; --k) {  // row-major increment of the multi-index
       src_offset += f_strides[k];
@@ -221,7 +221,7 @@ void fortran_to_c(Tensor& t) {
 void normalize_bools(Tensor& t) {
   if (t.dtype() != DType::kBool) return;
   auto* p = static_cast<uint8_t*>(t.raw());
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] != 0;
+  for (int64_t i = 0, count = t.numel(); i < count; ++i) p[i] = p[i] != 0;
 }
 
 std::string zip_message(zip_error_t* error) { return zip_error_strerror(error); }

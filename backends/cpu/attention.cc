@@ -268,7 +268,7 @@ class GradAccumulator {
   }
   void finish() {
     if constexpr (!std::is_same_v<T, C>) {
-      for (int64_t i = 0; i < out_.numel(); ++i) out_.data<T>()[i] = store<T>(buffer_[i]);
+      for (int64_t i = 0, count = out_.numel(); i < count; ++i) out_.data<T>()[i] = store<T>(buffer_[i]);
     }
   }
 

@@ -402,10 +402,10 @@ void run_in_compute_type(Tensor& out, const Tensor& a, const Tensor& b, const Co
   if constexpr (std::is_same_v<T, C>) {
     fn(out.data<T>(), a.data<T>(), b.data<T>(), w.col);
   } else {
-    for (int64_t i = 0; i < a.numel(); ++i) w.a[i] = load<T>(a.data<T>()[i]);
-    for (int64_t i = 0; i < b.numel(); ++i) w.b[i] = load<T>(b.data<T>()[i]);
+    for (int64_t i = 0, count = a.numel(); i < count; ++i) w.a[i] = load<T>(a.data<T>()[i]);
+    for (int64_t i = 0, count = b.numel(); i < count; ++i) w.b[i] = load<T>(b.data<T>()[i]);
     fn(w.out, w.a, w.b, w.col);
-    for (int64_t i = 0; i < out.numel(); ++i) out.data<T>()[i] = store<T>(w.out[i]);
+    for (int64_t i = 0, count = out.numel(); i < count; ++i) out.data<T>()[i] = store<T>(w.out[i]);
   }
 }
 

@@ -127,6 +127,18 @@ inline Status unsupported_dtype(const KernelContext& ctx, DType t) {
   return Status::BadInput(str_cat("CPU kernel memc.", ctx.node.op, " does not support ", dtype_name(t)));
 }
 
+// Calls fn.template operator()<T>() for the float storage types; other dtypes are unsupported.
+template <typename Fn>
+inline Status dispatch_float(const KernelContext& ctx, DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kF32: fn.template operator()<float>(); return Status::Ok();
+    case DType::kF64: fn.template operator()<double>(); return Status::Ok();
+    case DType::kF16: fn.template operator()<f16_t>(); return Status::Ok();
+    case DType::kBF16: fn.template operator()<bf16_t>(); return Status::Ok();
+    default: return unsupported_dtype(ctx, t);
+  }
+}
+
 // Compile-time dtype classes used by `if constexpr` in dispatch lambdas.
 template <typename T>
 constexpr bool kIsFloatStorage = std::is_floating_point_v<T> || std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>;

@@ -8,16 +8,6 @@
 namespace memc::cpu {
 namespace {
 
-template <typename Fn>
-Status dispatch_float(const KernelContext& ctx, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kF32: fn.template operator()<float>(); return Status::Ok();
-    case DType::kF64: fn.template operator()<double>(); return Status::Ok();
-    case DType::kF16: fn.template operator()<f16_t>(); return Status::Ok();
-    case DType::kBF16: fn.template operator()<bf16_t>(); return Status::Ok();
-    default: return unsupported_dtype(ctx, t);
-  }
-}
 
 double scalar(const KernelContext& ctx, int i) { return ctx.inputs[i]->get_as_double(0); }
 
@@ -30,7 +20,7 @@ Status sgd_kernel(KernelContext& ctx) {
     const T* w = ctx.inputs[0]->data<T>();
     const T* g = ctx.inputs[1]->data<T>();
     T* out = ctx.outputs[0]->data<T>();
-    for (int64_t i = 0; i < ctx.outputs[0]->numel(); ++i) {
+    for (int64_t i = 0, count = ctx.outputs[0]->numel(); i < count; ++i) {
       const C wi = load(w[i]);
       const C gi = load(g[i]) + static_cast<C>(wd) * wi;
       out[i] = store<T, C>(wi - static_cast<C>(lr) * gi);
@@ -53,7 +43,7 @@ Status momentum_kernel(KernelContext& ctx) {
     const T* buf = ctx.inputs[2]->data<T>();
     T* w_out = ctx.outputs[0]->data<T>();
     T* buf_out = ctx.outputs[1]->data<T>();
-    for (int64_t i = 0; i < ctx.outputs[0]->numel(); ++i) {
+    for (int64_t i = 0, count = ctx.outputs[0]->numel(); i < count; ++i) {
       const C wi = load(w[i]);
       const C gi = load(g[i]) + static_cast<C>(wd) * wi;
       const C b = first ? gi : static_cast<C>(mu) * load(buf[i]) + static_cast<C>(1.0 - damp) * gi;
@@ -83,7 +73,7 @@ Status adam_kernel(KernelContext& ctx) {
     T* w_out = ctx.outputs[0]->data<T>();
     T* m_out = ctx.outputs[1]->data<T>();
     T* v_out = ctx.outputs[2]->data<T>();
-    for (int64_t i = 0; i < ctx.outputs[0]->numel(); ++i) {
+    for (int64_t i = 0, count = ctx.outputs[0]->numel(); i < count; ++i) {
       C wi = load(w[i]), gi = load(g[i]);
       if (decoupled) wi *= static_cast<C>(1.0 - lr * wd);
       else gi += static_cast<C>(wd) * wi;

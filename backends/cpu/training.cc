@@ -9,16 +9,6 @@
 namespace memc::cpu {
 namespace {
 
-template <typename Fn>
-Status dispatch_float(const KernelContext& ctx, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kF32: fn.template operator()<float>(); return Status::Ok();
-    case DType::kF64: fn.template operator()<double>(); return Status::Ok();
-    case DType::kF16: fn.template operator()<f16_t>(); return Status::Ok();
-    case DType::kBF16: fn.template operator()<bf16_t>(); return Status::Ok();
-    default: return unsupported_dtype(ctx, t);
-  }
-}
 
 // Splits a shape at `axis` into [outer, inner] for ops that work over dims axis..end.
 std::pair<int64_t, int64_t> split_at(const Shape& s, int64_t axis) {
@@ -43,12 +33,12 @@ AxisView axis_view(const Shape& s, int64_t axis) {
 Status full_kernel(KernelContext& ctx) {
   Tensor& out = *ctx.outputs[0];
   const double value = ctx.node.attrs.get_float("value", 0.0);
-  for (int64_t i = 0; i < out.numel(); ++i) out.set_from_double(i, value);
+  for (int64_t i = 0, count = out.numel(); i < count; ++i) out.set_from_double(i, value);
   return Status::Ok();
 }
 
 Status check_labels(const Tensor& labels, int64_t classes) {
-  for (int64_t i = 0; i < labels.numel(); ++i) {
+  for (int64_t i = 0, count = labels.numel(); i < count; ++i) {
     const int64_t l = labels.data<int64_t>()[i];
     if (l < 0 || l >= classes) return Status::BadInput(str_cat("label ", l, " at row ", i, " is outside [0, ", classes, ")"));
   }
@@ -264,7 +254,7 @@ Status gather_grad_kernel(KernelContext& ctx) {
     }
     if constexpr (!std::is_same_v<T, C>) {
       T* dx = dx_t.data<T>();
-      for (int64_t i = 0; i < dx_t.numel(); ++i) dx[i] = store<T, C>(acc[i]);
+      for (int64_t i = 0, count = dx_t.numel(); i < count; ++i) dx[i] = store<T, C>(acc[i]);
     }
   });
 }
