@@ -1,0 +1,74 @@
+// Schedule: picks a topological order of the step with a lower memory peak than the current one.
+//
+// Contract:
+//  - Changes only Module's schedule (a permutation of the live nodes); nodes, values and ids are
+//    untouched, so the result computes exactly what the input computed (dropout masks depend on
+//    (seed, node seed, step), never on order).
+//  - Every input is defined before use, and every read of a persistent argument's storage (the
+//    argument or a view of it) stays before the node writing its update: the optimizer updates
+//    in place (passes/liveness.h rule B), so a read after the update would see the new value.
+//  - Never makes the peak worse: each candidate order is measured with MemoryPlan (arena, then
+//    lower bound) and the current order is kept unless a candidate is strictly smaller.
+//  - Run after every pass that adds or removes nodes (precision, microbatch, shard, remat,
+//    offload), right before memory_plan; anything that reorders afterwards voids the choice.
+//
+// Candidates are list schedules over a simple storage model (views share their source's
+// bytes, updates write in place, a value is freed after its last reader; liveness.h in
+// miniature). At each step, among the ready nodes:
+//  - kEagerFree: a node that frees at least as many bytes as it allocates runs at once (the most
+//    freed first); otherwise the next node of the current order. Pulls optimizer updates, gradient
+//    accumulations and last reads forward, so gradients die as soon as their update has run.
+//  - kLazy: as kEagerFree, but an allocating node waits until the earliest current position of
+//    its readers: values computed in forward but read only in backward are computed late.
+//  - kMinDelta: the node with the smallest allocated-minus-freed bytes (ties: current order).
+// A ready set ordered by key makes each candidate O((N + E) log N).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+enum class SchedulePolicy : uint8_t { kEagerFree, kLazy, kMinDelta };
+std::string_view schedule_policy_name(SchedulePolicy policy);
+
+// What the pass tried and kept; printed at -v, each candidate at -vv.
+struct ScheduleReport {
+  struct Candidate {
+    std::string policy;  // "original" or a SchedulePolicy name
+    int64_t arena_bytes = 0;        // device arena (MemoryPlan)
+    int64_t lower_bound_bytes = 0;  // device no-fragmentation bound
+    int64_t host_arena_bytes = 0;
+  };
+  std::vector<Candidate> candidates;  // [0] is the order the pass was given
+  size_t chosen = 0;                  // index into candidates
+  double schedule_ms = 0;             // the whole pass: list schedules + measuring each
+  const Candidate& before() const { return candidates.front(); }
+  const Candidate& after() const { return candidates.at(chosen); }
+};
+std::string schedule_summary(const ScheduleReport& report);
+
+class Schedule {
+ public:
+  struct Options {
+    std::vector<SchedulePolicy> policies = {SchedulePolicy::kEagerFree, SchedulePolicy::kLazy, SchedulePolicy::kMinDelta};
+    int64_t alignment_bytes = 64;  // MemoryPlan's, for measuring candidates
+  };
+  Schedule() = default;
+  explicit Schedule(Options options) : options_(std::move(options)) {}
+  std::string name() const { return "schedule"; }
+  // Returns whether the schedule changed. Fails when the given order does not pass liveness (an
+  // update that cannot be in place); `report` (optional) receives what was measured.
+  Expected<bool> run(Module& module, ScheduleReport* report = nullptr) const;
+
+ private:
+  Options options_;
+};
+
+// One list schedule of `module`'s live nodes under `policy` (the pass's candidate; exposed for
+// tests). Always a topological order that keeps argument reads before their updates.
+Expected<std::vector<NodeId>> list_schedule(const Module& module, SchedulePolicy policy);
+
+}  // namespace memc
