@@ -82,6 +82,27 @@ before=$(md5sum <"$TMP/ck/checkpoint.safetensors")
 expect_error 2 "pass --resume" -- $MEMC run "$PLAN" --data data/digits_train.npz --steps 1 --checkpoint "$TMP/ck" --quiet
 [ "$before" = "$(md5sum <"$TMP/ck/checkpoint.safetensors")" ] && pass "existing checkpoint untouched" || fail "checkpoint overwritten"
 
+# A budget the plan cannot meet: exit 3 before anything runs, one line with the budget, the
+# peak, the lower bound and the largest category; no plan is written.
+expect_error 3 "largest at the peak: activations" -- $MEMC compile models/vit_tiny.onnx --batch 64 --budget 1MB -o "$TMP/over.plan"
+[ ! -e "$TMP/over.plan" ] && pass "no plan written over budget" || fail "a plan was written over budget"
+expect_error 2 "unknown unit" -- $MEMC compile models/vit_tiny.onnx --batch 64 --budget 6XB -o "$TMP/over.plan"
+if $MEMC compile models/vit_tiny.onnx --batch 64 --budget 6MiB --json -o "$TMP/fits.plan" >"$TMP/fits.json" 2>"$TMP/err"; then
+  python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["predicted_peak_bytes"] <= 6 * 2**20 == d["budget_bytes"], d
+assert sum(d["breakdown"].values()) == d["lower_bound_bytes"] <= d["predicted_peak_bytes"], d
+for k in ("params", "grads", "optimizer_state", "master_weights", "activations", "workspace"): assert k in d["breakdown"], k
+' "$TMP/fits.json" && pass "compile --budget --json fields" || fail "compile json: $(head -c 400 "$TMP/fits.json")"
+else fail "compile within budget: $(cat "$TMP/err")"; fi
+$MEMC run "$TMP/fits.plan" --data data/digits_train.npz --steps 2 --quiet --json "$TMP/fits_run.json" >/dev/null 2>"$TMP/err" || fail "run: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["measured_peak_bytes"] == d["predicted_peak_bytes"], d
+' "$TMP/fits_run.json" && pass "run --json measured = predicted" || fail "run json: $(head -c 400 "$TMP/fits_run.json")"
+
 # Bad flags.
 expect_error 2 "precision" -- $MEMC compile models/vit_tiny.onnx --batch 4 --precision bf16-mixed -o "$TMP/x.plan"
 expect_error 2 "--batch" -- $MEMC compile models/vit_tiny.onnx -o "$TMP/x.plan"
