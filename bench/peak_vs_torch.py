@@ -307,7 +307,8 @@ def compare(args, tmp):
               f"{mib(sp['optimizer_state'])} / {mib(sp['inputs'])} | {mib(r['torch_peak_delta_bytes'])} | "
               f"{mib(r['torch_end_delta_bytes'])} | {cs} | " + " / ".join(
                   mib(m[k]) for k in ("activations", "grads", "optimizer_state", "params", "workspace"))
-              + " | " + " / ".join(mib(r["torch_peak_by_phase"].get(k, 0))
+              + " | " + " / ".join(mib(r["torch_peak_by_phase"][k]) if k in r["torch_peak_by_phase"]
+                                   else "no alloc"
                                    for k in ("forward", "backward", "optimizer"))
               + f" (peak in {r['torch_peak_phase']}) |")
     return rows

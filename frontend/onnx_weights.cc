@@ -40,6 +40,25 @@ Expected<std::map<std::string, Tensor>> read_onnx_initializers(const std::string
   return out;
 }
 
+Status stream_onnx_initializers(const std::string& path, const std::set<std::string>& names,
+                                const std::function<Status(const std::string& name, const Tensor& value)>& sink) {
+  onnx::ModelProto model;
+  MEMC_RETURN_IF_ERROR(load_model(path, model));
+  std::set<std::string> seen;
+  for (auto& init : *model.mutable_graph()->mutable_initializer()) {
+    if (!names.count(init.name())) continue;
+    Expected<Tensor> t = tensor_from_proto(init, folder_of(path));
+    if (!t.ok()) return t.status().with_context(path + ": initializer '" + init.name() + "': ");
+    init.clear_raw_data();  // the proto's copy goes once decoded
+    MEMC_RETURN_IF_ERROR(sink(init.name(), *t));
+    seen.insert(init.name());
+  }
+  for (const std::string& n : names) {
+    if (!seen.count(n)) return Status::BadInput(path + ": no initializer named '" + n + "'");
+  }
+  return Status::Ok();
+}
+
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
                                const std::map<std::string, Tensor>& weights) {
   onnx::ModelProto model;

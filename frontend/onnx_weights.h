@@ -1,6 +1,7 @@
 // Reading initializer values from an ONNX file by name (memc run loads weights this way) and
 // writing trained values back into a copy of the model (memc export).
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -12,6 +13,11 @@ namespace memc {
 
 // The values of the named initializers; every name must exist and hold data.
 Expected<std::map<std::string, Tensor>> read_onnx_initializers(const std::string& path, const std::set<std::string>& names);
+
+// Decodes the named initializers one at a time and hands each to `sink` (which copies it where
+// it belongs, e.g. into a planned arena), so no more than one decoded weight is held at once.
+Status stream_onnx_initializers(const std::string& path, const std::set<std::string>& names,
+                                const std::function<Status(const std::string& name, const Tensor& value)>& sink);
 
 // Copies the model at `in_path` to `out_path` with each named initializer replaced by the
 // given tensor (same shape; converted to the initializer's element type). Replaced values

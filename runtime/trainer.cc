@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "frontend/onnx_weights.h"
@@ -144,37 +145,56 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
   return state;
 }
 
-// Loads parameters (and a checkpoint's states) into the training step's planned arena; the
-// returned map holds views of the arena, which the in-place updates keep current.
-static Expected<StateMap> load_into_arena(PlannedExecutor& exec, StateMap initial) {
+// Creates parameters directly in the training step's planned arena, streaming them from the
+// model one at a time in the plan's dtype (no staging copy of the whole model's weights), and
+// zeroes optimizer states there. The returned map holds views of the arena, which the
+// in-place updates keep current.
+static Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec) {
+  const std::string model = resolve_model_path(plan_path, plan);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(model, ec);
+  if (ec) return Status::BadInput(model + ": model file of the plan not found");
+  if (static_cast<int64_t>(size) != plan.model_bytes) {
+    return Status::BadInput(str_cat(model, ": has ", size, " bytes, the plan was compiled from ", plan.model_bytes, " bytes: recompile"));
+  }
   StateMap state;
+  std::set<std::string> params;
   for (ValueId a : exec.module().arguments()) {
     const Value& v = exec.module().value(a);
-    if (v.role != Role::kParam && v.role != Role::kOptimizerState) continue;
-    auto it = initial.find(v.source_name);
-    if (it == initial.end()) return Status::Internal("no initial value for " + v.source_name);
-    MEMC_RETURN_IF_ERROR(exec.set_argument(v.source_name, it->second));
-    it->second = Tensor();  // the host copy goes as soon as the arena holds it
-    state[v.source_name] = exec.tensor(a);
+    if (v.role == Role::kParam) params.insert(v.source_name);
+    if (v.role == Role::kParam || v.role == Role::kOptimizerState) state[v.source_name] = exec.tensor(a);  // zeroed arena
   }
+  MEMC_RETURN_IF_ERROR(stream_onnx_initializers(model, params, [&](const std::string& name, const Tensor& value) {
+    const Tensor& slot = state.at(name);
+    return exec.set_argument(name, value.dtype() == slot.dtype() ? value : value.cast(slot.dtype()));
+  }));
   return state;
 }
 
+// Overwrites the arena state with a checkpoint's tensors (checked first, so a bad file changes nothing).
+static Expected<Position> restore_checkpoint(const std::string& dir, StateMap& state, uint64_t seed) {
+  StateMap staged;
+  for (const auto& [name, view] : state) staged[name] = view;  // shapes and dtypes to check against
+  MEMC_ASSIGN_OR_RETURN(Position pos, load_checkpoint(dir, staged, seed));
+  for (auto& [name, view] : state) std::memcpy(view.raw(), staged.at(name).raw(), view.nbytes());
+  return pos;
+}
+
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
-  MEMC_ASSIGN_OR_RETURN(StateMap initial, initial_state(plan_path, plan));
   Position pos;
   if (!options.resume && !options.checkpoint_dir.empty() &&
       std::filesystem::exists(std::filesystem::path(options.checkpoint_dir) / kCheckpointFile)) {
     return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
   }
-  if (options.resume) {
-    if (options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
-    MEMC_ASSIGN_OR_RETURN(pos, load_checkpoint(options.checkpoint_dir, initial, options.seed));
-  }
+  if (options.resume && options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
   DeviceMemory device;
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
-  MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(exec, std::move(initial)));
+  MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec));
+  if (options.resume) {
+    MEMC_ASSIGN_OR_RETURN(pos, restore_checkpoint(options.checkpoint_dir, state, options.seed));
+  }
   RunReport report;
+  report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
   const std::vector<InputSpec> specs = data_inputs(plan.train);
   const int64_t epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
   if (!options.data.empty()) {

@@ -31,6 +31,7 @@ struct RunReport {
   double step_ms = 0;              // mean wall time of a step
   double samples_per_s = 0;
   int64_t measured_peak_bytes = 0;  // high-water mark of device allocations while training
+  int64_t load_peak_bytes = 0;      // the same while loading weights (they stream into the arena)
 };
 
 // The state a run carries between steps, keyed by source name: parameters by initializer

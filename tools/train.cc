@@ -137,6 +137,7 @@ int run_run(const RunArgs& args) {
               {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}, {"lower_bound_bytes", plan->memory.lower_bound_bytes},
               {"breakdown", plan->memory.breakdown}, {"estimated_step_ms", nullptr}};
     j["measured_peak_bytes"] = r.steps ? json(r.measured_peak_bytes) : json(nullptr);
+    j["load_peak_bytes"] = r.steps ? json(r.load_peak_bytes) : json(nullptr);
     j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);
     std::ofstream out(args.json_report + ".tmp");
     out << j.dump(2) << "\n";
