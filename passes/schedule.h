@@ -31,7 +31,7 @@
 
 namespace memc {
 
-enum class SchedulePolicy : uint8_t { kEagerFree, kLazy, kMinDelta };
+enum class SchedulePolicy : int32_t { kEagerFree, kLazy, kMinDelta };
 std::string_view schedule_policy_name(SchedulePolicy policy);
 
 // What the pass tried and kept; printed at -v, each candidate at -vv.

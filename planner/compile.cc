@@ -4,6 +4,7 @@
 
 #include "ir/verifier.h"
 #include "passes/memory_plan.h"
+#include "passes/schedule.h"
 #include "runtime/executor.h"
 #include "passes/training_step.h"
 #include "support/size.h"
@@ -93,6 +94,10 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   plan.eval = forward;
   plan.train = forward;
   MEMC_RETURN_IF_ERROR(TrainingStep(options.optimizer).run(plan.train).with_context(model_path + ": "));
+  // Last transforming pass, right before memory planning: a lower peak, never a higher one.
+  if (options.reschedule) {
+    if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
+  }
   MEMC_RETURN_IF_ERROR(verify(plan.train).with_context("training step: "));
   MEMC_RETURN_IF_ERROR(verify(plan.eval).with_context("forward: "));
 

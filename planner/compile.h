@@ -19,6 +19,7 @@ struct CompileOptions {
   bool dropout = true;         // false: dropout nodes become identities (for exact comparisons)
   std::string precision = "fp32";
   int64_t budget_bytes = 0;  // 0: no budget; else a plan whose device peak exceeds it fails (exit 3)
+  bool reschedule = true;    // the peak-lowering schedule pass (off: import order, for tests)
 };
 
 // The device/host memory of a training step, from passes/memory_plan.
