@@ -56,6 +56,9 @@ json plan_summary(const std::string& path, const Plan& plan) {
           {"eval_nodes", plan.eval.schedule().size()},
           {"decisions", decisions_json(plan.decisions)},
           {"predicted_peak_bytes", plan.memory.predicted_peak_bytes},
+          // Loading allocates the arena and workspace first, then streams each weight into its
+          // slice: the loading phase's device peak is the same figure.
+          {"load_peak_bytes", plan.memory.predicted_peak_bytes},
           {"lower_bound_bytes", plan.memory.lower_bound_bytes},
           {"persistent_bytes", plan.memory.persistent_bytes},
           {"host_bytes", plan.memory.host_bytes},
