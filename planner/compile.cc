@@ -4,6 +4,7 @@
 
 #include "ir/verifier.h"
 #include "passes/memory_plan.h"
+#include "passes/precision.h"
 #include "passes/schedule.h"
 #include "runtime/executor.h"
 #include "passes/training_step.h"
@@ -72,9 +73,8 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
 
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
-  if (options.precision != "fp32") {
-    return Status::BadInput("--precision " + options.precision + " is not available yet (this memc plans fp32)");
-  }
+  // fp32, bf16-true, fp16-true, bf16-mixed; fp16-mixed (loss scaling) is refused here, before importing.
+  MEMC_RETURN_IF_ERROR(parse_precision(options.precision).status());
   ImportOptions import;
   import.batch = options.batch;
   import.seq = options.seq;
@@ -89,6 +89,10 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   forward.set_outputs({forward.outputs()[0]});
   forward.eliminate_dead_nodes();
   forward.compact();
+  // Before TrainingStep: autodiff differentiates the casts, so f32 parameters get f32 gradients.
+  if (auto changed = Precision({.mode = options.precision}).run(forward); !changed.ok()) {
+    return changed.status().with_context(model_path + ": ");
+  }
 
   Plan plan;
   plan.eval = forward;

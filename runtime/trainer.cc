@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -237,6 +238,10 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
           MEMC_CHECK(exec.output(i).raw() == exec.tensor(updates[i]).raw(), "update of ", exec.module().value(updates[i]).name, " is not in place");
         }
         const double loss = exec.output(0).get_as_double(0);
+        if (!std::isfinite(loss)) {  // training on after this only spreads NaN into every weight
+          return Status::BadInput(str_cat("step ", step, ": the loss is ", loss, " (precision ", plan.decisions.precision,
+                                          "; try bf16-mixed or fp32, or a lower --lr); no checkpoint was written for this step"));
+        }
         report.losses.push_back(loss);
         ++report.steps;
         epoch_loss += loss;

@@ -104,7 +104,7 @@ assert d["measured_peak_bytes"] == d["predicted_peak_bytes"], d
 ' "$TMP/fits_run.json" && pass "run --json measured = predicted" || fail "run json: $(head -c 400 "$TMP/fits_run.json")"
 
 # Bad flags.
-expect_error 2 "precision" -- $MEMC compile models/vit_tiny.onnx --batch 4 --precision bf16-mixed -o "$TMP/x.plan"
+expect_error 2 "precision" -- $MEMC compile models/vit_tiny.onnx --batch 4 --precision fp16-mixed -o "$TMP/x.plan"
 expect_error 2 "--batch" -- $MEMC compile models/vit_tiny.onnx -o "$TMP/x.plan"
 expect_error 2 "schedule" -- $MEMC compile models/vit_tiny.onnx --batch 4 --schedule linear -o "$TMP/x.plan"
 finish

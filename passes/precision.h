@@ -1,0 +1,61 @@
+// precision: retypes a forward Module for a training precision, as torch autocast / Lightning
+// Fabric's `precision=` do.
+//   fp32        nothing changes.
+//   bf16-true,  every f32 value becomes the 16-bit type: data inputs, parameters (the runtime
+//   fp16-true   casts weights to the plan's dtype as it streams them; optimizer states follow
+//               the parameters' dtype), constants, `full` and casts to f32. Changes numerics;
+//               only applied when the user asks.
+//   bf16-mixed  parameters and inputs stay f32 (the parameters are the master weights).
+//               matmul/linear/conv/attention compute in bf16 on bf16 casts of their float
+//               inputs (a parameter's cast is a forward node, recomputed each step;
+//               attention's additive bias/mask stays f32: its kernel reads any dtype);
+//               softmax, log_softmax, layernorm, reductions, exp/log/pow/rsqrt/reciprocal/
+//               softplus run in f32 on f32 casts; any other op whose float inputs mix bf16
+//               and f32 runs in f32 (autocast's type promotion), else in its inputs' dtype.
+//   fp16-mixed  refused: it needs dynamic loss scaling (not built yet).
+// Every float output of the module that the pass retyped is cast back to f32, so logits,
+// and the loss TrainingStep appends, stay f32.
+//
+// Order: run on the forward Module right after import and before TrainingStep. Autodiff then
+// differentiates the inserted casts (grad of cast = cast back), so the gradients of f32
+// parameters under bf16-mixed arrive in f32 and the optimizer updates f32 weights. Must not
+// run after TrainingStep (it would retype gradients and optimizer updates).
+#pragma once
+#include <optional>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+struct PrecisionReport {
+  int64_t casts_inserted = 0;   // new cast nodes (including retargeted ones under *-true: 0)
+  int64_t values_retyped = 0;   // existing values whose dtype changed
+  int64_t float_bytes_before = 0;  // bytes of every float value (arguments and node results)
+  int64_t float_bytes_after = 0;   // the same afterwards, casts included
+};
+std::string precision_summary(const std::string& mode, const PrecisionReport& report);
+
+// The 16-bit dtype of a mode and whether it is a *-true mode; nullopt for fp32 or unknown.
+struct PrecisionMode {
+  DType low = DType::kF32;
+  bool pure = false;  // *-true: everything in `low`; else mixed
+};
+Expected<std::optional<PrecisionMode>> parse_precision(const std::string& mode);
+
+class Precision {
+ public:
+  struct Options {
+    std::string mode = "fp32";  // fp32 | bf16-true | fp16-true | bf16-mixed (fp16-mixed: later)
+  };
+  explicit Precision(Options options) : options_(std::move(options)) {}
+  std::string name() const { return "precision"; }
+  // Returns whether the module changed; fails on an unknown or unavailable mode, or when an op
+  // rejects the new types (the message names the node).
+  Expected<bool> run(Module& module, PrecisionReport* report = nullptr) const;
+
+ private:
+  Options options_;
+};
+
+}  // namespace memc
