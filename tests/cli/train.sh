@@ -103,6 +103,11 @@ d = json.load(open(sys.argv[1]))
 assert d["measured_peak_bytes"] == d["predicted_peak_bytes"], d
 ' "$TMP/fits_run.json" && pass "run --json measured = predicted" || fail "run json: $(head -c 400 "$TMP/fits_run.json")"
 
+# A diverging run stops at the first non-finite loss with one line, exit 2, and writes no checkpoint.
+$MEMC compile models/vit_tiny.onnx --batch 32 --precision fp16-true --optimizer sgd --lr 1e4 -o "$TMP/nan.plan" >/dev/null 2>&1
+expect_error 2 "the loss is" -- $MEMC run "$TMP/nan.plan" --data data/digits_train.npz --steps 20 --checkpoint "$TMP/nan_ck" --quiet
+[ ! -e "$TMP/nan_ck/checkpoint.safetensors" ] && pass "no checkpoint from a diverged run" || fail "checkpoint written after NaN"
+
 # Bad flags.
 expect_error 2 "precision" -- $MEMC compile models/vit_tiny.onnx --batch 4 --precision fp16-mixed -o "$TMP/x.plan"
 expect_error 2 "--batch" -- $MEMC compile models/vit_tiny.onnx -o "$TMP/x.plan"
