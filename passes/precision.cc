@@ -166,11 +166,8 @@ Expected<std::optional<PrecisionMode>> parse_precision(const std::string& mode) 
   if (mode == "bf16-true") return std::optional<PrecisionMode>(PrecisionMode{DType::kBF16, true});
   if (mode == "fp16-true") return std::optional<PrecisionMode>(PrecisionMode{DType::kF16, true});
   if (mode == "bf16-mixed") return std::optional<PrecisionMode>(PrecisionMode{DType::kBF16, false});
-  if (mode == "fp16-mixed") {
-    return Status::BadInput("--precision fp16-mixed is not available yet: it needs dynamic loss scaling "
-                            "(use bf16-mixed, bf16-true, fp16-true or fp32)");
-  }
-  return Status::BadInput("unknown --precision '" + mode + "' (fp32, bf16-mixed, bf16-true, fp16-true)");
+  if (mode == "fp16-mixed") return std::optional<PrecisionMode>(PrecisionMode{DType::kF16, false});
+  return Status::BadInput("unknown --precision '" + mode + "' (fp32, bf16-mixed, fp16-mixed, bf16-true, fp16-true)");
 }
 
 std::string precision_summary(const std::string& mode, const PrecisionReport& r) {

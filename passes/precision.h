@@ -12,7 +12,9 @@
 //               softmax, log_softmax, layernorm, reductions, exp/log/pow/rsqrt/reciprocal/
 //               softplus run in f32 on f32 casts; any other op whose float inputs mix bf16
 //               and f32 runs in f32 (autocast's type promotion), else in its inputs' dtype.
-//   fp16-mixed  refused: it needs dynamic loss scaling (not built yet).
+//   fp16-mixed  bf16-mixed's split with f16 as the low type. Needs dynamic loss scaling
+//               (f16's range is narrow): compile_model asks TrainingStep for it
+//               (OptimizerOptions::loss_scaling, see passes/training_step.h).
 // Every float output of the module that the pass retyped is cast back to f32, so logits,
 // and the loss TrainingStep appends, stay f32.
 //
@@ -46,7 +48,7 @@ Expected<std::optional<PrecisionMode>> parse_precision(const std::string& mode);
 class Precision {
  public:
   struct Options {
-    std::string mode = "fp32";  // fp32 | bf16-true | fp16-true | bf16-mixed (fp16-mixed: later)
+    std::string mode = "fp32";  // fp32 | bf16-true | fp16-true | bf16-mixed | fp16-mixed
   };
   explicit Precision(Options options) : options_(std::move(options)) {}
   std::string name() const { return "precision"; }

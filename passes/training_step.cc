@@ -39,6 +39,38 @@ std::vector<ValueId> clip_by_global_norm(Module& m, const std::vector<ValueId>& 
   return clipped;
 }
 
+ValueId to_f32(Module& m, ValueId v) {
+  return m.value(v).type.dtype == DType::kF32 ? v : emit(m, "cast", {v}, make_attrs({{"to", std::string("f32")}}));
+}
+
+// Gradients of loss·scale times 1/scale, in f32 and back in each gradient's dtype.
+std::vector<ValueId> unscale(Module& m, const std::vector<ValueId>& grads, ValueId scale) {
+  const ValueId inv = emit(m, "div", {f32_scalar(m, 1.0), scale});
+  std::vector<ValueId> out;
+  for (ValueId g : grads) {
+    const DType t = m.value(g).type.dtype;
+    const std::string name = m.value(g).name;
+    m.rename(g, "scaled_" + name);
+    ValueId u = emit(m, "mul", {to_f32(m, g), inv});
+    if (t != DType::kF32) u = emit(m, "cast", {u}, make_attrs({{"to", std::string(dtype_name(t))}}));
+    m.value(u).role = Role::kGrad;
+    m.rename(u, name);  // "grad.<param>": what compute_gradients reads
+    out.push_back(u);
+  }
+  return out;
+}
+
+// 1 when any gradient holds inf or NaN: s = Σ‖g‖² is then inf or NaN, and s - s is not 0.
+ValueId found_inf(Module& m, const std::vector<ValueId>& grads) {
+  ValueId total = kNoValue;
+  for (ValueId g : grads) {
+    ValueId sq = emit(m, "reduce_sum_square", {to_f32(m, g)}, make_attrs({{"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}}));
+    total = total == kNoValue ? sq : emit(m, "add", {total, sq});
+  }
+  const ValueId finite = emit(m, "equal", {emit(m, "sub", {total, total}), f32_scalar(m, 0.0)});
+  return emit(m, "sub", {f32_scalar(m, 1.0), emit(m, "cast", {finite}, make_attrs({{"to", std::string("f32")}}))});
+}
+
 }  // namespace
 
 Status TrainingStep::run(Module& module) {
@@ -65,12 +97,29 @@ Status TrainingStep::run(Module& module) {
     if (module.value(a).role == Role::kParam) params.push_back(a);
   }
   if (params.empty()) return Status::BadInput("the model has no trainable parameters");
-  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(module, loss, params));
+  ValueId scale = kNoValue, skip = kNoValue;
+  ValueId loss_for_grad = loss;
+  if (options_.loss_scaling) {
+    scale = module.add_argument(kLossScaleArg, TensorType{DType::kF32, {}}, Role::kScalar);
+    loss_for_grad = emit(module, "mul", {loss, scale});
+    module.rename(loss_for_grad, "scaled_loss");
+  }
+  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(module, loss_for_grad, params));
+  if (options_.loss_scaling) {
+    grads = unscale(module, grads, scale);
+    skip = found_inf(module, grads);
+    module.rename(skip, kFoundInfOutput);
+  }
+  // Clipping sees the unscaled gradients.
   if (options_.clip_grad_norm > 0) grads = clip_by_global_norm(module, grads, options_.clip_grad_norm);
 
   const ValueId lr = module.add_argument(kLrArg, TensorType{DType::kF32, {}}, Role::kScalar);
   const ValueId step = module.add_argument(kStepArg, TensorType{DType::kF32, {}}, Role::kScalar);
-  module.set_outputs({loss, logits});
+  if (skip != kNoValue) {
+    module.set_outputs({loss, logits, skip});
+  } else {
+    module.set_outputs({loss, logits});
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     const ValueId w = params[i], g = grads[i];
     const TensorType t = module.value(w).type;
@@ -83,14 +132,18 @@ Status TrainingStep::run(Module& module) {
     std::vector<ValueId> updated_args = {w};
     std::vector<ValueId> outs;
     if (kind == "sgd") {
-      outs = *module.add_node("sgd_update", {w, g, lr}, a, "optimizer");
+      std::vector<ValueId> in = {w, g, lr};
+      if (skip != kNoValue) in.push_back(skip);
+      outs = *module.add_node("sgd_update", in, a, "optimizer");
     } else if (kind == "momentum") {
       a.set("momentum", options_.momentum);
       a.set("dampening", options_.dampening);
       a.set("nesterov", int64_t{options_.nesterov});
       const ValueId buf = state("momentum_buffer");
       updated_args.push_back(buf);
-      outs = *module.add_node("momentum_update", {w, g, buf, lr, step}, a, "optimizer");
+      std::vector<ValueId> in = {w, g, buf, lr, step};
+      if (skip != kNoValue) in.push_back(skip);
+      outs = *module.add_node("momentum_update", in, a, "optimizer");
     } else {
       a.set("beta1", options_.beta1);
       a.set("beta2", options_.beta2);
@@ -99,7 +152,9 @@ Status TrainingStep::run(Module& module) {
       const ValueId m = state("exp_avg"), v = state("exp_avg_sq");
       updated_args.push_back(m);
       updated_args.push_back(v);
-      outs = *module.add_node("adam_update", {w, g, m, v, lr, step}, a, "optimizer");
+      std::vector<ValueId> in = {w, g, m, v, lr, step};
+      if (skip != kNoValue) in.push_back(skip);
+      outs = *module.add_node("adam_update", in, a, "optimizer");
     }
     for (size_t k = 0; k < outs.size(); ++k) {
       module.value(outs[k]).role = module.value(updated_args[k]).role;
@@ -108,6 +163,7 @@ Status TrainingStep::run(Module& module) {
     }
   }
   module.metadata().set("memc.optimizer", kind);
+  if (options_.loss_scaling) module.metadata().set("memc.loss_scaling", int64_t{1});
   return Status::Ok();
 }
 

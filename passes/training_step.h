@@ -3,7 +3,7 @@
 //   grads = autodiff(loss, params)                          Role::kGrad
 //   [global-norm clipping]                                  coef = min(1, max_norm/(‖g‖+1e-6))
 //   params', states' = optimizer updates                    written back via Module::add_update
-// Outputs afterwards: loss (f32 scalar), logits, then the updates. lr and step are runtime
+// Outputs afterwards: loss (f32 scalar, unscaled), logits, [found_inf under loss scaling], then the updates. lr and step are runtime
 // scalar arguments ("lr", "step"); optimizer states are Role::kOptimizerState arguments that
 // start at zero. Run after import, before every memory pass.
 #pragma once
@@ -21,6 +21,11 @@ struct OptimizerOptions {
   bool nesterov = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double clip_grad_norm = 0.0;  // 0: no clipping
+  // Dynamic loss scaling (fp16-mixed; torch.cuda.amp.GradScaler): autodiff differentiates
+  // loss·loss_scale (a runtime scalar "loss_scale"), each gradient is unscaled (·1/loss_scale)
+  // in f32 before clipping, output "found_inf" is 1 when any gradient is inf/NaN, and every
+  // optimizer update takes it as its `skip` input (1: parameter and states stay unchanged).
+  bool loss_scaling = false;
 };
 
 class TrainingStep {
@@ -38,5 +43,7 @@ class TrainingStep {
 inline constexpr const char* kLrArg = "lr";
 inline constexpr const char* kStepArg = "step";
 inline constexpr const char* kLabelsArg = "labels";
+inline constexpr const char* kLossScaleArg = "loss_scale";  // argument, under loss scaling
+inline constexpr const char* kFoundInfOutput = "found_inf";  // output name, under loss scaling
 
 }  // namespace memc

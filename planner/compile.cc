@@ -73,7 +73,7 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
 
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
-  // fp32, bf16-true, fp16-true, bf16-mixed; fp16-mixed (loss scaling) is refused here, before importing.
+  // fp32, bf16-true, fp16-true, bf16-mixed, fp16-mixed; an unknown mode is refused here, before importing.
   MEMC_RETURN_IF_ERROR(parse_precision(options.precision).status());
   ImportOptions import;
   import.batch = options.batch;
@@ -97,7 +97,10 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   Plan plan;
   plan.eval = forward;
   plan.train = forward;
-  MEMC_RETURN_IF_ERROR(TrainingStep(options.optimizer).run(plan.train).with_context(model_path + ": "));
+  // fp16-mixed: dynamic loss scaling (a "loss_scale" argument, a "found_inf" output; runtime/trainer.cc).
+  OptimizerOptions optimizer = options.optimizer;
+  optimizer.loss_scaling = optimizer.loss_scaling || options.precision == "fp16-mixed";
+  MEMC_RETURN_IF_ERROR(TrainingStep(optimizer).run(plan.train).with_context(model_path + ": "));
   // Last transforming pass, right before memory planning: a lower peak, never a higher one.
   if (options.reschedule) {
     if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");

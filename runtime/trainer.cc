@@ -46,12 +46,30 @@ Tensor f32_scalar(double v) {
   return t;
 }
 
+// Dynamic loss scaling's state, carried across steps and checkpoints.
+struct Scaler {
+  double scale = 0;          // 0: the plan does not scale its loss
+  int64_t clean_steps = 0;   // consecutive steps without inf/NaN since the last change of scale
+  int64_t applied = 0;       // optimizer updates applied (skipped steps excluded): Adam's t
+};
+
+std::string exact(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 Status save_checkpoint(const std::string& dir, const StateMap& state, int64_t step, int64_t epoch, int64_t step_in_epoch,
-                       uint64_t seed) {
+                       uint64_t seed, const Scaler& scaler) {
   SafetensorsFile file;
   file.tensors = state;
   file.metadata = {{"memc_version", memc_version()}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch)},
                    {"step_in_epoch", std::to_string(step_in_epoch)}, {"seed", std::to_string(seed)}};
+  if (scaler.scale > 0) {
+    file.metadata["loss_scale"] = exact(scaler.scale);
+    file.metadata["loss_scale_clean_steps"] = std::to_string(scaler.clean_steps);
+    file.metadata["applied_steps"] = std::to_string(scaler.applied);
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::BadInput(dir + ": cannot create checkpoint folder: " + ec.message());
@@ -60,6 +78,7 @@ Status save_checkpoint(const std::string& dir, const StateMap& state, int64_t st
 
 struct Position {
   int64_t step = 0, epoch = 0, step_in_epoch = 0;
+  Scaler scaler;  // as saved; scale 0 when the checkpoint has none
 };
 
 Expected<Position> load_checkpoint(const std::string& dir, StateMap& state, uint64_t seed) {
@@ -82,6 +101,11 @@ Expected<Position> load_checkpoint(const std::string& dir, StateMap& state, uint
     p.step_in_epoch = std::stoll(file.metadata.at("step_in_epoch"));
     if (std::stoull(file.metadata.at("seed")) != seed) {
       return Status::BadInput(str_cat(path, ": written with --seed ", file.metadata.at("seed"), ", this run has --seed ", seed));
+    }
+    if (file.metadata.count("loss_scale")) {
+      p.scaler.scale = std::stod(file.metadata.at("loss_scale"));
+      p.scaler.clean_steps = std::stoll(file.metadata.at("loss_scale_clean_steps"));
+      p.scaler.applied = std::stoll(file.metadata.at("applied_steps"));
     }
   } catch (const std::exception&) {
     return Status::BadInput(path + ": missing or malformed step metadata");
@@ -197,6 +221,21 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   RunReport report;
   report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
   const std::vector<InputSpec> specs = data_inputs(plan.train);
+  // Loss scaling: the plan has a "loss_scale" argument and a "found_inf" output.
+  int found_inf_output = -1;
+  for (size_t i = 0; i < exec.module().outputs().size(); ++i) {
+    if (exec.module().value(exec.module().outputs()[i]).name == kFoundInfOutput) found_inf_output = static_cast<int>(i);
+  }
+  bool scaled = false;
+  for (ValueId a : exec.module().arguments()) scaled |= exec.module().value(a).source_name == kLossScaleArg;
+  if (scaled && found_inf_output < 0) return Status::BadInput("the plan has a loss_scale argument but no found_inf output");
+  if (scaled && !(options.initial_loss_scale > 0)) return Status::BadInput("the initial loss scale must be positive");
+  Scaler scaler;
+  if (scaled) {
+    if (options.resume && pos.scaler.scale <= 0) return Status::BadInput(options.checkpoint_dir + ": checkpoint has no loss scale state");
+    scaler = options.resume ? pos.scaler : Scaler{options.initial_loss_scale, 0, pos.step};
+  }
+  report.loss_scaling = scaled;
   const int64_t epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
   if (!options.data.empty()) {
     MEMC_ASSIGN_OR_RETURN(Dataset data, load_dataset(options.data, specs, plan.num_classes));
@@ -218,7 +257,9 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
         ++step;
         auto feeds = make_batch(data, order, b * plan.batch, plan.batch, specs, kLabelsArg);
         feeds[kLrArg] = f32_scalar(learning_rate(plan.schedule, step, horizon));
-        feeds[kStepArg] = f32_scalar(static_cast<double>(step));
+        // Adam's bias correction counts applied updates: a skipped step does not advance it.
+        feeds[kStepArg] = f32_scalar(static_cast<double>(scaled ? scaler.applied + 1 : step));
+        if (scaled) feeds[kLossScaleArg] = f32_scalar(scaler.scale);
         for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(exec.set_argument(name, tensor));
         const ExecOptions opts{.training = plan.dropout, .seed = options.seed, .step = step};
         if (!options.dump_grads.empty() && report.steps == 0) {
@@ -238,7 +279,18 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
           MEMC_CHECK(exec.output(i).raw() == exec.tensor(updates[i]).raw(), "update of ", exec.module().value(updates[i]).name, " is not in place");
         }
         const double loss = exec.output(0).get_as_double(0);
-        if (!std::isfinite(loss)) {  // training on after this only spreads NaN into every weight
+        const bool skip = scaled && exec.output(found_inf_output).get_as_double(0) != 0;
+        if (scaled) {  // torch.cuda.amp.GradScaler.update: backoff 0.5, growth 2 after growth_interval clean steps
+          if (skip) {
+            scaler.scale *= 0.5;
+            scaler.clean_steps = 0;
+            ++report.skipped_steps;
+          } else {
+            ++scaler.applied;
+            if (++scaler.clean_steps >= options.growth_interval) scaler.scale *= 2.0, scaler.clean_steps = 0;
+          }
+        }
+        if (!std::isfinite(loss) && !skip) {  // training on after this only spreads NaN into every weight
           return Status::BadInput(str_cat("step ", step, ": the loss is ", loss, " (precision ", plan.decisions.precision,
                                           "; try bf16-mixed or fp32, or a lower --lr); no checkpoint was written for this step"));
         }
@@ -260,10 +312,11 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
                      static_cast<long long>(epoch + 1), static_cast<long long>(epochs), static_cast<long long>(epoch_steps),
                      epoch_loss / static_cast<double>(epoch_steps), static_cast<double>(epoch_steps * plan.batch) / std::max(seconds, 1e-9));
       }
-      if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, state, pos.step, pos.epoch, pos.step_in_epoch, options.seed));
+      if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, state, pos.step, pos.epoch, pos.step_in_epoch, options.seed, scaler));
       if (options.steps >= 0 && report.steps >= options.steps) break;
     }
     report.total_steps = step;
+    report.loss_scale = scaler.scale;
     report.measured_peak_bytes = device.peak_bytes();
     report.final_loss = report.losses.empty() ? 0 : report.losses.back();
     report.step_ms = report.steps ? total_ms / static_cast<double>(report.steps) : 0;
@@ -298,6 +351,9 @@ Expected<std::map<std::string, Tensor>> compute_gradients(const Plan& plan, cons
   add_state_feeds(probe, state, feeds);
   feeds[kLrArg] = f32_scalar(0.0);
   feeds[kStepArg] = f32_scalar(static_cast<double>(step));
+  for (ValueId a : probe.arguments()) {  // loss scaling: the runtime's initial scale; gradients come out unscaled
+    if (probe.value(a).source_name == kLossScaleArg) feeds[kLossScaleArg] = f32_scalar(RunOptions().initial_loss_scale);
+  }
   MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(probe, feeds, ExecOptions{.training = plan.dropout, .seed = seed, .step = step}));
   std::map<std::string, Tensor> result;
   for (size_t i = 0; i < out.size(); ++i) result[names[i]] = out[i];

@@ -19,6 +19,11 @@ struct RunOptions {
   bool resume = false;          // continue from checkpoint_dir
   std::string dump_grads;       // gradients of the first step, by initializer name
   bool quiet = false;
+  // Dynamic loss scaling (plans with a "loss_scale" argument: fp16-mixed), torch.cuda.amp.GradScaler's
+  // defaults: the scale halves and the step is skipped on an inf/NaN gradient, and doubles after
+  // growth_interval consecutive clean steps.
+  double initial_loss_scale = 65536.0;
+  int64_t growth_interval = 2000;
 };
 
 struct RunReport {
@@ -32,6 +37,9 @@ struct RunReport {
   double samples_per_s = 0;
   int64_t measured_peak_bytes = 0;  // high-water mark of device allocations while training
   int64_t load_peak_bytes = 0;      // the same while loading weights (they stream into the arena)
+  bool loss_scaling = false;        // the plan scales the loss (fp16-mixed)
+  int64_t skipped_steps = 0;        // steps of this process whose update was skipped (inf/NaN gradient)
+  double loss_scale = 0;            // the scale after the last step (0 without loss scaling)
 };
 
 // The state a run carries between steps, keyed by source name: parameters by initializer

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "runtime/executor.h"
@@ -22,7 +23,9 @@ struct UpdateRun {
 };
 
 // Runs `op` for `steps` steps on a 5-element parameter, feeding outputs back as inputs.
-UpdateRun run_updates(const std::string& op, Attrs attrs, int num_states, const std::vector<Tensor>& grads, float lr) {
+// skips: per step, the optional `skip` input's value (empty: the input is absent).
+UpdateRun run_updates(const std::string& op, Attrs attrs, int num_states, const std::vector<Tensor>& grads, float lr,
+                      const std::vector<float>& skips = {}) {
   Module m;
   const Shape shape = {5};
   std::vector<ValueId> inputs = {m.add_argument("w", {DType::kF32, shape}, Role::kParam),
@@ -30,6 +33,7 @@ UpdateRun run_updates(const std::string& op, Attrs attrs, int num_states, const 
   for (int i = 0; i < num_states; ++i) inputs.push_back(m.add_argument("s" + std::to_string(i), {DType::kF32, shape}, Role::kOptimizerState));
   inputs.push_back(m.add_argument("lr", {DType::kF32, {}}, Role::kScalar));
   if (op != "sgd_update") inputs.push_back(m.add_argument("step", {DType::kF32, {}}, Role::kScalar));
+  if (!skips.empty()) inputs.push_back(m.add_argument("skip", {DType::kF32, {}}, Role::kScalar));
   auto out = m.add_node(op, inputs, attrs);
   MEMC_CHECK(out.ok(), out.status().message());
   m.set_outputs(*out);
@@ -40,6 +44,7 @@ UpdateRun run_updates(const std::string& op, Attrs attrs, int num_states, const 
   for (size_t step = 1; step <= grads.size(); ++step) {
     std::map<std::string, Tensor> feeds = {{"w", run.states[0]}, {"g", grads[step - 1]}, {"lr", scalar(lr)}, {"step", scalar(static_cast<float>(step))}};
     for (int i = 0; i < num_states; ++i) feeds["s" + std::to_string(i)] = run.states[1 + i];
+    if (!skips.empty()) feeds["skip"] = scalar(skips[step - 1]);
     auto result = execute(m, feeds);
     MEMC_CHECK(result.ok(), result.status().message());
     run.states = *result;
@@ -128,6 +133,30 @@ void check_adam(bool decoupled) {
 
 TEST(Optimizer, Adam) { check_adam(false); }
 TEST(Optimizer, AdamW) { check_adam(true); }
+
+// The optional `skip` input (loss scaling's found_inf): 1 leaves parameter and states as they
+// were, bit for bit, even for a NaN gradient; 0 is the plain update.
+TEST(Optimizer, SkipInputLeavesEverythingUnchanged) {
+  std::vector<Tensor> grads = random_grads(3);
+  grads[1].data<float>()[2] = std::nanf("");  // the skipped step's gradient is NaN
+  struct Op {
+    std::string name;
+    int states;
+  };
+  for (const Op& op : {Op{"sgd_update", 0}, Op{"momentum_update", 1}, Op{"adam_update", 2}}) {
+    Attrs a;
+    a.set("weight_decay", 0.01);
+    const UpdateRun one = run_updates(op.name, a, op.states, {grads[0]}, 0.05f, {0.0f});
+    const UpdateRun plain = run_updates(op.name, a, op.states, {grads[0]}, 0.05f);
+    const UpdateRun skipped = run_updates(op.name, a, op.states, {grads[0], grads[1]}, 0.05f, {0.0f, 1.0f});
+    ASSERT_EQ(skipped.states.size(), one.states.size()) << op.name;
+    for (size_t k = 0; k < one.states.size(); ++k) {
+      ASSERT_EQ(one.states[k].nbytes(), skipped.states[k].nbytes());
+      EXPECT_EQ(std::memcmp(one.states[k].raw(), skipped.states[k].raw(), one.states[k].nbytes()), 0) << op.name << " output " << k;
+      EXPECT_EQ(std::memcmp(one.states[k].raw(), plain.states[k].raw(), one.states[k].nbytes()), 0) << op.name << " output " << k;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace memc

@@ -67,14 +67,21 @@ TEST(PrecisionPass, Bf16TrueRetypesEverythingAndKeepsF32Outputs) {
   EXPECT_EQ(report.float_bytes_after, 544);
 }
 
-TEST(PrecisionPass, Fp16MixedAndUnknownModesAreRefused) {
+TEST(PrecisionPass, Fp16MixedIsBf16MixedWithF16AndUnknownModesAreRefused) {
   auto m = parse_module(kFixture);
   ASSERT_TRUE(m.ok());
-  auto fp16 = Precision({.mode = "fp16-mixed"}).run(*m);
-  ASSERT_FALSE(fp16.ok());
-  EXPECT_NE(fp16.status().message().find("loss scaling"), std::string::npos);
-  EXPECT_FALSE(Precision({.mode = "int4"}).run(*m).ok());
-  auto fp32 = Precision({.mode = "fp32"}).run(*m);
+  PrecisionReport report;
+  auto fp16 = Precision({.mode = "fp16-mixed"}).run(*m, &report);
+  ASSERT_TRUE(fp16.ok()) << fp16.status().message();
+  ASSERT_TRUE(verify(*m).ok()) << verify(*m).message();
+  EXPECT_EQ(report.casts_inserted, 4);  // the same split as bf16-mixed
+  EXPECT_EQ(m->value(m->find_value("w")).type.dtype, DType::kF32);
+  EXPECT_NE(m->value(m->find_value("w.f16")).id, kNoValue);
+  EXPECT_EQ(m->value(m->find_value("w.f16")).type.dtype, DType::kF16);
+  auto fresh = parse_module(kFixture);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(Precision({.mode = "int4"}).run(*fresh).ok());
+  auto fp32 = Precision({.mode = "fp32"}).run(*fresh);
   ASSERT_TRUE(fp32.ok());
   EXPECT_FALSE(*fp32);
 }

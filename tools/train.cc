@@ -130,6 +130,7 @@ int run_run(const RunArgs& args) {
   {  // --quiet drops the progress line, not the result
     if (r.steps) {
       std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
+      if (r.loss_scaling) std::printf("loss scaling: %lld steps skipped (inf/NaN gradients), loss scale %g\n", static_cast<long long>(r.skipped_steps), r.loss_scale);
       std::printf("device peak %s measured, %s planned\n", with_commas(r.measured_peak_bytes).c_str(), with_commas(plan->memory.predicted_peak_bytes).c_str());
     }
     if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
@@ -142,6 +143,8 @@ int run_run(const RunArgs& args) {
     j["measured_peak_bytes"] = r.steps ? json(r.measured_peak_bytes) : json(nullptr);
     j["load_peak_bytes"] = r.steps ? json(r.load_peak_bytes) : json(nullptr);
     j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);
+    j["skipped_steps"] = r.skipped_steps;
+    j["loss_scale"] = r.loss_scaling ? json(r.loss_scale) : json(nullptr);
     std::ofstream out(args.json_report + ".tmp");
     out << j.dump(2) << "\n";
     out.close();

@@ -1,6 +1,7 @@
 // CPU kernels of the optimizer updates, matching torch.optim's arithmetic order so losses
 // track PyTorch's step for step. State and math in the compute type (f32 for 16-bit storage).
 #include <cmath>
+#include <cstring>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/loops.h"
@@ -11,9 +12,21 @@ namespace {
 
 double scalar(const KernelContext& ctx, int i) { return ctx.inputs[i]->get_as_double(0); }
 
+// The optional `skip` input at `index` (loss scaling's found_inf) is set: every output keeps
+// its input (output k updates input 0 for k = 0, else input 1 + k), bit for bit.
+bool skipped(KernelContext& ctx, size_t index) {
+  if (ctx.inputs.size() <= index || ctx.inputs[index] == nullptr || scalar(ctx, static_cast<int>(index)) < 0.5) return false;
+  for (size_t k = 0; k < ctx.outputs.size(); ++k) {
+    const Tensor* in = ctx.inputs[k == 0 ? 0 : 1 + k];
+    if (ctx.outputs[k]->raw() != in->raw()) std::memcpy(ctx.outputs[k]->raw(), in->raw(), in->nbytes());
+  }
+  return true;
+}
+
 // w ← w - lr·(g + λw)
 Status sgd_kernel(KernelContext& ctx) {
   const double wd = ctx.node.attrs.get_float("weight_decay", 0.0);
+  if (skipped(ctx, 3)) return Status::Ok();
   const double lr = scalar(ctx, 2);
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
@@ -34,6 +47,7 @@ Status momentum_kernel(KernelContext& ctx) {
   const double wd = ctx.node.attrs.get_float("weight_decay", 0.0), mu = ctx.node.attrs.get_float("momentum", 0.9),
                damp = ctx.node.attrs.get_float("dampening", 0.0);
   const bool nesterov = ctx.node.attrs.get_int("nesterov", 0);
+  if (skipped(ctx, 5)) return Status::Ok();
   const double lr = scalar(ctx, 3);
   const bool first = scalar(ctx, 4) <= 1.0;
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
@@ -61,6 +75,7 @@ Status adam_kernel(KernelContext& ctx) {
   const double b1 = ctx.node.attrs.get_float("beta1", 0.9), b2 = ctx.node.attrs.get_float("beta2", 0.999),
                eps = ctx.node.attrs.get_float("eps", 1e-8), wd = ctx.node.attrs.get_float("weight_decay", 0.0);
   const bool decoupled = ctx.node.attrs.get_int("decoupled", 0);
+  if (skipped(ctx, 6)) return Status::Ok();
   const double lr = scalar(ctx, 4), t = scalar(ctx, 5);
   const double bc1 = 1.0 - std::pow(b1, t), bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
   const double step_size = lr / bc1;

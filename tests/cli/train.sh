@@ -109,7 +109,17 @@ expect_error 2 "the loss is" -- $MEMC run "$TMP/nan.plan" --data data/digits_tra
 [ ! -e "$TMP/nan_ck/checkpoint.safetensors" ] && pass "no checkpoint from a diverged run" || fail "checkpoint written after NaN"
 
 # Bad flags.
-expect_error 2 "precision" -- $MEMC compile models/vit_tiny.onnx --batch 4 --precision fp16-mixed -o "$TMP/x.plan"
+expect_error 2 "precision" -- $MEMC compile models/vit_tiny.onnx --batch 4 --precision fp8-mixed -o "$TMP/x.plan"
+
+# fp16-mixed: dynamic loss scaling, reported by run --json.
+$MEMC compile models/vit_tiny.onnx --batch 16 --precision fp16-mixed -o "$TMP/fp16m.plan" >/dev/null 2>&1 || fail "compile fp16-mixed"
+$MEMC run "$TMP/fp16m.plan" --data data/digits_train.npz --steps 3 --quiet --json "$TMP/fp16m.json" >/dev/null 2>"$TMP/err" || fail "run fp16-mixed: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["skipped_steps"] == 0 and d["loss_scale"] == 65536, d
+assert d["decisions"]["precision"] == "fp16-mixed", d
+' "$TMP/fp16m.json" && pass "fp16-mixed run --json reports skipped_steps and loss_scale" || fail "fp16-mixed json: $(head -c 400 "$TMP/fp16m.json")"
 expect_error 2 "--batch" -- $MEMC compile models/vit_tiny.onnx -o "$TMP/x.plan"
 expect_error 2 "schedule" -- $MEMC compile models/vit_tiny.onnx --batch 4 --schedule linear -o "$TMP/x.plan"
 finish
