@@ -95,7 +95,7 @@ namespace memc {
 template <typename... Args>
 std::string detail_cat(Args&&... args) {
   std::ostringstream os;
-  (os << ... << args);
+  ((os << args), ...);
   return os.str();
 }
 // Builds a message from pieces: str_cat("node ", name, ": bad axis ", axis).
