@@ -24,22 +24,6 @@ std::string folder_of(const std::string& path) {
 
 }  // namespace
 
-Expected<std::map<std::string, Tensor>> read_onnx_initializers(const std::string& path, const std::set<std::string>& names) {
-  onnx::ModelProto model;
-  MEMC_RETURN_IF_ERROR(load_model(path, model));
-  std::map<std::string, Tensor> out;
-  for (const auto& init : model.graph().initializer()) {
-    if (!names.count(init.name())) continue;
-    Expected<Tensor> t = tensor_from_proto(init, folder_of(path));
-    if (!t.ok()) return t.status().with_context(path + ": initializer '" + init.name() + "': ");
-    out[init.name()] = std::move(t).value();
-  }
-  for (const std::string& n : names) {
-    if (!out.count(n)) return Status::BadInput(path + ": no initializer named '" + n + "'");
-  }
-  return out;
-}
-
 Status stream_onnx_initializers(const std::string& path, const std::set<std::string>& names,
                                 const std::function<Status(const std::string& name, const Tensor& value)>& sink) {
   onnx::ModelProto model;

@@ -1,4 +1,4 @@
-// Reading initializer values from an ONNX file by name (memc run loads weights this way) and
+// Reading initializer values from an ONNX file by name (memc run streams weights this way) and
 // writing trained values back into a copy of the model (memc export).
 #pragma once
 #include <functional>
@@ -10,9 +10,6 @@
 #include "support/status.h"
 
 namespace memc {
-
-// The values of the named initializers; every name must exist and hold data.
-Expected<std::map<std::string, Tensor>> read_onnx_initializers(const std::string& path, const std::set<std::string>& names);
 
 // Decodes the named initializers one at a time and hands each to `sink` (which copies it where
 // it belongs, e.g. into a planned arena), so no more than one decoded weight is held at once.

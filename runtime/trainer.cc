@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "frontend/onnx_weights.h"
 #include "runtime/dataset.h"
@@ -144,7 +145,10 @@ Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset
 
 }  // namespace
 
-Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan) {
+// Streams every parameter of `plan` from its model file, one decoded weight at a time,
+// converted to the plan's dtype; refuses a model file that changed since compile.
+static Status stream_weights(const std::string& plan_path, const Plan& plan,
+                             const std::function<Status(const std::string& name, const Tensor& value)>& sink) {
   const std::string model = resolve_model_path(plan_path, plan);
   std::error_code ec;
   const auto size = std::filesystem::file_size(model, ec);
@@ -152,21 +156,29 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
   if (static_cast<int64_t>(size) != plan.model_bytes) {
     return Status::BadInput(str_cat(model, ": has ", size, " bytes, the plan was compiled from ", plan.model_bytes, " bytes: recompile"));
   }
+  std::map<std::string, DType> params;
+  for (ValueId a : plan.train.arguments()) {
+    const Value& v = plan.train.value(a);
+    if (v.role == Role::kParam) params[v.source_name] = v.type.dtype;
+  }
   std::set<std::string> names;
+  for (const auto& [name, dtype] : params) names.insert(name);
+  return stream_onnx_initializers(model, names, [&](const std::string& name, const Tensor& value) {
+    const DType dtype = params.at(name);
+    return sink(name, value.dtype() == dtype ? value : value.cast(dtype));
+  });
+}
+
+Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan) {
   StateMap state;
   for (ValueId a : plan.train.arguments()) {
     const Value& v = plan.train.value(a);
-    if (v.role == Role::kParam) names.insert(v.source_name);
     if (v.role == Role::kOptimizerState) state[v.source_name] = Tensor::zeros(v.type.dtype, v.type.shape);
   }
-  MEMC_ASSIGN_OR_RETURN(auto weights, read_onnx_initializers(model, names));
-  for (ValueId a : plan.train.arguments()) {
-    const Value& v = plan.train.value(a);
-    if (v.role != Role::kParam) continue;
-    const Tensor& w = weights.at(v.source_name);
-    // Created directly in the plan's dtype: no full-precision staging copy is kept.
-    state[v.source_name] = w.dtype() == v.type.dtype ? w : w.cast(v.type.dtype);
-  }
+  MEMC_RETURN_IF_ERROR(stream_weights(plan_path, plan, [&](const std::string& name, const Tensor& value) {
+    state[name] = value;
+    return Status::Ok();
+  }));
   return state;
 }
 
@@ -175,23 +187,13 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
 // zeroes optimizer states there. The returned map holds views of the arena, which the
 // in-place updates keep current.
 static Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec) {
-  const std::string model = resolve_model_path(plan_path, plan);
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(model, ec);
-  if (ec) return Status::BadInput(model + ": model file of the plan not found");
-  if (static_cast<int64_t>(size) != plan.model_bytes) {
-    return Status::BadInput(str_cat(model, ": has ", size, " bytes, the plan was compiled from ", plan.model_bytes, " bytes: recompile"));
-  }
   StateMap state;
-  std::set<std::string> params;
   for (ValueId a : exec.module().arguments()) {
     const Value& v = exec.module().value(a);
-    if (v.role == Role::kParam) params.insert(v.source_name);
     if (v.role == Role::kParam || v.role == Role::kOptimizerState) state[v.source_name] = exec.tensor(a);  // zeroed arena
   }
-  MEMC_RETURN_IF_ERROR(stream_onnx_initializers(model, params, [&](const std::string& name, const Tensor& value) {
-    const Tensor& slot = state.at(name);
-    return exec.set_argument(name, value.dtype() == slot.dtype() ? value : value.cast(slot.dtype()));
+  MEMC_RETURN_IF_ERROR(stream_weights(plan_path, plan, [&](const std::string& name, const Tensor& value) {
+    return exec.set_argument(name, value);
   }));
   return state;
 }
