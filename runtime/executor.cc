@@ -58,9 +58,9 @@ bool check_workspace_from_env() {
 
 }  // namespace
 
-static Status check_feed(const Value& arg, const Tensor& t) {
+Status check_argument(const Value& arg, const Tensor& t) {
   if (t.dtype() != arg.type.dtype || t.shape() != arg.type.shape) {
-    return Status::BadInput(str_cat("input '", arg.source_name.empty() ? arg.name : arg.source_name, "' has ",
+    return Status::BadInput(str_cat(role_name(arg.role), " '", arg.source_name.empty() ? arg.name : arg.source_name, "' has ",
                                     dtype_name(t.dtype()), "[", shape_str(t.shape()), "], expected ",
                                     dtype_name(arg.type.dtype), "[", shape_str(arg.type.shape), "]"));
   }
@@ -75,7 +75,7 @@ Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::
     auto it = feeds.find(arg.name);
     if (it == feeds.end() && !arg.source_name.empty()) it = feeds.find(arg.source_name);
     if (it != feeds.end()) {
-      MEMC_RETURN_IF_ERROR(check_feed(arg, it->second));
+      MEMC_RETURN_IF_ERROR(check_argument(arg, it->second));
       slots[id] = it->second;
       continue;
     }

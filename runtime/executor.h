@@ -27,6 +27,9 @@ constexpr int64_t kWorkspaceGuardBytes = 4096;
 // The largest kernel workspace any node of `module` needs: the scratch execute() allocates.
 int64_t max_workspace_bytes(const Module& module);
 
+// BadInput unless `value` has the argument's dtype and shape: "input 'x' has f32[2x3], expected f32[4x3]".
+Status check_argument(const Value& arg, const Tensor& value);
+
 // Feeds are keyed by argument: IR name or source (ONNX) name. Params come from the module's
 // weights unless fed. Returns the module outputs in order.
 Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::string, Tensor>& feeds,

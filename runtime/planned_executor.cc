@@ -19,16 +19,19 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
   if (ex.workspace_bytes_ > 0) {
     MEMC_ASSIGN_OR_RETURN(ex.workspace_, memory.allocate(ex.workspace_bytes_, "kernel workspace"));
   }
-  ex.order_ = ex.module_.schedule();
-  for (NodeId n : ex.order_) {
+  for (NodeId n : ex.module_.schedule()) {
     const Node& node = ex.module_.node(n);
+    const cpu::Kernel* kernel = cpu::find_kernel(node.op);
+    if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op));
     bool shares = false;
     for (ValueId out : node.outputs) {
       for (ValueId in : node.inputs) {
         if (in != kNoValue && ex.plan_.liveness.buffer_of[out] == ex.plan_.liveness.buffer_of[in]) shares = true;
       }
     }
-    ex.in_place_.push_back(shares);
+    const OpDef* def = OpRegistry::get().find(node.op);
+    const bool view = def && (def->flags & kOpView);
+    ex.steps_.push_back({n, kernel, shares, view && shares, cpu::cpu_workspace_bytes(ex.module_, node)});
   }
   return ex;
 }
@@ -43,11 +46,7 @@ Status PlannedExecutor::set_argument(const std::string& name, const Tensor& valu
   for (ValueId a : module_.arguments()) {
     const Value& arg = module_.value(a);
     if (arg.name != name && arg.source_name != name) continue;
-    if (value.dtype() != arg.type.dtype || value.shape() != arg.type.shape) {
-      return Status::BadInput(str_cat(role_name(arg.role), " '", arg.source_name, "' given ", dtype_name(value.dtype()), "[",
-                                      shape_str(value.shape()), "], the plan has ", dtype_name(arg.type.dtype), "[",
-                                      shape_str(arg.type.shape), "]"));
-    }
+    MEMC_RETURN_IF_ERROR(check_argument(arg, value));
     Tensor slot = tensor(a);
     if (value.nbytes()) std::memcpy(slot.raw(), value.raw(), value.nbytes());
     return Status::Ok();
@@ -57,28 +56,24 @@ Status PlannedExecutor::set_argument(const std::string& name, const Tensor& valu
 
 Status PlannedExecutor::run(const ExecOptions& options) {
   std::vector<Tensor> inputs, outputs;
-  for (size_t i = 0; i < order_.size(); ++i) {
-    const Node& node = module_.node(order_[i]);
-    const cpu::Kernel* kernel = cpu::find_kernel(node.op);
-    if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op));
+  for (const Step& step : steps_) {
+    if (step.skip) continue;  // a view's output is its input's bytes already: nothing to do
+    const Node& node = module_.node(step.node);
     inputs.clear();
     outputs.clear();
     for (ValueId v : node.inputs) inputs.push_back(v == kNoValue ? Tensor() : tensor(v));
     for (ValueId v : node.outputs) outputs.push_back(tensor(v));
-    const OpDef* def = OpRegistry::get().find(node.op);
-    // A view's output is its input's bytes already: nothing to do.
-    if (def && (def->flags & kOpView) && in_place_[i]) continue;
     // Kernels may accumulate into their outputs; arena bytes are reused, so clear them first,
     // unless an output shares an input's bytes (in-place updates).
-    if (!in_place_[i]) {
+    if (!step.in_place) {
       for (Tensor& t : outputs) std::memset(t.raw(), 0, t.nbytes());
     }
     cpu::KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
     for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] == kNoValue ? nullptr : &inputs[k]);
     for (Tensor& t : outputs) ctx.outputs.push_back(&t);
     ctx.workspace = workspace_.get();
-    ctx.workspace_bytes = cpu::cpu_workspace_bytes(module_, node);
-    Status st = (*kernel)(ctx);
+    ctx.workspace_bytes = step.workspace_bytes;
+    Status st = (*step.kernel)(ctx);
     if (!st.ok()) return st.with_context(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", ": "));
   }
   return Status::Ok();

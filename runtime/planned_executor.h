@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/kernels.h"
 #include "passes/memory_plan.h"
 #include "runtime/device_memory.h"
 #include "runtime/executor.h"
@@ -40,8 +41,15 @@ class PlannedExecutor {
   MemoryPlanResult plan_;
   DeviceMemory::Block arena_, workspace_;
   int64_t arena_bytes_ = 0, workspace_bytes_ = 0;
-  std::vector<NodeId> order_;
-  std::vector<bool> in_place_;  // per node: output 0 shares input 0's bytes (skip zeroing)
+  // Per scheduled node, resolved once at create() rather than on every step.
+  struct Step {
+    NodeId node;
+    const cpu::Kernel* kernel;
+    bool in_place;            // an output shares an input's bytes (skip zeroing)
+    bool skip;                // a view whose output is its input's bytes already
+    int64_t workspace_bytes;  // what the kernel declared for this node
+  };
+  std::vector<Step> steps_;
 };
 
 }  // namespace memc
