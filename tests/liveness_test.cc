@@ -4,6 +4,7 @@
 
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "tests/test_util.h"
 #include "passes/liveness.h"
 #include "passes/memory_plan.h"
 
@@ -12,13 +13,7 @@ namespace {
 
 constexpr int64_t kKiB = 1024;
 
-Module parse_ok(std::string_view text) {
-  auto parsed = parse_module(text);
-  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
-  if (!parsed.ok()) return Module();
-  EXPECT_TRUE(verify(*parsed).ok()) << verify(*parsed).message();
-  return std::move(parsed).value();
-}
+using testing::parse_ok;
 
 Liveness live_ok(const Module& m) {
   auto live = analyze_liveness(m);

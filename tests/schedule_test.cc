@@ -26,13 +26,7 @@ namespace {
 using testing::source_path;
 constexpr int64_t kKiB = 1024;
 
-Module parse_ok(std::string_view text) {
-  auto parsed = parse_module(text);
-  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
-  if (!parsed.ok()) return Module();
-  EXPECT_TRUE(verify(*parsed).ok()) << verify(*parsed).message();
-  return std::move(parsed).value();
-}
+using testing::parse_ok;
 
 int64_t lower_bound(const Module& m) {
   auto r = MemoryPlan().run(m);

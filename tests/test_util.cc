@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include <gtest/gtest.h>
+
+#include "ir/printer.h"
+#include "ir/verifier.h"
+
 namespace memc::testing {
 
 std::string source_path(const std::string& relative) { return std::string(MEMC_SOURCE_DIR) + "/" + relative; }
@@ -29,6 +34,14 @@ double rel_error(const Tensor& actual, const Tensor& expected) {
   }
   if (max_ref == 0) return max_diff;
   return max_diff / max_ref;
+}
+
+Module parse_ok(std::string_view text) {
+  auto parsed = parse_module(text);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+  if (!parsed.ok()) return Module();
+  EXPECT_TRUE(verify(*parsed).ok()) << verify(*parsed).message();
+  return std::move(parsed).value();
 }
 
 }  // namespace memc::testing

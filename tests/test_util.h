@@ -3,6 +3,9 @@
 #include <random>
 #include <string>
 
+#include <string_view>
+
+#include "ir/graph.h"
 #include "ir/tensor.h"
 
 namespace memc::testing {
@@ -11,5 +14,8 @@ std::string source_path(const std::string& relative);  // MEMC_SOURCE_DIR/relati
 Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo = -1.0, double hi = 1.0);
 // max|a-b| / max|b| (max-abs relative error used across the suite); 0 when both are zero.
 double rel_error(const Tensor& actual, const Tensor& expected);
+
+// Parses IR text and verifies it, failing the current test (with the message) when either fails.
+Module parse_ok(std::string_view text);
 
 }  // namespace memc::testing
