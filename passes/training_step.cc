@@ -87,24 +87,34 @@ Status TrainingStep::run(Module& module) {
                                     "]; cross-entropy training needs float logits [N, C]"));
   }
   const ValueId labels = module.add_argument(kLabelsArg, TensorType{DType::kI64, {logits_type.shape[0]}}, Role::kInput);
-  auto loss_out = module.add_node("softmax_cross_entropy", {logits, labels}, {}, "loss");
-  if (!loss_out.ok()) return loss_out.status();
-  const ValueId loss = (*loss_out)[0];
-  module.rename(loss, "loss");
-
   std::vector<ValueId> params;
   for (ValueId a : module.arguments()) {
     if (module.value(a).role == Role::kParam) params.push_back(a);
   }
   if (params.empty()) return Status::BadInput("the model has no trainable parameters");
   ValueId scale = kNoValue, skip = kNoValue;
-  ValueId loss_for_grad = loss;
-  if (options_.loss_scaling) {
-    scale = module.add_argument(kLossScaleArg, TensorType{DType::kF32, {}}, Role::kScalar);
-    loss_for_grad = emit(module, "mul", {loss, scale});
-    module.rename(loss_for_grad, "scaled_loss");
+  if (options_.loss_scaling) scale = module.add_argument(kLossScaleArg, TensorType{DType::kF32, {}}, Role::kScalar);
+
+  ValueId loss = kNoValue, logits_out = logits;
+  std::vector<ValueId> grads;
+  if (micro_.k > 1) {
+    for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
+    MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro_.forward, micro_.k, labels, params, scale));
+    loss = acc.loss;
+    logits_out = acc.logits;
+    grads = std::move(acc.grads);
+  } else {
+    auto loss_out = module.add_node("softmax_cross_entropy", {logits, labels}, {}, "loss");
+    if (!loss_out.ok()) return loss_out.status();
+    loss = (*loss_out)[0];
+    ValueId loss_for_grad = loss;
+    if (scale != kNoValue) {
+      loss_for_grad = emit(module, "mul", {loss, scale});
+      module.rename(loss_for_grad, "scaled_loss");
+    }
+    MEMC_ASSIGN_OR_RETURN(grads, Autodiff().run(module, loss_for_grad, params));
   }
-  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(module, loss_for_grad, params));
+  module.rename(loss, "loss");
   if (options_.loss_scaling) {
     grads = unscale(module, grads, scale);
     skip = found_inf(module, grads);
@@ -116,9 +126,9 @@ Status TrainingStep::run(Module& module) {
   const ValueId lr = module.add_argument(kLrArg, TensorType{DType::kF32, {}}, Role::kScalar);
   const ValueId step = module.add_argument(kStepArg, TensorType{DType::kF32, {}}, Role::kScalar);
   if (skip != kNoValue) {
-    module.set_outputs({loss, logits, skip});
+    module.set_outputs({loss, logits_out, skip});
   } else {
-    module.set_outputs({loss, logits});
+    module.set_outputs({loss, logits_out});
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const ValueId w = params[i], g = grads[i];
@@ -164,6 +174,10 @@ Status TrainingStep::run(Module& module) {
   }
   module.metadata().set("memc.optimizer", kind);
   if (options_.loss_scaling) module.metadata().set("memc.loss_scaling", int64_t{1});
+  if (micro_.k > 1) {
+    module.metadata().set("memc.micro_batches", micro_.k);
+    module.compact();  // drops the full-batch forward
+  }
   return Status::Ok();
 }
 

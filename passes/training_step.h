@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "passes/microbatch.h"
 
 namespace memc {
 
@@ -28,15 +29,24 @@ struct OptimizerOptions {
   bool loss_scaling = false;
 };
 
+// k > 1: the loss and gradients come from k micro-batches (passes/microbatch.h), each a
+// forward built by `forward`; the module's own full-batch forward then only supplies the
+// arguments and is dropped.
+struct MicroBatching {
+  int64_t k = 1;
+  ForwardFactory forward;
+};
+
 class TrainingStep {
  public:
   using Options = OptimizerOptions;
-  explicit TrainingStep(Options options) : options_(std::move(options)) {}
+  explicit TrainingStep(Options options, MicroBatching micro = {}) : options_(std::move(options)), micro_(std::move(micro)) {}
   std::string name() const { return "training_step"; }
   Status run(Module& module);
 
  private:
   Options options_;
+  MicroBatching micro_;
 };
 
 // Names of the runtime scalar arguments a training step reads.

@@ -75,24 +75,35 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
   // fp32, bf16-true, fp16-true, bf16-mixed, fp16-mixed; an unknown mode is refused here, before importing.
   MEMC_RETURN_IF_ERROR(parse_precision(options.precision).status());
-  ImportOptions import;
-  import.batch = options.batch;
-  import.seq = options.seq;
-  import.load_weights = false;
-  MEMC_ASSIGN_OR_RETURN(Module forward, import_onnx(model_path, import));
-  if (!options.dropout) remove_dropout(forward);
-  if (forward.outputs().empty()) return Status::BadInput(model_path + ": the model has no outputs");
-  const TensorType logits = forward.value(forward.outputs()[0]).type;
-  if (logits.shape.size() != 2) {
-    return Status::BadInput(str_cat(model_path, ": first output is [", shape_str(logits.shape), "]; training needs logits [N, C]"));
+  if (options.micro_batches < 1 || options.micro_batches > options.batch) {
+    return Status::BadInput(str_cat("--micro-batches ", options.micro_batches, " must be between 1 and the batch size ", options.batch));
   }
-  forward.set_outputs({forward.outputs()[0]});
-  forward.eliminate_dead_nodes();
-  forward.compact();
-  // Before TrainingStep: autodiff differentiates the casts, so f32 parameters get f32 gradients.
-  if (auto changed = Precision({.mode = options.precision}).run(forward); !changed.ok()) {
-    return changed.status().with_context(model_path + ": ");
-  }
+  // The forward at a given batch: imported, dropout treated, logits only, precision applied.
+  // Micro-batching asks for it again at the micro-batch sizes.
+  TensorType logits;
+  ForwardFactory build_forward = [&](int64_t batch) -> Expected<Module> {
+    ImportOptions import;
+    import.batch = batch;
+    import.seq = options.seq;
+    import.load_weights = false;
+    MEMC_ASSIGN_OR_RETURN(Module forward, import_onnx(model_path, import));
+    if (!options.dropout) remove_dropout(forward);
+    if (forward.outputs().empty()) return Status::BadInput(model_path + ": the model has no outputs");
+    logits = forward.value(forward.outputs()[0]).type;
+    if (logits.shape.size() != 2) {
+      return Status::BadInput(str_cat(model_path, ": first output is [", shape_str(logits.shape), "]; training needs logits [N, C]"));
+    }
+    forward.set_outputs({forward.outputs()[0]});
+    forward.eliminate_dead_nodes();
+    forward.compact();
+    // Before TrainingStep: autodiff differentiates the casts, so f32 parameters get f32 gradients.
+    if (auto changed = Precision({.mode = options.precision}).run(forward); !changed.ok()) {
+      return changed.status().with_context(model_path + ": ");
+    }
+    return forward;
+  };
+  MEMC_ASSIGN_OR_RETURN(Module forward, build_forward(options.batch));
+  const int64_t num_classes = logits.shape[1];
 
   Plan plan;
   plan.eval = forward;
@@ -100,7 +111,9 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   // fp16-mixed: dynamic loss scaling (a "loss_scale" argument, a "found_inf" output; runtime/trainer.cc).
   OptimizerOptions optimizer = options.optimizer;
   optimizer.loss_scaling = optimizer.loss_scaling || options.precision == "fp16-mixed";
-  MEMC_RETURN_IF_ERROR(TrainingStep(optimizer).run(plan.train).with_context(model_path + ": "));
+  MEMC_RETURN_IF_ERROR(TrainingStep(optimizer, {.k = options.micro_batches, .forward = build_forward})
+                           .run(plan.train)
+                           .with_context(model_path + ": "));
   // Last transforming pass, right before memory planning: a lower peak, never a higher one.
   if (options.reschedule) {
     if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
@@ -113,13 +126,14 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   plan.model_bytes = static_cast<int64_t>(std::filesystem::file_size(model_path, ec));
   plan.batch = options.batch;
   plan.seq = options.seq;
-  plan.num_classes = logits.shape[1];
+  plan.num_classes = num_classes;
   plan.epochs = options.epochs;
   plan.steps_per_epoch = options.steps_per_epoch;
   plan.dropout = options.dropout;
   plan.optimizer = options.optimizer;
   plan.schedule = options.schedule;
   plan.decisions.precision = options.precision;
+  plan.decisions.micro_batches = options.micro_batches;
   plan.budget_bytes = options.budget_bytes;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train));
   MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));

@@ -13,6 +13,7 @@
 #include "planner/compile.h"
 #include "runtime/dataset.h"
 #include "runtime/trainer.h"
+#include "tests/pass_compare.h"
 #include "tests/test_util.h"
 
 namespace memc {
@@ -104,83 +105,32 @@ Plan compile(const Case& c, const std::string& precision, int64_t batch = 16, in
   options.dropout = false;
   options.optimizer.kind = "adamw";
   options.precision = precision;
-  const std::string plan_path = (fs::temp_directory_path() / (c.model + "." + precision + ".plan")).string();
-  auto plan = compile_model(source_path("models/" + c.model + ".onnx"), plan_path, options);
-  MEMC_CHECK(plan.ok(), plan.status().message());
-  plan->model_path = source_path("models/" + c.model + ".onnx");  // absolute: no plan file is written
-  return std::move(plan).value();
-}
-
-std::map<std::string, Tensor> first_batch(const Plan& plan, const std::string& data_path) {
-  std::vector<InputSpec> specs;
-  for (ValueId a : plan.train.arguments()) {
-    const Value& v = plan.train.value(a);
-    if (v.role == Role::kInput && v.source_name != kLabelsArg) specs.push_back({v.source_name, v.type});
-  }
-  auto data = load_dataset(data_path, specs, plan.num_classes);
-  MEMC_CHECK(data.ok(), data.status().message());
-  std::vector<int64_t> order(static_cast<size_t>(data->size));
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  return make_batch(*data, order, 0, plan.batch, specs, kLabelsArg);
-}
-
-std::map<std::string, Tensor> gradients(const Plan& plan, const std::string& data_path) {
-  auto state = initial_state("", plan);
-  MEMC_CHECK(state.ok(), state.status().message());
-  auto grads = compute_gradients(plan, *state, first_batch(plan, data_path), 0, 1);
-  MEMC_CHECK(grads.ok(), grads.status().message());
-  for (auto& [name, t] : *grads) {
-    if (t.dtype() != DType::kF32) t = t.cast(DType::kF32);
-  }
-  return std::move(grads).value();
+  return testing::compile_committed(c.model, options);
 }
 
 class PrecisionVsFp32 : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PrecisionVsFp32, LossGradientsAndPeak) {
   const Case& c = GetParam();
-  const std::string data = source_path("data/" + c.data);
   const Plan base = compile(c, "fp32");
   const Plan plan = compile(c, c.precision);
   EXPECT_EQ(plan.decisions.precision, c.precision);
 
-  const auto want = gradients(base, data);
-  const auto got = gradients(plan, data);
-  const double loss32 = want.at("loss").get_as_double(0), loss = got.at("loss").get_as_double(0);
-  double diff_sq = 0, ref_sq = 0, worst_param_rel = 0;
-  std::string worst;
-  for (const auto& [name, g32] : want) {
-    if (name == "loss") continue;
-    ASSERT_TRUE(got.count(name)) << "no gradient for " << name;
-    const Tensor& g = got.at(name);
-    ASSERT_EQ(g.shape(), g32.shape()) << name;
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < g.numel(); ++i) {
-      const double a = g.get_as_double(i), b = g32.get_as_double(i);
-      d += (a - b) * (a - b), r += b * b;
-    }
-    diff_sq += d, ref_sq += r;
-    if (r > 0 && std::sqrt(d / r) > worst_param_rel) worst_param_rel = std::sqrt(d / r), worst = name;
-  }
-  const double loss_rel = std::abs(loss - loss32) / std::abs(loss32);
-  const double grad_rel = std::sqrt(diff_sq / ref_sq);
+  const auto want = testing::first_step_gradients(base, c.data);
+  const auto got = testing::first_step_gradients(plan, c.data);
+  const testing::GradientDiff diff = testing::compare_gradients(got, want);
+  EXPECT_EQ(diff.missing, "");
   const int64_t peak32 = base.memory.predicted_peak_bytes, peak = plan.memory.predicted_peak_bytes;
   std::printf("[precision] %s %s: loss %.6f vs fp32 %.6f (rel %.2e); grads rel L2 %.2e, worst param %s %.2e; "
               "planned peak %lld vs fp32 %lld (%.3fx)\n",
-              c.model.c_str(), c.precision.c_str(), loss, loss32, loss_rel, grad_rel, worst.c_str(), worst_param_rel,
-              static_cast<long long>(peak), static_cast<long long>(peak32), static_cast<double>(peak) / static_cast<double>(peak32));
-  EXPECT_LE(loss_rel, c.loss_rel_tol);
-  EXPECT_LE(grad_rel, c.grad_rel_tol);
+              c.model.c_str(), c.precision.c_str(), got.at("loss").get_as_double(0), want.at("loss").get_as_double(0),
+              diff.loss_rel, diff.grad_rel_l2, diff.worst_param.c_str(), diff.worst_param_rel, static_cast<long long>(peak),
+              static_cast<long long>(peak32), static_cast<double>(peak) / static_cast<double>(peak32));
+  EXPECT_LE(diff.loss_rel, c.loss_rel_tol);
+  EXPECT_LE(diff.grad_rel_l2, c.grad_rel_tol);
   EXPECT_LT(peak, peak32);
-
-  RunOptions run{.data = data, .steps = 3, .seed = 0, .quiet = true};
-  auto report = run_plan("", plan, run);
-  ASSERT_TRUE(report.ok()) << report.status().message();
-  ASSERT_EQ(report->losses.size(), 3u);
-  for (double l : report->losses) EXPECT_TRUE(std::isfinite(l));
-  EXPECT_EQ(report->measured_peak_bytes, peak);
+  EXPECT_EQ(testing::measured_peak(plan, c.data, 3), peak);
 }
-
 // Tolerances: a bf16 rounding is ≤ 2⁻⁹ ≈ 2e-3 relative; the loss sums many such roundings of
 // logits that partly cancel, so 1e-2 covers bf16. Gradients pass through every layer's
 // rounded activations and weights backwards: 5e-2 (bf16) in global relative L2. fp16 has 11

@@ -114,6 +114,9 @@ int run_main(int argc, char** argv) {
       ->check(kPositive);
   compile_cmd->add_option("--budget", compile.budget, "Device memory the plan may use: 6GB, 6GiB, 512MiB, bytes (exit 3 if unmet)");
   compile_cmd->add_option("--precision", compile.options.precision, "fp32 (default) | bf16-mixed | fp16-mixed (dynamic loss scaling) | bf16-true | fp16-true");
+  compile_cmd->add_option("--micro-batches", compile.options.micro_batches,
+                          "Split each batch into K micro-batches and accumulate gradients (default 1)")
+      ->check(kPositive);
   bool no_dropout = false;
   compile_cmd->add_flag("--no-dropout", no_dropout, "Turn dropout into identity (for exact comparisons with another framework)");
   compile_cmd->add_flag("--print-ir", compile.print_ir, "Print the training step's IR");

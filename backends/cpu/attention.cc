@@ -64,6 +64,7 @@ struct AttentionGeometry {
 struct AttentionDropout {
   bool active = false;
   uint64_t seed = 0, stream = 0, threshold = 0;
+  uint64_t offset = 0;  // a micro-batch's first draw in the full batch (passes/microbatch.h)
   double inv_keep = 1.0;
 
   // Whether dropout can be on at all (the workspace is sized for it even when not training).
@@ -76,6 +77,7 @@ struct AttentionDropout {
     seed = ctx.seed;
     stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
     threshold = dropout_threshold(ratio);
+    offset = static_cast<uint64_t>(ctx.node.attrs.get_int("rng_offset", 0));
     inv_keep = 1.0 / (1.0 - ratio);
   }
   // factor[r, c] = kept ? 1/(1 - ratio) : 0 for one block of batch entry `batch_index`.
@@ -83,7 +85,7 @@ struct AttentionDropout {
   void factors(C* factor, int64_t batch_index, int64_t q0, int64_t k0, int64_t rows, int64_t cols,
                int64_t tq, int64_t tk) const {  // factor: [rows, cols]
     for (int64_t r = 0; r < rows; ++r) {
-      const uint64_t first = static_cast<uint64_t>(((batch_index * tq) + q0 + r) * tk + k0);
+      const uint64_t first = offset + static_cast<uint64_t>(((batch_index * tq) + q0 + r) * tk + k0);
       for (int64_t c = 0; c < cols; ++c) {
         factor[r * cols + c] = counter_random(seed, stream, first + c) < threshold ? static_cast<C>(inv_keep) : C(0);
       }

@@ -326,6 +326,8 @@ Status dropout_kernel(KernelContext& ctx) {
   }
   const uint64_t stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
   const uint64_t threshold = dropout_threshold(ratio);
+  // A micro-batch's copy draws the counters of its rows in the full batch (passes/microbatch.h).
+  const auto offset = static_cast<uint64_t>(ctx.node.attrs.get_int("rng_offset", 0));
   return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, x.dtype());
@@ -335,7 +337,7 @@ Status dropout_kernel(KernelContext& ctx) {
       const T* px = x.data<T>();  // [n]
       T* py = y.data<T>();        // [n]
       for (int64_t i = 0; i < n; ++i) {
-        const bool kept = counter_random(ctx.seed, stream, static_cast<uint64_t>(i)) < threshold;
+        const bool kept = counter_random(ctx.seed, stream, offset + static_cast<uint64_t>(i)) < threshold;
         py[i] = store<T>(kept ? load<T>(px[i]) * scale : C(0));
         if (keep) keep[i] = kept;
       }

@@ -130,7 +130,7 @@ void register_elementwise_ops(OpRegistry& r) {
            if (c.node.outputs.size() >= 2) out.push_back(TensorType{DType::kBool, c.inputs[0].shape});
            return Status::Ok();
          },
-         .doc = "training: y = x·mask/(1-ratio), mask from counter RNG (seed, step, node); inference: y = x"});
+         .doc = "training: y = x·mask/(1-ratio), mask from counter RNG (seed, step, node; element i draws counter rng_offset + i); inference: y = x"});
 }
 
 }  // namespace memc

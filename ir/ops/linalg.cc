@@ -140,7 +140,7 @@ void register_linalg_ops(OpRegistry& r) {
   r.add({.name = "conv", .min_inputs = 2, .max_inputs = 3, .flags = kOpComputeHeavy, .shape = conv_shape,
          .flops = conv_flops, .doc = "N-d convolution {strides, pads, dilations, group}"});
   r.add({.name = "attention", .min_inputs = 3, .max_inputs = 4, .flags = kOpComputeHeavy, .shape = attention_shape,
-         .flops = attention_flops, .doc = "softmax(scale·q·kᵀ + bias)·v {scale, dropout_ratio, seed}"});
+         .flops = attention_flops, .doc = "softmax(scale·q·kᵀ + bias)·v {scale, dropout_ratio, seed, rng_offset}"});
 }
 
 }  // namespace memc

@@ -1,0 +1,46 @@
+// Micro-batching with gradient accumulation (the `microbatch` memory pass).
+//
+// The step's batch of N samples runs as k micro-batches whose sizes differ by at most one (the
+// first N mod k hold ⌈N/k⌉ samples, the rest ⌊N/k⌋). Micro-batch i is a copy of the forward
+// imported at its own size n_i, fed rows [a_i, a_i + n_i) of every input and of the labels. Its
+// mean loss is weighted by n_i/N, so Σ_i (n_i/N)·loss_i is the full batch's mean loss and the
+// accumulated gradient is the full batch's up to summation order, whether or not k divides N.
+//
+// Dropout (and attention dropout) draws carry the micro-batch's element offset (attribute
+// `rng_offset` = a_i · elements per sample), so a micro-batch draws the very mask the full batch
+// draws for those rows: with dropout on, k micro-batches and one batch give the same gradients.
+// This holds for tensors whose outermost dimension is the batch, as in every exported ViT and
+// BERT-style encoder.
+//
+// Node order: slices, forward i, loss i, backward i, and each accumulation right after the
+// gradient it adds, so one micro-batch's activations are live at a time and the running sums
+// are updated in place.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+// Imports the forward for a batch of `batch` samples, with the same precision and dropout
+// treatment as the full-batch forward.
+using ForwardFactory = std::function<Expected<Module>(int64_t batch)>;
+
+// Sizes of the k micro-batches of a batch of `batch` (k ≤ batch).
+std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k);
+
+struct AccumulatedStep {
+  ValueId loss = kNoValue;    // f32 scalar: the full batch's mean loss
+  ValueId logits = kNoValue;  // [N, C]: the micro-batches' logits concatenated
+  std::vector<ValueId> grads;  // d(loss·scale)/d param, in the order of `params`
+};
+
+// Appends the k micro-batches to `module`, whose arguments are the full-batch forward's
+// (inputs [N, ...] and params) plus `labels` [N]; its own forward nodes must already be gone.
+// `scale` (kNoValue: none) multiplies the loss that is differentiated (dynamic loss scaling).
+Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const ForwardFactory& forward, int64_t k,
+                                                   ValueId labels, const std::vector<ValueId>& params,
+                                                   ValueId scale);
+
+}  // namespace memc
