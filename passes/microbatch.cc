@@ -77,7 +77,7 @@ std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {
 
 Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const ForwardFactory& forward, int64_t k,
                                                    ValueId labels, const std::vector<ValueId>& params,
-                                                   ValueId scale) {
+                                                   ValueId scale, const AfterAutodiff& after_autodiff) {
   const int64_t batch = module.value(labels).type.shape[0];
   if (k < 1 || k > batch) return Status::BadInput(str_cat("--micro-batches ", k, " must be between 1 and the batch size ", batch));
   std::vector<ValueId> inputs;
@@ -145,7 +145,11 @@ Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const Forward
     const ValueId weighted = emit(module, "mul", {loss, module.add_constant(std::move(w), "mb_weight")});
     module.rename(weighted, prefix + "loss");
     const ValueId for_grad = scale == kNoValue ? weighted : emit(module, "mul", {weighted, scale});
+    const auto backward_begin = static_cast<NodeId>(module.nodes().size());
     MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(module, for_grad, params));
+    if (after_autodiff) {
+      MEMC_RETURN_IF_ERROR(after_autodiff(module, first_node, backward_begin, static_cast<NodeId>(module.nodes().size())));
+    }
     for (size_t p = 0; p < params.size(); ++p) {
       module.rename(grads[p], prefix + module.value(grads[p]).name);
       module.value(grads[p]).role = Role::kActivation;

@@ -36,11 +36,15 @@ struct AccumulatedStep {
   std::vector<ValueId> grads;  // d(loss·scale)/d param, in the order of `params`
 };
 
+// Called after each micro-batch's autodiff with its node ranges: forward [forward_begin,
+// backward_begin), backward [backward_begin, backward_end) (the remat pass runs here).
+using AfterAutodiff = std::function<Status(Module&, NodeId forward_begin, NodeId backward_begin, NodeId backward_end)>;
+
 // Appends the k micro-batches to `module`, whose arguments are the full-batch forward's
 // (inputs [N, ...] and params) plus `labels` [N]; its own forward nodes must already be gone.
 // `scale` (kNoValue: none) multiplies the loss that is differentiated (dynamic loss scaling).
 Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const ForwardFactory& forward, int64_t k,
                                                    ValueId labels, const std::vector<ValueId>& params,
-                                                   ValueId scale);
+                                                   ValueId scale, const AfterAutodiff& after_autodiff = {});
 
 }  // namespace memc

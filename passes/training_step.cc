@@ -1,5 +1,7 @@
 #include "passes/training_step.h"
 
+#include <algorithm>
+
 #include "ir/grad.h"
 #include "passes/autodiff.h"
 
@@ -97,9 +99,21 @@ Status TrainingStep::run(Module& module) {
 
   ValueId loss = kNoValue, logits_out = logits;
   std::vector<ValueId> grads;
+  remat_report_ = {};
+  // Rematerialization acts on each (micro-)batch's forward and backward right after autodiff.
+  const AfterAutodiff remat = [this](Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) -> Status {
+    MEMC_ASSIGN_OR_RETURN(RematReport r, Remat(remat_).run(m, forward_begin, backward_begin, backward_end));
+    remat_report_.segments = std::max(remat_report_.segments, r.segments);
+    remat_report_.tape_bytes += r.tape_bytes;
+    remat_report_.held_tape_bytes = std::max(remat_report_.held_tape_bytes, r.held_tape_bytes);
+    remat_report_.recomputed_nodes += r.recomputed_nodes;
+    remat_report_.recompute_flops += r.recompute_flops;
+    remat_report_.unresolved_pins = r.unresolved_pins;
+    return Status::Ok();
+  };
   if (micro_.k > 1) {
     for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
-    MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro_.forward, micro_.k, labels, params, scale));
+    MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro_.forward, micro_.k, labels, params, scale, remat));
     loss = acc.loss;
     logits_out = acc.logits;
     grads = std::move(acc.grads);
@@ -112,7 +126,9 @@ Status TrainingStep::run(Module& module) {
       loss_for_grad = emit(module, "mul", {loss, scale});
       module.rename(loss_for_grad, "scaled_loss");
     }
+    const auto backward_begin = static_cast<NodeId>(module.nodes().size());
     MEMC_ASSIGN_OR_RETURN(grads, Autodiff().run(module, loss_for_grad, params));
+    MEMC_RETURN_IF_ERROR(remat(module, 0, backward_begin, static_cast<NodeId>(module.nodes().size())));
   }
   module.rename(loss, "loss");
   if (options_.loss_scaling) {
@@ -174,6 +190,10 @@ Status TrainingStep::run(Module& module) {
   }
   module.metadata().set("memc.optimizer", kind);
   if (options_.loss_scaling) module.metadata().set("memc.loss_scaling", int64_t{1});
+  if (remat_.policy != "none") {
+    module.metadata().set("memc.remat_recomputed_nodes", int64_t{remat_report_.recomputed_nodes});
+    module.metadata().set("memc.remat_recompute_flops", remat_report_.recompute_flops);
+  }
   if (micro_.k > 1) {
     module.metadata().set("memc.micro_batches", micro_.k);
     module.compact();  // drops the full-batch forward

@@ -11,6 +11,7 @@
 
 #include "ir/graph.h"
 #include "passes/microbatch.h"
+#include "passes/remat.h"
 
 namespace memc {
 
@@ -40,13 +41,18 @@ struct MicroBatching {
 class TrainingStep {
  public:
   using Options = OptimizerOptions;
-  explicit TrainingStep(Options options, MicroBatching micro = {}) : options_(std::move(options)), micro_(std::move(micro)) {}
+  explicit TrainingStep(Options options, MicroBatching micro = {}, RematOptions remat = {})
+      : options_(std::move(options)), micro_(std::move(micro)), remat_(std::move(remat)) {}
   std::string name() const { return "training_step"; }
   Status run(Module& module);
+  // What remat did (summed over micro-batches); zero when remat is off.
+  const RematReport& remat_report() const { return remat_report_; }
 
  private:
   Options options_;
   MicroBatching micro_;
+  RematOptions remat_;
+  RematReport remat_report_;
 };
 
 // Names of the runtime scalar arguments a training step reads.

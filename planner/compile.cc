@@ -111,9 +111,8 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   // fp16-mixed: dynamic loss scaling (a "loss_scale" argument, a "found_inf" output; runtime/trainer.cc).
   OptimizerOptions optimizer = options.optimizer;
   optimizer.loss_scaling = optimizer.loss_scaling || options.precision == "fp16-mixed";
-  MEMC_RETURN_IF_ERROR(TrainingStep(optimizer, {.k = options.micro_batches, .forward = build_forward})
-                           .run(plan.train)
-                           .with_context(model_path + ": "));
+  TrainingStep step(optimizer, {.k = options.micro_batches, .forward = build_forward}, options.remat);
+  MEMC_RETURN_IF_ERROR(step.run(plan.train).with_context(model_path + ": "));
   // Last transforming pass, right before memory planning: a lower peak, never a higher one.
   if (options.reschedule) {
     if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
@@ -134,6 +133,7 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   plan.schedule = options.schedule;
   plan.decisions.precision = options.precision;
   plan.decisions.micro_batches = options.micro_batches;
+  plan.decisions.remat = options.remat.policy == "limit" ? format_size(options.remat.limit_bytes) : options.remat.policy;
   plan.budget_bytes = options.budget_bytes;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train));
   MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));

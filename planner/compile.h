@@ -18,7 +18,8 @@ struct CompileOptions {
   int64_t steps_per_epoch = 0;
   bool dropout = true;         // false: dropout nodes become identities (for exact comparisons)
   std::string precision = "fp32";
-  int64_t micro_batches = 1;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
+  int64_t micro_batches = 1;
+  RematOptions remat;  // passes/remat.h; policy "none" by default  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
   int64_t budget_bytes = 0;  // 0: no budget; else a plan whose device peak exceeds it fails (exit 3)
   bool reschedule = true;    // the peak-lowering schedule pass (off: import order, for tests)
 };

@@ -117,6 +117,10 @@ int run_main(int argc, char** argv) {
   compile_cmd->add_option("--micro-batches", compile.options.micro_batches,
                           "Split each batch into K micro-batches and accumulate gradients (default 1)")
       ->check(kPositive);
+  std::string remat = "none";
+  compile_cmd->add_option("--remat", remat,
+                          "Recompute activations in backward: none (default) | blocks (checkpoint each block) | SIZE (keep at most "
+                          "SIZE of activations) | a comma list adding save=NAME / recompute=NAME pins");
   bool no_dropout = false;
   compile_cmd->add_flag("--no-dropout", no_dropout, "Turn dropout into identity (for exact comparisons with another framework)");
   compile_cmd->add_flag("--print-ir", compile.print_ir, "Print the training step's IR");
@@ -174,6 +178,12 @@ int run_main(int argc, char** argv) {
   if (compile_cmd->parsed()) {
     compile.options.optimizer.weight_decay = weight_decay >= 0 ? weight_decay : (compile.options.optimizer.kind == "adamw" ? 0.01 : 0.0);
     compile.options.dropout = !no_dropout;
+    auto parsed = parse_remat(remat);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "memc: %s\n", parsed.status().message().c_str());
+      return 2;
+    }
+    compile.options.remat = *parsed;
     return run_compile(compile);
   }
   if (run_cmd->parsed()) return run_run(run);

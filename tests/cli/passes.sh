@@ -1,4 +1,4 @@
-# Memory-pass flags of memc compile: --micro-batches.
+# Memory-pass flags of memc compile: --micro-batches, --remat.
 source "$(dirname "$0")/common.bash" "$@"
 
 $MEMC compile models/vit_tiny.onnx --batch 16 -o "$TMP/one.plan" --json >"$TMP/one.json" 2>"$TMP/err" || fail "compile: $(cat "$TMP/err")"
@@ -19,4 +19,19 @@ expect_error 2 "must be between 1 and the batch size 4" -- $MEMC compile models/
 expect_error 2 "micro-batches" -- $MEMC compile models/vit_tiny.onnx --batch 4 --micro-batches 0 -o "$TMP/x.plan"
 expect_error 2 "re-export with a dynamic batch" -- $MEMC compile models/bigbird_sparse.onnx --batch 4 --seq 64 --micro-batches 2 -o "$TMP/x.plan"
 [ ! -e "$TMP/x.plan" ] && pass "no plan written on refused flags" || fail "plan written"
+
+# --remat: per-block checkpointing and a byte limit; gradients equal the plan without remat bit for bit.
+$MEMC run "$TMP/one.plan" --data data/digits_train.npz --steps 1 --quiet --dump-grads "$TMP/g_none.npz" >/dev/null 2>"$TMP/err" || fail "run none: $(cat "$TMP/err")"
+for r in blocks 200KB; do
+  $MEMC compile models/vit_tiny.onnx --batch 16 --remat $r -o "$TMP/r.plan" --json >"$TMP/r.json" 2>"$TMP/err" || fail "compile --remat $r: $(cat "$TMP/err")"
+  $MEMC run "$TMP/r.plan" --data data/digits_train.npz --steps 1 --quiet --dump-grads "$TMP/g_r.npz" --json "$TMP/rr.json" >/dev/null 2>"$TMP/err" || fail "run --remat $r: $(cat "$TMP/err")"
+  npz_py '
+a, b = read_npz(sys.argv[1]), read_npz(sys.argv[2])
+assert sorted(a) == sorted(b) and all(a[k] == b[k] for k in a), "gradients differ"
+import json
+d = json.load(open(sys.argv[3]))
+assert d["measured_peak_bytes"] == d["predicted_peak_bytes"], d
+' "$TMP/g_none.npz" "$TMP/g_r.npz" "$TMP/rr.json" && pass "--remat $r: bit-identical gradients, measured = planned peak" || fail "--remat $r"
+done
+expect_error 2 "--remat" -- $MEMC compile models/vit_tiny.onnx --batch 4 --remat sometimes -o "$TMP/x.plan"
 finish

@@ -1,0 +1,628 @@
+#include "passes/remat.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <regex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/op_registry.h"
+#include "support/log.h"
+#include "support/size.h"
+
+namespace memc {
+
+// ---------------------------------------------------------------------------------------------
+// The chain dynamic program.
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+class ChainSolver {
+ public:
+  ChainSolver(const Chain& chain, int64_t unit, int64_t limit_units) : c_(chain), unit_(unit), q_(limit_units) {
+    n_ = static_cast<int>(chain.cost.size());
+    memo_.assign(static_cast<size_t>(n_) * (n_ + 1) * (q_ + 1), std::numeric_limits<float>::quiet_NaN());
+    choice_.assign(memo_.size(), 0);
+  }
+
+  double solve(int s, int t, int64_t m) {
+    if (m < 0) return kInf;
+    float& slot = memo_[index(s, t, m)];
+    if (!std::isnan(slot)) return slot;
+    double best = kInf;
+    int pick = -1;
+    if (t - s == 1) {
+      best = c_.cost[s];  // record at backward time; the tape is transient
+    } else {
+      // A state is held only while it will be returned to: the last segment of a range is
+      // recorded as soon as its input is computed (its input is then transient, as in Revolve).
+      const int64_t keep_next = held(s + 1, t);
+      // record s: hold its tape (and x_{s+1}) while solving s+1..t
+      const double rec = c_.cost[s] + solve(s + 1, t, m - units(c_.tape[s]) - keep_next);
+      if (rec < best) best = rec, pick = -2;
+      // partial s: hold the heavy outputs; recompute the cheap ops before backward of s
+      if (c_.heavy[s] < c_.tape[s]) {
+        const double part = c_.cost[s] + c_.cheap[s] + solve(s + 1, t, m - units(c_.heavy[s]) - keep_next);
+        if (part < best) best = part, pick = -3;
+      }
+      // checkpoint j: advance s..j-1 keeping only x_j
+      double advance = 0;
+      for (int j = s + 1; j < t; ++j) {
+        advance += c_.cost[j - 1];
+        const double right = solve(j, t, m - held(j, t));
+        if (right == kInf) continue;
+        const double ck = advance + right + solve(s, j, m);
+        if (ck < best) best = ck, pick = j;
+      }
+    }
+    slot = static_cast<float>(best);
+    choice_[index(s, t, m)] = pick;
+    return best;
+  }
+
+  void actions(int s, int t, int64_t m, std::vector<ChainAction>& out) {
+    solve(s, t, m);
+    const int pick = choice_[index(s, t, m)];
+    if (t - s == 1) {
+      out.push_back({ChainAction::kRecord, s});
+      out.push_back({ChainAction::kBackward, s});
+    } else if (pick == -2 || pick == -3) {
+      const int64_t held_units = units(pick == -2 ? c_.tape[s] : c_.heavy[s]) + held(s + 1, t);
+      out.push_back({pick == -2 ? ChainAction::kRecord : ChainAction::kPartial, s});
+      actions(s + 1, t, m - held_units, out);
+      out.push_back({ChainAction::kBackward, s});
+    } else {
+      for (int k = s; k < pick; ++k) out.push_back({ChainAction::kAdvance, k});
+      actions(pick, t, m - held(pick, t), out);
+      actions(s, pick, m, out);
+    }
+  }
+
+ private:
+  int64_t units(int64_t bytes) const { return (bytes + unit_ - 1) / unit_; }
+  int64_t held(int j, int t) const { return t - j > 1 ? units(c_.x[j]) : 0; }
+  size_t index(int s, int t, int64_t m) const {
+    return (static_cast<size_t>(s) * (n_ + 1) + static_cast<size_t>(t)) * static_cast<size_t>(q_ + 1) + static_cast<size_t>(m);
+  }
+
+  const Chain& c_;
+  int64_t unit_, q_;
+  int n_ = 0;
+  std::vector<float> memo_;
+  std::vector<int> choice_;
+};
+
+}  // namespace
+
+double solve_chain(const Chain& chain, int64_t limit, std::vector<ChainAction>* actions, int64_t unit) {
+  if (chain.cost.empty()) return 0;
+  if (limit < 0) return -1;
+  // Bytes are counted in units so that the table stays small: at most 256 units of limit.
+  if (unit <= 0) unit = std::max<int64_t>(1, (limit + 255) / 256);
+  ChainSolver solver(chain, unit, limit / unit);
+  const int n = static_cast<int>(chain.cost.size());
+  const double best = solver.solve(0, n, limit / unit);
+  if (best == kInf) return -1;
+  if (actions) solver.actions(0, n, limit / unit, *actions);
+  return best;
+}
+
+int64_t revolve_advances(int64_t n, int64_t c) {
+  // β(c, r) = C(c + r, c); r is the unique integer with β(c, r−1) < n ≤ β(c, r); then
+  // t(n, c) = r·n − β(c + 1, r − 1) (Griewank & Walther, ACM TOMS 26(1), 2000).
+  auto binom = [](int64_t a, int64_t b) {
+    if (b < 0 || b > a) return int64_t{0};
+    double v = 1;
+    for (int64_t i = 1; i <= b; ++i) v = v * static_cast<double>(a - b + i) / static_cast<double>(i);
+    return static_cast<int64_t>(std::llround(v));
+  };
+  if (n <= 1) return 0;
+  int64_t r = 0;
+  while (binom(c + r, c) < n) ++r;
+  return r * n - binom(c + 1 + r - 1, r - 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --remat
+
+Expected<RematOptions> parse_remat(const std::string& spec) {
+  RematOptions o;
+  if (spec.empty() || spec == "none") return o;
+  size_t begin = 0;
+  while (begin <= spec.size()) {
+    const size_t end = std::min(spec.find(',', begin), spec.size());
+    const std::string item = spec.substr(begin, end - begin);
+    begin = end + 1;
+    if (item.empty()) continue;
+    if (item == "blocks") {
+      o.policy = "blocks";
+    } else if (item.rfind("save=", 0) == 0 && item.size() > 5) {
+      o.must_save.push_back(item.substr(5));
+    } else if (item.rfind("recompute=", 0) == 0 && item.size() > 10) {
+      o.must_recompute.push_back(item.substr(10));
+    } else if (auto bytes = parse_size(item); bytes.ok()) {
+      o.policy = "limit";
+      o.limit_bytes = *bytes;
+    } else {
+      return Status::BadInput("--remat: '" + item + "' is none, blocks, a size (2MB), save=NAME or recompute=NAME");
+    }
+    if (end == spec.size()) break;
+  }
+  if (o.policy == "none") o.policy = "limit", o.limit_bytes = std::numeric_limits<int64_t>::max() / 4;  // pins only
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pass.
+
+namespace {
+
+bool heavy_op(const std::string& op) {
+  const OpDef* def = OpRegistry::get().find(op);
+  return def && (def->flags & kOpComputeHeavy);
+}
+
+// Cost of executing a node once: FLOPs plus bytes written (a memory-bound op is not free).
+double node_cost(const Module& m, const Node& n) {
+  double bytes = 0;
+  for (ValueId v : n.outputs) bytes += static_cast<double>(m.value(v).type.bytes());
+  return static_cast<double>(node_flops(m, n)) + bytes;
+}
+
+// "/encoder/layers/encoder_layer_3/..." → "encoder_layer_3"-style block key; "" outside blocks.
+std::string block_key(const std::string& source) {
+  static const std::regex re(R"(((?:layers?|blocks?|h)[._/][A-Za-z_]*\d+))");
+  std::smatch m;
+  if (std::regex_search(source, m, re)) return m.str(1);
+  return "";
+}
+
+struct Analysis {
+  std::vector<NodeId> forward;            // schedule order
+  std::vector<int> segment_of_node;       // by NodeId (-1: not forward)
+  std::vector<int> segment_of_value;      // by ValueId: producing segment (-1: global)
+  std::vector<std::vector<NodeId>> segments;
+  std::vector<ValueId> boundary;          // boundary[s] = x_s (kNoValue for s = 0)
+  std::vector<bool> tape;                 // by ValueId: read by backward
+};
+
+class Materializer {
+ public:
+  Materializer(Module& m, const Analysis& a, const std::unordered_set<ValueId>& pinned_recompute)
+      : m_(m), a_(a), pinned_recompute_(pinned_recompute) {
+    const size_t n = a.segments.size();
+    cur_x_.assign(n + 1, kNoValue);
+    for (size_t s = 1; s <= n && s < a.boundary.size(); ++s) cur_x_[s] = kNoValue;
+    executed_.assign(n, 0);
+    tape_map_.resize(n);
+    heavy_map_.resize(n);
+    ready_.assign(n, false);
+    partial_.assign(n, false);
+  }
+
+  // Applies one action, appending clone nodes to `order`.
+  void apply(const ChainAction& act, std::vector<NodeId>& order) {
+    const int s = act.segment;
+    const bool first = act.kind != ChainAction::kBackward && executed_[s]++ == 0;
+    std::unordered_map<ValueId, ValueId>& tape = tape_map_[s];
+    switch (act.kind) {
+      case ChainAction::kAdvance:
+      case ChainAction::kRecord:
+      case ChainAction::kPartial: {
+        if (act.kind == ChainAction::kPartial) partial_[s] = true;
+        const ValueId out = output_of(s);
+        if (first) {
+          if (out != kNoValue) cur_x_[s + 1] = out;
+          break;  // originals: the tape (or the heavy outputs) is the forward's own values
+        }
+        std::unordered_map<ValueId, ValueId> map;
+        std::vector<ValueId> targets;
+        if (out != kNoValue) targets.push_back(out);
+        if (act.kind != ChainAction::kAdvance) {
+          for (NodeId n : a_.segments[s]) {
+            for (ValueId v : m_.node(n).outputs) {
+              if (a_.tape[v] && (act.kind == ChainAction::kRecord || heavy_op(m_.node(n).op))) targets.push_back(v);
+            }
+          }
+        }
+        clone(s, targets, {}, map, order);
+        if (out != kNoValue) cur_x_[s + 1] = map.at(out);
+        if (act.kind == ChainAction::kRecord) {
+          tape = map;
+          if (input_of(s) != kNoValue) tape[input_of(s)] = current_input(s);
+        }
+        if (act.kind == ChainAction::kPartial) {  // keeps the heavy outputs only
+          for (NodeId n : a_.segments[s]) {
+            if (!heavy_op(m_.node(n).op)) continue;
+            for (ValueId v : m_.node(n).outputs) {
+              if (map.count(v)) heavy_map_[s][v] = map.at(v);
+            }
+          }
+          heavy_map_[s][kNoValue] = kNoValue;  // marks "executed partially" even without heavy ops
+        }
+        break;
+      }
+      case ChainAction::kBackward: {
+        if (partial_[s]) {
+          // Recompute the cheap ops from x_s; heavy outputs come from the partial execution.
+          std::unordered_map<ValueId, ValueId> fixed = heavy_map_[s];
+          fixed.erase(kNoValue);
+          if (!heavy_map_[s].count(kNoValue)) {  // partial in the first sweep: the originals
+            for (NodeId n : a_.segments[s]) {
+              if (!heavy_op(m_.node(n).op)) continue;
+              for (ValueId v : m_.node(n).outputs) fixed[v] = v;
+            }
+          }
+          std::vector<ValueId> targets;
+          for (NodeId n : a_.segments[s]) {
+            for (ValueId v : m_.node(n).outputs) {
+              if (a_.tape[v] && !fixed.count(v)) targets.push_back(v);
+            }
+          }
+          std::unordered_map<ValueId, ValueId> map;
+          clone(s, targets, fixed, map, order);
+          for (auto& [k, v] : fixed) map[k] = v;
+          tape = std::move(map);
+          if (input_of(s) != kNoValue) tape[input_of(s)] = current_input(s);
+        }
+        // An empty tape: the original execution recorded it (identity). Pinned values are
+        // never kept from the forward: recompute those the tape still takes from it.
+        {
+          std::vector<ValueId> targets;
+          for (NodeId n : a_.segments[s]) {
+            for (ValueId v : m_.node(n).outputs) {
+              if (pinned_recompute_.count(v) && a_.tape[v] && (!tape.count(v) || tape.at(v) == v)) targets.push_back(v);
+            }
+          }
+          if (!targets.empty()) {
+            std::unordered_map<ValueId, ValueId> fixed;
+            for (NodeId n : a_.segments[s]) {
+              for (ValueId v : m_.node(n).outputs) {
+                if (!pinned_recompute_.count(v)) fixed[v] = tape.count(v) ? tape.at(v) : v;
+              }
+            }
+            std::unordered_map<ValueId, ValueId> map;
+            clone(s, targets, fixed, map, order);
+            for (ValueId v : targets) tape[v] = map.at(v);
+          }
+        }
+        ready_[s] = true;
+        break;
+      }
+    }
+  }
+
+  bool ready(int s) const { return ready_[s]; }
+
+  // The value a backward node should read for forward value v, given that segment s is ready.
+  ValueId lookup(int s, ValueId v) const {
+    const auto& tape = tape_map_[s];
+    auto it = tape.find(v);
+    return it == tape.end() ? v : it->second;
+  }
+
+  int recomputed_nodes = 0;
+  int64_t recompute_flops = 0;
+
+ private:
+  ValueId output_of(int s) const { return s + 1 < static_cast<int>(a_.boundary.size()) ? a_.boundary[s + 1] : kNoValue; }
+  ValueId input_of(int s) const { return a_.boundary[s]; }
+  ValueId current_input(int s) const {
+    const ValueId x = a_.boundary[s];
+    return x == kNoValue ? kNoValue : (cur_x_[s] == kNoValue ? x : cur_x_[s]);
+  }
+
+  // Clones the nodes of segment s needed for `targets`, reading x_s as its current value,
+  // values in `fixed` as given, globals as themselves. Fills map (original → clone).
+  void clone(int s, const std::vector<ValueId>& targets, const std::unordered_map<ValueId, ValueId>& fixed,
+             std::unordered_map<ValueId, ValueId>& map, std::vector<NodeId>& order) {
+    std::unordered_set<NodeId> needed;
+    std::vector<ValueId> stack(targets.begin(), targets.end());
+    while (!stack.empty()) {
+      const ValueId v = stack.back();
+      stack.pop_back();
+      if (v == kNoValue || fixed.count(v) || v == a_.boundary[s] || a_.segment_of_value[v] != s) continue;
+      const NodeId p = m_.value(v).producer;
+      if (!needed.insert(p).second) continue;
+      for (ValueId in : m_.node(p).inputs) stack.push_back(in);
+    }
+    for (NodeId n : a_.segments[s]) {
+      if (!needed.count(n)) continue;
+      const Node node = m_.node(n);  // a copy: adding nodes grows the table
+      std::vector<ValueId> inputs;
+      for (ValueId in : node.inputs) {
+        if (in == kNoValue) {
+          inputs.push_back(kNoValue);
+        } else if (auto f = fixed.find(in); f != fixed.end()) {
+          inputs.push_back(f->second);
+        } else if (in == a_.boundary[s]) {
+          inputs.push_back(current_input(s));
+        } else if (auto c = map.find(in); c != map.end()) {
+          inputs.push_back(c->second);
+        } else {
+          inputs.push_back(in);  // global
+        }
+      }
+      std::vector<TensorType> types;
+      std::vector<std::string> names;
+      for (ValueId v : node.outputs) {
+        types.push_back(m_.value(v).type);
+        names.push_back("re." + m_.value(v).name);
+      }
+      const NodeId c = m_.add_node_typed(node.op, std::move(inputs), node.attrs, std::move(types), std::move(names), node.source + " (recomputed)");
+      for (size_t k = 0; k < node.outputs.size(); ++k) map[node.outputs[k]] = m_.node(c).outputs[k];
+      order.push_back(c);
+      ++recomputed_nodes;
+      recompute_flops += node_flops(m_, m_.node(c));
+    }
+  }
+
+  Module& m_;
+  const Analysis& a_;
+  const std::unordered_set<ValueId>& pinned_recompute_;
+  std::vector<ValueId> cur_x_;
+  std::vector<int> executed_;
+  std::vector<std::unordered_map<ValueId, ValueId>> tape_map_, heavy_map_;
+  std::vector<bool> ready_, partial_;
+};
+
+}  // namespace
+
+Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) const {
+  RematReport report;
+  if (options_.policy == "none") return report;
+  if (options_.policy != "blocks" && options_.policy != "limit") return Status::BadInput("unknown remat policy '" + options_.policy + "'");
+
+  // Pins by IR name or ONNX name.
+  std::unordered_set<std::string> save_names(options_.must_save.begin(), options_.must_save.end());
+  std::unordered_set<std::string> recompute_names(options_.must_recompute.begin(), options_.must_recompute.end());
+  std::unordered_set<std::string> matched;
+  std::unordered_set<ValueId> pinned_save, pinned_recompute;
+
+  Analysis a;
+  const std::vector<NodeId> order = m.schedule();
+  a.segment_of_node.assign(m.nodes().size(), -1);
+  a.segment_of_value.assign(m.values().size(), -1);
+  a.tape.assign(m.values().size(), false);
+  for (NodeId n : order) {
+    if (n >= forward_begin && n < backward_begin) a.forward.push_back(n);
+  }
+  // Global values: parameters, scalars, values produced outside the forward, and values computed
+  // from globals only (weight casts, constants). Data inputs are not: what they feed is activation.
+  std::vector<bool> global(m.values().size(), true);
+  for (ValueId arg : m.arguments()) global[arg] = m.value(arg).role != Role::kInput;
+  for (NodeId n : a.forward) {
+    const Node& node = m.node(n);
+    bool all_global = node.op != "dropout";  // a dropout draws per step: never global
+    for (ValueId in : node.inputs) all_global = all_global && (in == kNoValue || global[in]);
+    for (ValueId v : node.outputs) {
+      const Value& val = m.value(v);
+      if (save_names.count(val.name) || save_names.count(val.source_name)) {
+        pinned_save.insert(v);
+        matched.insert(save_names.count(val.name) ? val.name : val.source_name);
+        continue;  // kept like a global
+      }
+      if (recompute_names.count(val.name) || recompute_names.count(val.source_name)) {
+        pinned_recompute.insert(v);
+        matched.insert(recompute_names.count(val.name) ? val.name : val.source_name);
+      }
+      global[v] = all_global && !pinned_recompute.count(v);
+    }
+  }
+  report.unresolved_pins = static_cast<int>(save_names.size() + recompute_names.size() - matched.size());
+  for (ValueId out : m.outputs()) global[out] = true;  // step outputs (logits) stay as they are
+
+  // Live ranges in the forward order (data inputs from their first use).
+  std::vector<int> pos(m.nodes().size(), -1);
+  for (size_t i = 0; i < a.forward.size(); ++i) pos[a.forward[i]] = static_cast<int>(i);
+  const int nf = static_cast<int>(a.forward.size());
+  std::vector<int> first_pos(m.values().size(), -1), last_use(m.values().size(), -1);
+  for (NodeId n : a.forward) {
+    for (ValueId v : m.node(n).outputs) first_pos[v] = pos[n];
+    for (ValueId in : m.node(n).inputs) {
+      if (in == kNoValue || global[in]) continue;
+      last_use[in] = std::max(last_use[in], pos[n]);
+      if (first_pos[in] < 0) first_pos[in] = pos[n];  // an argument
+    }
+  }
+  // A value read across most of the forward (an attention mask built once from the input and
+  // read by every layer) is kept for the step like a global: it is small next to what it
+  // spans, and treating it as recomputable would leave no cut at all.
+  for (ValueId v = 0; v < static_cast<ValueId>(m.values().size()); ++v) {
+    if (!global[v] && first_pos[v] >= 0 && last_use[v] - first_pos[v] > nf / 4 + 2) global[v] = true;
+  }
+
+  // Tape: forward activations read by backward.
+  for (NodeId n : order) {
+    if (n < backward_begin || n >= backward_end) continue;
+    for (ValueId in : m.node(n).inputs) {
+      if (in != kNoValue && !global[in]) a.tape[in] = true;
+    }
+  }
+  for (ValueId v = 0; v < static_cast<ValueId>(m.values().size()); ++v) {
+    if (a.tape[v] && m.value(v).producer != kNoNode) report.tape_bytes += m.value(v).type.bytes();
+  }
+
+  // Cuts: after position i when exactly one non-global value crosses it.
+  std::vector<int> crossing(nf + 1, 0);  // crossing[i]: values live across the gap after i
+  std::vector<ValueId> crosser(nf + 1, kNoValue);
+  for (ValueId v = 0; v < static_cast<ValueId>(m.values().size()); ++v) {
+    if (global[v] || first_pos[v] < 0) continue;
+    for (int i = first_pos[v]; i < last_use[v]; ++i) ++crossing[i], crosser[i] = v;
+  }
+  a.boundary.push_back(kNoValue);
+  a.segments.emplace_back();
+  for (int i = 0; i < nf; ++i) {
+    const NodeId n = a.forward[i];
+    const int s = static_cast<int>(a.segments.size()) - 1;
+    a.segments.back().push_back(n);
+    a.segment_of_node[n] = s;
+    for (ValueId v : m.node(n).outputs) {
+      if (!global[v]) a.segment_of_value[v] = s;
+    }
+    // (A value from an earlier segment alone crossing is that segment's boundary: no new cut.)
+    if (i + 1 < nf && crossing[i] == 1 && a.segment_of_value[crosser[i]] == s) {
+      a.boundary.push_back(crosser[i]);
+      a.segments.emplace_back();
+    }
+  }
+  const int n = static_cast<int>(a.segments.size());
+  report.segments = n;
+
+  // Per-segment quantities for the solver.
+  Chain chain;
+  chain.x.assign(n + 1, 0);
+  for (int s = 1; s < n; ++s) chain.x[s] = m.value(a.boundary[s]).type.bytes();
+  for (int s = 0; s < n; ++s) {
+    double cost = 0, cheap = 0;
+    int64_t tape = 0, heavy = 0;
+    std::vector<ValueId> stack;
+    for (NodeId id : a.segments[s]) {
+      const Node& node = m.node(id);
+      cost += node_cost(m, node);
+      if (!heavy_op(node.op)) cheap += node_cost(m, node);
+      for (ValueId v : node.outputs) {
+        if (!a.tape[v] || (s + 1 < n && v == a.boundary[s + 1])) continue;
+        tape += m.value(v).type.bytes();
+        stack.push_back(v);
+      }
+    }
+    // Heavy: the outputs of compute-heavy ops that recomputing the tape's cheap part reads
+    // (through views and elementwise ops), which a partial execution keeps.
+    std::unordered_set<ValueId> seen;
+    while (!stack.empty()) {
+      const ValueId v = stack.back();
+      stack.pop_back();
+      if (v == kNoValue || global[v] || a.segment_of_value[v] != s || !seen.insert(v).second) continue;
+      const Node& p = m.node(m.value(v).producer);
+      if (heavy_op(p.op)) {
+        heavy += m.value(v).type.bytes();
+        continue;
+      }
+      for (ValueId in : p.inputs) stack.push_back(in);
+    }
+    chain.cost.push_back(cost);
+    chain.cheap.push_back(cheap);
+    chain.tape.push_back(tape);
+    chain.heavy.push_back(heavy);
+  }
+
+  if (verbosity() >= 3) {
+    for (int i = 0; i < n; ++i) {
+      log(3, str_cat("remat segment ", i, ": ", a.segments[i].size(), " nodes, cost ", chain.cost[i], ", x ", chain.x[i], " B, tape ",
+                     chain.tape[i], " B, heavy ", chain.heavy[i], " B"));
+    }
+  }
+  std::vector<ChainAction> actions;
+  if (options_.policy == "limit") {
+    if (solve_chain(chain, options_.limit_bytes, &actions) < 0) {
+      return Status::Budget(str_cat("remat: no schedule keeps the activations within ", format_size(options_.limit_bytes)));
+    }
+  } else {
+    // blocks: keep x at every change of transformer block; recompute each block, recording it
+    // whole, in one pass from its input (the last block: the originals).
+    std::vector<int> starts = {0};
+    for (int s = 1; s < n; ++s) {
+      const std::string before = block_key(m.node(a.segments[s - 1].back()).source);
+      const std::string here = block_key(m.node(a.segments[s].front()).source);
+      if (here != before) starts.push_back(s);
+    }
+    starts.push_back(n);
+    const size_t groups = starts.size() - 1;
+    for (size_t g = 0; g + 1 < groups; ++g) {
+      for (int s = starts[g]; s < starts[g + 1]; ++s) actions.push_back({ChainAction::kAdvance, s});
+    }
+    for (size_t g = groups; g-- > 0;) {
+      for (int s = starts[g]; s < starts[g + 1]; ++s) actions.push_back({ChainAction::kRecord, s});
+      for (int s = starts[g + 1]; s-- > starts[g];) actions.push_back({ChainAction::kBackward, s});
+    }
+  }
+
+  if (verbosity() >= 3) {
+    std::string line = "remat actions:";
+    for (const ChainAction& act : actions) line += str_cat(" ", "ARPB"[act.kind], act.segment);
+    log(3, line);
+  }
+  // Kept bytes in the model: the largest sum of held tapes and checkpoints along the actions.
+  {
+    int64_t held = 0;
+    std::vector<int64_t> holding(n, 0);
+    std::vector<int> runs(n, 0);
+    for (const ChainAction& act : actions) {
+      const int s = act.segment;
+      if (act.kind == ChainAction::kBackward) {
+        held -= holding[s];
+        holding[s] = 0;
+      } else if (act.kind != ChainAction::kAdvance) {
+        holding[s] = act.kind == ChainAction::kRecord ? chain.tape[s] : chain.heavy[s];
+        held += holding[s];
+      }
+      report.held_tape_bytes = std::max(report.held_tape_bytes, held);
+    }
+  }
+
+  // Materialize: forward as is, then backward nodes in their order, each preceded by the
+  // actions its inputs need.
+  Materializer mat(m, a, pinned_recompute);
+  std::vector<NodeId> new_order;
+  size_t next = 0;
+  auto run_until = [&](auto&& done) {
+    while (!done() && next < actions.size()) mat.apply(actions[next++], new_order);
+  };
+  // The first sweep (everything before the first backward) is the original forward.
+  while (next < actions.size() && actions[next].kind != ChainAction::kBackward) mat.apply(actions[next++], new_order);
+  MEMC_CHECK(new_order.empty(), "remat: the first sweep recomputed something");
+  for (NodeId id : order) {
+    if (id < forward_begin || id >= backward_end || (id >= forward_begin && id < backward_begin)) continue;
+    // Segments this backward node reads (clones grow the node table: index, don't hold).
+    for (size_t k = 0; k < m.node(id).inputs.size(); ++k) {
+      const ValueId in = m.node(id).inputs[k];
+      if (in == kNoValue || global[in]) continue;
+      const int s = a.segment_of_value[in];
+      if (s < 0) continue;
+      // A boundary x_{s+1} is also the input of segment s+1: whichever is ready first serves.
+      const bool is_boundary = s + 1 < n && a.boundary[s + 1] == in;
+      run_until([&] { return mat.ready(s) || (is_boundary && mat.ready(s + 1)); });
+      m.node(id).inputs[k] = mat.ready(s + 1) && is_boundary && !mat.ready(s) ? mat.lookup(s + 1, in) : mat.lookup(s, in);
+    }
+    new_order.push_back(id);
+  }
+  run_until([] { return false; });  // nothing may be left; keeps the action list honest
+  if (verbosity() >= 3) {
+    // Originals that backward still reads (kept from the forward).
+    std::unordered_map<int, int64_t> kept;
+    for (NodeId id : new_order) {
+      for (ValueId in : m.node(id).inputs) {
+        if (in != kNoValue && !global[in] && a.segment_of_value[in] >= 0 && m.value(in).producer < backward_begin) {
+          kept[a.segment_of_value[in]] += m.value(in).type.bytes();
+        }
+      }
+    }
+    std::string line = "remat originals read by backward (segment: bytes, with repeats):";
+    for (int s = 0; s < n; ++s) {
+      if (kept.count(s)) line += str_cat(" ", s, ":", kept[s]);
+    }
+    log(3, line);
+  }
+
+  // Splice: nodes before the backward (and after it) keep their places.
+  std::vector<NodeId> spliced;
+  bool inserted = false;
+  for (NodeId id : order) {
+    if (id >= backward_begin && id < backward_end) {
+      if (!inserted) spliced.insert(spliced.end(), new_order.begin(), new_order.end()), inserted = true;
+      continue;
+    }
+    spliced.push_back(id);
+  }
+  if (!inserted) spliced.insert(spliced.end(), new_order.begin(), new_order.end());
+  m.set_schedule(spliced);
+  report.recomputed_nodes = mat.recomputed_nodes;
+  report.recompute_flops = mat.recompute_flops;
+  return report;
+}
+
+}  // namespace memc
