@@ -28,6 +28,7 @@ std::unique_ptr<FusionPass> make_linear_fusion();     // [Transpose(W)+]MatMul[+
 std::unique_ptr<FusionPass> make_attention_fusion();  // QKᵀ·scale [+bias] → softmax [→ dropout] → ·V
 
 // Every fusion in order, then dead-node elimination and compaction. Returns nodes fused.
-int run_fusions(Module& module);
+// `attention` false leaves attention to the attention memory pass (passes/attention.h).
+int run_fusions(Module& module, bool attention = true);
 
 }  // namespace memc

@@ -62,12 +62,12 @@ std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op,
 
 namespace memc {
 
-int run_fusions(Module& module) {
+int run_fusions(Module& module, bool attention) {
   std::vector<std::unique_ptr<FusionPass>> passes;
   passes.push_back(make_gelu_fusion());
   passes.push_back(make_layernorm_fusion());
   passes.push_back(make_linear_fusion());
-  passes.push_back(make_attention_fusion());
+  if (attention) passes.push_back(make_attention_fusion());
   int total = 0;
   for (auto& pass : passes) {
     const size_t before = module.schedule().size();

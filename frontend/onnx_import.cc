@@ -248,7 +248,7 @@ Expected<Module> Importer::run() {
   MEMC_RETURN_IF_ERROR(set_outputs(ctx));
   module_.eliminate_dead_nodes();
   module_.compact();
-  if (options_.fuse) run_fusions(module_);
+  if (options_.fuse) run_fusions(module_, options_.fuse_attention);
   // Fusion replaces the values that produce outputs: the graph's output names go on last.
   for (int i = 0; i < model_.graph().output_size() && i < static_cast<int>(module_.outputs().size()); ++i) {
     const ValueId v = module_.outputs()[i];

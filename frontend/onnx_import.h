@@ -16,6 +16,7 @@ struct ImportOptions {
   std::map<std::string, int64_t> dim_values;  // named symbolic dims (dim_param) → value
   bool load_weights = true;  // false: shapes only (inspect, compile of skeleton models)
   bool fuse = true;          // idiom fusion (tests of raw lowering turn it off)
+  bool fuse_attention = true;  // false: leave MatMul→Softmax→MatMul for compile's attention pass
 };
 
 // Imports the model at `path`; external data is resolved relative to its folder.

@@ -3,7 +3,9 @@
 #include <filesystem>
 
 #include "ir/verifier.h"
+#include "passes/attention.h"
 #include "passes/memory_plan.h"
+#include "support/log.h"
 #include "passes/precision.h"
 #include "passes/schedule.h"
 #include "runtime/executor.h"
@@ -75,6 +77,9 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
   // fp32, bf16-true, fp16-true, bf16-mixed, fp16-mixed; an unknown mode is refused here, before importing.
   MEMC_RETURN_IF_ERROR(parse_precision(options.precision).status());
+  if (options.attention != "tiled" && options.attention != "naive") {
+    return Status::BadInput("--attention '" + options.attention + "': tiled (memory-efficient, the default) or naive");
+  }
   if (options.micro_batches < 1 || options.micro_batches > options.batch) {
     return Status::BadInput(str_cat("--micro-batches ", options.micro_batches, " must be between 1 and the batch size ", options.batch));
   }
@@ -86,7 +91,10 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
     import.batch = batch;
     import.seq = options.seq;
     import.load_weights = false;
+    import.fuse_attention = false;  // the attention pass below
     MEMC_ASSIGN_OR_RETURN(Module forward, import_onnx(model_path, import));
+    const bool report = batch == options.batch;  // micro-batch imports repeat the same passes quietly
+    if (report && options.after_pass) options.after_pass("import", forward);
     if (!options.dropout) remove_dropout(forward);
     if (forward.outputs().empty()) return Status::BadInput(model_path + ": the model has no outputs");
     logits = forward.value(forward.outputs()[0]).type;
@@ -96,9 +104,22 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
     forward.set_outputs({forward.outputs()[0]});
     forward.eliminate_dead_nodes();
     forward.compact();
+    if (options.attention == "tiled") {
+      MEMC_ASSIGN_OR_RETURN(AttentionReport r, AttentionPass().run(forward));
+      if (report) {
+        log(1, str_cat("pass attention: ", r.substituted, " MatMul→Softmax→MatMul patterns → tiled attention; forward activations ",
+                       format_size(r.bytes_before), " → ", format_size(r.bytes_after)));
+        if (options.after_pass) options.after_pass("attention", forward);
+      }
+    }
     // Before TrainingStep: autodiff differentiates the casts, so f32 parameters get f32 gradients.
-    if (auto changed = Precision({.mode = options.precision}).run(forward); !changed.ok()) {
+    PrecisionReport precision;
+    if (auto changed = Precision({.mode = options.precision}).run(forward, &precision); !changed.ok()) {
       return changed.status().with_context(model_path + ": ");
+    }
+    if (report) {
+      log(1, "pass " + precision_summary(options.precision, precision));
+      if (options.after_pass) options.after_pass("precision", forward);
     }
     return forward;
   };
@@ -113,9 +134,24 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   optimizer.loss_scaling = optimizer.loss_scaling || options.precision == "fp16-mixed";
   TrainingStep step(optimizer, {.k = options.micro_batches, .forward = build_forward}, options.remat);
   MEMC_RETURN_IF_ERROR(step.run(plan.train).with_context(model_path + ": "));
+  if (options.micro_batches > 1) {
+    log(1, str_cat("pass microbatch: ", options.micro_batches, " micro-batches of ", options.batch / options.micro_batches,
+                   options.batch % options.micro_batches ? "-" + std::to_string(options.batch / options.micro_batches + 1) : std::string(),
+                   " samples; gradients accumulated in f32"));
+  }
+  if (options.remat.policy != "none") {
+    const RematReport& r = step.remat_report();
+    log(1, str_cat("pass remat ", options.remat.policy == "limit" ? format_size(options.remat.limit_bytes) : options.remat.policy, ": ",
+                   r.segments, " segments; activations read by backward ", format_size(r.tape_bytes), ", tapes held at once ",
+                   format_size(r.held_tape_bytes), "; ", r.recomputed_nodes, " nodes recomputed (",
+                   r.recompute_flops, " FLOP)"));
+    if (r.unresolved_pins > 0) warn(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
+  }
+  if (options.after_pass) options.after_pass("training_step", plan.train);
   // Last transforming pass, right before memory planning: a lower peak, never a higher one.
   if (options.reschedule) {
     if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
+    if (options.after_pass) options.after_pass("schedule", plan.train);
   }
   MEMC_RETURN_IF_ERROR(verify(plan.train).with_context("training step: "));
   MEMC_RETURN_IF_ERROR(verify(plan.eval).with_context("forward: "));

@@ -2,6 +2,7 @@
 // autodiff, optimizer) and the forward pass for evaluation, verifies both, and fills a Plan.
 // The memory passes and the budget search of later work plug in here.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "frontend/onnx_import.h"
@@ -19,7 +20,12 @@ struct CompileOptions {
   bool dropout = true;         // false: dropout nodes become identities (for exact comparisons)
   std::string precision = "fp32";
   int64_t micro_batches = 1;
-  RematOptions remat;  // passes/remat.h; policy "none" by default  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
+  RematOptions remat;  // passes/remat.h; policy "none" by default
+  std::string attention = "tiled";  // tiled: the memory-efficient attention pass; naive: the exported MatMul→Softmax→MatMul
+  // Called with each pass's name and the module after it (--print-ir-after-all, --dump-dir):
+  // "import", "attention", "precision" (forward), "training_step" (autodiff, micro-batching,
+  // remat, optimizer), "schedule" (the training step).
+  std::function<void(const std::string& pass, const Module& module)> after_pass;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
   int64_t budget_bytes = 0;  // 0: no budget; else a plan whose device peak exceeds it fails (exit 3)
   bool reschedule = true;    // the peak-lowering schedule pass (off: import order, for tests)
 };

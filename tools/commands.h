@@ -37,6 +37,9 @@ struct CompileArgs {
   std::string budget;  // as spelled: 6GB, 6GiB, ...
   bool print_ir = false;
   bool json = false;
+  bool print_ir_after_all = false;  // each pass's output IR on stderr
+  std::string print_ir_after;       // only this pass's
+  std::string dump_dir;             // each pass's output IR as DIR/NN-pass.mlir
 };
 
 struct RunArgs {

@@ -117,6 +117,12 @@ int run_main(int argc, char** argv) {
   compile_cmd->add_option("--micro-batches", compile.options.micro_batches,
                           "Split each batch into K micro-batches and accumulate gradients (default 1)")
       ->check(kPositive);
+  compile_cmd->add_option("--attention", compile.options.attention,
+                          "tiled (default: memory-efficient attention, the score matrix never stored) | naive (as exported)")
+      ->check(CLI::IsMember({"tiled", "naive"}));
+  compile_cmd->add_flag("--print-ir-after-all", compile.print_ir_after_all, "Print the IR after each pass (stderr)");
+  compile_cmd->add_option("--print-ir-after", compile.print_ir_after, "Print the IR after PASS: import, attention, precision, training_step, schedule");
+  compile_cmd->add_option("--dump-dir", compile.dump_dir, "Write the IR after each pass as DIR/NN-pass.mlir");
   std::string remat = "none";
   compile_cmd->add_option("--remat", remat,
                           "Recompute activations in backward: none (default) | blocks (checkpoint each block) | SIZE (keep at most "

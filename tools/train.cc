@@ -1,5 +1,6 @@
 // `memc compile`, `memc run`, `memc export` and `memc inspect PLAN`: the training half of the
 // CLI (../shared/CLI.md).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -107,8 +108,34 @@ int run_compile(const CompileArgs& args) {
     if (!budget.ok()) return report(budget.status().with_context("--budget: "));
     options.budget_bytes = *budget;
   }
+  static const std::vector<std::string> kPasses = {"import", "attention", "precision", "training_step", "schedule"};
+  if (!args.print_ir_after.empty() && std::find(kPasses.begin(), kPasses.end(), args.print_ir_after) == kPasses.end()) {
+    return report(Status::BadInput("--print-ir-after " + args.print_ir_after + ": passes are import, attention, precision, training_step, schedule"));
+  }
+  if (!args.dump_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.dump_dir, ec);
+    if (ec) return report(Status::BadInput("--dump-dir " + args.dump_dir + ": " + ec.message()));
+  }
+  int dumped = 0;
+  Status dump_status = Status::Ok();
+  if (args.print_ir_after_all || !args.print_ir_after.empty() || !args.dump_dir.empty()) {
+    options.after_pass = [&](const std::string& pass, const Module& module) {
+      const bool print = args.print_ir_after_all || args.print_ir_after == pass;
+      if (!print && args.dump_dir.empty()) return;
+      const std::string text = print_module(module);
+      if (print) std::fprintf(stderr, "// ----- IR after %s -----\n%s", pass.c_str(), text.c_str());
+      if (!args.dump_dir.empty()) {
+        char name[64];
+        std::snprintf(name, sizeof(name), "%02d-%s.mlir", dumped++, pass.c_str());
+        const Status st = write_file_atomic((std::filesystem::path(args.dump_dir) / name).string(), text);
+        if (!st.ok() && dump_status.ok()) dump_status = st;
+      }
+    };
+  }
   Expected<Plan> plan = compile_model(args.model, args.output, options);
   if (!plan.ok()) return report(plan.status());
+  if (!dump_status.ok()) return report(dump_status.with_context("--dump-dir: "));
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
   if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
   const json summary = plan_summary(args.output, *plan);

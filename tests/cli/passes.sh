@@ -1,4 +1,5 @@
-# Memory-pass flags of memc compile: --micro-batches, --remat.
+# Memory-pass flags of memc compile: --micro-batches, --remat, --attention, and the pass dumps
+# (--print-ir-after-all, --print-ir-after, --dump-dir) and -v pass reports.
 source "$(dirname "$0")/common.bash" "$@"
 
 $MEMC compile models/vit_tiny.onnx --batch 16 -o "$TMP/one.plan" --json >"$TMP/one.json" 2>"$TMP/err" || fail "compile: $(cat "$TMP/err")"
@@ -34,4 +35,31 @@ assert d["measured_peak_bytes"] == d["predicted_peak_bytes"], d
 ' "$TMP/g_none.npz" "$TMP/g_r.npz" "$TMP/rr.json" && pass "--remat $r: bit-identical gradients, measured = planned peak" || fail "--remat $r"
 done
 expect_error 2 "--remat" -- $MEMC compile models/vit_tiny.onnx --batch 4 --remat sometimes -o "$TMP/x.plan"
+
+# --attention naive keeps the exported MatMul→Softmax→MatMul: a higher planned peak.
+$MEMC compile models/bigbird_full.onnx --batch 8 --seq 32 --attention naive -o "$TMP/naive.plan" --json >"$TMP/naive.json" 2>"$TMP/err" || fail "naive: $(cat "$TMP/err")"
+$MEMC compile models/bigbird_full.onnx --batch 8 --seq 32 -o "$TMP/tiled.plan" --json >"$TMP/tiled.json" 2>"$TMP/err" || fail "tiled: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+naive, tiled = (json.load(open(p)) for p in sys.argv[1:3])
+assert tiled["predicted_peak_bytes"] < naive["predicted_peak_bytes"], (tiled["predicted_peak_bytes"], naive["predicted_peak_bytes"])
+' "$TMP/naive.json" "$TMP/tiled.json" && pass "--attention naive plans a higher peak than the tiled default" || fail "attention peaks"
+grep -q 'memc.attention\\"' "$TMP/tiled.plan" && pass "tiled plan holds attention ops" || fail "no attention op in the tiled plan"
+grep -q 'memc.attention\\"' "$TMP/naive.plan" && fail "attention op in the naive plan" || pass "naive plan holds no attention op"
+expect_error 2 "--attention" -- $MEMC compile models/vit_tiny.onnx --batch 4 --attention flash -o "$TMP/x.plan"
+
+# Pass dumps and reports.
+$MEMC -v compile models/vit_tiny.onnx --batch 8 --micro-batches 2 --remat blocks --precision bf16-mixed --print-ir-after-all \
+  --dump-dir "$TMP/dump" -o "$TMP/d.plan" >/dev/null 2>"$TMP/err" || fail "dump compile: $(head -c 300 "$TMP/err")"
+[ "$(ls "$TMP/dump" | tr '\n' ' ')" = "00-import.mlir 01-attention.mlir 02-precision.mlir 03-training_step.mlir 04-schedule.mlir " ] \
+  && pass "--dump-dir writes one file per pass" || fail "dump files: $(ls "$TMP/dump")"
+[ "$(grep -c '^// ----- IR after' "$TMP/err")" = 5 ] && pass "--print-ir-after-all prints five dumps" || fail "print-ir-after-all"
+for p in "pass attention: 2 " "pass precision bf16-mixed" "pass microbatch: 2 micro-batches of 4" "pass remat blocks:"; do
+  grep -q "$p" "$TMP/err" && pass "-v reports '$p'" || fail "-v lacks '$p'"
+done
+grep -q 'memc.attention' "$TMP/dump/01-attention.mlir" && ! grep -q 'memc.attention' "$TMP/dump/00-import.mlir" \
+  && pass "attention appears after the attention pass, not before" || fail "attention dump contents"
+$MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after schedule -o "$TMP/s.plan" >/dev/null 2>"$TMP/err"
+[ "$(grep -c '^// ----- IR after schedule' "$TMP/err")" = 1 ] && pass "--print-ir-after schedule" || fail "print-ir-after"
+expect_error 2 "passes are import" -- $MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after autodiff -o "$TMP/x.plan"
 finish
