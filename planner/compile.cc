@@ -1,6 +1,7 @@
 #include "planner/compile.h"
 
 #include <filesystem>
+#include <limits>
 
 #include "ir/verifier.h"
 #include "passes/attention.h"
@@ -73,7 +74,42 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
                                 format_size(m.lower_bound_bytes), "); largest at the peak: ", largest, " ", format_size(largest_bytes)));
 }
 
-Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options) {
+ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
+    : model_path_(std::move(model_path)), plan_path_(std::move(plan_path)) {}
+
+Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch) {
+  const Key key{batch, options.seq, options.precision, options.attention, options.dropout};
+  if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
+  Forward f;
+  ImportOptions import;
+  import.batch = batch;
+  import.seq = options.seq;
+  import.load_weights = false;
+  import.fuse_attention = false;  // the attention pass below
+  MEMC_ASSIGN_OR_RETURN(f.imported, import_onnx(model_path_, import));
+  Module forward = f.imported;
+  if (!options.dropout) remove_dropout(forward);
+  if (forward.outputs().empty()) return Status::BadInput(model_path_ + ": the model has no outputs");
+  const TensorType logits = forward.value(forward.outputs()[0]).type;
+  if (logits.shape.size() != 2) {
+    return Status::BadInput(str_cat(model_path_, ": first output is [", shape_str(logits.shape), "]; training needs logits [N, C]"));
+  }
+  forward.set_outputs({forward.outputs()[0]});
+  forward.eliminate_dead_nodes();
+  forward.compact();
+  if (options.attention == "tiled") {
+    MEMC_ASSIGN_OR_RETURN(f.attention, AttentionPass().run(forward));
+    f.after_attention = forward;
+  }
+  // Before TrainingStep: autodiff differentiates the casts, so f32 parameters get f32 gradients.
+  if (auto changed = Precision({.mode = options.precision}).run(forward, &f.precision); !changed.ok()) {
+    return changed.status().with_context(model_path_ + ": ");
+  }
+  f.module = std::move(forward);
+  return &cache_.emplace(key, std::move(f)).first->second;
+}
+
+Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
   // fp32, bf16-true, fp16-true, bf16-mixed, fp16-mixed; an unknown mode is refused here, before importing.
   MEMC_RETURN_IF_ERROR(parse_precision(options.precision).status());
@@ -83,82 +119,59 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   if (options.micro_batches < 1 || options.micro_batches > options.batch) {
     return Status::BadInput(str_cat("--micro-batches ", options.micro_batches, " must be between 1 and the batch size ", options.batch));
   }
-  // The forward at a given batch: imported, dropout treated, logits only, precision applied.
-  // Micro-batching asks for it again at the micro-batch sizes.
-  TensorType logits;
+  MEMC_ASSIGN_OR_RETURN(const Forward* main, forward(options, options.batch));
+  const bool report = !quiet;
+  if (report && options.after_pass) options.after_pass("import", main->imported);
+  if (report && options.attention == "tiled") {
+    log(1, str_cat("pass attention: ", main->attention.substituted, " MatMul→Softmax→MatMul patterns → tiled attention; forward activations ",
+                   format_size(main->attention.bytes_before), " → ", format_size(main->attention.bytes_after)));
+    if (options.after_pass) options.after_pass("attention", main->after_attention);
+  }
+  if (report) {
+    log(1, "pass " + precision_summary(options.precision, main->precision));
+    if (options.after_pass) options.after_pass("precision", main->module);
+  }
+  // Micro-batching asks for the forward again at the micro-batch sizes.
   ForwardFactory build_forward = [&](int64_t batch) -> Expected<Module> {
-    ImportOptions import;
-    import.batch = batch;
-    import.seq = options.seq;
-    import.load_weights = false;
-    import.fuse_attention = false;  // the attention pass below
-    MEMC_ASSIGN_OR_RETURN(Module forward, import_onnx(model_path, import));
-    const bool report = batch == options.batch;  // micro-batch imports repeat the same passes quietly
-    if (report && options.after_pass) options.after_pass("import", forward);
-    if (!options.dropout) remove_dropout(forward);
-    if (forward.outputs().empty()) return Status::BadInput(model_path + ": the model has no outputs");
-    logits = forward.value(forward.outputs()[0]).type;
-    if (logits.shape.size() != 2) {
-      return Status::BadInput(str_cat(model_path, ": first output is [", shape_str(logits.shape), "]; training needs logits [N, C]"));
-    }
-    forward.set_outputs({forward.outputs()[0]});
-    forward.eliminate_dead_nodes();
-    forward.compact();
-    if (options.attention == "tiled") {
-      MEMC_ASSIGN_OR_RETURN(AttentionReport r, AttentionPass().run(forward));
-      if (report) {
-        log(1, str_cat("pass attention: ", r.substituted, " MatMul→Softmax→MatMul patterns → tiled attention; forward activations ",
-                       format_size(r.bytes_before), " → ", format_size(r.bytes_after)));
-        if (options.after_pass) options.after_pass("attention", forward);
-      }
-    }
-    // Before TrainingStep: autodiff differentiates the casts, so f32 parameters get f32 gradients.
-    PrecisionReport precision;
-    if (auto changed = Precision({.mode = options.precision}).run(forward, &precision); !changed.ok()) {
-      return changed.status().with_context(model_path + ": ");
-    }
-    if (report) {
-      log(1, "pass " + precision_summary(options.precision, precision));
-      if (options.after_pass) options.after_pass("precision", forward);
-    }
-    return forward;
+    MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, batch));
+    return f->module;
   };
-  MEMC_ASSIGN_OR_RETURN(Module forward, build_forward(options.batch));
-  const int64_t num_classes = logits.shape[1];
+  const int64_t num_classes = main->module.value(main->module.outputs()[0]).type.shape[1];
 
   Plan plan;
-  plan.eval = forward;
-  plan.train = forward;
+  plan.eval = main->module;
+  plan.train = main->module;
   // fp16-mixed: dynamic loss scaling (a "loss_scale" argument, a "found_inf" output; runtime/trainer.cc).
   OptimizerOptions optimizer = options.optimizer;
   optimizer.loss_scaling = optimizer.loss_scaling || options.precision == "fp16-mixed";
   TrainingStep step(optimizer, {.k = options.micro_batches, .forward = build_forward}, options.remat);
-  MEMC_RETURN_IF_ERROR(step.run(plan.train).with_context(model_path + ": "));
-  if (options.micro_batches > 1) {
+  MEMC_RETURN_IF_ERROR(step.run(plan.train).with_context(model_path_ + ": "));
+  if (report && options.micro_batches > 1) {
     log(1, str_cat("pass microbatch: ", options.micro_batches, " micro-batches of ", options.batch / options.micro_batches,
                    options.batch % options.micro_batches ? "-" + std::to_string(options.batch / options.micro_batches + 1) : std::string(),
                    " samples; gradients accumulated in f32"));
   }
-  if (options.remat.policy != "none") {
+  if (report && options.remat.policy != "none") {
     const RematReport& r = step.remat_report();
-    log(1, str_cat("pass remat ", options.remat.policy == "limit" ? format_size(options.remat.limit_bytes) : options.remat.policy, ": ",
-                   r.segments, " segments; activations read by backward ", format_size(r.tape_bytes), ", tapes held at once ",
-                   format_size(r.held_tape_bytes), "; ", r.recomputed_nodes, " nodes recomputed (",
-                   r.recompute_flops, " FLOP)"));
+    log(1, str_cat("pass remat ", describe_remat(options.remat), ": ", r.segments, " segments; activations read by backward ",
+                   format_size(r.tape_bytes), ", tapes held at once ", format_size(r.held_tape_bytes), "; ", r.recomputed_nodes,
+                   " nodes recomputed (", r.recompute_flops, " FLOP)"));
     if (r.unresolved_pins > 0) warn(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
   }
-  if (options.after_pass) options.after_pass("training_step", plan.train);
+  if (report && options.after_pass) options.after_pass("training_step", plan.train);
   // Last transforming pass, right before memory planning: a lower peak, never a higher one.
   if (options.reschedule) {
     if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
-    if (options.after_pass) options.after_pass("schedule", plan.train);
+    if (report && options.after_pass) options.after_pass("schedule", plan.train);
   }
-  MEMC_RETURN_IF_ERROR(verify(plan.train).with_context("training step: "));
-  MEMC_RETURN_IF_ERROR(verify(plan.eval).with_context("forward: "));
+  if (!quiet) {
+    MEMC_RETURN_IF_ERROR(verify(plan.train).with_context("training step: "));
+    MEMC_RETURN_IF_ERROR(verify(plan.eval).with_context("forward: "));
+  }
 
   std::error_code ec;
-  plan.model_path = relative_model_path(model_path, plan_path);
-  plan.model_bytes = static_cast<int64_t>(std::filesystem::file_size(model_path, ec));
+  plan.model_path = relative_model_path(model_path_, plan_path_);
+  plan.model_bytes = static_cast<int64_t>(std::filesystem::file_size(model_path_, ec));
   plan.batch = options.batch;
   plan.seq = options.seq;
   plan.num_classes = num_classes;
@@ -169,11 +182,25 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
   plan.schedule = options.schedule;
   plan.decisions.precision = options.precision;
   plan.decisions.micro_batches = options.micro_batches;
-  plan.decisions.remat = options.remat.policy == "limit" ? format_size(options.remat.limit_bytes) : options.remat.policy;
+  plan.decisions.remat = describe_remat(options.remat);
+  plan.decisions.attention = options.attention;
   plan.budget_bytes = options.budget_bytes;
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
+  plan.target = profile.name;
+  plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train));
-  MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
+  if (!quiet) MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
   return plan;
+}
+
+Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options) {
+  return ModelCompiler(model_path, plan_path).compile(options);
+}
+
+std::string describe_remat(const RematOptions& r) {
+  if (r.policy != "limit") return r.policy;
+  if (r.limit_bytes >= std::numeric_limits<int64_t>::max() / 8) return "pins";
+  return format_size(r.limit_bytes);
 }
 
 }  // namespace memc

@@ -3,9 +3,14 @@
 // The memory passes and the budget search of later work plug in here.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "frontend/onnx_import.h"
+#include "passes/attention.h"
+#include "passes/precision.h"
+#include "planner/cost_model.h"
 #include "runtime/plan.h"
 
 namespace memc {
@@ -21,6 +26,7 @@ struct CompileOptions {
   std::string precision = "fp32";
   int64_t micro_batches = 1;
   RematOptions remat;  // passes/remat.h; policy "none" by default
+  std::string target = "cpu";       // device profile of the step-time estimate (planner/cost_model.h)
   std::string attention = "tiled";  // tiled: the memory-efficient attention pass; naive: the exported MatMul→Softmax→MatMul
   // Called with each pass's name and the module after it (--print-ir-after-all, --dump-dir):
   // "import", "attention", "precision" (forward), "training_step" (autodiff, micro-batching,
@@ -35,5 +41,30 @@ Expected<MemorySummary> summarize_memory(const Module& train);
 
 // `plan_path` is where the plan will be written; the model path is stored relative to it.
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options);
+
+// Compiles one model under many options (the budget search): the imported forward, after the
+// attention and precision passes, is kept per (batch, seq, precision, attention, dropout).
+class ModelCompiler {
+ public:
+  ModelCompiler(std::string model_path, std::string plan_path);
+  // quiet: no pass reports or dumps, no verification and no budget check (search candidates).
+  Expected<Plan> compile(const CompileOptions& options, bool quiet = false);
+  const std::string& model_path() const { return model_path_; }
+
+ private:
+  struct Forward {
+    Module imported, after_attention, module;
+    AttentionReport attention;
+    PrecisionReport precision;
+  };
+  using Key = std::tuple<int64_t, int64_t, std::string, std::string, bool>;
+  Expected<const Forward*> forward(const CompileOptions& options, int64_t batch);
+
+  std::string model_path_, plan_path_;
+  std::map<Key, Forward> cache_;
+};
+
+// "none", "blocks", "pins" (pins only) or the limit as a size.
+std::string describe_remat(const RematOptions& remat);
 
 }  // namespace memc

@@ -48,7 +48,9 @@ Status write_plan(const std::string& path, const Plan& plan) {
       {"schedule", {{"kind", plan.schedule.kind}, {"lr", plan.schedule.lr}, {"warmup_steps", plan.schedule.warmup_steps},
                     {"total_steps", plan.schedule.total_steps}, {"min_lr", plan.schedule.min_lr}}},
       {"decisions", {{"precision", plan.decisions.precision}, {"micro_batches", plan.decisions.micro_batches},
-                     {"remat", plan.decisions.remat}, {"shard", plan.decisions.shard}, {"offload", plan.decisions.offload}}},
+                     {"remat", plan.decisions.remat}, {"shard", plan.decisions.shard}, {"offload", plan.decisions.offload},
+                     {"attention", plan.decisions.attention}}},
+      {"estimate", {{"target", plan.target}, {"step_ms", plan.estimated_step_ms}}},
       {"budget_bytes", plan.budget_bytes},
       {"memory", {{"predicted_peak_bytes", plan.memory.predicted_peak_bytes}, {"lower_bound_bytes", plan.memory.lower_bound_bytes},
                   {"persistent_bytes", plan.memory.persistent_bytes}, {"host_bytes", plan.memory.host_bytes},
@@ -130,6 +132,11 @@ Expected<Plan> read_plan(const std::string& path) {
   MEMC_RETURN_IF_ERROR(get(dec, "remat", plan.decisions.remat, dw));
   MEMC_RETURN_IF_ERROR(get(dec, "shard", plan.decisions.shard, dw));
   MEMC_RETURN_IF_ERROR(get(dec, "offload", plan.decisions.offload, dw));
+  if (dec.contains("attention")) MEMC_RETURN_IF_ERROR(get(dec, "attention", plan.decisions.attention, dw));
+  if (const json& est = doc.value("estimate", json::object()); !est.empty()) {
+    MEMC_RETURN_IF_ERROR(get(est, "target", plan.target, path + ": estimate"));
+    MEMC_RETURN_IF_ERROR(get(est, "step_ms", plan.estimated_step_ms, path + ": estimate"));
+  }
   MEMC_RETURN_IF_ERROR(get(doc, "budget_bytes", plan.budget_bytes, path));
   const json& mem = doc.value("memory", json::object());
   const std::string mw = path + ": memory";

@@ -32,6 +32,7 @@ struct Decisions {
   std::string remat = "none";
   int64_t shard = 0;
   std::string offload = "none";
+  std::string attention = "tiled";
 };
 
 // What memory planning predicts for the device (per rank), recomputed identically at load.
@@ -58,6 +59,8 @@ struct Plan {
   ScheduleOptions schedule;
   Decisions decisions;
   int64_t budget_bytes = 0;  // 0: none given
+  std::string target = "cpu";      // the device profile of the estimate (planner/cost_model.h)
+  double estimated_step_ms = 0;    // the cost model's step time on `target`
   MemorySummary memory;
   Module train;  // one training step (outputs: loss, logits, then updates)
   Module eval;   // forward pass (outputs: logits)

@@ -24,7 +24,8 @@ namespace {
 using json = nlohmann::json;
 
 json decisions_json(const Decisions& d) {
-  return {{"precision", d.precision}, {"micro_batches", d.micro_batches}, {"remat", d.remat}, {"shard", d.shard}, {"offload", d.offload}};
+  return {{"precision", d.precision}, {"micro_batches", d.micro_batches}, {"remat", d.remat},
+          {"shard", d.shard},         {"offload", d.offload},             {"attention", d.attention}};
 }
 
 int64_t count_params(const Module& m, int64_t* bytes) {
@@ -66,7 +67,8 @@ json plan_summary(const std::string& path, const Plan& plan) {
           {"breakdown", plan.memory.breakdown},
           {"category_peak_bytes", plan.memory.category_peak_bytes},
           {"budget_bytes", plan.budget_bytes > 0 ? json(plan.budget_bytes) : json(nullptr)},
-          {"estimated_step_ms", nullptr}};  // the cost model comes with the budget planner
+          {"target", plan.target},
+          {"estimated_step_ms", plan.estimated_step_ms}};
 }
 
 void print_summary(const json& s) {
@@ -88,9 +90,12 @@ void print_summary(const json& s) {
   }
   std::printf("at peak    %s\n", parts.c_str());
   const json& d = s["decisions"];
-  std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %lld, offload %s\n", d["precision"].get<std::string>().c_str(),
-              static_cast<long long>(d["micro_batches"].get<int64_t>()), d["remat"].get<std::string>().c_str(),
-              static_cast<long long>(d["shard"].get<int64_t>()), d["offload"].get<std::string>().c_str());
+  std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %lld, offload %s, attention %s\n",
+              d["precision"].get<std::string>().c_str(), static_cast<long long>(d["micro_batches"].get<int64_t>()),
+              d["remat"].get<std::string>().c_str(), static_cast<long long>(d["shard"].get<int64_t>()),
+              d["offload"].get<std::string>().c_str(), d["attention"].get<std::string>().c_str());
+  std::printf("estimate   %.1f ms per step on %s (planner/cost_model.h)\n", s["estimated_step_ms"].get<double>(),
+              s["target"].get<std::string>().c_str());
 }
 
 }  // namespace
@@ -166,7 +171,7 @@ int run_run(const RunArgs& args) {
     json j = {{"plan", args.plan}, {"steps", r.total_steps}, {"steps_this_run", r.steps}, {"loss", r.final_loss}, {"losses", r.losses},
               {"step_ms", r.step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)},
               {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}, {"lower_bound_bytes", plan->memory.lower_bound_bytes},
-              {"breakdown", plan->memory.breakdown}, {"estimated_step_ms", nullptr}};
+              {"breakdown", plan->memory.breakdown}, {"target", plan->target}, {"estimated_step_ms", plan->estimated_step_ms}};
     j["measured_peak_bytes"] = r.steps ? json(r.measured_peak_bytes) : json(nullptr);
     j["load_peak_bytes"] = r.steps ? json(r.load_peak_bytes) : json(nullptr);
     j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);

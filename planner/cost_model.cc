@@ -1,0 +1,141 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ir/op_registry.h"
+#include "runtime/atomic_file.h"
+
+namespace memc {
+namespace {
+
+using json = nlohmann::json;
+
+DeviceProfile cpu_default() {
+  // 2-core AMD EPYC (Zen 5) KVM guest, OpenBLAS 0.3.21: `memc calibrate` on 2026-11-29.
+  DeviceProfile p;
+  p.name = "cpu";
+  p.f32_flops = 1.2e11;
+  p.low_flops = 1.0e11;  // 16-bit storage, f32 compute: conversions cost a little
+  p.mem_bandwidth = 1.2e10;
+  p.host_bandwidth = 1.2e10;
+  p.link_bandwidth = 0;  // host and device are one memory
+  p.heavy_efficiency = 0.7;
+  p.other_efficiency = 0.1;
+  p.bandwidth_efficiency = 0.5;
+  p.half_flops = 2e6;
+  p.node_overhead_s = 4e-6;
+  p.memory_bytes = 24LL << 30;
+  return p;
+}
+
+DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, double link, int64_t memory) {
+  DeviceProfile p;
+  p.name = name;
+  p.f32_flops = f32;
+  p.low_flops = low;
+  p.mem_bandwidth = hbm;
+  p.host_bandwidth = 2e11;  // a dual-socket server's DRAM, shared by the host update's threads
+  p.link_bandwidth = link;
+  p.heavy_efficiency = 0.6;
+  p.other_efficiency = 0.5;
+  p.bandwidth_efficiency = 0.8;
+  p.half_flops = 5e9;  // GPUs need big GEMMs to fill
+  p.node_overhead_s = 6e-6;
+  p.memory_bytes = memory;
+  return p;
+}
+
+}  // namespace
+
+Expected<DeviceProfile> device_profile(const std::string& target) {
+  // Data sheets (SXM, dense): A100 19.5 TF f32, 312 TF bf16, 2.04 TB/s, PCIe 4 ×16;
+  // H100 67 TF f32, 989 TF bf16, 3.35 TB/s, PCIe 5 ×16; H200 as H100 with 4.8 TB/s, 141 GB.
+  if (target == "a100") return gpu("a100", 19.5e12, 312e12, 2.039e12, 25e9, 80LL * 1000 * 1000 * 1000);
+  if (target == "h100") return gpu("h100", 67e12, 989e12, 3.35e12, 50e9, 80LL * 1000 * 1000 * 1000);
+  if (target == "h200") return gpu("h200", 67e12, 989e12, 4.8e12, 50e9, 141LL * 1000 * 1000 * 1000);
+  std::string path = target;
+  if (target == "cpu") {
+    const char* env = std::getenv("MEMC_CPU_PROFILE");
+    if (env == nullptr || !*env) return cpu_default();
+    path = env;
+  }
+  std::ifstream in(path);
+  if (!in) return Status::BadInput("--target " + target + ": not cpu, a100, h100, h200 or a readable profile file");
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::BadInput(path + ": not a JSON device profile");
+  DeviceProfile p = cpu_default();
+  try {
+    p.name = j.value("name", p.name);
+    p.f32_flops = j.value("f32_flops", p.f32_flops);
+    p.low_flops = j.value("low_flops", p.low_flops);
+    p.bf16 = j.value("bf16", p.bf16);
+    p.fp16 = j.value("fp16", p.fp16);
+    p.mem_bandwidth = j.value("mem_bandwidth", p.mem_bandwidth);
+    p.host_bandwidth = j.value("host_bandwidth", p.host_bandwidth);
+    p.link_bandwidth = j.value("link_bandwidth", p.link_bandwidth);
+    p.heavy_efficiency = j.value("heavy_efficiency", p.heavy_efficiency);
+    p.other_efficiency = j.value("other_efficiency", p.other_efficiency);
+    p.bandwidth_efficiency = j.value("bandwidth_efficiency", p.bandwidth_efficiency);
+    p.half_flops = j.value("half_flops", p.half_flops);
+    p.node_overhead_s = j.value("node_overhead_s", p.node_overhead_s);
+    p.memory_bytes = j.value("memory_bytes", p.memory_bytes);
+  } catch (const json::exception& e) {
+    return Status::BadInput(path + ": " + e.what());
+  }
+  if (!(p.f32_flops > 0 && p.low_flops > 0 && p.mem_bandwidth > 0 && p.host_bandwidth > 0)) {
+    return Status::BadInput(path + ": rates must be positive");
+  }
+  return p;
+}
+
+Status write_profile(const std::string& path, const DeviceProfile& p) {
+  json j = {{"name", p.name},
+            {"f32_flops", p.f32_flops},
+            {"low_flops", p.low_flops},
+            {"bf16", p.bf16},
+            {"fp16", p.fp16},
+            {"mem_bandwidth", p.mem_bandwidth},
+            {"host_bandwidth", p.host_bandwidth},
+            {"link_bandwidth", p.link_bandwidth},
+            {"heavy_efficiency", p.heavy_efficiency},
+            {"other_efficiency", p.other_efficiency},
+            {"bandwidth_efficiency", p.bandwidth_efficiency},
+            {"half_flops", p.half_flops},
+            {"node_overhead_s", p.node_overhead_s},
+            {"memory_bytes", p.memory_bytes}};
+  return write_file_atomic(path, j.dump(2) + "\n");
+}
+
+StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t link_bytes, int64_t host_update_bytes) {
+  const OpRegistry& registry = OpRegistry::get();
+  double seconds = 0;
+  for (NodeId id : train.schedule()) {
+    const Node& node = train.node(id);
+    const OpDef* def = registry.find(node.op);
+    if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
+    const auto flops = static_cast<double>(node_flops(train, node));
+    const auto bytes = static_cast<double>(node_bytes(train, node));
+    bool low = false;
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) continue;
+      const DType t = train.value(v).type.dtype;
+      if (t == DType::kBF16 || t == DType::kF16) low = true;
+    }
+    const double rate = low ? p.low_flops : p.f32_flops;
+    double efficiency = p.other_efficiency;
+    if (def && (def->flags & kOpComputeHeavy)) efficiency = p.heavy_efficiency * flops / (flops + p.half_flops);
+    const double compute = flops > 0 ? flops / (rate * std::max(efficiency, 1e-6)) : 0.0;
+    const double memory = bytes / (p.mem_bandwidth * p.bandwidth_efficiency);
+    seconds += std::max(compute, memory) + p.node_overhead_s;
+  }
+  StepEstimate e;
+  e.compute_ms = seconds * 1e3;
+  if (p.link_bandwidth > 0) e.transfer_ms = static_cast<double>(link_bytes) / p.link_bandwidth * 1e3;
+  e.host_ms = static_cast<double>(host_update_bytes) / (p.host_bandwidth * p.bandwidth_efficiency) * 1e3;
+  e.step_ms = std::max(e.compute_ms, e.transfer_ms) + e.host_ms;
+  return e;
+}
+
+}  // namespace memc

@@ -1,0 +1,55 @@
+// The cost model: a step-time estimate for a training step on a device profile.
+//
+// Each node costs max(compute, memory) plus a per-node overhead (kernel launch on a GPU, the
+// executor's dispatch on the CPU):
+//   compute = FLOPs / (peak rate of its dtype · efficiency of its family)
+//             families: compute-heavy (matmul, linear, conv, attention and their gradients)
+//             and the rest (elementwise, reductions, normalizations); a small heavy op runs
+//             below peak: efficiency · f/(f + f_half), f its FLOPs
+//   memory  = bytes read and written / (memory bandwidth · efficiency)
+// Views (reshape and friends) are free. Host↔device copies of offloaded state go over the
+// host link and overlap compute (the step takes the longer of the two plus what cannot
+// overlap); an update that runs on the host is charged at host bandwidth.
+//
+// Profiles: "cpu" (the machine memc runs on: from `memc calibrate`'s file when present, else
+// defaults measured on the development machine), and data-sheet profiles "a100", "h100",
+// "h200" (SXM parts; dense tensor-core rates, HBM bandwidth, PCIe host link).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+struct DeviceProfile {
+  std::string name;
+  double f32_flops = 0;       // FLOP/s, dense, no TF32
+  double low_flops = 0;       // FLOP/s for bf16/f16 operands (tensor cores on a GPU)
+  bool bf16 = true, fp16 = true;  // whether mixed precision in that dtype is offered to the search
+  double mem_bandwidth = 0;   // bytes/s, device memory
+  double host_bandwidth = 0;  // bytes/s, host memory (optimizer update on the host)
+  double link_bandwidth = 0;  // bytes/s, host↔device copies (0: same memory)
+  double heavy_efficiency = 0.6, other_efficiency = 0.3, bandwidth_efficiency = 0.8;
+  double half_flops = 1e8;    // FLOPs at which a heavy op reaches half its efficiency
+  double node_overhead_s = 5e-6;
+  int64_t memory_bytes = 0;   // device memory (for reports only: the budget is the user's)
+};
+
+// "cpu", "a100", "h100", "h200", or a path to a JSON profile (memc calibrate writes one).
+Expected<DeviceProfile> device_profile(const std::string& target);
+Status write_profile(const std::string& path, const DeviceProfile& profile);
+
+struct StepEstimate {
+  double compute_ms = 0;   // nodes on the device
+  double transfer_ms = 0;  // host↔device copies (overlap compute)
+  double host_ms = 0;      // work on the host (offloaded optimizer update)
+  double step_ms = 0;      // the estimate: max(compute, transfer) + host
+};
+
+// `host_update_bytes`: bytes the offloaded optimizer update reads and writes on the host;
+// `link_bytes`: bytes copied across the host link per step.
+StepEstimate estimate_step(const Module& train, const DeviceProfile& profile, int64_t link_bytes = 0,
+                           int64_t host_update_bytes = 0);
+
+}  // namespace memc
