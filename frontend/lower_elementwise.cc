@@ -171,10 +171,13 @@ Status lower_dropout(ImportContext& ctx) {
   const bool want_mask = ctx.has_output(1);
   if (!training || ratio == 0.0) {
     MEMC_RETURN_IF_ERROR(ctx.bind(0, x));
-    if (want_mask) {
-      Tensor ones = Tensor::zeros(DType::kBool, ctx.type(x).shape);
-      for (int64_t i = 0; i < ones.numel(); ++i) ones.data<bool>()[i] = true;
-      MEMC_RETURN_IF_ERROR(ctx.bind(1, ctx.constant(std::move(ones))));
+    if (want_mask) {  // all true: a fill, not a constant as large as the activation
+      Attrs fill;
+      fill.set("shape", ctx.type(x).shape);
+      fill.set("dtype", std::string(dtype_name(DType::kBool)));
+      fill.set("value", 1.0);
+      MEMC_ASSIGN_OR_RETURN(ValueId ones, ctx.emit("full", {}, std::move(fill)));
+      MEMC_RETURN_IF_ERROR(ctx.bind(1, ones));
     }
     return Status::Ok();
   }

@@ -52,9 +52,15 @@ std::string sanitize_name(const std::string& raw) {
 std::string Module::unique_name(const std::string& hint) {
   std::string base = sanitize_name(hint);
   if (!by_name_.count(base)) return base;
-  for (int i = 1;; ++i) {
+  // Probing starts after the last suffix handed out for this base: many copies of one value
+  // (remat clones, micro-batches) stay linear, not quadratic.
+  int& next = next_suffix_[base];
+  for (int i = std::max(next, 1);; ++i) {
     std::string candidate = sanitize_name(base + "_" + std::to_string(i));
-    if (!by_name_.count(candidate)) return candidate;
+    if (!by_name_.count(candidate)) {
+      next = i + 1;
+      return candidate;
+    }
   }
 }
 

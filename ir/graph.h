@@ -137,6 +137,7 @@ class Module {
   std::vector<ValueId> outputs_;
   std::vector<ValueId> output_updates_;
   std::unordered_map<std::string, ValueId> by_name_;
+  std::unordered_map<std::string, int> next_suffix_;  // unique_name: the next suffix to try per base
   std::unordered_map<ValueId, Tensor> weights_;
   Attrs metadata_;
 };

@@ -152,12 +152,13 @@ Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const Forward
     }
     for (size_t p = 0; p < params.size(); ++p) {
       module.rename(grads[p], prefix + module.value(grads[p]).name);
-      module.value(grads[p]).role = Role::kActivation;
       const ValueId g = cast(module, grads[p], DType::kF32);
+      module.value(g).role = Role::kGrad;  // the memory breakdown counts accumulators as gradients
       if (sums[p] == kNoValue) {
         sums[p] = g;
       } else {
         sums[p] = emit(module, "add", {sums[p], g});
+        module.value(sums[p]).role = Role::kGrad;
         accumulations.push_back(module.value(sums[p]).producer);
       }
     }

@@ -6,6 +6,7 @@
 #include "ir/verifier.h"
 #include "passes/attention.h"
 #include "passes/memory_plan.h"
+#include "passes/offload.h"
 #include "support/log.h"
 #include "passes/precision.h"
 #include "passes/schedule.h"
@@ -159,8 +160,16 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet)
     if (r.unresolved_pins > 0) warn(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
   }
   if (report && options.after_pass) options.after_pass("training_step", plan.train);
+  MEMC_ASSIGN_OR_RETURN(OffloadReport offloaded, Offload(options.offload).run(plan.train));
+  if (report && options.offload != "none") {
+    log(1, str_cat("pass offload ", options.offload, ": ", offloaded.values, " values (", format_size(offloaded.bytes),
+                   ") to host memory; per step ", format_size(offloaded.link_bytes), " over the host link, the update reads and writes ",
+                   format_size(offloaded.host_update_bytes), " on the host"));
+    if (options.after_pass) options.after_pass("offload", plan.train);
+  }
   // Last transforming pass, right before memory planning: a lower peak, never a higher one.
-  if (options.reschedule) {
+  // Search candidates skip it: their peak is then an upper bound of the final plan's.
+  if (options.reschedule && !quiet) {
     if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
     if (report && options.after_pass) options.after_pass("schedule", plan.train);
   }
@@ -184,6 +193,7 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet)
   plan.decisions.micro_batches = options.micro_batches;
   plan.decisions.remat = describe_remat(options.remat);
   plan.decisions.attention = options.attention;
+  plan.decisions.offload = options.offload;
   plan.budget_bytes = options.budget_bytes;
   MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
   plan.target = profile.name;

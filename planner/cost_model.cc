@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ir/op_registry.h"
+#include "passes/offload.h"
 #include "runtime/atomic_file.h"
 
 namespace memc {
@@ -108,11 +109,24 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
   return write_file_atomic(path, j.dump(2) + "\n");
 }
 
-StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t link_bytes, int64_t host_update_bytes) {
+StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
   const OpRegistry& registry = OpRegistry::get();
   double seconds = 0;
+  int64_t link_bytes = 0, host_update_bytes = 0;
   for (NodeId id : train.schedule()) {
     const Node& node = train.node(id);
+    if (runs_on_host(train, node)) {
+      for (ValueId v : node.inputs) {
+        if (v == kNoValue) continue;
+        host_update_bytes += train.value(v).type.bytes();
+        if (train.value(v).space == MemSpace::kDevice && train.value(v).type.numel() > 1) link_bytes += train.value(v).type.bytes();
+      }
+      for (ValueId v : node.outputs) {
+        host_update_bytes += train.value(v).type.bytes();
+        if (train.value(v).space == MemSpace::kDevice) link_bytes += train.value(v).type.bytes();
+      }
+      continue;
+    }
     const OpDef* def = registry.find(node.op);
     if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
     const auto flops = static_cast<double>(node_flops(train, node));

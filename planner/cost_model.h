@@ -47,9 +47,8 @@ struct StepEstimate {
   double step_ms = 0;      // the estimate: max(compute, transfer) + host
 };
 
-// `host_update_bytes`: bytes the offloaded optimizer update reads and writes on the host;
-// `link_bytes`: bytes copied across the host link per step.
-StepEstimate estimate_step(const Module& train, const DeviceProfile& profile, int64_t link_bytes = 0,
-                           int64_t host_update_bytes = 0);
+// Nodes that run on the host (passes/offload.h) are charged at host bandwidth, and their
+// device-side operands cross the host link.
+StepEstimate estimate_step(const Module& train, const DeviceProfile& profile);
 
 }  // namespace memc

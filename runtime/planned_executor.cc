@@ -12,8 +12,12 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
   ex.module_ = module;
   MEMC_ASSIGN_OR_RETURN(ex.plan_, MemoryPlan().run(ex.module_));
   const SpacePlan& device = ex.plan_.space(MemSpace::kDevice);
-  if (ex.plan_.space(MemSpace::kHost).arena_bytes > 0) return Status::Internal("host-space values are not executed yet (offload)");
   ex.arena_bytes_ = device.arena_bytes;
+  // Offloaded values (optimizer state, master weights) live in the host arena: host memory,
+  // outside the device accountant. On the CPU backend both are RAM; the split is what a GPU
+  // run has, and the device peak measured is the device arena's.
+  ex.host_arena_bytes_ = ex.plan_.space(MemSpace::kHost).arena_bytes;
+  if (ex.host_arena_bytes_ > 0) ex.host_arena_ = std::make_unique<char[]>(static_cast<size_t>(ex.host_arena_bytes_));
   ex.workspace_bytes_ = max_workspace_bytes(ex.module_);
   MEMC_ASSIGN_OR_RETURN(ex.arena_, memory.allocate(ex.arena_bytes_, "the device arena"));
   if (ex.workspace_bytes_ > 0) {
@@ -38,7 +42,7 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
 
 Tensor PlannedExecutor::tensor(ValueId v) const {
   const TensorType& t = module_.value(v).type;
-  char* base = static_cast<char*>(arena_.get());
+  char* base = module_.value(v).space == MemSpace::kHost ? host_arena_.get() : static_cast<char*>(arena_.get());
   return Tensor::borrow(t.dtype, t.shape, base + plan_.slice_of(v).offset);
 }
 

@@ -5,6 +5,7 @@
 // updates land on them in place (the plan aliases an update with the argument it replaces).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ class PlannedExecutor {
 
   const Module& module() const { return module_; }
   int64_t arena_bytes() const { return arena_bytes_; }
+  int64_t host_arena_bytes() const { return host_arena_bytes_; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
   const MemoryPlanResult& plan() const { return plan_; }
 
@@ -40,7 +42,8 @@ class PlannedExecutor {
   Module module_;
   MemoryPlanResult plan_;
   DeviceMemory::Block arena_, workspace_;
-  int64_t arena_bytes_ = 0, workspace_bytes_ = 0;
+  std::unique_ptr<char[]> host_arena_;  // offloaded values (memory space "host")
+  int64_t arena_bytes_ = 0, workspace_bytes_ = 0, host_arena_bytes_ = 0;
   // Per scheduled node, resolved once at create() rather than on every step.
   struct Step {
     NodeId node;

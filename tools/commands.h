@@ -5,6 +5,7 @@
 #include <string>
 
 #include "planner/compile.h"
+#include "planner/search.h"
 #include "runtime/trainer.h"
 #include "support/status.h"
 
@@ -40,6 +41,9 @@ struct CompileArgs {
   bool print_ir_after_all = false;  // each pass's output IR on stderr
   std::string print_ir_after;       // only this pass's
   std::string dump_dir;             // each pass's output IR as DIR/NN-pass.mlir
+  bool explain = false;             // the ladder and the Pareto front of the search
+  SearchSpace search;               // what the budget search may choose (the rest is pinned)
+  bool auto_requested = false;      // some decision was spelled "auto"
 };
 
 struct RunArgs {

@@ -113,7 +113,12 @@ int run_main(int argc, char** argv) {
   compile_cmd->add_option("--steps-per-epoch", compile.options.steps_per_epoch, "Cap on steps per epoch (default: the data's)")
       ->check(kPositive);
   compile_cmd->add_option("--budget", compile.budget, "Device memory the plan may use: 6GB, 6GiB, 512MiB, bytes (exit 3 if unmet)");
-  compile_cmd->add_option("--precision", compile.options.precision, "fp32 (default) | bf16-mixed | fp16-mixed (dynamic loss scaling) | bf16-true | fp16-true");
+  compile_cmd->add_option("--precision", compile.options.precision,
+                          "fp32 (default) | bf16-mixed | fp16-mixed (dynamic loss scaling) | bf16-true | fp16-true | auto (with --budget: "
+                          "searched unless given)");
+  compile_cmd->add_option("--target", compile.options.target, "Device of the step-time estimate: cpu (default), a100, h100, h200, or a "
+                                                             "profile file from memc calibrate");
+  compile_cmd->add_flag("--explain", compile.explain, "Show the technique ladder and the Pareto front of (peak, step time)");
   compile_cmd->add_option("--micro-batches", compile.options.micro_batches,
                           "Split each batch into K micro-batches and accumulate gradients (default 1)")
       ->check(kPositive);
@@ -121,8 +126,12 @@ int run_main(int argc, char** argv) {
                           "tiled (default: memory-efficient attention, the score matrix never stored) | naive (as exported)")
       ->check(CLI::IsMember({"tiled", "naive"}));
   compile_cmd->add_flag("--print-ir-after-all", compile.print_ir_after_all, "Print the IR after each pass (stderr)");
-  compile_cmd->add_option("--print-ir-after", compile.print_ir_after, "Print the IR after PASS: import, attention, precision, training_step, schedule");
+  compile_cmd->add_option("--print-ir-after", compile.print_ir_after, "Print the IR after PASS: import, attention, precision, training_step, offload, schedule");
   compile_cmd->add_option("--dump-dir", compile.dump_dir, "Write the IR after each pass as DIR/NN-pass.mlir");
+  compile_cmd->add_option("--offload", compile.options.offload,
+                          "none (default) | optimizer: optimizer state (and master weights under mixed precision) in host memory, "
+                          "updated on the host | auto (with --budget: searched unless given)")
+      ->check(CLI::IsMember({"none", "optimizer", "auto"}));
   std::string remat = "none";
   compile_cmd->add_option("--remat", remat,
                           "Recompute activations in backward: none (default) | blocks (checkpoint each block) | SIZE (keep at most "
@@ -184,6 +193,17 @@ int run_main(int argc, char** argv) {
   if (compile_cmd->parsed()) {
     compile.options.optimizer.weight_decay = weight_decay >= 0 ? weight_decay : (compile.options.optimizer.kind == "adamw" ? 0.01 : 0.0);
     compile.options.dropout = !no_dropout;
+    // With --budget, each decision not given on the command line (or given as auto) is searched.
+    const bool budget = !compile.budget.empty();
+    compile.search.precision = compile.options.precision == "auto" || (budget && compile_cmd->count("--precision") == 0);
+    compile.search.micro_batches = budget && compile_cmd->count("--micro-batches") == 0;
+    compile.search.remat = remat == "auto" || (budget && compile_cmd->count("--remat") == 0);
+    compile.search.attention = budget && compile_cmd->count("--attention") == 0;
+    compile.search.offload = compile.options.offload == "auto" || (budget && compile_cmd->count("--offload") == 0);
+    if (compile.options.offload == "auto") compile.options.offload = "none", compile.auto_requested = true;
+    compile.auto_requested = compile.auto_requested || compile.options.precision == "auto" || remat == "auto";
+    if (compile.options.precision == "auto") compile.options.precision = "fp32";
+    if (remat == "auto") remat = "none";
     auto parsed = parse_remat(remat);
     if (!parsed.ok()) {
       std::fprintf(stderr, "memc: %s\n", parsed.status().message().c_str());

@@ -1,7 +1,9 @@
 // `memc compile`, `memc run`, `memc export` and `memc inspect PLAN`: the training half of the
 // CLI (../shared/CLI.md).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 
@@ -15,6 +17,7 @@
 #include "planner/compile.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
+#include "support/log.h"
 #include "support/size.h"
 #include "tools/commands.h"
 
@@ -113,9 +116,9 @@ int run_compile(const CompileArgs& args) {
     if (!budget.ok()) return report(budget.status().with_context("--budget: "));
     options.budget_bytes = *budget;
   }
-  static const std::vector<std::string> kPasses = {"import", "attention", "precision", "training_step", "schedule"};
+  static const std::vector<std::string> kPasses = {"import", "attention", "precision", "training_step", "offload", "schedule"};
   if (!args.print_ir_after.empty() && std::find(kPasses.begin(), kPasses.end(), args.print_ir_after) == kPasses.end()) {
-    return report(Status::BadInput("--print-ir-after " + args.print_ir_after + ": passes are import, attention, precision, training_step, schedule"));
+    return report(Status::BadInput("--print-ir-after " + args.print_ir_after + ": passes are import, attention, precision, training_step, offload, schedule"));
   }
   if (!args.dump_dir.empty()) {
     std::error_code ec;
@@ -138,14 +141,54 @@ int run_compile(const CompileArgs& args) {
       }
     };
   }
-  Expected<Plan> plan = compile_model(args.model, args.output, options);
+  ModelCompiler compiler(args.model, args.output);
+  std::optional<SearchResult> search;
+  const SearchSpace& free = args.search;
+  const bool any_free = free.precision || free.micro_batches || free.remat || free.attention || free.offload;
+  const bool searching = (options.budget_bytes > 0 && any_free) || args.auto_requested;
+  if (searching || args.explain) {
+    SearchSpace space = args.search;
+    if (!searching) space = {true, true, true, true, true};  // --explain alone: the whole space, no budget
+    const auto start = std::chrono::steady_clock::now();
+    Expected<SearchResult> found = search_plan(compiler, options, space);
+    if (!found.ok()) return report(found.status());
+    search = std::move(found).value();
+    log(1, str_cat("search: ", search->compiles, " candidate plans compiled in ",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), " s; chosen: ", search->best.label()));
+    if (searching) options = search->chosen;
+  }
+  Expected<Plan> plan = compiler.compile(options);
   if (!plan.ok()) return report(plan.status());
   if (!dump_status.ok()) return report(dump_status.with_context("--dump-dir: "));
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
   if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
-  const json summary = plan_summary(args.output, *plan);
+  json summary = plan_summary(args.output, *plan);
+  if (search) {
+    auto row = [&](const Candidate& c) {
+      return json{{"decisions", c.label()}, {"precision", c.precision}, {"micro_batches", c.micro_batches},
+                  {"remat", describe_remat(c.remat)}, {"attention", c.attention}, {"offload", c.offload},
+                  {"planned_peak_bytes", c.peak_bytes},
+                  {"estimated_step_ms", c.step_ms}, {"fits", options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes},
+                  {"chosen", c.label() == search->best.label()}};
+    };
+    json ladder = json::array(), pareto = json::array();
+    for (const Candidate& c : search->ladder) ladder.push_back(row(c));
+    for (const Candidate& c : search->pareto) pareto.push_back(row(c));
+    summary["search"] = {{"candidates_compiled", search->compiles}, {"chosen", row(search->best)}, {"ladder", ladder}, {"pareto", pareto}};
+  }
   if (args.json) std::printf("%s\n", summary.dump(2).c_str());
   else print_summary(summary);
+  if (search && args.explain && !args.json) {
+    auto line = [&](const Candidate& c) {
+      const bool fits = options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes;
+      std::printf("  %-62s %12s %12.1f ms  %s%s\n", c.label().c_str(), human_bytes(c.peak_bytes).c_str(), c.step_ms,
+                  fits ? "fits" : "over", c.label() == search->best.label() ? "  <- chosen" : "");
+    };
+    std::printf("ladder     each technique added in turn (planned peak, estimated step time on %s):\n", plan->target.c_str());
+    for (const Candidate& c : search->ladder) line(c);
+    std::printf("pareto     the (peak, time) front of the %d plans compiled:\n", search->compiles);
+    for (const Candidate& c : search->pareto) line(c);
+  }
   return 0;
 }
 

@@ -84,8 +84,17 @@ expect_error 2 "pass --resume" -- $MEMC run "$PLAN" --data data/digits_train.npz
 
 # A budget the plan cannot meet: exit 3 before anything runs, one line with the budget, the
 # peak, the lower bound and the largest category; no plan is written.
-expect_error 3 "largest at the peak: activations" -- $MEMC compile models/vit_tiny.onnx --batch 64 --budget 1MB -o "$TMP/over.plan"
+# With every decision pinned, a budget the pinned plan exceeds is refused as it stands.
+expect_error 3 "largest at the peak: activations" -- $MEMC compile models/vit_tiny.onnx --batch 64 --budget 1MB --precision fp32 \
+  --micro-batches 1 --remat none --offload none --attention tiled -o "$TMP/over.plan"
 [ ! -e "$TMP/over.plan" ] && pass "no plan written over budget" || fail "a plan was written over budget"
+# Unpinned, the search fits 1 MB; below the floor it names the smallest peak it can reach.
+$MEMC compile models/vit_tiny.onnx --batch 64 --budget 1MB -o "$TMP/searched.plan" --json >"$TMP/searched.json" 2>"$TMP/err" \
+  && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["predicted_peak_bytes"] <= 10**6, d' "$TMP/searched.json" \
+  && pass "the search fits --budget 1MB" || fail "search at 1MB: $(cat "$TMP/err")"
+expect_error 3 "below the smallest peak memc can plan for this model, batch and optimizer" -- \
+  $MEMC compile models/vit_tiny.onnx --batch 64 --budget 100KB -o "$TMP/over.plan"
+[ ! -e "$TMP/over.plan" ] && pass "no plan written below the floor" || fail "a plan was written below the floor"
 expect_error 2 "unknown unit" -- $MEMC compile models/vit_tiny.onnx --batch 64 --budget 6XB -o "$TMP/over.plan"
 if $MEMC compile models/vit_tiny.onnx --batch 64 --budget 6MiB --json -o "$TMP/fits.plan" >"$TMP/fits.json" 2>"$TMP/err"; then
   python3 -c '

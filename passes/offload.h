@@ -1,0 +1,40 @@
+// The offload pass (one device): optimizer state, and under mixed precision the f32 master
+// weights, live in host memory (memory space "host"), as in ZeRO-Offload; the optimizer update
+// that reads and writes them runs on the host. What the device keeps: the compute copies of the
+// weights (the f32 weights themselves under fp32), activations and gradients.
+//
+// Levels: "none"; "optimizer" (optimizer state, plus master weights under a mixed precision).
+// Exact: the same kernels run on the same values, so gradients and weights are bit-identical
+// to the plan without offload; only the memory space of the values changes. Memory planning
+// gives the host its own arena (planned and measured like the device one), and the cost model
+// charges the copies over the host link and the update at host bandwidth.
+//
+// Run on the training step after TrainingStep (and remat), before scheduling.
+#pragma once
+#include <string>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+struct OffloadReport {
+  int values = 0;               // values moved to host memory
+  int64_t bytes = 0;            // their bytes
+  int64_t link_bytes = 0;       // host↔device bytes per step (update inputs/outputs crossing)
+  int64_t host_update_bytes = 0;  // bytes the host update reads and writes
+};
+
+class Offload {
+ public:
+  explicit Offload(std::string level) : level_(std::move(level)) {}
+  std::string name() const { return "offload"; }
+  Expected<OffloadReport> run(Module& train) const;
+
+ private:
+  std::string level_;
+};
+
+// Whether `node` runs on the host under offload: an optimizer update touching host values.
+bool runs_on_host(const Module& m, const Node& node);
+
+}  // namespace memc

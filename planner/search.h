@@ -1,0 +1,55 @@
+// The budget search (`memc compile --budget`): among the combinations of precision (fp32 and
+// the mixed modes the target offers; -true modes only when the user pins them), micro-batch
+// count, rematerialization limit and attention kernel, the plan with the least estimated step
+// time (planner/cost_model.h) whose planned peak fits the budget. The optimizer is never
+// changed. Decisions the user pinned stay as given.
+//
+// Branch and bound: for each precision, micro-batch counts are tried in increasing order (more
+// micro-batches never make a step faster in the model); the plan without remat is a lower bound
+// on the time of every remat plan at that count, so the remat limit is searched (binary, in
+// bytes held from forward to backward, for the largest limit that fits) only while that bound
+// beats the best plan found. Deterministic: the same model and options give the same plan.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "planner/compile.h"
+
+namespace memc {
+
+struct SearchSpace {  // true: the search chooses; false: pinned to the base options
+  bool precision = true;
+  bool micro_batches = true;
+  bool remat = true;
+  bool attention = true;
+  bool offload = true;
+};
+
+struct Candidate {
+  std::string precision;
+  int64_t micro_batches = 1;
+  RematOptions remat;
+  std::string attention;
+  std::string offload = "none";
+  int64_t peak_bytes = 0;
+  double step_ms = 0;
+  std::string largest;  // the largest category at the peak
+  int64_t largest_bytes = 0;
+  int64_t activation_bytes = 0;  // the activations' own peak over the step
+  std::string label() const;  // "bf16-mixed, 4 micro-batches, remat 2 GB, tiled attention"
+};
+
+struct SearchResult {
+  CompileOptions chosen;
+  Candidate best;
+  std::vector<Candidate> explored;  // every candidate compiled, in order
+  std::vector<Candidate> ladder;    // the articles' order: each technique added in turn
+  std::vector<Candidate> pareto;    // (peak, time) front of the explored candidates
+  int compiles = 0;
+};
+
+// budget 0: the fastest plan. A budget below every candidate: a budget error naming the
+// smallest peak memc can reach and what dominates it.
+Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space);
+
+}  // namespace memc
