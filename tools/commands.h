@@ -62,6 +62,12 @@ int run_inspect(const InspectArgs& args);
 int run_compile(const CompileArgs& args);
 int run_run(const RunArgs& args);
 int run_export(const ExportArgs& args);
+
+struct CalibrateArgs {
+  std::string output;
+  double seconds = 0.3;  // per probe
+};
+int run_calibrate(const CalibrateArgs& args);
 // `memc inspect PLAN`
 int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const std::string& timeline = "");
 int run_infer(const InferArgs& args);

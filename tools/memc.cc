@@ -37,7 +37,7 @@ const CLI::Validator kPositive(
     },
     "INT>0");
 
-constexpr const char* kCommands[] = {"inspect", "infer", "compile", "run", "export"};
+constexpr const char* kCommands[] = {"inspect", "infer", "compile", "run", "export", "calibrate"};
 
 // A positive float option (learning rate) or a non-negative one (weight decay, clipping).
 const CLI::Validator kNonNegative(
@@ -57,7 +57,7 @@ int run_main(int argc, char** argv) {
   // An unknown first word is a command typo, not a stray positional.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(std::begin(kCommands), std::end(kCommands), [&](const char* c) { return std::string(argv[1]) == c; })) {
-    std::fprintf(stderr, "memc: unknown command '%s' (commands: inspect, infer, compile, run, export; see memc --help)\n", argv[1]);
+    std::fprintf(stderr, "memc: unknown command '%s' (commands: inspect, infer, compile, run, export, calibrate; see memc --help)\n", argv[1]);
     return 2;
   }
   CLI::App app{"memc: compiles ONNX models into memory-budgeted training plans and runs them.", "memc"};
@@ -155,6 +155,11 @@ int run_main(int argc, char** argv) {
   run_cmd->add_option("--json", run.json_report, "Write a JSON report");
   run_cmd->add_flag("--quiet", run.options.quiet, "No progress line");
 
+  CalibrateArgs calibrate;
+  CLI::App* calibrate_cmd = app.add_subcommand("calibrate", "Measure this machine for the cost model (--target FILE)");
+  calibrate_cmd->add_option("-o,--output", calibrate.output, "Profile file to write (JSON)")->required();
+  calibrate_cmd->add_option("--seconds", calibrate.seconds, "Seconds per probe (default 0.3)");
+
   ExportArgs export_args;
   CLI::App* export_cmd = app.add_subcommand("export", "Write trained weights back into the ONNX model");
   export_cmd->add_option("PLAN", export_args.plan, "Plan from memc compile")->required();
@@ -175,7 +180,7 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // A subcommand's --help arrives as CallForHelp thrown from within that subcommand.
     if (e.get_exit_code() == 0) {
-      for (CLI::App* sub : {inspect_cmd, infer_cmd, compile_cmd, run_cmd, export_cmd}) {
+      for (CLI::App* sub : {inspect_cmd, infer_cmd, compile_cmd, run_cmd, export_cmd, calibrate_cmd}) {
         if (sub->parsed()) {
           std::fputs(sub->help().c_str(), stdout);
           return 0;
@@ -214,6 +219,7 @@ int run_main(int argc, char** argv) {
   }
   if (run_cmd->parsed()) return run_run(run);
   if (export_cmd->parsed()) return run_export(export_args);
+  if (calibrate_cmd->parsed()) return run_calibrate(calibrate);
   std::fprintf(stderr, "memc: no command given (see memc --help)\n");
   return 2;
 }

@@ -14,6 +14,7 @@
 #include "passes/memory_plan.h"
 #include "runtime/atomic_file.h"
 #include "runtime/timeline.h"
+#include "planner/calibrate.h"
 #include "planner/compile.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
@@ -294,6 +295,20 @@ int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const
   }
   print_summary(summary);
   if (print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
+  return 0;
+}
+
+int run_calibrate(const CalibrateArgs& args) {
+  if (!(args.seconds > 0)) return report(Status::BadInput("--seconds must be positive"));
+  Expected<DeviceProfile> p = calibrate_cpu(args.seconds);
+  if (!p.ok()) return report(p.status());
+  if (Status st = write_profile(args.output, *p); !st.ok()) return report(st);
+  std::printf("profile    %s\n", args.output.c_str());
+  std::printf("gemm       %.1f GFLOP/s f32 (half efficiency at %.3g FLOP), %.1f GFLOP/s bf16\n", p->f32_flops / 1e9, p->half_flops,
+              p->low_flops / 1e9);
+  std::printf("memory     %.1f GB/s; elementwise at %.3f of the GEMM rate; %.1f us per node\n", p->mem_bandwidth / 1e9,
+              p->other_efficiency, p->node_overhead_s * 1e6);
+  std::printf("use        memc compile ... --target %s\n", args.output.c_str());
   return 0;
 }
 

@@ -1,0 +1,96 @@
+#include "planner/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/blas.h"
+#include "ir/op_registry.h"
+#include "runtime/planned_executor.h"
+
+namespace memc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs `body` repeatedly for about `budget` seconds; returns seconds per call (best of runs).
+template <typename F>
+double time_per_call(double budget, F&& body) {
+  body();  // warm up
+  double best = 1e30, spent = 0;
+  while (spent < budget) {
+    const auto start = Clock::now();
+    body();
+    const double t = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::min(best, t);
+    spent += t;
+  }
+  return best;
+}
+
+template <typename T>
+double gemm_rate(int64_t n, double budget) {
+  std::vector<T> a(static_cast<size_t>(n * n)), b(a.size()), c(a.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = static_cast<T>(static_cast<float>(i % 7) * 0.1f);
+  std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats<T>({n, n, n})));
+  const double t = time_per_call(budget, [&] { cpu::gemm<T>(c.data(), a.data(), b.data(), {n, n, n}, scratch.data()); });
+  return 2.0 * static_cast<double>(n * n * n) / t;
+}
+
+}  // namespace
+
+Expected<DeviceProfile> calibrate_cpu(double budget) {
+  Expected<DeviceProfile> base = device_profile("cpu");
+  if (!base.ok()) return base.status();
+  DeviceProfile p = *base;
+  p.name = "cpu";
+  // GEMM: the rate of a large product, and a small one for the half-efficiency point
+  // (efficiency(f) = f/(f + half) relative to the large rate).
+  const double big = gemm_rate<float>(1024, budget);
+  const double small = gemm_rate<float>(48, budget);
+  p.f32_flops = big;
+  p.heavy_efficiency = 1.0;
+  const double f_small = 2.0 * 48 * 48 * 48;
+  p.half_flops = small < big ? f_small * (big / small - 1.0) : 1.0;
+  p.low_flops = gemm_rate<bf16_t>(512, budget);
+  // Memory bandwidth: a copy of 256 MB (read + write).
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const double t_copy = time_per_call(budget, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+  p.mem_bandwidth = p.host_bandwidth = 2.0 * static_cast<double>(bytes) / t_copy;
+  p.bandwidth_efficiency = 1.0;
+  // Elementwise compute (tanh, counted as the registry counts it) and per-node overhead, through
+  // the planned executor that training uses: a module of one large tanh, and one of 512 tiny adds.
+  auto run_planned = [&](Module& m, double& seconds) -> Status {
+    DeviceMemory memory;
+    MEMC_ASSIGN_OR_RETURN(PlannedExecutor ex, PlannedExecutor::create(m, memory));
+    seconds = time_per_call(budget, [&] { (void)ex.run({}); });
+    return Status::Ok();
+  };
+  {
+    Module m;
+    const ValueId x = m.add_argument("x", TensorType{DType::kF32, {1 << 22}}, Role::kInput);
+    auto y = m.add_node("tanh", {x});
+    if (!y.ok()) return y.status();
+    m.set_outputs({(*y)[0]});
+    double t = 0;
+    MEMC_RETURN_IF_ERROR(run_planned(m, t));
+    const double flops = static_cast<double>(node_flops(m, m.node(m.schedule()[0])));
+    p.other_efficiency = std::clamp(flops / std::max(t, 1e-9) / p.f32_flops, 1e-4, 1.0);
+  }
+  {
+    Module m;
+    ValueId v = m.add_argument("x", TensorType{DType::kF32, {1}}, Role::kInput);
+    for (int i = 0; i < 512; ++i) v = (*m.add_node("add", {v, v}))[0];
+    m.set_outputs({v});
+    double t = 0;
+    MEMC_RETURN_IF_ERROR(run_planned(m, t));
+    p.node_overhead_s = t / 512;
+  }
+  p.link_bandwidth = 0;
+  return p;
+}
+
+}  // namespace memc
