@@ -77,6 +77,14 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
     m.set_outputs({(*y)[0]});
     double t = 0;
     MEMC_RETURN_IF_ERROR(run_planned(m, t));
+    Module low;
+    const ValueId xl = low.add_argument("x", TensorType{DType::kBF16, {1 << 22}}, Role::kInput);
+    auto yl = low.add_node("tanh", {xl});
+    if (!yl.ok()) return yl.status();
+    low.set_outputs({(*yl)[0]});
+    double t_low = 0;
+    MEMC_RETURN_IF_ERROR(run_planned(low, t_low));
+    p.low_other_factor = std::max(1.0, t_low / t);
     const double flops = static_cast<double>(node_flops(m, m.node(m.schedule()[0])));
     p.other_efficiency = std::clamp(flops / std::max(t, 1e-9) / p.f32_flops, 1e-4, 1.0);
   }

@@ -26,6 +26,7 @@ DeviceProfile cpu_default() {
   p.other_efficiency = 0.1;
   p.bandwidth_efficiency = 0.5;
   p.half_flops = 2e6;
+  p.low_other_factor = 2.5;
   p.node_overhead_s = 4e-6;
   p.memory_bytes = 24LL << 30;
   return p;
@@ -80,6 +81,7 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
     p.other_efficiency = j.value("other_efficiency", p.other_efficiency);
     p.bandwidth_efficiency = j.value("bandwidth_efficiency", p.bandwidth_efficiency);
     p.half_flops = j.value("half_flops", p.half_flops);
+    p.low_other_factor = j.value("low_other_factor", p.low_other_factor);
     p.node_overhead_s = j.value("node_overhead_s", p.node_overhead_s);
     p.memory_bytes = j.value("memory_bytes", p.memory_bytes);
   } catch (const json::exception& e) {
@@ -104,6 +106,7 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
             {"other_efficiency", p.other_efficiency},
             {"bandwidth_efficiency", p.bandwidth_efficiency},
             {"half_flops", p.half_flops},
+            {"low_other_factor", p.low_other_factor},
             {"node_overhead_s", p.node_overhead_s},
             {"memory_bytes", p.memory_bytes}};
   return write_file_atomic(path, j.dump(2) + "\n");
@@ -142,7 +145,8 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
     if (def && (def->flags & kOpComputeHeavy)) efficiency = p.heavy_efficiency * flops / (flops + p.half_flops);
     const double compute = flops > 0 ? flops / (rate * std::max(efficiency, 1e-6)) : 0.0;
     const double memory = bytes / (p.mem_bandwidth * p.bandwidth_efficiency);
-    seconds += std::max(compute, memory) + p.node_overhead_s;
+    const bool heavy = def && (def->flags & kOpComputeHeavy);
+    seconds += std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + p.node_overhead_s;
   }
   StepEstimate e;
   e.compute_ms = seconds * 1e3;

@@ -32,6 +32,7 @@ struct DeviceProfile {
   double link_bandwidth = 0;  // bytes/s, host↔device copies (0: same memory)
   double heavy_efficiency = 0.6, other_efficiency = 0.3, bandwidth_efficiency = 0.8;
   double half_flops = 1e8;    // FLOPs at which a heavy op reaches half its efficiency
+  double low_other_factor = 1.0;  // time factor of non-heavy ops on 16-bit operands (CPU: conversions)
   double node_overhead_s = 5e-6;
   int64_t memory_bytes = 0;   // device memory (for reports only: the budget is the user's)
 };

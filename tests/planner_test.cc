@@ -1,0 +1,164 @@
+// The budget planner: cost-model profiles and monotonicity, the search (every budget met,
+// optimizer and numerics untouched, deterministic, pins respected, the floor named when
+// infeasible), and the offload pass (bit-identical training, the device drop it predicts).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "passes/offload.h"
+#include "planner/cost_model.h"
+#include "planner/search.h"
+#include "runtime/trainer.h"
+#include "tests/pass_compare.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+namespace fs = std::filesystem;
+
+CompileOptions vit_options(int64_t batch) {
+  CompileOptions o;
+  o.batch = batch;
+  o.optimizer.kind = "adamw";
+  return o;
+}
+
+TEST(CostModel, ProfilesAndFiles) {
+  for (const char* t : {"cpu", "a100", "h100", "h200"}) {
+    auto p = device_profile(t);
+    ASSERT_TRUE(p.ok()) << t;
+    EXPECT_GT(p->f32_flops, 0);
+    EXPECT_GE(p->low_flops, p->name == "cpu" ? 0 : p->f32_flops);  // tensor cores
+  }
+  EXPECT_FALSE(device_profile("tpu9").ok());
+  const std::string path = (fs::temp_directory_path() / "memc_profile_test.json").string();
+  DeviceProfile p = *device_profile("h100");
+  p.name = "mine";
+  p.f32_flops = 1.5e12;
+  ASSERT_TRUE(write_profile(path, p).ok());
+  auto back = device_profile(path);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->name, "mine");
+  EXPECT_EQ(back->f32_flops, 1.5e12);
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("{\"f32_flops\": -1}", f);
+  std::fclose(f);
+  EXPECT_EQ(device_profile(path).status().kind(), ErrorKind::kBadInput);
+}
+
+TEST(CostModel, MoreMicroBatchesAndRecomputeCostTimeAndTensorCoresFavorBf16) {
+  CompileOptions o = vit_options(32);
+  o.target = "h200";
+  const double base = testing::compile_committed("vit_tiny", o).estimated_step_ms;
+  o.micro_batches = 4;
+  const double micro = testing::compile_committed("vit_tiny", o).estimated_step_ms;
+  o.micro_batches = 1;
+  o.remat.policy = "blocks";
+  const double remat = testing::compile_committed("vit_tiny", o).estimated_step_ms;
+  o.remat = {};
+  EXPECT_GT(micro, base);
+  EXPECT_GT(remat, base);
+  // ViT-B/16 at batch 8 is GEMM-bound: bf16 tensor cores beat f32 on an H200.
+  CompileOptions b = vit_options(8);
+  b.target = "h200";
+  const double f32 = testing::compile_committed("vit_b_16_skeleton", b).estimated_step_ms;
+  b.precision = "bf16-mixed";
+  const double bf16 = testing::compile_committed("vit_b_16_skeleton", b).estimated_step_ms;
+  std::printf("[planner] vit_tiny b32 h200: %.3f ms, 4 micro-batches %.3f, remat blocks %.3f; vit_b_16 b8: fp32 %.2f, bf16-mixed %.2f ms\n",
+              base, micro, remat, f32, bf16);
+  EXPECT_LT(bf16, f32);
+}
+
+TEST(Search, EveryBudgetMetWithoutChangingOptimizerOrNumerics) {
+  const std::string path = testing::source_path("models/vit_tiny.onnx");
+  const int64_t unconstrained = testing::compile_committed("vit_tiny", vit_options(32)).memory.predicted_peak_bytes;
+  for (double fraction : {0.75, 0.5, 0.25, 0.15}) {
+    ModelCompiler compiler(path, path + ".plan");
+    CompileOptions o = vit_options(32);
+    o.budget_bytes = static_cast<int64_t>(fraction * static_cast<double>(unconstrained));
+    auto found = search_plan(compiler, o, SearchSpace{});
+    ASSERT_TRUE(found.ok()) << found.status().message();
+    auto plan = compiler.compile(found->chosen);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    std::printf("[planner] vit_tiny b32 budget %.0f%% (%lld B): %s, planned %lld B, %.2f ms, %d candidates\n", fraction * 100,
+                static_cast<long long>(o.budget_bytes), found->best.label().c_str(), static_cast<long long>(plan->memory.predicted_peak_bytes),
+                plan->estimated_step_ms, found->compiles);
+    EXPECT_LE(plan->memory.predicted_peak_bytes, o.budget_bytes);
+    EXPECT_EQ(plan->optimizer.kind, "adamw");
+    EXPECT_EQ(plan->decisions.precision.find("-true"), std::string::npos);
+    // Deterministic: a second search picks the same plan.
+    ModelCompiler again(path, path + ".plan");
+    auto second = search_plan(again, o, SearchSpace{});
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second->best.label(), found->best.label());
+    // The Pareto front: peaks rise while times fall.
+    for (size_t i = 1; i < found->pareto.size(); ++i) {
+      EXPECT_GE(found->pareto[i].peak_bytes, found->pareto[i - 1].peak_bytes);
+      EXPECT_LT(found->pareto[i].step_ms, found->pareto[i - 1].step_ms);
+    }
+  }
+}
+
+TEST(Search, PinsAreKeptAndTheFloorIsNamed) {
+  const std::string path = testing::source_path("models/vit_tiny.onnx");
+  ModelCompiler compiler(path, path + ".plan");
+  CompileOptions o = vit_options(32);
+  o.precision = "bf16-true";  // pinned by the user: allowed, and kept
+  o.budget_bytes = 600'000;
+  SearchSpace space;
+  space.precision = false;
+  auto found = search_plan(compiler, o, space);
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ(found->chosen.precision, "bf16-true");
+  o.precision = "fp32";
+  o.budget_bytes = 10'000;
+  auto refused = search_plan(compiler, o, SearchSpace{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().kind(), ErrorKind::kBudget);
+  EXPECT_NE(refused.status().message().find("below the smallest peak memc can plan"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("largest at that peak"), std::string::npos);
+}
+
+// Offload: the same training to the bit, and the device keeps what the pass says it keeps.
+class OffloadVsNone : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OffloadVsNone, BitIdenticalAfterTenStepsAndPredictedDeviceDrop) {
+  CompileOptions o = vit_options(16);
+  o.precision = GetParam();
+  const Plan none = testing::compile_committed("vit_tiny", o);
+  o.offload = "optimizer";
+  const Plan off = testing::compile_committed("vit_tiny", o);
+  int64_t moved = 0;
+  for (ValueId a : off.train.arguments()) moved += off.train.value(a).space == MemSpace::kHost ? off.train.value(a).type.bytes() : 0;
+  int64_t states = 0;
+  for (ValueId a : none.train.arguments()) states += none.train.value(a).role == Role::kOptimizerState ? none.train.value(a).type.bytes() : 0;
+  EXPECT_GE(moved, states);
+  // The host arena holds them (each slice 64-byte aligned), and the device drops by exactly it.
+  EXPECT_GE(off.memory.host_bytes, moved);
+  EXPECT_LT(off.memory.host_bytes - moved, 64 * static_cast<int64_t>(off.train.arguments().size()));
+  EXPECT_EQ(none.memory.predicted_peak_bytes - off.memory.predicted_peak_bytes, off.memory.host_bytes);
+  std::printf("[planner] vit_tiny b16 %s: device peak %lld -> %lld B with offload (%lld B to host; optimizer state %lld B)\n",
+              GetParam().c_str(), static_cast<long long>(none.memory.predicted_peak_bytes),
+              static_cast<long long>(off.memory.predicted_peak_bytes), static_cast<long long>(moved), static_cast<long long>(states));
+
+  StateMap a, b;
+  RunOptions run{.data = testing::source_path("data/digits_train.npz"), .steps = 10, .seed = 0, .quiet = true};
+  auto ra = run_plan("", none, run, &a);
+  auto rb = run_plan("", off, run, &b);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(rb->measured_peak_bytes, off.memory.predicted_peak_bytes);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, OffloadVsNone, ::testing::Values("fp32", "bf16-mixed"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param == "fp32" ? "fp32" : "bf16_mixed"; });
+
+}  // namespace
+}  // namespace memc
