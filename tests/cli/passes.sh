@@ -1,4 +1,5 @@
-# Memory-pass flags of memc compile: --micro-batches, --remat, --attention, and the pass dumps
+# Memory-pass flags of memc compile: --micro-batches, --remat, --attention, --offload, the budget
+# search (--budget, --explain, --target, memc calibrate), and the pass dumps
 # (--print-ir-after-all, --print-ir-after, --dump-dir) and -v pass reports.
 source "$(dirname "$0")/common.bash" "$@"
 
@@ -62,4 +63,44 @@ grep -q 'memc.attention' "$TMP/dump/01-attention.mlir" && ! grep -q 'memc.attent
 $MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after schedule -o "$TMP/s.plan" >/dev/null 2>"$TMP/err"
 [ "$(grep -c '^// ----- IR after schedule' "$TMP/err")" = 1 ] && pass "--print-ir-after schedule" || fail "print-ir-after"
 expect_error 2 "passes are import" -- $MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after autodiff -o "$TMP/x.plan"
+
+# --offload optimizer: the device peak drops by the host arena, training is unchanged.
+$MEMC compile models/vit_tiny.onnx --batch 16 --offload optimizer -o "$TMP/off.plan" --json >"$TMP/off.json" 2>"$TMP/err" || fail "offload: $(cat "$TMP/err")"
+$MEMC run "$TMP/off.plan" --data data/digits_train.npz --steps 1 --quiet --dump-grads "$TMP/g_off.npz" --json "$TMP/off_run.json" >/dev/null 2>"$TMP/err" || fail "run offload: $(cat "$TMP/err")"
+npz_py '
+a, b = read_npz(sys.argv[1]), read_npz(sys.argv[2])
+assert sorted(a) == sorted(b) and all(a[k] == b[k] for k in a), "gradients differ"
+import json
+one, off, run = (json.load(open(p)) for p in sys.argv[3:6])
+assert off["decisions"]["offload"] == "optimizer", off["decisions"]
+assert off["host_bytes"] > 0 and one["predicted_peak_bytes"] - off["predicted_peak_bytes"] == off["host_bytes"], (one, off)
+assert run["measured_peak_bytes"] == off["predicted_peak_bytes"], run
+' "$TMP/g_none.npz" "$TMP/g_off.npz" "$TMP/one.json" "$TMP/off.json" "$TMP/off_run.json" \
+  && pass "--offload optimizer: same gradients, device peak drops by the host arena, measured = planned" || fail "offload"
+
+# The budget search: the plan fits, --json and --explain show the ladder and the Pareto front.
+$MEMC compile models/vit_tiny.onnx --batch 16 --budget 600KB --json -o "$TMP/b.plan" >"$TMP/b.json" 2>"$TMP/err" || fail "budget search: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["predicted_peak_bytes"] <= 600000, d["predicted_peak_bytes"]
+s = d["search"]
+assert s["chosen"]["fits"] and s["chosen"]["chosen"] and s["candidates_compiled"] >= 2, s["chosen"]
+assert len(s["ladder"]) >= 3 and len(s["pareto"]) >= 1, s
+assert d["estimated_step_ms"] > 0 and d["target"] == "cpu", d
+' "$TMP/b.json" && pass "--budget 600KB: searched plan fits, search in --json" || fail "search json: $(head -c 300 "$TMP/b.json")"
+$MEMC compile models/vit_tiny.onnx --batch 16 --budget 600KB --explain --target h200 -o "$TMP/e.plan" >"$TMP/e.out" 2>"$TMP/err" || fail "explain: $(cat "$TMP/err")"
+grep -q "^ladder " "$TMP/e.out" && grep -q "^pareto " "$TMP/e.out" && grep -q "<- chosen" "$TMP/e.out" && grep -q "on h200" "$TMP/e.out" \
+  && pass "--explain prints the ladder and the Pareto front with the chosen plan" || fail "explain output: $(cat "$TMP/e.out")"
+$MEMC compile models/vit_tiny.onnx --batch 16 --budget 600KB --precision fp32 --offload none --json -o "$TMP/p.plan" >"$TMP/p.json" 2>"$TMP/err" \
+  && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["decisions"]["precision"] == "fp32" and d["decisions"]["offload"] == "none", d["decisions"]' "$TMP/p.json" \
+  && pass "pinned decisions stay pinned in the search" || fail "pins: $(cat "$TMP/err")"
+expect_error 3 "smallest peak memc can plan" -- $MEMC compile models/vit_tiny.onnx --batch 16 --budget 50KB -o "$TMP/x.plan"
+expect_error 2 "--target" -- $MEMC compile models/vit_tiny.onnx --batch 16 --target tpu -o "$TMP/x.plan"
+
+# memc calibrate writes a profile that --target reads.
+$MEMC calibrate -o "$TMP/cpu.json" --seconds 0.02 >/dev/null 2>"$TMP/err" || fail "calibrate: $(cat "$TMP/err")"
+$MEMC compile models/vit_tiny.onnx --batch 16 --target "$TMP/cpu.json" --json -o "$TMP/t.plan" >"$TMP/t.json" 2>"$TMP/err" \
+  && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["target"] == "cpu" and d["estimated_step_ms"] > 0, d' "$TMP/t.json" \
+  && pass "memc calibrate → --target PROFILE" || fail "calibrated target: $(cat "$TMP/err")"
 finish
