@@ -134,8 +134,9 @@ int run_main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "optimizer", "auto"}));
   std::string remat = "none";
   compile_cmd->add_option("--remat", remat,
-                          "Recompute activations in backward: none (default) | blocks (checkpoint each block) | SIZE (keep at most "
-                          "SIZE of activations) | a comma list adding save=NAME / recompute=NAME pins");
+                          "Recompute activations in backward: none (default) | blocks (checkpoint each block) | SIZE (hold at most "
+                          "SIZE of saved activations and checkpoints from forward to backward; the segment being backpropagated "
+                          "comes on top) | auto (with --budget) | a comma list adding save=NAME / recompute=NAME pins");
   bool no_dropout = false;
   compile_cmd->add_flag("--no-dropout", no_dropout, "Turn dropout into identity (for exact comparisons with another framework)");
   compile_cmd->add_flag("--print-ir", compile.print_ir, "Print the training step's IR");
