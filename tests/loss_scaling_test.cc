@@ -11,6 +11,7 @@
 #include "planner/compile.h"
 #include "runtime/dataset.h"
 #include "runtime/trainer.h"
+#include "tests/pass_compare.h"
 #include "tests/test_util.h"
 
 namespace memc {
@@ -34,25 +35,7 @@ Plan compile(const std::string& precision, int64_t batch = 16) {
   return std::move(plan).value();
 }
 
-std::map<std::string, Tensor> gradients(const Plan& plan) {
-  std::vector<InputSpec> specs;
-  for (ValueId a : plan.train.arguments()) {
-    const Value& v = plan.train.value(a);
-    if (v.role == Role::kInput && v.source_name != kLabelsArg) specs.push_back({v.source_name, v.type});
-  }
-  auto data = load_dataset(source_path("data/digits_train.npz"), specs, plan.num_classes);
-  MEMC_CHECK(data.ok(), data.status().message());
-  std::vector<int64_t> order(static_cast<size_t>(data->size));
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  auto state = initial_state("", plan);
-  MEMC_CHECK(state.ok(), state.status().message());
-  auto grads = compute_gradients(plan, *state, make_batch(*data, order, 0, plan.batch, specs, kLabelsArg), 0, 1);
-  MEMC_CHECK(grads.ok(), grads.status().message());
-  for (auto& [name, t] : *grads) {
-    if (t.dtype() != DType::kF32) t = t.cast(DType::kF32);
-  }
-  return std::move(grads).value();
-}
+std::map<std::string, Tensor> gradients(const Plan& plan) { return testing::first_step_gradients(plan, "digits_train.npz"); }
 
 bool has_argument(const Module& m, const std::string& name) {
   for (ValueId a : m.arguments()) {
