@@ -77,8 +77,8 @@ ValueId found_inf(Module& m, const std::vector<ValueId>& grads) {
 
 Status TrainingStep::run(Module& module) {
   const auto& kind = options_.kind;
-  if (kind != "sgd" && kind != "momentum" && kind != "adam" && kind != "adamw") {
-    return Status::BadInput("unknown optimizer '" + kind + "' (sgd, momentum, adam, adamw)");
+  if (kind != "sgd" && kind != "momentum" && kind != "adam" && kind != "adamw" && kind != "adam8bit" && kind != "adafactor") {
+    return Status::BadInput("unknown optimizer '" + kind + "' (sgd, momentum, adam, adamw, adam8bit, adafactor)");
   }
   if (module.outputs().empty()) return Status::BadInput("the model has no outputs");
   const ValueId logits = module.outputs()[0];
@@ -150,8 +150,8 @@ Status TrainingStep::run(Module& module) {
     const ValueId w = params[i], g = grads[i];
     const TensorType t = module.value(w).type;
     const std::string name = module.value(w).source_name;  // a copy: adding arguments grows the table
-    auto state = [&](const std::string& prefix) {
-      return module.add_argument(prefix + "." + name, t, Role::kOptimizerState);
+    auto state = [&](const std::string& prefix, TensorType type) {
+      return module.add_argument(prefix + "." + name, std::move(type), Role::kOptimizerState);
     };
     Attrs a;
     a.set("weight_decay", options_.weight_decay);
@@ -165,17 +165,55 @@ Status TrainingStep::run(Module& module) {
       a.set("momentum", options_.momentum);
       a.set("dampening", options_.dampening);
       a.set("nesterov", int64_t{options_.nesterov});
-      const ValueId buf = state("momentum_buffer");
+      const ValueId buf = state("momentum_buffer", t);
       updated_args.push_back(buf);
       std::vector<ValueId> in = {w, g, buf, lr, step};
       if (skip != kNoValue) in.push_back(skip);
       outs = *module.add_node("momentum_update", in, a, "optimizer");
+    } else if (kind == "adam8bit") {
+      // AdamW with block-wise 8-bit moments: u8 codes like the parameter, an f32 absmax per block.
+      constexpr int64_t kBlock = 2048;
+      const int64_t blocks = (t.numel() + kBlock - 1) / kBlock;
+      a.set("beta1", options_.beta1);
+      a.set("beta2", options_.beta2);
+      a.set("eps", options_.eps);
+      a.set("decoupled", int64_t{1});
+      a.set("block", kBlock);
+      const TensorType codes{DType::kU8, t.shape}, maxima{DType::kF32, {blocks}};
+      const ValueId mq = state("exp_avg.q8", codes), mm = state("exp_avg.absmax", maxima);
+      const ValueId vq = state("exp_avg_sq.q8", codes), vm = state("exp_avg_sq.absmax", maxima);
+      updated_args.insert(updated_args.end(), {mq, mm, vq, vm});
+      std::vector<ValueId> in = {w, g, mq, mm, vq, vm, lr, step};
+      if (skip != kNoValue) in.push_back(skip);
+      outs = *module.add_node("adam8bit_update", in, a, "optimizer");
+    } else if (kind == "adafactor") {
+      // Factored second moment over the last two dims for rank ≥ 2; no first moment.
+      a.set("decay_rate", -0.8);
+      a.set("eps1", 1e-30);
+      a.set("clip_threshold", 1.0);
+      const bool factored = t.shape.size() >= 2;
+      a.set("factored", int64_t{factored});
+      std::vector<ValueId> in = {w, g};
+      if (factored) {
+        Shape rows(t.shape.begin(), t.shape.end() - 1), cols(t.shape.begin(), t.shape.end() - 2);
+        cols.push_back(t.shape.back());
+        const ValueId r = state("exp_avg_sq_row", {DType::kF32, rows}), c = state("exp_avg_sq_col", {DType::kF32, cols});
+        updated_args.insert(updated_args.end(), {r, c});
+        in.insert(in.end(), {r, c});
+      } else {
+        const ValueId v = state("exp_avg_sq", {DType::kF32, t.shape});
+        updated_args.push_back(v);
+        in.push_back(v);
+      }
+      in.insert(in.end(), {lr, step});
+      if (skip != kNoValue) in.push_back(skip);
+      outs = *module.add_node("adafactor_update", in, a, "optimizer", factored ? 3 : 2);
     } else {
       a.set("beta1", options_.beta1);
       a.set("beta2", options_.beta2);
       a.set("eps", options_.eps);
       a.set("decoupled", int64_t{kind == "adamw"});
-      const ValueId m = state("exp_avg"), v = state("exp_avg_sq");
+      const ValueId m = state("exp_avg", t), v = state("exp_avg_sq", t);
       updated_args.push_back(m);
       updated_args.push_back(v);
       std::vector<ValueId> in = {w, g, m, v, lr, step};

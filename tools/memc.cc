@@ -96,8 +96,10 @@ int run_main(int argc, char** argv) {
   compile_cmd->add_option("-o,--output", compile.output, "Plan file to write")->required();
   compile_cmd->add_option("--seq", compile.options.seq, "Sequence length for dynamic token dims")->check(kPositive);
   compile_cmd->add_option("--loss", compile.loss, "Loss: cross_entropy (softmax cross-entropy on integer labels)");
-  compile_cmd->add_option("--optimizer", compile.options.optimizer.kind, "sgd | momentum | adam | adamw (default adamw)")
-      ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw"}));
+  compile_cmd->add_option("--optimizer", compile.options.optimizer.kind,
+                          "sgd | momentum | adam | adamw (default) | adam8bit (AdamW, 8-bit block-wise moments) | adafactor (factored "
+                          "second moment); the budget search never changes it")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw", "adam8bit", "adafactor"}));
   compile_cmd->add_option("--lr", compile.schedule.lr, "Peak learning rate (default 1e-3)")->check(kNonNegative);
   double weight_decay = -1;
   compile_cmd->add_option("--weight-decay", weight_decay, "Weight decay (default 0.01 for adamw, else 0)")->check(kNonNegative);
@@ -197,7 +199,7 @@ int run_main(int argc, char** argv) {
   if (inspect_cmd->parsed()) return run_inspect(inspect);
   if (infer_cmd->parsed()) return run_infer(infer);
   if (compile_cmd->parsed()) {
-    compile.options.optimizer.weight_decay = weight_decay >= 0 ? weight_decay : (compile.options.optimizer.kind == "adamw" ? 0.01 : 0.0);
+    compile.options.optimizer.weight_decay = weight_decay >= 0 ? weight_decay : ((compile.options.optimizer.kind == "adamw" || compile.options.optimizer.kind == "adam8bit") ? 0.01 : 0.0);
     compile.options.dropout = !no_dropout;
     // With --budget, each decision not given on the command line (or given as auto) is searched.
     const bool budget = !compile.budget.empty();

@@ -1,7 +1,9 @@
 // CPU kernels of the optimizer updates, matching torch.optim's arithmetic order so losses
 // track PyTorch's step for step. State and math in the compute type (f32 for 16-bit storage).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/loops.h"
@@ -102,12 +104,185 @@ Status adam_kernel(KernelContext& ctx) {
   });
 }
 
+// 8-bit codes of a dynamic quantization map (after Dettmers et al., "8-bit optimizers via
+// block-wise quantization"): a value normalized by its block's absolute maximum is coded by
+// decade (1e-6 … 1) and a linear fraction within the decade, with more fraction steps for the
+// larger decades, so small moments keep relative precision. Code 0 is 0 (zero-filled state
+// decodes to zero). Signed: 127 magnitudes per sign; unsigned: 254 magnitudes.
+struct DynamicMap {
+  float value[256] = {};
+  std::vector<std::pair<float, uint8_t>> sorted;  // (value, code), ascending
+
+  explicit DynamicMap(bool is_signed) {
+    std::vector<float> magnitudes;
+    for (int d = 0; d < 7; ++d) {  // decade 10^(d-6): fractions (0.1, 1] in 2^d (signed) or 2^(d+1) steps
+      const int steps = is_signed ? (1 << d) : (2 << d);
+      const double scale = std::pow(10.0, d - 6);
+      for (int k = 1; k <= steps; ++k) magnitudes.push_back(static_cast<float>(scale * (0.1 + 0.9 * k / steps)));
+    }
+    int code = 1;
+    for (float m : magnitudes) {
+      value[code++] = m;
+      if (is_signed) value[code++] = -m;
+      if (code > 255) break;
+    }
+    for (int c = 0; c < code; ++c) sorted.push_back({value[c], static_cast<uint8_t>(c)});
+    std::sort(sorted.begin(), sorted.end());
+  }
+  uint8_t encode(float x) const {  // nearest value
+    auto it = std::lower_bound(sorted.begin(), sorted.end(), std::pair<float, uint8_t>{x, 0});
+    if (it == sorted.end()) return sorted.back().second;
+    if (it == sorted.begin()) return it->second;
+    const auto below = it - 1;
+    return (x - below->first) <= (it->first - x) ? below->second : it->second;
+  }
+};
+
+const DynamicMap& signed_map() {
+  static const DynamicMap map(true);
+  return map;
+}
+const DynamicMap& unsigned_map() {
+  static const DynamicMap map(false);
+  return map;
+}
+
+// AdamW (or Adam) on moments stored as 8-bit codes per block of `block` elements: each block
+// is decoded (code value × block absmax), updated in f32 exactly as adam_kernel, and encoded
+// again against its new absmax.
+Status adam8bit_kernel(KernelContext& ctx) {
+  const double b1 = ctx.node.attrs.get_float("beta1", 0.9), b2 = ctx.node.attrs.get_float("beta2", 0.999),
+               eps = ctx.node.attrs.get_float("eps", 1e-8), wd = ctx.node.attrs.get_float("weight_decay", 0.0);
+  const bool decoupled = ctx.node.attrs.get_int("decoupled", 1);
+  const int64_t block = ctx.node.attrs.get_int("block", 2048);
+  if (skipped(ctx, 8)) return Status::Ok();
+  const double lr = scalar(ctx, 6), t = scalar(ctx, 7);
+  const double bc1 = 1.0 - std::pow(b1, t), bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
+  const double step_size = lr / bc1;
+  const DynamicMap &ms = signed_map(), &vs = unsigned_map();
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    const T* w = ctx.inputs[0]->data<T>();
+    const T* g = ctx.inputs[1]->data<T>();
+    const uint8_t* mq = ctx.inputs[2]->data<uint8_t>();
+    const float* m_max = ctx.inputs[3]->data<float>();
+    const uint8_t* vq = ctx.inputs[4]->data<uint8_t>();
+    const float* v_max = ctx.inputs[5]->data<float>();
+    T* w_out = ctx.outputs[0]->data<T>();
+    uint8_t* mq_out = ctx.outputs[1]->data<uint8_t>();
+    float* m_max_out = ctx.outputs[2]->data<float>();
+    uint8_t* vq_out = ctx.outputs[3]->data<uint8_t>();
+    float* v_max_out = ctx.outputs[4]->data<float>();
+    const int64_t n = ctx.outputs[0]->numel();
+    std::vector<float> m(static_cast<size_t>(std::min(block, n))), v(m.size());
+    for (int64_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+      const int64_t len = std::min(block, n - b0);
+      float new_m_max = 0, new_v_max = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t i = b0 + j;
+        float wi = static_cast<float>(load(w[i])), gi = static_cast<float>(load(g[i]));
+        if (decoupled) wi *= static_cast<float>(1.0 - lr * wd);
+        else gi += static_cast<float>(wd) * wi;
+        const float mi = static_cast<float>(b1) * ms.value[mq[i]] * m_max[bi] + static_cast<float>(1.0 - b1) * gi;
+        const float vi = static_cast<float>(b2) * vs.value[vq[i]] * v_max[bi] + static_cast<float>(1.0 - b2) * gi * gi;
+        const float denom = std::sqrt(vi) / static_cast<float>(bc2_sqrt) + static_cast<float>(eps);
+        w_out[i] = store<T, float>(wi - static_cast<float>(step_size) * mi / denom);
+        m[static_cast<size_t>(j)] = mi, v[static_cast<size_t>(j)] = vi;
+        new_m_max = std::max(new_m_max, std::abs(mi)), new_v_max = std::max(new_v_max, vi);
+      }
+      for (int64_t j = 0; j < len; ++j) {
+        mq_out[b0 + j] = new_m_max > 0 ? ms.encode(m[static_cast<size_t>(j)] / new_m_max) : 0;
+        vq_out[b0 + j] = new_v_max > 0 ? vs.encode(v[static_cast<size_t>(j)] / new_v_max) : 0;
+      }
+      m_max_out[bi] = new_m_max, v_max_out[bi] = new_v_max;
+    }
+  });
+}
+
+// Adafactor (Shazeer & Stern 2018) without a first moment, with an explicit learning rate:
+// β2ₜ = 1 - t^decay_rate; G = g² + ε₁; factored (rank ≥ 2, over the last two dims):
+// r ← β2ₜ r + (1-β2ₜ) mean_cols G, c ← β2ₜ c + (1-β2ₜ) mean_rows G, v̂ = (r / mean r) ⊗ c;
+// else v ← β2ₜ v + (1-β2ₜ) G, v̂ = v. u = g/√v̂, u ← u / max(1, RMS(u)/d);
+// w ← w - lr·λ·w - lr·u.
+Status adafactor_kernel(KernelContext& ctx) {
+  const bool factored = ctx.node.attrs.get_int("factored", 0);
+  const double decay = ctx.node.attrs.get_float("decay_rate", -0.8), eps1 = ctx.node.attrs.get_float("eps1", 1e-30),
+               clip = ctx.node.attrs.get_float("clip_threshold", 1.0), wd = ctx.node.attrs.get_float("weight_decay", 0.0);
+  const size_t first_scalar = factored ? 4 : 3;
+  if (skipped(ctx, first_scalar + 2)) return Status::Ok();
+  const double lr = scalar(ctx, static_cast<int>(first_scalar)), t = scalar(ctx, static_cast<int>(first_scalar + 1));
+  const auto beta = static_cast<float>(1.0 - std::pow(t, decay));
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    const T* w = ctx.inputs[0]->data<T>();
+    const T* g = ctx.inputs[1]->data<T>();
+    T* w_out = ctx.outputs[0]->data<T>();
+    const int64_t n = ctx.outputs[0]->numel();
+    std::vector<float> u(static_cast<size_t>(n));
+    if (factored) {
+      const Shape& s = ctx.inputs[0]->shape();
+      const int64_t cols = s.back(), rows = s[s.size() - 2], mats = n / (rows * cols);
+      const float* r = ctx.inputs[2]->data<float>();
+      const float* c = ctx.inputs[3]->data<float>();
+      float* r_out = ctx.outputs[1]->data<float>();
+      float* c_out = ctx.outputs[2]->data<float>();
+      std::vector<double> row_mean(static_cast<size_t>(rows)), col_mean(static_cast<size_t>(cols));
+      for (int64_t b = 0; b < mats; ++b) {
+        std::fill(row_mean.begin(), row_mean.end(), 0.0);
+        std::fill(col_mean.begin(), col_mean.end(), 0.0);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const double gi = static_cast<double>(load(g[(b * rows + i) * cols + j]));
+            const double sq = gi * gi + eps1;
+            row_mean[static_cast<size_t>(i)] += sq / static_cast<double>(cols);
+            col_mean[static_cast<size_t>(j)] += sq / static_cast<double>(rows);
+          }
+        }
+        double r_sum = 0;
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t k = b * rows + i;
+          r_out[k] = beta * r[k] + (1.0f - beta) * static_cast<float>(row_mean[static_cast<size_t>(i)]);
+          r_sum += r_out[k];
+        }
+        const double r_avg = r_sum / static_cast<double>(rows);
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t k = b * cols + j;
+          c_out[k] = beta * c[k] + (1.0f - beta) * static_cast<float>(col_mean[static_cast<size_t>(j)]);
+        }
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const int64_t k = (b * rows + i) * cols + j;
+            const double v_hat = static_cast<double>(r_out[b * rows + i]) / r_avg * static_cast<double>(c_out[b * cols + j]);
+            u[static_cast<size_t>(k)] = static_cast<float>(static_cast<double>(load(g[k])) / std::sqrt(v_hat));
+          }
+        }
+      }
+    } else {
+      const float* v = ctx.inputs[2]->data<float>();
+      float* v_out = ctx.outputs[1]->data<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        const float gi = static_cast<float>(load(g[i]));
+        v_out[i] = beta * v[i] + (1.0f - beta) * (gi * gi + static_cast<float>(eps1));
+        u[static_cast<size_t>(i)] = gi / std::sqrt(v_out[i]);
+      }
+    }
+    double sq = 0;
+    for (float x : u) sq += static_cast<double>(x) * x;
+    const double rms = std::sqrt(sq / static_cast<double>(std::max<int64_t>(n, 1)));
+    const auto scale = static_cast<float>(1.0 / std::max(1.0, rms / clip));
+    for (int64_t i = 0; i < n; ++i) {
+      const float wi = static_cast<float>(load(w[i]));
+      w_out[i] = store<T, float>(wi - static_cast<float>(lr * wd) * wi - static_cast<float>(lr) * scale * u[static_cast<size_t>(i)]);
+    }
+  });
+}
+
 }  // namespace
 
 void register_optimizer_kernels(KernelTable& t) {
   t.add("sgd_update", sgd_kernel);
   t.add("momentum_update", momentum_kernel);
   t.add("adam_update", adam_kernel);
+  t.add("adam8bit_update", adam8bit_kernel);
+  t.add("adafactor_update", adafactor_kernel);
 }
 
 }  // namespace memc::cpu

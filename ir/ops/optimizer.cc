@@ -35,6 +35,46 @@ FlopsFn per_element(int flops) {
   return [flops](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return flops * in[0].numel(); };
 }
 
+// adam8bit_update(w, g, m_codes u8, m_absmax f32 [blocks], v_codes u8, v_absmax f32 [blocks], lr, step[, skip])
+Status adam8bit_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const int64_t block = c.node.attrs.get_int("block", 2048);
+  if (block <= 0) return Status::BadInput("block must be positive");
+  const int64_t n = c.inputs[0].numel(), blocks = (n + block - 1) / block;
+  if (c.inputs[1].shape != c.inputs[0].shape) return Status::BadInput("gradient shape differs from the parameter's");
+  for (int i : {2, 4}) {
+    if (c.inputs[i].dtype != DType::kU8 || c.inputs[i].numel() != n) return Status::BadInput("moment codes must be u8 with the parameter's size");
+  }
+  for (int i : {3, 5}) {
+    if (c.inputs[i].dtype != DType::kF32 || c.inputs[i].shape != Shape{blocks}) {
+      return Status::BadInput(str_cat("block maxima must be f32 [", blocks, "]"));
+    }
+  }
+  MEMC_RETURN_IF_ERROR(check_scalars(c, 6));
+  out = {c.inputs[0], c.inputs[2], c.inputs[3], c.inputs[4], c.inputs[5]};
+  return Status::Ok();
+}
+
+// adafactor_update(w, g, r, c, lr, step[, skip]) {factored = 1}: r [..., rows], c [..., cols];
+// adafactor_update(w, g, v, lr, step[, skip]) {factored = 0}: v like w.
+Status adafactor_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const bool factored = c.node.attrs.get_int("factored", 0);
+  const Shape& w = c.inputs[0].shape;
+  if (c.inputs[1].shape != w) return Status::BadInput("gradient shape differs from the parameter's");
+  if (factored) {
+    if (w.size() < 2) return Status::BadInput("a factored second moment needs a parameter of rank ≥ 2");
+    Shape rows(w.begin(), w.end() - 1), cols(w.begin(), w.end() - 2);
+    cols.push_back(w.back());
+    if (c.inputs[2].shape != rows || c.inputs[3].shape != cols) return Status::BadInput("row/column factors do not match the parameter");
+    MEMC_RETURN_IF_ERROR(check_scalars(c, 4));
+    out = {c.inputs[0], c.inputs[2], c.inputs[3]};
+  } else {
+    if (c.inputs[2].shape != w) return Status::BadInput("second moment shape differs from the parameter's");
+    MEMC_RETURN_IF_ERROR(check_scalars(c, 3));
+    out = {c.inputs[0], c.inputs[2]};
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void register_optimizer_ops(OpRegistry& r) {
@@ -48,6 +88,14 @@ void register_optimizer_ops(OpRegistry& r) {
   r.add({.name = "adam_update", .min_inputs = 6, .max_inputs = 7, .num_outputs = 3, .flags = flags,
          .shape = update_shape(4, 3), .flops = per_element(14),
          .doc = "(w, g, m, v, lr, step[, skip]) → (w', m', v') as torch.optim.Adam/AdamW {beta1, beta2, eps, weight_decay, decoupled}"});
+  r.add({.name = "adam8bit_update", .min_inputs = 8, .max_inputs = 9, .num_outputs = 5, .flags = flags, .shape = adam8bit_shape,
+         .flops = per_element(30),
+         .doc = "(w, g, m codes u8, m block absmax, v codes u8, v block absmax, lr, step[, skip]) → AdamW with block-wise "
+                "dynamically quantized 8-bit moments {beta1, beta2, eps, weight_decay, decoupled, block}"});
+  r.add({.name = "adafactor_update", .min_inputs = 5, .max_inputs = 7, .num_outputs = -1, .flags = flags, .shape = adafactor_shape,
+         .flops = per_element(12),
+         .doc = "(w, g, r, c | v, lr, step[, skip]) → Adafactor without first moment: factored second moment for rank ≥ 2 "
+                "{factored, decay_rate, eps1, clip_threshold, weight_decay}"});
 }
 
 }  // namespace memc

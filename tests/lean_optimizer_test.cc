@@ -1,0 +1,180 @@
+// Lean optimizer states: adam8bit (AdamW with block-wise dynamically quantized 8-bit moments)
+// and adafactor (factored second moment). The first adam8bit step equals AdamW's bit for bit
+// (the moments are quantized only when stored); adafactor matches an independent double
+// reference over three steps; the state bytes are what the arithmetic predicts; both train the
+// digits ViT like AdamW.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "ir/grad.h"
+#include "planner/compile.h"
+#include "runtime/executor.h"
+#include "runtime/trainer.h"
+#include "tests/pass_compare.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+ValueId arg(Module& m, const std::string& name, TensorType t, Role role = Role::kInput) { return m.add_argument(name, std::move(t), role); }
+
+Tensor scalar(float v) {
+  Tensor t = Tensor::zeros(DType::kF32, {});
+  t.data<float>()[0] = v;
+  return t;
+}
+
+TEST(Adam8bit, FirstStepEqualsAdamWAndLaterStepsStayClose) {
+  const Shape shape{3000};  // two blocks of 2048
+  std::mt19937 rng(3);
+  Tensor w = testing::random_tensor(DType::kF32, shape, rng), g = testing::random_tensor(DType::kF32, shape, rng);
+  Attrs a = make_attrs({{"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0.01}, {"decoupled", int64_t{1}}});
+  Module m32, m8;
+  {
+    const ValueId ws = arg(m32, "w", {DType::kF32, shape}), gs = arg(m32, "g", {DType::kF32, shape}), ms = arg(m32, "m", {DType::kF32, shape}),
+                  vs = arg(m32, "v", {DType::kF32, shape}), lr = arg(m32, "lr", {DType::kF32, {}}), st = arg(m32, "step", {DType::kF32, {}});
+    m32.set_outputs(*m32.add_node("adam_update", {ws, gs, ms, vs, lr, st}, a));
+  }
+  {
+    Attrs a8 = a;
+    a8.set("block", int64_t{2048});
+    const ValueId ws = arg(m8, "w", {DType::kF32, shape}), gs = arg(m8, "g", {DType::kF32, shape}), mq = arg(m8, "mq", {DType::kU8, shape}),
+                  mm = arg(m8, "mm", {DType::kF32, {2}}), vq = arg(m8, "vq", {DType::kU8, shape}), vm = arg(m8, "vm", {DType::kF32, {2}}),
+                  lr = arg(m8, "lr", {DType::kF32, {}}), st = arg(m8, "step", {DType::kF32, {}});
+    m8.set_outputs(*m8.add_node("adam8bit_update", {ws, gs, mq, mm, vq, vm, lr, st}, a8));
+  }
+  Tensor w32 = w, m = Tensor::zeros(DType::kF32, shape), v = m;
+  Tensor w8 = w, mq = Tensor::zeros(DType::kU8, shape), mm = Tensor::zeros(DType::kF32, {2}), vq = mq, vm = mm;
+  for (int step = 1; step <= 20; ++step) {
+    Tensor grad = testing::random_tensor(DType::kF32, shape, rng);
+    auto o32 = execute(m32, {{"w", w32}, {"g", grad}, {"m", m}, {"v", v}, {"lr", scalar(1e-3f)}, {"step", scalar(static_cast<float>(step))}});
+    auto o8 = execute(m8, {{"w", w8}, {"g", grad}, {"mq", mq}, {"mm", mm}, {"vq", vq}, {"vm", vm}, {"lr", scalar(1e-3f)},
+                           {"step", scalar(static_cast<float>(step))}});
+    ASSERT_TRUE(o32.ok() && o8.ok());
+    w32 = (*o32)[0], m = (*o32)[1], v = (*o32)[2];
+    w8 = (*o8)[0], mq = (*o8)[1], mm = (*o8)[2], vq = (*o8)[3], vm = (*o8)[4];
+    if (step == 1) {
+      ASSERT_EQ(std::memcmp(w8.raw(), w32.raw(), w32.nbytes()), 0) << "the first step differs from AdamW";
+    }
+  }
+  // After 20 steps the weights moved by ~lr·20; the 8-bit moments keep that movement within 5%.
+  double moved = 0, diff = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    moved += std::abs(w32.get_as_double(i) - w.get_as_double(i));
+    diff += std::abs(w8.get_as_double(i) - w32.get_as_double(i));
+  }
+  std::printf("[lean] adam8bit vs AdamW after 20 steps: mean |Δw| %.3g, mean |w8 - w32| %.3g\n", moved / w.numel(), diff / w.numel());
+  EXPECT_LT(diff, 0.05 * moved);
+}
+
+// Independent reference: Adafactor without momentum, explicit lr, in double.
+void adafactor_reference(std::vector<double>& w, const std::vector<double>& g, std::vector<double>& r, std::vector<double>& c,
+                         int rows, int cols, double lr, double t, double wd) {
+  const double beta = 1.0 - std::pow(t, -0.8);
+  std::vector<double> u(w.size());
+  for (int i = 0; i < rows; ++i) {
+    double s = 0;
+    for (int j = 0; j < cols; ++j) s += g[i * cols + j] * g[i * cols + j] + 1e-30;
+    r[i] = beta * r[i] + (1 - beta) * s / cols;
+  }
+  for (int j = 0; j < cols; ++j) {
+    double s = 0;
+    for (int i = 0; i < rows; ++i) s += g[i * cols + j] * g[i * cols + j] + 1e-30;
+    c[j] = beta * c[j] + (1 - beta) * s / rows;
+  }
+  double r_mean = 0, sq = 0;
+  for (double x : r) r_mean += x / rows;
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      u[i * cols + j] = g[i * cols + j] / std::sqrt(r[i] / r_mean * c[j]);
+      sq += u[i * cols + j] * u[i * cols + j];
+    }
+  }
+  const double scale = 1.0 / std::max(1.0, std::sqrt(sq / static_cast<double>(u.size())));
+  for (size_t k = 0; k < w.size(); ++k) w[k] = w[k] - lr * wd * w[k] - lr * scale * u[k];
+}
+
+TEST(Adafactor, FactoredUpdateMatchesAReferenceOverThreeSteps) {
+  const int rows = 5, cols = 7;
+  Module m;
+  const ValueId ws = arg(m, "w", {DType::kF32, {rows, cols}}), gs = arg(m, "g", {DType::kF32, {rows, cols}}),
+                rs = arg(m, "r", {DType::kF32, {rows}}), cs = arg(m, "c", {DType::kF32, {cols}}), lr = arg(m, "lr", {DType::kF32, {}}),
+                st = arg(m, "step", {DType::kF32, {}});
+  Attrs a = make_attrs({{"factored", int64_t{1}}, {"decay_rate", -0.8}, {"eps1", 1e-30}, {"clip_threshold", 1.0}, {"weight_decay", 0.1}});
+  auto outs = m.add_node("adafactor_update", {ws, gs, rs, cs, lr, st}, a, "", 3);
+  ASSERT_TRUE(outs.ok()) << outs.status().message();
+  m.set_outputs(*outs);
+  std::mt19937 rng(5);
+  Tensor w = testing::random_tensor(DType::kF32, {rows, cols}, rng), r = Tensor::zeros(DType::kF32, {rows}), c = Tensor::zeros(DType::kF32, {cols});
+  std::vector<double> rw(w.numel()), rr(rows, 0.0), rc(cols, 0.0);
+  for (int64_t i = 0; i < w.numel(); ++i) rw[i] = w.get_as_double(i);
+  for (int step = 1; step <= 3; ++step) {
+    Tensor g = testing::random_tensor(DType::kF32, {rows, cols}, rng);
+    std::vector<double> rg(g.numel());
+    for (int64_t i = 0; i < g.numel(); ++i) rg[i] = g.get_as_double(i);
+    auto out = execute(m, {{"w", w}, {"g", g}, {"r", r}, {"c", c}, {"lr", scalar(0.01f)}, {"step", scalar(static_cast<float>(step))}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    w = (*out)[0], r = (*out)[1], c = (*out)[2];
+    adafactor_reference(rw, rg, rr, rc, rows, cols, 0.01, step, 0.1);
+  }
+  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(w.get_as_double(i), rw[i], 1e-6 * std::max(1.0, std::abs(rw[i]))) << i;
+}
+
+int64_t state_bytes(const Plan& p) {
+  int64_t total = 0;
+  for (ValueId a : p.train.arguments()) total += p.train.value(a).role == Role::kOptimizerState ? p.train.value(a).type.bytes() : 0;
+  return total;
+}
+
+TEST(LeanOptimizers, StateBytesAsTheArithmeticPredictsAndTheyTrain) {
+  CompileOptions o;
+  o.batch = 32;
+  o.epochs = 8;  // 150 steps: 44 per epoch of digits
+  o.schedule.lr = 2e-3;
+  o.optimizer.kind = "adamw";
+  const Plan adamw = testing::compile_committed("vit_tiny", o);
+  int64_t adamw_bytes = 0, q8_bytes = 0, factored_bytes = 0;
+  for (ValueId a : adamw.train.arguments()) {
+    const Value& v = adamw.train.value(a);
+    if (v.role != Role::kParam) continue;
+    const int64_t n = v.type.numel();
+    adamw_bytes += 8 * n;
+    q8_bytes += 2 * n + 8 * ((n + 2047) / 2048);
+    const Shape& s = v.type.shape;
+    if (s.size() >= 2) {
+      factored_bytes += 4 * (n / s.back() + n / s[s.size() - 2]);
+    } else {
+      factored_bytes += 4 * n;
+    }
+  }
+  o.optimizer.kind = "adam8bit";
+  const Plan q8 = testing::compile_committed("vit_tiny", o);
+  o.optimizer.kind = "adafactor";
+  const Plan fa = testing::compile_committed("vit_tiny", o);
+  EXPECT_EQ(state_bytes(adamw), adamw_bytes);
+  EXPECT_EQ(state_bytes(q8), q8_bytes);
+  EXPECT_EQ(state_bytes(fa), factored_bytes);
+  std::printf("[lean] vit_tiny optimizer state: adamw %lld B, adam8bit %lld B, adafactor %lld B\n", static_cast<long long>(adamw_bytes),
+              static_cast<long long>(q8_bytes), static_cast<long long>(factored_bytes));
+  double last[3] = {0, 0, 0};
+  const Plan* plans[3] = {&adamw, &q8, &fa};
+  for (int k = 0; k < 3; ++k) {
+    RunOptions run{.data = testing::source_path("data/digits_train.npz"), .steps = 150, .seed = 0, .quiet = true};
+    auto report = run_plan("", *plans[k], run);
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    ASSERT_EQ(report->losses.size(), 150u);
+    for (size_t i = 140; i < 150; ++i) last[k] += report->losses[i] / 10;
+    EXPECT_EQ(report->measured_peak_bytes, plans[k]->memory.predicted_peak_bytes);
+  }
+  std::printf("[lean] mean loss of steps 141-150: adamw %.4f, adam8bit %.4f, adafactor %.4f\n", last[0], last[1], last[2]);
+  EXPECT_LT(last[1], 2.0);  // chance is ln 10 = 2.30
+  EXPECT_LT(last[2], 2.0);
+  EXPECT_NEAR(last[1], last[0], 0.25 * last[0]);
+}
+
+}  // namespace
+}  // namespace memc
