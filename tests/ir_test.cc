@@ -161,6 +161,11 @@ std::map<std::string, std::vector<Recipe>> explicit_recipes() {
   Tensor value = Tensor::zeros(DType::kI32, {3});
   value.set_from_double(1, -4);
   r["constant"] = {{{}, make_attrs({{"value", value}})}};
+  const TensorType scalar{DType::kF32, {}}, codes{DType::kU8, {2, 3}}, maxima{DType::kF32, {1}};
+  r["adam8bit_update"] = {{{f, f, codes, maxima, codes, maxima, scalar, scalar}, make_attrs({{"block", int64_t{2048}}})}};
+  r["adafactor_update"] = {{{f, f, TensorType{DType::kF32, {2}}, TensorType{DType::kF32, {3}}, scalar, scalar},
+                            make_attrs({{"factored", int64_t{1}}}), 3},
+                           {{f, f, f, scalar, scalar}, make_attrs({{"factored", int64_t{0}}}), 2}};
   (void)i64;
   return r;
 }
