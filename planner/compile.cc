@@ -110,7 +110,7 @@ Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOpti
   return &cache_.emplace(key, std::move(f)).first->second;
 }
 
-Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet) {
+Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet, bool schedule_quiet) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
   // fp32, bf16-true, fp16-true, bf16-mixed, fp16-mixed; an unknown mode is refused here, before importing.
   MEMC_RETURN_IF_ERROR(parse_precision(options.precision).status());
@@ -169,7 +169,7 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet)
   }
   // Last transforming pass, right before memory planning: a lower peak, never a higher one.
   // Search candidates skip it: their peak is then an upper bound of the final plan's.
-  if (options.reschedule && !quiet) {
+  if (options.reschedule && (!quiet || schedule_quiet)) {
     if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
     if (report && options.after_pass) options.after_pass("schedule", plan.train);
   }

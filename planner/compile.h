@@ -48,8 +48,9 @@ Expected<Plan> compile_model(const std::string& model_path, const std::string& p
 class ModelCompiler {
  public:
   ModelCompiler(std::string model_path, std::string plan_path);
-  // quiet: no pass reports or dumps, no verification and no budget check (search candidates).
-  Expected<Plan> compile(const CompileOptions& options, bool quiet = false);
+  // quiet: no pass reports or dumps, no verification and no budget check (search candidates),
+  // and no schedule pass unless `schedule_quiet` (its peak is then an upper bound).
+  Expected<Plan> compile(const CompileOptions& options, bool quiet = false, bool schedule_quiet = false);
   const std::string& model_path() const { return model_path_; }
 
  private:

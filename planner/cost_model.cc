@@ -118,7 +118,9 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
   int64_t link_bytes = 0, host_update_bytes = 0;
   for (NodeId id : train.schedule()) {
     const Node& node = train.node(id);
-    if (runs_on_host(train, node)) {
+    // An update on the host is charged at host bandwidth with its copies over the link; where
+    // host and device are one memory (the CPU) it costs what it costs anywhere.
+    if (p.link_bandwidth > 0 && runs_on_host(train, node)) {
       for (ValueId v : node.inputs) {
         if (v == kNoValue) continue;
         host_update_bytes += train.value(v).type.bytes();
