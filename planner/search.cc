@@ -144,6 +144,55 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
   }
   const RematOptions no_remat = space.remat ? RematOptions{} : base.remat;
 
+  // The floor: the least-memory settings (per-block checkpointing, the last offload level) at
+  // every precision and micro-batch count — more micro-batches do not always save memory, their
+  // f32 gradient accumulators cost some — and everything compiled on the way, scheduled.
+  auto compute_floor = [&]() -> Expected<Candidate> {
+    for (const std::string& p : precisions) {
+      int64_t previous = std::numeric_limits<int64_t>::max();
+      for (int64_t k : ks) {
+        RematOptions least = base.remat;
+        if (space.remat) least.policy = "blocks";
+        MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, least, variants.back().attention, variants.back().offload));
+        if (c.peak_bytes >= previous) break;  // more micro-batches stopped saving memory
+        previous = c.peak_bytes;
+      }
+    }
+    std::optional<Candidate> floor;
+    for (const Candidate& c : s.explored()) {
+      if (!floor || c.peak_bytes < floor->peak_bytes) floor = c;
+    }
+    return s.scheduled(*floor);  // the figure the written plan would have
+  };
+  auto floor_error = [&](const Candidate& floor) -> Status {
+    const bool pinned = !(space.precision || space.micro_batches || space.remat || space.attention || space.offload);
+    if (pinned) {
+      return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes, " bytes) is below the peak of the pinned plan (",
+                                    floor.label(), "): ", format_size(floor.peak_bytes), " (", floor.peak_bytes, " bytes); largest at the peak: ",
+                                    floor.largest, " ", format_size(floor.largest_bytes), "; leave a decision unpinned to let memc search"));
+    }
+    return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes,
+                                  " bytes) is below the smallest peak memc can plan for this model, batch and optimizer: ",
+                                  format_size(floor.peak_bytes), " (", floor.peak_bytes, " bytes) with ", floor.label(),
+                                  "; largest at that peak: ", floor.largest, " ", format_size(floor.largest_bytes)));
+  };
+  // A quick check first: when even the least-memory setting without micro-batches misses the
+  // budget by more than a third at every precision, the floor is computed before the search,
+  // and a budget below it is refused at once.
+  if (base.budget_bytes > 0 && (space.remat || space.offload)) {
+    bool hopeless = true;
+    for (const std::string& p : precisions) {
+      RematOptions least = base.remat;
+      if (space.remat) least.policy = "blocks";
+      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, ks.front(), least, variants.back().attention, variants.back().offload));
+      if (c.peak_bytes / 4 <= budget / 3) hopeless = false;
+    }
+    if (hopeless) {
+      MEMC_ASSIGN_OR_RETURN(Candidate floor, compute_floor());
+      if (floor.peak_bytes > budget) return floor_error(floor);
+    }
+  }
+
   std::optional<Candidate> best;
   // Fastest first: each (precision, variant) plan without micro-batching or remat bounds the
   // time of everything that adds memory savings to it.
@@ -179,31 +228,9 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
 
   SearchResult result;
   if (!best) {
-    // The floor: the least-memory settings (per-block checkpointing, the last offload level)
-    // at every precision and micro-batch count — more micro-batches do not always save
-    // memory, their f32 gradient accumulators cost some — and everything compiled on the way.
-    for (const std::string& p : precisions) {
-      for (int64_t k : ks) {
-        RematOptions least = base.remat;
-        if (space.remat) least.policy = "blocks";
-        MEMC_RETURN_IF_ERROR(s.evaluate(p, k, least, variants.back().attention, variants.back().offload).status());
-      }
-    }
-    std::optional<Candidate> floor;
-    for (const Candidate& c : s.explored()) {
-      if (!floor || c.peak_bytes < floor->peak_bytes) floor = c;
-    }
-    MEMC_ASSIGN_OR_RETURN(floor, s.scheduled(*floor));  // the figure the written plan would have
-    const bool pinned = !(space.precision || space.micro_batches || space.remat || space.attention || space.offload);
-    if (pinned) {
-      return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes, " bytes) is below the peak of the pinned plan (",
-                                    floor->label(), "): ", format_size(floor->peak_bytes), " (", floor->peak_bytes, " bytes); largest at the peak: ",
-                                    floor->largest, " ", format_size(floor->largest_bytes), "; leave a decision unpinned to let memc search"));
-    }
-    return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes,
-                                  " bytes) is below the smallest peak memc can plan for this model, batch and optimizer: ",
-                                  format_size(floor->peak_bytes), " (", floor->peak_bytes, " bytes) with ", floor->label(),
-                                  "; largest at that peak: ", floor->largest, " ", format_size(floor->largest_bytes)));
+    MEMC_ASSIGN_OR_RETURN(Candidate floor, compute_floor());
+    if (floor.peak_bytes > budget) return floor_error(floor);
+    best = floor;  // only the scheduled least-memory plan fits
   }
   result.best = *best;
   result.chosen = s.options_for(*best);
