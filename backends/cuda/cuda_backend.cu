@@ -1,0 +1,124 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace memc::cuda {
+namespace {
+
+Status check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Status::Internal(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+__device__ float load(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, float>) return p[i];
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(p[i]);
+  else return __half2float(p[i]);
+}
+template <typename T>
+__device__ void store(T* p, int64_t i, float v) {
+  if constexpr (std::is_same_v<T, float>) p[i] = v;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) p[i] = __float2bfloat16_rn(v);
+  else p[i] = __float2half_rn(v);
+}
+
+template <typename T>
+__global__ void elementwise_kernel(Elementwise op, const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = load(a, i);
+    float y = 0.f;
+    switch (op) {
+      case Elementwise::kAdd: y = x + load(b, i); break;
+      case Elementwise::kMul: y = x * load(b, i); break;
+      case Elementwise::kTanh: y = tanhf(x); break;
+      case Elementwise::kGelu: y = 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); break;
+    }
+    store(out, i, y);
+  }
+}
+
+template <typename T>
+Status launch(Elementwise op, const Arena& arena, int64_t a, int64_t b, int64_t out, int64_t n) {
+  char* base = static_cast<char*>(arena.data());
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
+  if (n == 0) return Status::Ok();
+  elementwise_kernel<T><<<blocks, threads>>>(op, reinterpret_cast<const T*>(base + a), reinterpret_cast<const T*>(base + b),
+                                             reinterpret_cast<T*>(base + out), n);
+  return check(cudaGetLastError(), "elementwise launch");
+}
+
+}  // namespace
+
+DeviceInfo probe() {
+  DeviceInfo info;
+  const cudaError_t e = cudaGetDeviceCount(&info.count);
+  if (e != cudaSuccess) {
+    info.count = 0;
+    info.error = cudaGetErrorString(e);
+    return info;
+  }
+  if (info.count == 0) {
+    info.error = "no CUDA device";
+    return info;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    info.name = prop.name;
+    info.total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    info.sm_major = prop.major;
+    info.sm_minor = prop.minor;
+  }
+  return info;
+}
+
+Expected<Arena> Arena::create(int64_t bytes) {
+  Arena arena;
+  if (bytes > 0) {
+    MEMC_RETURN_IF_ERROR(check(cudaMalloc(&arena.data_, static_cast<size_t>(bytes)), "cudaMalloc of the arena"));
+    arena.bytes_ = bytes;
+    MEMC_RETURN_IF_ERROR(check(cudaMemset(arena.data_, 0, static_cast<size_t>(bytes)), "cudaMemset of the arena"));
+  }
+  return std::move(arena);
+}
+
+Arena::Arena(Arena&& other) noexcept : data_(other.data_), bytes_(other.bytes_) { other.data_ = nullptr, other.bytes_ = 0; }
+
+Arena& Arena::operator=(Arena&& other) noexcept {
+  if (this != &other) {
+    if (data_) cudaFree(data_);
+    data_ = other.data_, bytes_ = other.bytes_;
+    other.data_ = nullptr, other.bytes_ = 0;
+  }
+  return *this;
+}
+
+Arena::~Arena() {
+  if (data_) cudaFree(data_);
+}
+
+Status Arena::upload(int64_t offset, const void* host, int64_t bytes) {
+  if (offset < 0 || offset + bytes > bytes_) return Status::Internal("upload outside the arena");
+  return check(cudaMemcpy(static_cast<char*>(data_) + offset, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice), "upload");
+}
+
+Status Arena::download(int64_t offset, void* host, int64_t bytes) const {
+  if (offset < 0 || offset + bytes > bytes_) return Status::Internal("download outside the arena");
+  return check(cudaMemcpy(host, static_cast<const char*>(data_) + offset, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), "download");
+}
+
+Status elementwise(Elementwise op, Storage storage, const Arena& arena, int64_t a, int64_t b, int64_t out, int64_t n) {
+  switch (storage) {
+    case Storage::kF32: return launch<float>(op, arena, a, b, out, n);
+    case Storage::kBF16: return launch<__nv_bfloat16>(op, arena, a, b, out, n);
+    case Storage::kF16: return launch<__half>(op, arena, a, b, out, n);
+  }
+  return Status::Internal("unknown storage");
+}
+
+Status synchronize() { return check(cudaDeviceSynchronize(), "synchronize"); }
+
+}  // namespace memc::cuda
