@@ -12,7 +12,7 @@ namespace memc {
 
 std::string Candidate::label() const {
   std::string s = precision;
-  s += micro_batches > 1 ? str_cat(", ", micro_batches, " micro-batches") : std::string(", 1 batch");
+  s += micro_batches > 1 ? str_cat(", ", micro_batches, " micro-batches") : std::string(", 1 micro-batch");
   s += ", remat " + describe_remat(remat);
   s += ", " + attention + " attention";
   if (offload != "none") s += ", offload " + offload;

@@ -36,7 +36,7 @@ struct Candidate {
   std::string largest;  // the largest category at the peak
   int64_t largest_bytes = 0;
   int64_t activation_bytes = 0;  // the activations' own peak over the step
-  std::string label() const;  // "bf16-mixed, 4 micro-batches, remat 2 GB, tiled attention"
+  std::string label() const;  // "bf16-mixed, 4 micro-batches, remat 2 GB, tiled attention[, offload optimizer]"
 };
 
 struct SearchResult {

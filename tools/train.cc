@@ -182,7 +182,7 @@ int run_compile(const CompileArgs& args) {
   if (search && args.explain && !args.json) {
     auto line = [&](const Candidate& c) {
       const bool fits = options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes;
-      std::printf("  %-62s %12s %12.1f ms  %s%s\n", c.label().c_str(), human_bytes(c.peak_bytes).c_str(), c.step_ms,
+      std::printf("  %-82s %12s %12.1f ms  %s%s\n", c.label().c_str(), human_bytes(c.peak_bytes).c_str(), c.step_ms,
                   fits ? "fits" : "over", c.label() == search->best.label() ? "  <- chosen" : "");
     };
     std::printf("ladder     each technique added in turn (planned peak, estimated step time on %s):\n", plan->target.c_str());
