@@ -29,19 +29,8 @@ if [ -z "${PROFILE:-}" ]; then
   PROFILE=$out/cpu.json
   echo "calibrate: load $(cut -d' ' -f1 /proc/loadavg)"; taskset -c 1 "$MEMC" calibrate -o "$PROFILE"
 fi
-if [ ! -f "$FULL" ]; then   # the same generator as bench/remat_vit_b16.sh
-  "$PY" - models/vit_b_16_skeleton.onnx "$FULL" <<'PYEOF'
-import sys, numpy as np, onnx
-from onnx import numpy_helper
-m = onnx.load(sys.argv[1])
-rng = np.random.default_rng(0)
-for init in m.graph.initializer:
-    shape = tuple(init.dims)
-    a = np.ones(shape, np.float32) if (init.name.endswith(".weight") and len(shape) == 1 and ("ln" in init.name)) \
-        else (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
-    init.CopyFrom(numpy_helper.from_array(a, init.name))
-onnx.save_model(m, sys.argv[2])
-PYEOF
+if [ ! -f "$FULL" ]; then
+  "$PY" bench/random_weights.py models/vit_b_16_skeleton.onnx "$FULL"
 fi
 [ -f "$DATA" ] || "$PY" -c "
 import numpy as np, sys

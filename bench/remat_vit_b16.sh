@@ -129,19 +129,7 @@ PYEOF
 # (b) measured
 R3=$(cat "$out/r3")
 if [ ! -f "$FULL" ]; then
-  "$PY" - "$SKEL" "$FULL" <<'PYEOF'
-import sys, numpy as np, onnx
-from onnx import numpy_helper
-m = onnx.load(sys.argv[1])
-rng = np.random.default_rng(0)
-for init in m.graph.initializer:
-    shape = tuple(init.dims)
-    a = np.ones(shape, np.float32) if (init.name.endswith(".weight") and len(shape) == 1 and ("ln" in init.name)) \
-        else (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
-    init.CopyFrom(numpy_helper.from_array(a, init.name))
-onnx.save_model(m, sys.argv[2])
-print(f"wrote {sys.argv[2]}", file=sys.stderr)
-PYEOF
+  "$PY" bench/random_weights.py "$SKEL" "$FULL"
 fi
 [ -f "$DATA" ] || "$PY" -c "
 import numpy as np, sys
