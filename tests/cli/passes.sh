@@ -98,6 +98,14 @@ $MEMC compile models/vit_tiny.onnx --batch 16 --budget 600KB --precision fp32 --
 expect_error 3 "smallest peak memc can plan" -- $MEMC compile models/vit_tiny.onnx --batch 16 --budget 50KB -o "$TMP/x.plan"
 expect_error 2 "--target" -- $MEMC compile models/vit_tiny.onnx --batch 16 --target tpu -o "$TMP/x.plan"
 
+# Lean optimizer state (u8 codes, f32 block maxima) checkpoints and resumes exactly.
+$MEMC compile models/vit_tiny.onnx --batch 16 --optimizer adam8bit --epochs 2 -o "$TMP/q8.plan" >/dev/null 2>"$TMP/err" || fail "adam8bit: $(cat "$TMP/err")"
+$MEMC run "$TMP/q8.plan" --data data/digits_train.npz --steps 6 --checkpoint "$TMP/q8a" --quiet >/dev/null 2>&1
+$MEMC run "$TMP/q8.plan" --data data/digits_train.npz --steps 3 --checkpoint "$TMP/q8b" --quiet >/dev/null 2>&1
+$MEMC run "$TMP/q8.plan" --data data/digits_train.npz --steps 3 --checkpoint "$TMP/q8b" --resume --quiet >/dev/null 2>&1
+cmp -s "$TMP/q8a/checkpoint.safetensors" "$TMP/q8b/checkpoint.safetensors" \
+  && pass "adam8bit: 3 + 3 resumed steps write the checkpoint of 6 straight ones, bit for bit" || fail "adam8bit resume differs"
+
 # memc calibrate writes a profile that --target reads.
 $MEMC calibrate -o "$TMP/cpu.json" --seconds 0.02 >/dev/null 2>"$TMP/err" || fail "calibrate: $(cat "$TMP/err")"
 $MEMC compile models/vit_tiny.onnx --batch 16 --target "$TMP/cpu.json" --json -o "$TMP/t.plan" >"$TMP/t.json" 2>"$TMP/err" \
