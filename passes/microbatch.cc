@@ -152,7 +152,9 @@ Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const Forward
     }
     for (size_t p = 0; p < params.size(); ++p) {
       module.rename(grads[p], prefix + module.value(grads[p]).name);
-      const ValueId g = cast(module, grads[p], DType::kF32);
+      // The running sum has the parameter's dtype, as PyTorch's .grad: f32 under fp32 and the
+      // mixed modes (f32 master weights), 16-bit under the -true modes.
+      const ValueId g = cast(module, grads[p], module.value(params[p]).type.dtype);
       module.value(g).role = Role::kGrad;  // the memory breakdown counts accumulators as gradients
       if (sums[p] == kNoValue) {
         sums[p] = g;

@@ -14,7 +14,8 @@
 //
 // Node order: slices, forward i, loss i, backward i, and each accumulation right after the
 // gradient it adds, so one micro-batch's activations are live at a time and the running sums
-// are updated in place.
+// are updated in place. The sums have the parameter's dtype, as PyTorch's .grad: f32 under
+// fp32 and the mixed modes (f32 master weights), 16-bit under bf16-true and fp16-true.
 #pragma once
 #include <functional>
 #include <vector>

@@ -150,7 +150,7 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   if (report && options.micro_batches > 1) {
     log(1, str_cat("pass microbatch: ", options.micro_batches, " micro-batches of ", options.batch / options.micro_batches,
                    options.batch % options.micro_batches ? "-" + std::to_string(options.batch / options.micro_batches + 1) : std::string(),
-                   " samples; gradients accumulated in f32"));
+                   " samples; gradients accumulated in the parameters' dtype"));
   }
   if (report && options.remat.policy != "none") {
     const RematReport& r = step.remat_report();
