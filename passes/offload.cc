@@ -12,6 +12,26 @@ bool runs_on_host(const Module& m, const Node& node) {
   return false;
 }
 
+HostTraffic host_traffic(const Module& m) {
+  HostTraffic t;
+  for (NodeId n : m.schedule()) {
+    const Node& node = m.node(n);
+    if (!runs_on_host(m, node)) continue;
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) continue;
+      const int64_t b = m.value(v).type.bytes();
+      t.host_update_bytes += b;
+      if (m.value(v).space == MemSpace::kDevice && m.value(v).type.numel() > 1) t.link_bytes += b;  // scalars aside
+    }
+    for (ValueId v : node.outputs) {
+      const int64_t b = m.value(v).type.bytes();
+      t.host_update_bytes += b;
+      if (m.value(v).space == MemSpace::kDevice) t.link_bytes += b;
+    }
+  }
+  return t;
+}
+
 Expected<OffloadReport> Offload::run(Module& m) const {
   OffloadReport r;
   if (level_ == "none") return r;
@@ -42,21 +62,9 @@ Expected<OffloadReport> Offload::run(Module& m) const {
     ++r.values;
     r.bytes += m.value(v).type.bytes();
   }
-  for (NodeId n : m.schedule()) {
-    const Node& node = m.node(n);
-    if (!runs_on_host(m, node)) continue;
-    for (ValueId v : node.inputs) {
-      if (v == kNoValue) continue;
-      const int64_t b = m.value(v).type.bytes();
-      r.host_update_bytes += b;
-      if (m.value(v).space == MemSpace::kDevice && m.value(v).type.numel() > 1) r.link_bytes += b;
-    }
-    for (ValueId v : node.outputs) {
-      const int64_t b = m.value(v).type.bytes();
-      r.host_update_bytes += b;
-      if (m.value(v).space == MemSpace::kDevice) r.link_bytes += b;
-    }
-  }
+  const HostTraffic traffic = host_traffic(m);
+  r.link_bytes = traffic.link_bytes;
+  r.host_update_bytes = traffic.host_update_bytes;
   m.metadata().set("memc.offload", level_);
   return r;
 }

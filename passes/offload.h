@@ -37,4 +37,12 @@ class Offload {
 // Whether `node` runs on the host under offload: an optimizer update touching host values.
 bool runs_on_host(const Module& m, const Node& node);
 
+// Per step, what the updates that run on the host read and write there, and what of it crosses
+// the host link (their device-side operands). The offload report and the cost model share it.
+struct HostTraffic {
+  int64_t link_bytes = 0;
+  int64_t host_update_bytes = 0;
+};
+HostTraffic host_traffic(const Module& m);
+
 }  // namespace memc

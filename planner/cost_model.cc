@@ -115,23 +115,13 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
 StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
   const OpRegistry& registry = OpRegistry::get();
   double seconds = 0;
-  int64_t link_bytes = 0, host_update_bytes = 0;
+  // An update on the host is charged at host bandwidth with its copies over the link; where
+  // host and device are one memory (the CPU) it costs what it costs anywhere.
+  const bool split = p.link_bandwidth > 0;
+  const HostTraffic traffic = split ? host_traffic(train) : HostTraffic{};
   for (NodeId id : train.schedule()) {
     const Node& node = train.node(id);
-    // An update on the host is charged at host bandwidth with its copies over the link; where
-    // host and device are one memory (the CPU) it costs what it costs anywhere.
-    if (p.link_bandwidth > 0 && runs_on_host(train, node)) {
-      for (ValueId v : node.inputs) {
-        if (v == kNoValue) continue;
-        host_update_bytes += train.value(v).type.bytes();
-        if (train.value(v).space == MemSpace::kDevice && train.value(v).type.numel() > 1) link_bytes += train.value(v).type.bytes();
-      }
-      for (ValueId v : node.outputs) {
-        host_update_bytes += train.value(v).type.bytes();
-        if (train.value(v).space == MemSpace::kDevice) link_bytes += train.value(v).type.bytes();
-      }
-      continue;
-    }
+    if (split && runs_on_host(train, node)) continue;
     const OpDef* def = registry.find(node.op);
     if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
     const auto flops = static_cast<double>(node_flops(train, node));
@@ -152,8 +142,8 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
   }
   StepEstimate e;
   e.compute_ms = seconds * 1e3;
-  if (p.link_bandwidth > 0) e.transfer_ms = static_cast<double>(link_bytes) / p.link_bandwidth * 1e3;
-  e.host_ms = static_cast<double>(host_update_bytes) / (p.host_bandwidth * p.bandwidth_efficiency) * 1e3;
+  if (split) e.transfer_ms = static_cast<double>(traffic.link_bytes) / p.link_bandwidth * 1e3;
+  e.host_ms = static_cast<double>(traffic.host_update_bytes) / (p.host_bandwidth * p.bandwidth_efficiency) * 1e3;
   e.step_ms = std::max(e.compute_ms, e.transfer_ms) + e.host_ms;
   return e;
 }
