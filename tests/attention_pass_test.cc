@@ -27,11 +27,7 @@ CompileOptions options_for(const Case& c, const std::string& attention) {
   return o;
 }
 
-int count_op(const Module& m, const std::string& op) {
-  int n = 0;
-  for (NodeId id : m.schedule()) n += m.node(id).op == op;
-  return n;
-}
+using testing::count_op;
 
 class AttentionVsNaive : public ::testing::TestWithParam<Case> {};
 

@@ -30,11 +30,7 @@ CompileOptions options_for(int64_t batch, int64_t seq, int64_t k, const std::str
   return o;
 }
 
-int count_op(const Module& m, const std::string& op) {
-  int n = 0;
-  for (NodeId id : m.schedule()) n += m.node(id).op == op;
-  return n;
-}
+using testing::count_op;
 
 TEST(MicroBatch, StepHoldsOneForwardPerMicroBatchAndOneUpdatePerParameter) {
   const Plan one = testing::compile_committed("vit_tiny", options_for(8, -1, 1));

@@ -31,11 +31,7 @@ constexpr const char* kFixture = R"(func.func @main(%x: tensor<4x8xf32> {memc.ro
 }
 )";
 
-int count_op(const Module& m, const std::string& op) {
-  int n = 0;
-  for (NodeId id : m.schedule()) n += m.node(id).op == op;
-  return n;
-}
+using testing::count_op;
 
 TEST(PrecisionPass, Bf16MixedCastsMatmulInputsDownAndLayernormInputUp) {
   auto m = parse_module(kFixture);

@@ -115,11 +115,7 @@ IrChain build_chain(int n) {
   return c;
 }
 
-int count_op(const Module& m, const std::string& op) {
-  int k = 0;
-  for (NodeId id : m.schedule()) k += m.node(id).op == op;
-  return k;
-}
+using testing::count_op;
 
 std::vector<Tensor> run(const Module& m) {
   std::mt19937 rng(7);

@@ -15,6 +15,9 @@ Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double 
 // max|a-b| / max|b| (max-abs relative error used across the suite); 0 when both are zero.
 double rel_error(const Tensor& actual, const Tensor& expected);
 
+// How many live nodes of `op` the module schedules.
+int count_op(const Module& m, const std::string& op);
+
 // Parses IR text and verifies it, failing the current test (with the message) when either fails.
 Module parse_ok(std::string_view text);
 
