@@ -182,7 +182,6 @@ std::string block_key(const std::string& source) {
 
 struct Analysis {
   std::vector<NodeId> forward;            // schedule order
-  std::vector<int> segment_of_node;       // by NodeId (-1: not forward)
   std::vector<int> segment_of_value;      // by ValueId: producing segment (-1: global)
   std::vector<std::vector<NodeId>> segments;
   std::vector<ValueId> boundary;          // boundary[s] = x_s (kNoValue for s = 0)
@@ -195,7 +194,6 @@ class Materializer {
       : m_(m), a_(a), pinned_recompute_(pinned_recompute) {
     const size_t n = a.segments.size();
     cur_x_.assign(n + 1, kNoValue);
-    for (size_t s = 1; s <= n && s < a.boundary.size(); ++s) cur_x_[s] = kNoValue;
     executed_.assign(n, 0);
     tape_map_.resize(n);
     heavy_map_.resize(n);
@@ -384,7 +382,6 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
 
   Analysis a;
   const std::vector<NodeId> order = m.schedule();
-  a.segment_of_node.assign(m.nodes().size(), -1);
   a.segment_of_value.assign(m.values().size(), -1);
   a.tape.assign(m.values().size(), false);
   for (NodeId n : order) {
@@ -459,7 +456,6 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
     const NodeId n = a.forward[i];
     const int s = static_cast<int>(a.segments.size()) - 1;
     a.segments.back().push_back(n);
-    a.segment_of_node[n] = s;
     for (ValueId v : m.node(n).outputs) {
       if (!global[v]) a.segment_of_value[v] = s;
     }

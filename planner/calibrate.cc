@@ -69,20 +69,16 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
     seconds = time_per_call(budget, [&] { (void)ex.run({}); });
     return Status::Ok();
   };
-  {
+  auto tanh_module = [](DType dtype) {
     Module m;
-    const ValueId x = m.add_argument("x", TensorType{DType::kF32, {1 << 22}}, Role::kInput);
-    auto y = m.add_node("tanh", {x});
-    if (!y.ok()) return y.status();
-    m.set_outputs({(*y)[0]});
-    double t = 0;
+    const ValueId x = m.add_argument("x", TensorType{dtype, {1 << 22}}, Role::kInput);
+    m.set_outputs(*m.add_node("tanh", {x}));
+    return m;
+  };
+  {
+    Module m = tanh_module(DType::kF32), low = tanh_module(DType::kBF16);
+    double t = 0, t_low = 0;
     MEMC_RETURN_IF_ERROR(run_planned(m, t));
-    Module low;
-    const ValueId xl = low.add_argument("x", TensorType{DType::kBF16, {1 << 22}}, Role::kInput);
-    auto yl = low.add_node("tanh", {xl});
-    if (!yl.ok()) return yl.status();
-    low.set_outputs({(*yl)[0]});
-    double t_low = 0;
     MEMC_RETURN_IF_ERROR(run_planned(low, t_low));
     p.low_other_factor = std::max(1.0, t_low / t);
     const double flops = static_cast<double>(node_flops(m, m.node(m.schedule()[0])));
