@@ -3,7 +3,7 @@
 #
 # That machine has the CUDA toolkit but no package registry and none of memc's other
 # dependencies, so this builds only what the CUDA backend needs (backends/cuda, its test, the
-# two host sources they use) with nvcc directly, against GoogleTest unpacked from Debian's
+# host sources they use) with nvcc directly, against GoogleTest unpacked from Debian's
 # package that scripts/device_deps.sh downloads here into .devdeps/ (carried to the machine).
 #
 # Here:    scripts/device_deps.sh
@@ -31,7 +31,7 @@ gtest_lib="$root/usr/lib/x86_64-linux-gnu"
 arch=${MEMC_CUDA_ARCH:-sm_90}
 echo "== build for $arch"
 time "$NVCC" -std=c++20 -O2 -arch="$arch" -I. -I"$gtest_inc" backends/cuda/cuda_backend.cu \
-  tests/cuda/backend_test.cc ir/dtype.cc support/status.cc \
+  tests/cuda/backend_test.cc backends/cuda/workspace.cc ir/dtype.cc ir/tensor.cc support/status.cc \
   -L"$gtest_lib" -lgtest_main -lgtest -lpthread -o "$out/cuda_backend_test"
 echo "== run"
 "$out/cuda_backend_test" --gtest_output="xml:$out/cuda_backend_test.xml"

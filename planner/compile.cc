@@ -10,7 +10,7 @@
 #include "support/log.h"
 #include "passes/precision.h"
 #include "passes/schedule.h"
-#include "runtime/executor.h"
+#include "backends/backend.h"
 #include "passes/training_step.h"
 #include "support/size.h"
 
@@ -41,12 +41,13 @@ std::string relative_model_path(const std::string& model_path, const std::string
 
 }  // namespace
 
-Expected<MemorySummary> summarize_memory(const Module& train) {
+Expected<MemorySummary> summarize_memory(const Module& train, const Backend& backend) {
   MEMC_ASSIGN_OR_RETURN(MemoryPlanResult result, MemoryPlan().run(train));
   const SpacePlan& device = result.space(MemSpace::kDevice);
   MemorySummary m;
-  // The runtime allocates the arena and one workspace region sized for the hungriest kernel.
-  const int64_t workspace = max_workspace_bytes(train);
+  // The runtime allocates the arena and one workspace region sized for the hungriest kernel of
+  // the backend the plan targets (cuBLASLt's and cuDNN's scratch on a GPU, memc's own on a CPU).
+  const int64_t workspace = max_workspace_bytes(backend, train);
   m.predicted_peak_bytes = device.arena_bytes + workspace;
   m.lower_bound_bytes = device.lower_bound_bytes + workspace;
   m.persistent_bytes = device.persistent_bytes;
@@ -198,7 +199,7 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
   plan.target = profile.name;
   plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
-  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train));
+  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
   if (!quiet) MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
   return plan;
 }

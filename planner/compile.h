@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 
+#include "backends/backend.h"
 #include "frontend/onnx_import.h"
 #include "passes/attention.h"
 #include "passes/precision.h"
@@ -37,8 +38,9 @@ struct CompileOptions {
   bool reschedule = true;    // the peak-lowering schedule pass (off: import order, for tests)
 };
 
-// The device/host memory of a training step, from passes/memory_plan.
-Expected<MemorySummary> summarize_memory(const Module& train);
+// The device/host memory of a training step, from passes/memory_plan, with the kernel
+// workspace `backend` (the plan's target: backends/backend.h planning_backend) needs.
+Expected<MemorySummary> summarize_memory(const Module& train, const Backend& backend);
 
 // `plan_path` is where the plan will be written; the model path is stored relative to it.
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options);

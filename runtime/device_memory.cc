@@ -1,23 +1,36 @@
 #include "runtime/device_memory.h"
 
-#include <cstdlib>
 #include <cstring>
 
 namespace memc {
 
 Expected<DeviceMemory::Block> DeviceMemory::allocate(int64_t bytes, const std::string& what) {
+  return allocate_kind(MemoryKind::kDevice, bytes, what, device_);
+}
+
+Expected<DeviceMemory::Block> DeviceMemory::allocate_host(int64_t bytes, const std::string& what) {
+  return allocate_kind(MemoryKind::kPinnedHost, bytes, what, host_);
+}
+
+Expected<DeviceMemory::Block> DeviceMemory::allocate_kind(MemoryKind kind, int64_t bytes, const std::string& what,
+                                                          std::shared_ptr<Counter> counter) {
   if (bytes < 0) return Status::Internal("negative allocation for " + what);
-  const size_t padded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, padded);
-  if (!p) return Status::BadInput(str_cat("out of device memory allocating ", bytes, " bytes for ", what));
-  std::memset(p, 0, padded);
-  *current_ += bytes;
-  *peak_ = std::max(*peak_, *current_);
-  auto current = current_;
-  return Block(p, [current, bytes](void* q) {
-    std::free(q);
-    *current -= bytes;
+  Expected<void*> p = backend_->allocate(kind, bytes);
+  if (!p.ok()) return p.status().with_context(what + ": ");
+  Backend* backend = backend_;
+  Block block(*p, [backend, kind, counter, bytes](void* q) {
+    backend->deallocate(kind, q);
+    counter->current -= bytes;
   });
+  counter->current += bytes;
+  counter->peak = std::max(counter->peak, counter->current);
+  // Zeroed once: optimizer states start at zero; nothing is cleared per step afterwards.
+  if (kind == MemoryKind::kDevice) {
+    MEMC_RETURN_IF_ERROR(backend_->fill(*p, 0, bytes));
+  } else if (bytes > 0) {
+    std::memset(*p, 0, static_cast<size_t>(bytes));
+  }
+  return block;
 }
 
 }  // namespace memc

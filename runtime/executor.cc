@@ -3,15 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cpu/kernels.h"
+#include "backends/backend.h"
 
 namespace memc {
-
-int64_t max_workspace_bytes(const Module& module) {
-  int64_t bytes = 0;
-  for (NodeId id : module.schedule()) bytes = std::max(bytes, cpu::cpu_workspace_bytes(module, module.node(id)));
-  return bytes;
-}
 
 namespace {
 
@@ -98,25 +92,27 @@ Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::
   }
   for (ValueId v : module.outputs()) last_use[v] = static_cast<int>(order.size());
 
+  const Backend& backend = cpu_backend();
   std::vector<int64_t> workspace_bytes(order.size());
   int64_t max_bytes = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    workspace_bytes[i] = cpu::cpu_workspace_bytes(module, module.node(order[i]));
+    workspace_bytes[i] = backend.workspace_bytes(module, module.node(order[i]));
     max_bytes = std::max(max_bytes, workspace_bytes[i]);
   }
   WorkspaceBuffer workspace(max_bytes, options.check_workspace || check_workspace_from_env());
 
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
     const Node& node = module.node(order[i]);
-    const cpu::Kernel* kernel = cpu::find_kernel(node.op);
+    const Kernel* kernel = backend.find_kernel(node.op);
     if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")"));
-    cpu::KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
+    KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
     ctx.workspace = workspace.prepare(workspace_bytes[i]);
     ctx.workspace_bytes = workspace_bytes[i];
     for (ValueId v : node.inputs) ctx.inputs.push_back(v == kNoValue ? nullptr : &slots[v]);
     for (ValueId v : node.outputs) {
       const TensorType& t = module.value(v).type;
       slots[v] = Tensor::zeros(t.dtype, t.shape);
+      if (slots[v].nbytes()) std::memset(slots[v].raw(), kPoisonByte, slots[v].nbytes());  // kernels write every element
       ctx.outputs.push_back(&slots[v]);
     }
     Status st = (*kernel)(ctx);

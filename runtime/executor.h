@@ -1,8 +1,9 @@
-// Runs a Module on the CPU backend, node by node in schedule order.
-// For now each value gets its own buffer, freed after its last use; the memory-planning
-// work replaces this with one planned arena per memory space. Kernel scratch is one buffer of
-// max_workspace_bytes allocated per execute() call; each kernel gets exactly what its
-// workspace function declared (cpu_workspace_bytes), carved from the start of it.
+// Runs a Module on the CPU backend, node by node in schedule order, without a memory plan:
+// each value gets its own buffer, freed after its last use (`memc infer`, gradient dumps and
+// tests; training runs in runtime/planned_executor.h's arena). Kernel scratch is one buffer of
+// max_workspace_bytes allocated per execute() call; each kernel gets exactly what its workspace
+// function declared, carved from the start of it. Kernels write their whole outputs: fresh
+// output buffers are filled with NaN bytes, not zeros, so one that does not shows in every test.
 #pragma once
 #include <map>
 #include <string>
@@ -16,16 +17,14 @@ struct ExecOptions {
   bool training = false;  // dropout active
   uint64_t seed = 0;
   int64_t step = 0;
-  // Debug: poison each kernel's workspace and fail the run (an internal error naming the node)
-  // when a kernel writes into the kWorkspaceGuardBytes after its declared size. Also on when
-  // the environment sets MEMC_CHECK_WORKSPACE=1.
+  // Debug: poison each kernel's workspace (and, in the planned executor, its outputs) and fail
+  // the run (an internal error naming the node) when a kernel writes into the
+  // kWorkspaceGuardBytes after its declared size. Also on when the environment sets
+  // MEMC_CHECK_WORKSPACE=1.
   bool check_workspace = false;
 };
 
 constexpr int64_t kWorkspaceGuardBytes = 4096;
-
-// The largest kernel workspace any node of `module` needs: the scratch execute() allocates.
-int64_t max_workspace_bytes(const Module& module);
 
 // BadInput unless `value` has the argument's dtype and shape: "input 'x' has f32[2x3], expected f32[4x3]".
 Status check_argument(const Value& arg, const Tensor& value);

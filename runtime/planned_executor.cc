@@ -1,8 +1,8 @@
 #include "runtime/planned_executor.h"
 
+#include <cstdlib>
 #include <cstring>
 
-#include "backends/cpu/kernels.h"
 #include "ir/op_registry.h"
 
 namespace memc {
@@ -10,23 +10,18 @@ namespace memc {
 Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMemory& memory) {
   PlannedExecutor ex;
   ex.module_ = module;
+  ex.backend_ = &memory.backend();
   MEMC_ASSIGN_OR_RETURN(ex.plan_, MemoryPlan().run(ex.module_));
-  const SpacePlan& device = ex.plan_.space(MemSpace::kDevice);
-  ex.arena_bytes_ = device.arena_bytes;
-  // Offloaded values (optimizer state, master weights) live in the host arena: host memory,
-  // outside the device accountant. On the CPU backend both are RAM; the split is what a GPU
-  // run has, and the device peak measured is the device arena's.
+  ex.arena_bytes_ = ex.plan_.space(MemSpace::kDevice).arena_bytes;
+  // Offloaded values (optimizer state, master weights) live in the host arena: pinned host
+  // memory, outside the device accountant's count. On the CPU backend both are RAM; the split is
+  // what a GPU run has, and the device peak measured is the device arena's.
   ex.host_arena_bytes_ = ex.plan_.space(MemSpace::kHost).arena_bytes;
-  if (ex.host_arena_bytes_ > 0) ex.host_arena_ = std::make_unique<char[]>(static_cast<size_t>(ex.host_arena_bytes_));
-  ex.workspace_bytes_ = max_workspace_bytes(ex.module_);
-  MEMC_ASSIGN_OR_RETURN(ex.arena_, memory.allocate(ex.arena_bytes_, "the device arena"));
-  if (ex.workspace_bytes_ > 0) {
-    MEMC_ASSIGN_OR_RETURN(ex.workspace_, memory.allocate(ex.workspace_bytes_, "kernel workspace"));
-  }
-  for (NodeId n : ex.module_.schedule()) {
+  ex.workspace_bytes_ = max_workspace_bytes(*ex.backend_, ex.module_);
+  for (NodeId n : ex.module_.schedule()) {  // every kernel resolved before any memory is taken
     const Node& node = ex.module_.node(n);
-    const cpu::Kernel* kernel = cpu::find_kernel(node.op);
-    if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op));
+    const Kernel* kernel = ex.backend_->find_kernel(node.op);
+    if (!kernel) return Status::BadInput(str_cat("the ", ex.backend_->name(), " backend has no kernel for memc.", node.op));
     bool shares = false;
     for (ValueId out : node.outputs) {
       for (ValueId in : node.inputs) {
@@ -35,15 +30,29 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
     }
     const OpDef* def = OpRegistry::get().find(node.op);
     const bool view = def && (def->flags & kOpView);
-    ex.steps_.push_back({n, kernel, shares, view && shares, cpu::cpu_workspace_bytes(ex.module_, node)});
+    ex.steps_.push_back({n, kernel, shares, view && shares, ex.backend_->workspace_bytes(ex.module_, node)});
+  }
+  MEMC_ASSIGN_OR_RETURN(ex.arena_, memory.allocate(ex.arena_bytes_, "the device arena"));
+  if (ex.workspace_bytes_ > 0) {
+    MEMC_ASSIGN_OR_RETURN(ex.workspace_, memory.allocate(ex.workspace_bytes_, "kernel workspace"));
+  }
+  if (ex.host_arena_bytes_ > 0) {
+    MEMC_ASSIGN_OR_RETURN(ex.host_arena_, memory.allocate_host(ex.host_arena_bytes_, "the host arena"));
   }
   return ex;
 }
 
 Tensor PlannedExecutor::tensor(ValueId v) const {
   const TensorType& t = module_.value(v).type;
-  char* base = module_.value(v).space == MemSpace::kHost ? host_arena_.get() : static_cast<char*>(arena_.get());
+  char* base = static_cast<char*>(module_.value(v).space == MemSpace::kHost ? host_arena_.get() : arena_.get());
   return Tensor::borrow(t.dtype, t.shape, base + plan_.slice_of(v).offset);
+}
+
+Expected<Tensor> PlannedExecutor::fetch(ValueId v) const {
+  const Tensor slot = tensor(v);
+  Tensor host = Tensor::zeros(slot.dtype(), slot.shape());
+  MEMC_RETURN_IF_ERROR(backend_->copy(host.raw(), slot.raw(), static_cast<int64_t>(slot.nbytes())));
+  return host;
 }
 
 Status PlannedExecutor::set_argument(const std::string& name, const Tensor& value) {
@@ -52,13 +61,21 @@ Status PlannedExecutor::set_argument(const std::string& name, const Tensor& valu
     if (arg.name != name && arg.source_name != name) continue;
     MEMC_RETURN_IF_ERROR(check_argument(arg, value));
     Tensor slot = tensor(a);
-    if (value.nbytes()) std::memcpy(slot.raw(), value.raw(), value.nbytes());
-    return Status::Ok();
+    return backend_->copy(slot.raw(), value.raw(), static_cast<int64_t>(value.nbytes()));
   }
   return Status::BadInput("the plan has no argument '" + name + "'");
 }
 
+static bool poison_outputs_from_env() {
+  const char* v = std::getenv("MEMC_CHECK_WORKSPACE");
+  return v && std::strcmp(v, "1") == 0;
+}
+
 Status PlannedExecutor::run(const ExecOptions& options) {
+  // Check mode: every output a kernel does not share with an input is filled with NaN bytes
+  // first, so a kernel that leaves part of its output unwritten shows up as NaN downstream.
+  const bool poison = options.check_workspace || poison_outputs_from_env();
+  const Stream stream = backend_->compute_stream();
   std::vector<Tensor> inputs, outputs;
   for (const Step& step : steps_) {
     if (step.skip) continue;  // a view's output is its input's bytes already: nothing to do
@@ -67,20 +84,19 @@ Status PlannedExecutor::run(const ExecOptions& options) {
     outputs.clear();
     for (ValueId v : node.inputs) inputs.push_back(v == kNoValue ? Tensor() : tensor(v));
     for (ValueId v : node.outputs) outputs.push_back(tensor(v));
-    // Kernels may accumulate into their outputs; arena bytes are reused, so clear them first,
-    // unless an output shares an input's bytes (in-place updates).
-    if (!step.in_place) {
-      for (Tensor& t : outputs) std::memset(t.raw(), 0, t.nbytes());
+    if (poison && !step.in_place) {
+      for (Tensor& t : outputs) MEMC_RETURN_IF_ERROR(backend_->fill(t.raw(), 0xFF, static_cast<int64_t>(t.nbytes())));
     }
-    cpu::KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
+    KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
     for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] == kNoValue ? nullptr : &inputs[k]);
     for (Tensor& t : outputs) ctx.outputs.push_back(&t);
     ctx.workspace = workspace_.get();
     ctx.workspace_bytes = step.workspace_bytes;
+    ctx.stream = stream.handle;
     Status st = (*step.kernel)(ctx);
     if (!st.ok()) return st.with_context(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", ": "));
   }
-  return Status::Ok();
+  return backend_->synchronize(stream);
 }
 
 }  // namespace memc

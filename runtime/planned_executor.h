@@ -1,6 +1,8 @@
-// Runs a Module inside its memory plan: one device arena of the planned size (plus the
-// kernel workspace region), allocated once through the DeviceMemory accountant; every value
-// is a view at its planned offset, so nothing is allocated per tensor while training.
+// Runs a Module inside its memory plan on the accountant's backend (backends/backend.h): one
+// device arena of the planned size (plus the kernel workspace region) and, for offloaded values,
+// one pinned host arena, each allocated once through the DeviceMemory accountant; every value
+// is a view at its planned offset, so nothing is allocated per tensor while training. Kernels
+// write their whole outputs, so nothing is cleared per step either.
 // Persistent values (parameters, optimizer states) stay in the arena between steps, and
 // updates land on them in place (the plan aliases an update with the argument it replaces).
 #pragma once
@@ -9,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernels.h"
+#include "backends/backend.h"
 #include "passes/memory_plan.h"
 #include "runtime/device_memory.h"
 #include "runtime/executor.h"
@@ -18,11 +20,15 @@ namespace memc {
 
 class PlannedExecutor {
  public:
-  // Plans `module` (deterministically, as compile did) and allocates its arena and workspace.
+  // Plans `module` (deterministically, as compile did) and allocates its arenas and workspace
+  // through `memory`, on `memory`'s backend, which must have a kernel for every node.
   static Expected<PlannedExecutor> create(const Module& module, DeviceMemory& memory);
 
-  // The tensor of an argument or value, in the arena (a view; valid while the executor lives).
+  // The tensor of an argument or value, in its arena (a view in the backend's memory; valid
+  // while the executor lives). Host code reads device values through fetch().
   Tensor tensor(ValueId v) const;
+  // A host copy of value `v` (synchronous: waits for the step that writes it).
+  Expected<Tensor> fetch(ValueId v) const;
   // Copies `value` into the argument named `name` (IR or source name): parameters and states
   // before the first step, data and scalars before each step.
   Status set_argument(const std::string& name, const Tensor& value);
@@ -30,6 +36,7 @@ class PlannedExecutor {
   Status run(const ExecOptions& options);
   // Module output i, read from the arena (a view).
   Tensor output(size_t i) const { return tensor(module_.outputs().at(i)); }
+  Expected<Tensor> fetch_output(size_t i) const { return fetch(module_.outputs().at(i)); }
 
   const Module& module() const { return module_; }
   int64_t arena_bytes() const { return arena_bytes_; }
@@ -41,14 +48,15 @@ class PlannedExecutor {
   PlannedExecutor() = default;
   Module module_;
   MemoryPlanResult plan_;
+  Backend* backend_ = nullptr;
   DeviceMemory::Block arena_, workspace_;
-  std::unique_ptr<char[]> host_arena_;  // offloaded values (memory space "host")
+  DeviceMemory::Block host_arena_;  // offloaded values (memory space "host"): pinned host memory
   int64_t arena_bytes_ = 0, workspace_bytes_ = 0, host_arena_bytes_ = 0;
   // Per scheduled node, resolved once at create() rather than on every step.
   struct Step {
     NodeId node;
-    const cpu::Kernel* kernel;
-    bool in_place;            // an output shares an input's bytes (skip zeroing)
+    const Kernel* kernel;
+    bool in_place;            // an output shares an input's bytes (not poisoned in check mode)
     bool skip;                // a view whose output is its input's bytes already
     int64_t workspace_bytes;  // what the kernel declared for this node
   };

@@ -207,6 +207,18 @@ static Expected<Position> restore_checkpoint(const std::string& dir, StateMap& s
   return pos;
 }
 
+// The backend of `memc run --device` (RunOptions::device says how an empty one is chosen).
+static Expected<Backend*> select_backend(const std::string& device, const Plan& plan) {
+  if (!device.empty()) return open_backend(device);
+  if (plan.target != "a100" && plan.target != "h100" && plan.target != "h200") return &cpu_backend();
+  Expected<Backend*> cuda = open_backend("cuda");
+  if (!cuda.ok()) return &cpu_backend();
+  for (NodeId n : plan.train.schedule()) {
+    if (!(*cuda)->find_kernel(plan.train.node(n).op)) return &cpu_backend();
+  }
+  return *cuda;
+}
+
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
   Position pos;
   if (!options.resume && !options.checkpoint_dir.empty() &&
@@ -214,13 +226,15 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
     return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
   }
   if (options.resume && options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
-  DeviceMemory device;
+  MEMC_ASSIGN_OR_RETURN(Backend* backend, select_backend(options.device, plan));
+  DeviceMemory device(*backend);
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec));
   if (options.resume) {
     MEMC_ASSIGN_OR_RETURN(pos, restore_checkpoint(options.checkpoint_dir, state, options.seed));
   }
   RunReport report;
+  report.device = std::string(backend->name());
   report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
   const std::vector<InputSpec> specs = data_inputs(plan.train);
   // Loss scaling: the plan has a "loss_scale" argument and a "found_inf" output.
@@ -280,8 +294,13 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
           if (updates[i] == kNoValue) continue;
           MEMC_CHECK(exec.output(i).raw() == exec.tensor(updates[i]).raw(), "update of ", exec.module().value(updates[i]).name, " is not in place");
         }
-        const double loss = exec.output(0).get_as_double(0);
-        const bool skip = scaled && exec.output(found_inf_output).get_as_double(0) != 0;
+        MEMC_ASSIGN_OR_RETURN(const Tensor loss_value, exec.fetch_output(0));
+        const double loss = loss_value.get_as_double(0);
+        bool skip = false;
+        if (scaled) {
+          MEMC_ASSIGN_OR_RETURN(const Tensor found_inf, exec.fetch_output(found_inf_output));
+          skip = found_inf.get_as_double(0) != 0;
+        }
         if (scaled) {  // torch.cuda.amp.GradScaler.update: backoff 0.5, growth 2 after growth_interval clean steps
           if (skip) {
             scaler.scale *= 0.5;

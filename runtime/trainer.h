@@ -19,6 +19,9 @@ struct RunOptions {
   bool resume = false;          // continue from checkpoint_dir
   std::string dump_grads;       // gradients of the first step, by initializer name
   bool quiet = false;
+  // The backend (backends/backend.h): "cpu", "cuda" or "cuda:K"; empty picks cuda when the plan
+  // targets a GPU, a device is present and the CUDA backend has a kernel for every op, else cpu.
+  std::string device;
   // Dynamic loss scaling (plans with a "loss_scale" argument: fp16-mixed), torch.cuda.amp.GradScaler's
   // defaults: the scale halves and the step is skipped on an inf/NaN gradient, and doubles after
   // growth_interval consecutive clean steps.
@@ -40,6 +43,7 @@ struct RunReport {
   bool loss_scaling = false;        // the plan scales the loss (fp16-mixed)
   int64_t skipped_steps = 0;        // steps of this process whose update was skipped (inf/NaN gradient)
   double loss_scale = 0;            // the scale after the last step (0 without loss scaling)
+  std::string device;               // the backend that ran the step ("cpu", "cuda:0")
 };
 
 // The state a run carries between steps, keyed by source name: parameters by initializer

@@ -339,7 +339,7 @@ TEST_P(RealModels, PeakNeverWorseAndTrainingBitIdentical) {
   ASSERT_TRUE(run_after.ok()) << run_after.status().message();
   EXPECT_EQ(run_after->losses, run_before->losses);
   // What compile_model will predict once it schedules is what the runtime measures.
-  auto memory = summarize_memory(rescheduled.train);
+  auto memory = summarize_memory(rescheduled.train, cpu_backend());
   ASSERT_TRUE(memory.ok()) << memory.status().message();
   EXPECT_EQ(run_after->measured_peak_bytes, memory->predicted_peak_bytes);
   EXPECT_LT(run_after->measured_peak_bytes, run_before->measured_peak_bytes);

@@ -261,7 +261,7 @@ TEST(Workspace, ExecutorSizesItsScratchByTheLargestNode) {
   m.set_outputs(*sm);
   EXPECT_EQ(cpu::cpu_workspace_bytes(m, m.node(m.value((*mm)[0]).producer)), 320);
   EXPECT_EQ(cpu::cpu_workspace_bytes(m, m.node(m.value((*sm)[0]).producer)), 64);
-  EXPECT_EQ(max_workspace_bytes(m), 320);
+  EXPECT_EQ(max_workspace_bytes(cpu_backend(), m), 320);
 }
 
 }  // namespace

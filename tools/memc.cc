@@ -157,6 +157,8 @@ int run_main(int argc, char** argv) {
   run_cmd->add_option("--dump-grads", run.options.dump_grads, "Write the first step's gradients (.npz, by initializer name)");
   run_cmd->add_option("--json", run.json_report, "Write a JSON report");
   run_cmd->add_flag("--quiet", run.options.quiet, "No progress line");
+  run_cmd->add_option("--device", run.options.device,
+                      "cpu | cuda | cuda:K (default: cuda when the plan targets a GPU and one is present with every kernel, else cpu)");
 
   CalibrateArgs calibrate;
   CLI::App* calibrate_cmd = app.add_subcommand("calibrate", "Measure this machine for the cost model (--target FILE)");

@@ -207,7 +207,11 @@ int run_run(const RunArgs& args) {
     if (r.steps) {
       std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
       if (r.loss_scaling) std::printf("loss scaling: %lld steps skipped (inf/NaN gradients), loss scale %g\n", static_cast<long long>(r.skipped_steps), r.loss_scale);
-      std::printf("device peak %s measured, %s planned\n", with_commas(r.measured_peak_bytes).c_str(), with_commas(plan->memory.predicted_peak_bytes).c_str());
+      // A plan counts its target's kernel workspaces: on another backend the two differ by that.
+      const bool elsewhere = (r.device == "cpu") != (plan->target != "a100" && plan->target != "h100" && plan->target != "h200");
+      std::printf("device peak %s measured on %s, %s planned for %s%s\n", with_commas(r.measured_peak_bytes).c_str(), r.device.c_str(),
+                  with_commas(plan->memory.predicted_peak_bytes).c_str(), plan->target.c_str(),
+                  elsewhere ? " (kernel workspaces differ between the two)" : "");
     }
     if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
   }
@@ -215,7 +219,8 @@ int run_run(const RunArgs& args) {
     json j = {{"plan", args.plan}, {"steps", r.total_steps}, {"steps_this_run", r.steps}, {"loss", r.final_loss}, {"losses", r.losses},
               {"step_ms", r.step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)},
               {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}, {"lower_bound_bytes", plan->memory.lower_bound_bytes},
-              {"breakdown", plan->memory.breakdown}, {"target", plan->target}, {"estimated_step_ms", plan->estimated_step_ms}};
+              {"breakdown", plan->memory.breakdown}, {"target", plan->target}, {"estimated_step_ms", plan->estimated_step_ms},
+              {"device", r.device}};
     j["measured_peak_bytes"] = r.steps ? json(r.measured_peak_bytes) : json(nullptr);
     j["load_peak_bytes"] = r.steps ? json(r.load_peak_bytes) : json(nullptr);
     j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);

@@ -24,14 +24,14 @@ static const KernelTable& table() {
   return *t;
 }
 
-static const KernelTable::Entry* find_entry(const std::string& op) {
+static const KernelTable::Entry* find_entry(std::string_view op) {
   for (const auto& e : table().entries) {
     if (e.op == op) return &e;
   }
   return nullptr;
 }
 
-const Kernel* find_kernel(const std::string& op) {
+const Kernel* find_kernel(std::string_view op) {
   const KernelTable::Entry* e = find_entry(op);
   return e ? &e->kernel : nullptr;
 }

@@ -6,31 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "ir/graph.h"
 
 namespace memc::cpu {
 
-struct KernelContext {
-  const Node& node;
-  std::vector<const Tensor*> inputs;  // nullptr marks an absent optional input
-  std::vector<Tensor*> outputs;       // pre-allocated with the planned types
-  bool training = false;              // dropout active
-  uint64_t seed = 0;                  // counter-based RNG: (seed, step, node id, element)
-  int64_t step = 0;
-  void* workspace = nullptr;     // scratch: 64-byte aligned, workspace_bytes long (backends/cpu/workspace.h)
-  int64_t workspace_bytes = 0;   // what the kernel's WorkspaceFn declared for this node
-};
-
-// Returns bad input for data-dependent errors (an out-of-range token id); shapes and dtypes
-// were checked by the verifier and are MEMC_CHECKed here.
-using Kernel = Status (*)(KernelContext& ctx);
+// The kernel interface is the Backend seam's (backends/backend.h); CPU kernels use it as is.
+using KernelContext = memc::KernelContext;
+using Kernel = memc::Kernel;
 
 // Bytes of scratch the kernel needs for this node's static types, worst case over runs (dropout
 // on or off, any data). Absent optional inputs appear as a default TensorType. A kernel without
 // one needs no workspace.
 using WorkspaceFn = int64_t (*)(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out);
 
-const Kernel* find_kernel(const std::string& op);
+const Kernel* find_kernel(std::string_view op);
 // The workspace `node` needs on the CPU backend (0: none, or no CPU kernel); for the planner.
 int64_t cpu_workspace_bytes(const Module& module, const Node& node);
 // Every op that has a CPU kernel.

@@ -122,3 +122,109 @@ Status elementwise(Elementwise op, Storage storage, const Arena& arena, int64_t 
 Status synchronize() { return check(cudaDeviceSynchronize(), "synchronize"); }
 
 }  // namespace memc::cuda
+
+// ---- The Backend seam (backends/backend.h) ----
+namespace memc::cuda {
+
+namespace {
+cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+}  // namespace
+
+Expected<std::unique_ptr<CudaBackend>> CudaBackend::open(int device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return Status::BadInput(str_cat("--device cuda:", device, ": no usable CUDA device (", cudaGetErrorString(e), ")"));
+  if (device < 0 || device >= count) {
+    return Status::BadInput(str_cat("--device cuda:", device, ": this machine has ", count, " CUDA device(s)"));
+  }
+  cudaDeviceProp prop{};
+  MEMC_RETURN_IF_ERROR(check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  auto backend = std::make_unique<CudaBackend>(prop.major);
+  backend->device_ = device;
+  backend->name_ = str_cat("cuda:", device);
+  MEMC_RETURN_IF_ERROR(check(cudaSetDevice(device), "cudaSetDevice"));
+  cudaStream_t compute = nullptr, copy = nullptr;
+  MEMC_RETURN_IF_ERROR(check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate"));
+  backend->compute_ = compute;
+  MEMC_RETURN_IF_ERROR(check(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), "cudaStreamCreate"));
+  backend->copy_ = copy;
+  return Expected<std::unique_ptr<CudaBackend>>(std::move(backend));
+}
+
+CudaBackend::~CudaBackend() {
+  if (compute_) cudaStreamDestroy(as_stream({compute_}));
+  if (copy_) cudaStreamDestroy(as_stream({copy_}));
+}
+
+Status CudaBackend::require_open(const char* what) const {
+  if (device_ < 0) return Status::Internal(str_cat(what, " on a CUDA backend built for planning (no device opened)"));
+  return Status::Ok();
+}
+
+const Kernel* CudaBackend::find_kernel(std::string_view op) const {
+  return nullptr;  // the op kernels behind the seam are issue 15's next step; none is bound yet
+}
+
+Expected<void*> CudaBackend::allocate(MemoryKind kind, int64_t bytes) {
+  MEMC_RETURN_IF_ERROR(require_open("allocate"));
+  void* p = nullptr;
+  const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+  const cudaError_t e = kind == MemoryKind::kDevice ? cudaMalloc(&p, n)
+                        : kind == MemoryKind::kPinnedHost ? cudaMallocHost(&p, n)
+                                                          : (p = std::malloc(n)) ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (e != cudaSuccess) {
+    return Status::BadInput(str_cat("out of ", memory_kind_name(kind), " memory on ", name_, " allocating ", bytes, " bytes (",
+                                    cudaGetErrorString(e), ")"));
+  }
+  return p;
+}
+
+void CudaBackend::deallocate(MemoryKind kind, void* p) {
+  if (!p) return;
+  if (kind == MemoryKind::kDevice) cudaFree(p);
+  else if (kind == MemoryKind::kPinnedHost) cudaFreeHost(p);
+  else std::free(p);
+}
+
+Status CudaBackend::fill(void* p, uint8_t byte, int64_t bytes) {
+  MEMC_RETURN_IF_ERROR(require_open("fill"));
+  if (bytes <= 0) return Status::Ok();
+  MEMC_RETURN_IF_ERROR(check(cudaMemsetAsync(p, byte, static_cast<size_t>(bytes), as_stream({compute_})), "cudaMemset"));
+  return check(cudaStreamSynchronize(as_stream({compute_})), "cudaStreamSynchronize");
+}
+
+Status CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
+  MEMC_RETURN_IF_ERROR(require_open("copy"));
+  if (bytes <= 0) return Status::Ok();
+  MEMC_RETURN_IF_ERROR(check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, as_stream({compute_})), "cudaMemcpy"));
+  return check(cudaStreamSynchronize(as_stream({compute_})), "cudaStreamSynchronize");
+}
+
+Status CudaBackend::copy_async(void* dst, const void* src, int64_t bytes, Stream stream) {
+  MEMC_RETURN_IF_ERROR(require_open("copy_async"));
+  if (bytes <= 0) return Status::Ok();
+  return check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, as_stream(stream)), "cudaMemcpyAsync");
+}
+
+Expected<Event> CudaBackend::record(Stream stream) {
+  MEMC_RETURN_IF_ERROR(require_open("record"));
+  cudaEvent_t event = nullptr;
+  MEMC_RETURN_IF_ERROR(check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
+  MEMC_RETURN_IF_ERROR(check(cudaEventRecord(event, as_stream(stream)), "cudaEventRecord"));
+  return Event{event};
+}
+
+Status CudaBackend::wait(Stream stream, Event event) {
+  return check(cudaStreamWaitEvent(as_stream(stream), static_cast<cudaEvent_t>(event.handle), 0), "cudaStreamWaitEvent");
+}
+
+void CudaBackend::destroy(Event event) {
+  if (event.handle) cudaEventDestroy(static_cast<cudaEvent_t>(event.handle));
+}
+
+Status CudaBackend::synchronize(Stream stream) {
+  MEMC_RETURN_IF_ERROR(require_open("synchronize"));
+  return check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
+}
+
+}  // namespace memc::cuda

@@ -4,9 +4,11 @@
 // without a GPU or driver every entry point reports it as a Status, never aborts.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "support/status.h"
 
 namespace memc::cuda {
@@ -47,5 +49,43 @@ enum class Elementwise { kAdd, kMul, kTanh, kGelu };
 // arithmetic; 16-bit storage rounds to nearest even, as the CPU backend.
 Status elementwise(Elementwise op, Storage storage, const Arena& arena, int64_t a, int64_t b, int64_t out, int64_t n);
 Status synchronize();
+
+// cuBLASLt's workspace per GEMM call: NVIDIA's recommendation (cublasSetWorkspace) is 32 MiB on
+// Hopper (sm_90) and 4 MiB before it. One region of this size serves every GEMM of a step.
+int64_t cublaslt_workspace_bytes(int sm_major);
+
+// The CUDA backend behind the seam. Constructed for planning it touches no device: a plan for
+// --target h200 asks it for workspace bytes on a machine without a GPU. open() binds device K
+// and creates its compute and copy streams; the memory, copy and stream methods need that.
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int sm_major) : sm_major_(sm_major) {}
+  ~CudaBackend() override;
+  // Device K; bad input naming why when there is no driver, no such device, or no CUDA build.
+  static Expected<std::unique_ptr<CudaBackend>> open(int device);
+
+  std::string_view name() const override { return name_; }
+  const Kernel* find_kernel(std::string_view op) const override;
+  int64_t workspace_bytes(const Module& module, const Node& node) const override;
+  Expected<void*> allocate(MemoryKind kind, int64_t bytes) override;
+  void deallocate(MemoryKind kind, void* p) override;
+  Status fill(void* p, uint8_t byte, int64_t bytes) override;
+  Status copy(void* dst, const void* src, int64_t bytes) override;
+  Status copy_async(void* dst, const void* src, int64_t bytes, Stream stream) override;
+  Stream compute_stream() override { return {compute_}; }
+  Stream copy_stream() override { return {copy_}; }
+  Expected<Event> record(Stream stream) override;
+  Status wait(Stream stream, Event event) override;
+  void destroy(Event event) override;
+  Status synchronize(Stream stream) override;
+
+ private:
+  int sm_major_;
+  int device_ = -1;  // -1: a planning instance, not opened
+  std::string name_ = "cuda";
+  void* compute_ = nullptr;  // cudaStream_t
+  void* copy_ = nullptr;
+  Status require_open(const char* what) const;
+};
 
 }  // namespace memc::cuda

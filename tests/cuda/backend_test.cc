@@ -1,6 +1,7 @@
 // The CUDA backend against the host: device probe, arena round trips, and elementwise kernels
 // in f32, bf16 and f16 storage against the CPU backend's arithmetic (f32 ≤ 1e-6 relative,
-// 16-bit storage within one rounding). Without a GPU every case is skipped, naming why.
+// 16-bit storage within one rounding), and the Backend seam (memory kinds, copies, streams and
+// events). Without a GPU every case is skipped, naming why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,6 +86,42 @@ TEST(CudaBackend, ElementwiseMatchesHostInEveryStorage) {
     }
   }
   EXPECT_TRUE(cuda::synchronize().ok());
+}
+
+}  // namespace
+}  // namespace memc
+
+namespace memc {
+namespace {
+
+// The Backend seam on CUDA: device and pinned memory, fills, synchronous and async copies on the
+// copy stream ordered before the compute stream by an event.
+TEST(CudaBackend, SeamMemoryCopiesAndStreams) {
+  REQUIRE_GPU();
+  auto opened = cuda::CudaBackend::open(0);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  cuda::CudaBackend& backend = **opened;
+  constexpr int64_t kBytes = 1 << 20;
+  auto device = backend.allocate(MemoryKind::kDevice, kBytes);
+  auto pinned = backend.allocate(MemoryKind::kPinnedHost, kBytes);
+  ASSERT_TRUE(device.ok() && pinned.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*device) % 256, 0u);
+  ASSERT_TRUE(backend.fill(*device, 0x5A, kBytes).ok());
+  auto* staging = static_cast<uint8_t*>(*pinned);
+  ASSERT_TRUE(backend.copy(staging, *device, kBytes).ok());
+  EXPECT_EQ(staging[0], 0x5A);
+  EXPECT_EQ(staging[kBytes - 1], 0x5A);
+  for (int64_t i = 0; i < kBytes; ++i) staging[i] = static_cast<uint8_t>(i * 7);
+  ASSERT_TRUE(backend.copy_async(*device, staging, kBytes, backend.copy_stream()).ok());
+  auto event = backend.record(backend.copy_stream());
+  ASSERT_TRUE(event.ok());
+  ASSERT_TRUE(backend.wait(backend.compute_stream(), *event).ok());
+  std::vector<uint8_t> back(kBytes);
+  ASSERT_TRUE(backend.copy(back.data(), *device, kBytes).ok());  // on the compute stream, after the event
+  for (int64_t i = 0; i < kBytes; i += 4099) EXPECT_EQ(back[i], static_cast<uint8_t>(i * 7)) << i;
+  backend.destroy(*event);
+  backend.deallocate(MemoryKind::kDevice, *device);
+  backend.deallocate(MemoryKind::kPinnedHost, *pinned);
 }
 
 }  // namespace

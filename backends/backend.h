@@ -1,0 +1,115 @@
+// The Backend seam: everything the planned executor, the device-memory accountant and the
+// planner need from a device, and nothing else. Runtime and planner code reach kernels, memory,
+// copies and streams only through this interface (never through backends/cpu or backends/cuda
+// directly), so a plan runs on whichever backend `memc run --device` names, and a plan compiled
+// for a target counts that target's kernel workspaces.
+//
+// Backends:
+//   cpu   backends/cpu/cpu_backend.h  — the reference; "device" memory is a heap kept apart from
+//         host memory, streams are in-order and synchronous, so every copy has completed on return.
+//   cuda  backends/cuda/cuda_backend.h — cudaMalloc'd arenas, cudaMallocHost'd staging, a compute
+//         and a copy stream with events. Planning for a GPU target needs no GPU: the workspace
+//         model is plain C++.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+#include "support/status.h"
+
+namespace memc {
+
+// What a kernel sees: the node, views of its inputs and outputs (in the backend's device
+// memory), the per-run RNG coordinates, its declared scratch and the stream to run on.
+// Kernels write every element of every output: the executor never clears a buffer.
+struct KernelContext {
+  const Node& node;
+  std::vector<const Tensor*> inputs;  // nullptr marks an absent optional input
+  std::vector<Tensor*> outputs;       // pre-allocated with the planned types
+  bool training = false;              // dropout active
+  uint64_t seed = 0;                  // counter-based RNG: (seed, step, node id, element)
+  int64_t step = 0;
+  void* workspace = nullptr;     // scratch: 64-byte aligned, workspace_bytes long
+  int64_t workspace_bytes = 0;   // what the backend's workspace function declared for this node
+  void* stream = nullptr;        // the backend's compute stream (nullptr on the CPU)
+};
+
+// Returns bad input for data-dependent errors (an out-of-range token id); shapes and dtypes
+// were checked by the verifier and are MEMC_CHECKed by the kernel.
+using Kernel = Status (*)(KernelContext& ctx);
+
+// Where an allocation lives. On the CPU backend all three are RAM; the split is what a GPU run
+// has, so budgets and offload are exercised without one.
+enum class MemoryKind : uint8_t {
+  kDevice,      // the device's memory: arenas, kernel workspace, communication buffers
+  kHost,        // pageable host memory
+  kPinnedHost,  // page-locked host memory: the host arena of offloaded values, copy staging
+};
+inline std::string_view memory_kind_name(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kDevice: return "device";
+    case MemoryKind::kHost: return "host";
+    case MemoryKind::kPinnedHost: return "pinned host";
+  }
+  return "?";
+}
+
+// An in-order queue of work on the device, and a marker in one. Opaque to callers.
+struct Stream {
+  void* handle = nullptr;
+};
+struct Event {
+  void* handle = nullptr;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;  // "cpu", "cuda:0"
+
+  // --- kernels ---
+  // The kernel for `op` (registry name without "memc."), or nullptr if this backend has none.
+  virtual const Kernel* find_kernel(std::string_view op) const = 0;
+  // Bytes of scratch `node` needs on this backend, worst case over runs (dropout on or off, any
+  // data). The planner counts these for the plan's target; the executor hands exactly this much.
+  virtual int64_t workspace_bytes(const Module& module, const Node& node) const = 0;
+
+  // --- memory ---
+  // 256-byte aligned. Device memory is not initialized; host memory is not either.
+  virtual Expected<void*> allocate(MemoryKind kind, int64_t bytes) = 0;
+  virtual void deallocate(MemoryKind kind, void* p) = 0;
+  // Sets `bytes` bytes at `p` (device memory) to `byte`, synchronously.
+  virtual Status fill(void* p, uint8_t byte, int64_t bytes) = 0;
+
+  // --- copies and streams ---
+  // Synchronous: complete on return. Either side may be device or host memory.
+  virtual Status copy(void* dst, const void* src, int64_t bytes) = 0;
+  // Ordered on `stream`; complete once the stream reaches it. Host sides should be pinned.
+  virtual Status copy_async(void* dst, const void* src, int64_t bytes, Stream stream) = 0;
+  virtual Stream compute_stream() = 0;
+  virtual Stream copy_stream() = 0;
+  // An event marking everything queued on `stream` so far; `wait` orders `stream` after it.
+  virtual Expected<Event> record(Stream stream) = 0;
+  virtual Status wait(Stream stream, Event event) = 0;
+  virtual void destroy(Event event) = 0;
+  virtual Status synchronize(Stream stream) = 0;
+};
+
+// The CPU backend (always present).
+Backend& cpu_backend();
+
+// The backend whose kernel workspaces a plan for `target` counts: "cpu" or a calibrated
+// profile (a .json path) plans for the CPU; "a100", "h100", "h200" for CUDA. Needs no device.
+const Backend& planning_backend(const std::string& target);
+
+// The largest workspace any scheduled node of `module` needs on `backend`: the one scratch
+// region the executor allocates.
+int64_t max_workspace_bytes(const Backend& backend, const Module& module);
+
+// The backend for `memc run --device`: "cpu", "cuda" or "cuda:K". A CUDA device that is absent
+// (no driver, no GPU, or memc built without CUDA) is a bad-input error naming why.
+Expected<Backend*> open_backend(const std::string& device);
+
+}  // namespace memc

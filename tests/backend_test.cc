@@ -1,0 +1,250 @@
+// The Backend seam (backends/backend.h): the planned executor and the device-memory accountant
+// reach memory, copies, streams and kernels only through it, and the planner counts the plan's
+// target's kernel workspaces. A recording backend wrapped around the CPU one shows what crosses
+// the seam during a real training step of the digits ViT.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backends/backend.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cuda/cuda_backend.h"
+#include "planner/compile.h"
+#include "runtime/planned_executor.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+using testing::source_path;
+
+// Counts everything that crosses the seam, delegating to the CPU backend.
+class RecordingBackend final : public Backend {
+ public:
+  struct Counts {
+    int64_t allocations[3] = {0, 0, 0};  // by MemoryKind
+    int64_t allocated_bytes[3] = {0, 0, 0};
+    int64_t deallocations = 0, fills = 0, copies = 0, async_copies = 0, synchronizes = 0, lookups = 0;
+  };
+  static inline int64_t launches = 0;  // kernels are plain functions: counted by a trampoline
+
+  std::string_view name() const override { return "recording"; }
+  const Kernel* find_kernel(std::string_view op) const override {
+    ++const_cast<Counts&>(counts).lookups;
+    return cpu_backend().find_kernel(op) ? &kTrampoline : nullptr;
+  }
+  int64_t workspace_bytes(const Module& module, const Node& node) const override {
+    return cpu_backend().workspace_bytes(module, node);
+  }
+  Expected<void*> allocate(MemoryKind kind, int64_t bytes) override {
+    ++counts.allocations[static_cast<int>(kind)];
+    counts.allocated_bytes[static_cast<int>(kind)] += bytes;
+    return cpu_backend().allocate(kind, bytes);
+  }
+  void deallocate(MemoryKind kind, void* p) override {
+    ++counts.deallocations;
+    cpu_backend().deallocate(kind, p);
+  }
+  Status fill(void* p, uint8_t byte, int64_t bytes) override {
+    ++counts.fills;
+    return cpu_backend().fill(p, byte, bytes);
+  }
+  Status copy(void* dst, const void* src, int64_t bytes) override {
+    ++counts.copies;
+    return cpu_backend().copy(dst, src, bytes);
+  }
+  Status copy_async(void* dst, const void* src, int64_t bytes, Stream stream) override {
+    ++counts.async_copies;
+    return cpu_backend().copy_async(dst, src, bytes, stream);
+  }
+  Stream compute_stream() override { return {}; }
+  Stream copy_stream() override { return {}; }
+  Expected<Event> record(Stream) override { return Event{}; }
+  Status wait(Stream, Event) override { return Status::Ok(); }
+  void destroy(Event) override {}
+  Status synchronize(Stream) override {
+    ++counts.synchronizes;
+    return Status::Ok();
+  }
+
+  Counts counts;
+
+ private:
+  static Status trampoline(KernelContext& ctx) {
+    ++launches;
+    return (*cpu_backend().find_kernel(ctx.node.op))(ctx);
+  }
+  static constexpr Kernel kTrampoline = &trampoline;
+};
+
+Plan compile_vit(const std::string& offload, const std::string& target = "cpu") {
+  CompileOptions options;
+  options.batch = 8;
+  options.optimizer.kind = "adamw";
+  options.offload = offload;
+  options.target = target;
+  const std::string model = source_path("models/vit_tiny.onnx");
+  auto plan = compile_model(model, model + ".plan", options);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return std::move(*plan);
+}
+
+// Seeded random data (labels 0..9, scalars positive), so the step is real: every argument, or
+// (per_step) only the data and scalars, whose arena bytes the plan reuses within a step.
+void feed_all(PlannedExecutor& exec, std::mt19937& rng, bool per_step = false) {
+  for (ValueId a : exec.module().arguments()) {
+    const Value& v = exec.module().value(a);
+    if (per_step && v.role != Role::kInput && v.role != Role::kScalar) continue;
+    Tensor t = v.type.dtype == DType::kI64 ? Tensor::zeros(DType::kI64, v.type.shape)
+                                           : testing::random_tensor(v.type.dtype, v.type.shape, rng, 0.01, 0.5);
+    if (v.type.dtype == DType::kI64) {
+      for (int64_t i = 0; i < t.numel(); ++i) t.set_from_double(i, static_cast<double>(i % 10));
+    }
+    ASSERT_TRUE(exec.set_argument(v.name, t).ok()) << v.name;
+  }
+}
+
+TEST(BackendSeam, TrainingStepCrossesOnlyTheSeam) {
+  const Plan plan = compile_vit("optimizer");
+  ASSERT_GT(plan.memory.host_bytes, 0);
+  RecordingBackend backend;
+  DeviceMemory memory(backend);
+  auto exec = PlannedExecutor::create(plan.train, memory);
+  ASSERT_TRUE(exec.ok()) << exec.status().message();
+  // Two device blocks (the arena and the kernel workspace), exactly the planned peak; one pinned
+  // host block, exactly the planned host arena; nothing else.
+  const auto& c = backend.counts;
+  EXPECT_EQ(c.allocations[static_cast<int>(MemoryKind::kDevice)], 2);
+  EXPECT_EQ(c.allocated_bytes[static_cast<int>(MemoryKind::kDevice)], plan.memory.predicted_peak_bytes);
+  EXPECT_EQ(c.allocations[static_cast<int>(MemoryKind::kPinnedHost)], 1);
+  EXPECT_EQ(c.allocated_bytes[static_cast<int>(MemoryKind::kPinnedHost)], plan.memory.host_bytes);
+  EXPECT_EQ(c.allocations[static_cast<int>(MemoryKind::kHost)], 0);
+  EXPECT_EQ(c.lookups, static_cast<int64_t>(plan.train.schedule().size()));  // resolved once, at create
+  EXPECT_EQ(memory.peak_bytes(), plan.memory.predicted_peak_bytes);
+  EXPECT_EQ(memory.host_peak_bytes(), plan.memory.host_bytes);
+
+  std::mt19937 rng(7);
+  const int64_t copies_before = c.copies;
+  feed_all(*exec, rng);
+  EXPECT_EQ(c.copies - copies_before, static_cast<int64_t>(plan.train.arguments().size()));  // set_argument copies through the seam
+
+  const int64_t fills_after_create = c.fills;
+  const auto counts_before = c;
+  RecordingBackend::launches = 0;
+  double first_loss = 0;
+  for (int step = 1; step <= 3; ++step) {
+    if (step > 1) feed_all(*exec, rng, /*per_step=*/true);
+    const Status st = exec->run(ExecOptions{.training = true, .seed = 1, .step = step});
+    ASSERT_TRUE(st.ok()) << st.message();
+    auto loss = exec->fetch_output(0);
+    ASSERT_TRUE(loss.ok());
+    if (step == 1) first_loss = loss->get_as_double(0);
+    EXPECT_TRUE(std::isfinite(loss->get_as_double(0)));
+  }
+  // No allocation and no clearing while training: kernels write their whole outputs. (Each
+  // step's data went in by copies through the seam too.)
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(c.allocations[k], counts_before.allocations[k]);
+  EXPECT_EQ(c.fills, fills_after_create);
+  EXPECT_EQ(c.synchronizes - counts_before.synchronizes, 3);  // one per step, at its end
+  EXPECT_EQ(RecordingBackend::launches % 3, 0);
+  EXPECT_LE(RecordingBackend::launches / 3, static_cast<int64_t>(plan.train.schedule().size()));
+  EXPECT_GT(RecordingBackend::launches / 3, static_cast<int64_t>(plan.train.schedule().size()) / 2);
+
+  // The same step on the CPU backend itself gives the same loss, bit for bit.
+  DeviceMemory cpu_memory;
+  auto cpu_exec = PlannedExecutor::create(plan.train, cpu_memory);
+  ASSERT_TRUE(cpu_exec.ok());
+  std::mt19937 rng2(7);
+  feed_all(*cpu_exec, rng2);
+  ASSERT_TRUE(cpu_exec->run(ExecOptions{.training = true, .seed = 1, .step = 1}).ok());
+  EXPECT_EQ(cpu_exec->fetch_output(0)->get_as_double(0), first_loss);
+}
+
+// Check mode fills every output that does not share an input's bytes with NaN before its
+// kernel runs: a kernel that left part of its output unwritten would turn the loss into NaN.
+TEST(BackendSeam, PoisonedOutputsChangeNothing) {
+  const Plan plan = compile_vit("none");
+  DeviceMemory a, b;
+  auto plain = PlannedExecutor::create(plan.train, a);
+  auto checked = PlannedExecutor::create(plan.train, b);
+  ASSERT_TRUE(plain.ok() && checked.ok());
+  std::mt19937 r1(3), r2(3);
+  feed_all(*plain, r1);
+  feed_all(*checked, r2);
+  for (int step = 1; step <= 2; ++step) {
+    if (step > 1) feed_all(*plain, r1, true), feed_all(*checked, r2, true);
+    ASSERT_TRUE(plain->run(ExecOptions{.training = true, .seed = 5, .step = step}).ok());
+    ASSERT_TRUE(checked->run(ExecOptions{.training = true, .seed = 5, .step = step, .check_workspace = true}).ok());
+    EXPECT_EQ(plain->fetch_output(0)->get_as_double(0), checked->fetch_output(0)->get_as_double(0)) << "step " << step;
+  }
+}
+
+TEST(BackendSeam, GpuTargetsPlanCudaWorkspaces) {
+  // cuBLASLt's recommended workspace: 32 MiB on Hopper, 4 MiB on Ampere.
+  const Plan h200 = compile_vit("none", "h200"), a100 = compile_vit("none", "a100"), cpu = compile_vit("none", "cpu");
+  EXPECT_EQ(h200.memory.breakdown.at("workspace"), int64_t{32} << 20);
+  EXPECT_EQ(a100.memory.breakdown.at("workspace"), int64_t{4} << 20);
+  EXPECT_EQ(cpu.memory.breakdown.at("workspace"), max_workspace_bytes(cpu_backend(), cpu.train));
+  // The arena is the same plan: only the workspace region above it differs.
+  EXPECT_EQ(h200.memory.predicted_peak_bytes - (int64_t{32} << 20), cpu.memory.predicted_peak_bytes - cpu.memory.breakdown.at("workspace"));
+  EXPECT_STREQ(std::string(planning_backend("cpu").name()).c_str(), "cpu");
+  EXPECT_STREQ(std::string(planning_backend("h200").name()).c_str(), "cuda");
+}
+
+TEST(BackendSeam, CudaAttentionBackwardWorkspaceIsTheArithmetic) {
+  // attention_grad(dy, q, k, v) with q, k, v bf16 [2, 3, 64, 16]: rows = 2·3·64 = 384.
+  // O: 384·16·2 = 12,288; stats: 384·4 = 1,536; dQ in f32: 384·16·4 = 24,576 — each 256-aligned.
+  const Module m = testing::parse_ok(R"(
+func.func @main(%dy: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "dy"}, %q: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "q"}, %k: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "k"}, %v: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "v"}) -> (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>) {
+  %dq, %dk, %dv = "memc.attention_grad"(%dy, %q, %k, %v) {scale = 0.25 : f64} : (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>) -> (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>)
+  "func.return"(%dq, %dk, %dv) : (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>) -> ()
+}
+)");
+  const Node& node = m.node(m.schedule().at(0));
+  EXPECT_EQ(planning_backend("h200").workspace_bytes(m, node), 12288 + 1536 + 24576);
+  EXPECT_GT(cpu_backend().workspace_bytes(m, node), 0);  // the CPU's own tiled backward differs
+}
+
+TEST(BackendSeam, CpuBackendMemoryAndCopies) {
+  Backend& cpu = cpu_backend();
+  for (MemoryKind kind : {MemoryKind::kDevice, MemoryKind::kHost, MemoryKind::kPinnedHost}) {
+    auto p = cpu.allocate(kind, 1000);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % 256, 0u) << memory_kind_name(kind);
+    ASSERT_TRUE(cpu.fill(*p, 0xAB, 1000).ok());
+    std::vector<uint8_t> host(1000);
+    ASSERT_TRUE(cpu.copy(host.data(), *p, 1000).ok());
+    EXPECT_EQ(host[0], 0xAB);
+    EXPECT_EQ(host[999], 0xAB);
+    host[5] = 7;
+    ASSERT_TRUE(cpu.copy_async(*p, host.data(), 1000, cpu.copy_stream()).ok());
+    auto event = cpu.record(cpu.copy_stream());
+    ASSERT_TRUE(event.ok());
+    ASSERT_TRUE(cpu.wait(cpu.compute_stream(), *event).ok());
+    ASSERT_TRUE(cpu.synchronize(cpu.compute_stream()).ok());
+    EXPECT_EQ(static_cast<uint8_t*>(*p)[5], 7);
+    cpu.destroy(*event);
+    cpu.deallocate(kind, *p);
+  }
+}
+
+TEST(BackendSeam, OpeningADeviceSaysWhyNot) {
+  EXPECT_EQ(*open_backend("cpu"), &cpu_backend());
+  auto bad = open_backend("tpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().kind(), ErrorKind::kBadInput);
+  EXPECT_NE(bad.status().message().find("cpu, cuda or cuda:K"), std::string::npos);
+  const cuda::DeviceInfo info = cuda::probe();
+  if (info.count > 0) GTEST_SKIP() << "a CUDA device is present: " << info.name;
+  auto cuda = open_backend("cuda:0");
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.status().kind(), ErrorKind::kBadInput);
+  EXPECT_EQ(cuda.status().message().find('\n'), std::string::npos);  // one line
+  // A planning instance holds no device: memory calls fail with a status, never crash.
+  cuda::CudaBackend planning(9);
+  EXPECT_FALSE(planning.allocate(MemoryKind::kDevice, 16).ok());
+  EXPECT_EQ(planning.find_kernel("matmul"), nullptr);
+}
+
+}  // namespace
+}  // namespace memc
