@@ -19,6 +19,8 @@ enum OpFlags : uint32_t {
   kOpInplaceOk = 1u << 4,    // output may share its first input's buffer
   kOpReduction = 1u << 5,
   kOpNoGradient = 1u << 6,   // explicitly has no gradient (comparisons, argmax, casts to int)
+  kOpOptimizerUpdate = 1u << 7,  // an optimizer step over one parameter (runs on the host when its state is there)
+  kOpTransfer = 1u << 8,     // moves bytes between memory spaces (copy_to_host, copy_to_device)
 };
 
 struct ShapeContext {

@@ -124,6 +124,20 @@ class Verifier {
       }
     }
     if (inputs_ok && outputs_ok && OpRegistry::get().find(node.op)) check_types(node, where, input_types, present);
+    if (inputs_ok && outputs_ok) check_spaces(node, where);
+  }
+
+  // A transfer moves its input into the other memory space; nothing else crosses spaces.
+  void check_spaces(const Node& node, const std::string& where) {
+    if (node.op != "copy_to_host" && node.op != "copy_to_device") return;
+    const MemSpace to = node.op == "copy_to_host" ? MemSpace::kHost : MemSpace::kDevice;
+    const MemSpace from = to == MemSpace::kHost ? MemSpace::kDevice : MemSpace::kHost;
+    if (node.inputs.size() == 1 && m_.value(node.inputs[0]).space != from) {
+      report(str_cat(where, ": input %", m_.value(node.inputs[0]).name, " is already in ", space_name(to), " memory"));
+    }
+    for (ValueId v : node.outputs) {
+      if (m_.value(v).space != to) report(str_cat(where, ": result %", m_.value(v).name, " is not in ", space_name(to), " memory"));
+    }
   }
 
   void check_types(const Node& node, const std::string& where, const std::vector<TensorType>& input_types,

@@ -1,11 +1,15 @@
 #include "passes/offload.h"
 
+#include <unordered_map>
 #include <unordered_set>
+
+#include "ir/op_registry.h"
 
 namespace memc {
 
 bool runs_on_host(const Module& m, const Node& node) {
-  if (node.op.size() < 7 || node.op.compare(node.op.size() - 7, 7, "_update") != 0) return false;
+  const OpDef* def = OpRegistry::get().find(node.op);
+  if (!def || !(def->flags & kOpOptimizerUpdate)) return false;
   for (ValueId v : node.inputs) {
     if (v != kNoValue && m.value(v).space == MemSpace::kHost) return true;
   }
@@ -13,24 +17,74 @@ bool runs_on_host(const Module& m, const Node& node) {
 }
 
 HostTraffic host_traffic(const Module& m) {
+  const OpRegistry& registry = OpRegistry::get();
   HostTraffic t;
   for (NodeId n : m.schedule()) {
     const Node& node = m.node(n);
+    const OpDef* def = registry.find(node.op);
+    if (def && (def->flags & kOpTransfer)) t.link_bytes += m.value(node.outputs[0]).type.bytes();
     if (!runs_on_host(m, node)) continue;
     for (ValueId v : node.inputs) {
-      if (v == kNoValue) continue;
-      const int64_t b = m.value(v).type.bytes();
-      t.host_update_bytes += b;
-      if (m.value(v).space == MemSpace::kDevice && m.value(v).type.numel() > 1) t.link_bytes += b;  // scalars aside
+      if (v != kNoValue) t.host_update_bytes += m.value(v).type.bytes();
     }
-    for (ValueId v : node.outputs) {
-      const int64_t b = m.value(v).type.bytes();
-      t.host_update_bytes += b;
-      if (m.value(v).space == MemSpace::kDevice) t.link_bytes += b;
-    }
+    for (ValueId v : node.outputs) t.host_update_bytes += m.value(v).type.bytes();
   }
   return t;
 }
+
+namespace {
+
+// Makes every operand of the host updates a host value: device inputs arrive by copy_to_host
+// (one copy per value, placed before its first host reader), and results that update a device
+// argument (the weights under fp32) are computed into host memory and go back by copy_to_device,
+// right after the update. Returns the number of transfers added.
+int insert_transfers(Module& m) {
+  std::vector<NodeId> order;
+  std::unordered_map<ValueId, ValueId> host_copy;
+  int transfers = 0;
+  auto transfer = [&](const char* op, ValueId v, MemSpace to, const char* suffix) {
+    auto out = m.add_node(op, {v});
+    MEMC_CHECK(out.ok(), "offload: ", op, " of %", m.value(v).name, ": ", out.status().message());
+    const ValueId moved = (*out)[0];
+    m.value(moved).space = to;
+    // A staged gradient stays a gradient and a weight's new value a weight; a host staging copy
+    // of a weight argument is not itself a parameter (it is read once, by the update).
+    const Role role = m.value(v).role;
+    m.value(moved).role = to == MemSpace::kHost && role == Role::kParam ? Role::kActivation : role;
+    m.rename(moved, m.value(v).name + suffix);
+    order.push_back(m.value(moved).producer);
+    ++transfers;
+    return moved;
+  };
+  for (NodeId n : m.schedule()) {
+    if (!runs_on_host(m, m.node(n))) {
+      order.push_back(n);
+      continue;
+    }
+    for (size_t k = 0; k < m.node(n).inputs.size(); ++k) {
+      const ValueId v = m.node(n).inputs[k];
+      if (v == kNoValue || m.value(v).space == MemSpace::kHost) continue;
+      if (!host_copy.count(v)) host_copy[v] = transfer("copy_to_host", v, MemSpace::kHost, ".host");
+      m.node(n).inputs[k] = host_copy[v];
+    }
+    order.push_back(n);
+    const std::vector<ValueId> results = m.node(n).outputs;
+    for (ValueId r : results) {
+      if (m.value(r).space == MemSpace::kHost) continue;
+      m.value(r).space = MemSpace::kHost;
+      const std::string name = m.value(r).name;
+      m.rename(r, name + ".host");
+      const ValueId back = transfer("copy_to_device", r, MemSpace::kDevice, "");
+      m.replace_all_uses(r, back);  // the module output (the weight's update) is the device copy
+      m.node(m.value(back).producer).inputs[0] = r;
+      m.rename(back, name);
+    }
+  }
+  m.set_schedule(order);
+  return transfers;
+}
+
+}  // namespace
 
 Expected<OffloadReport> Offload::run(Module& m) const {
   OffloadReport r;
@@ -42,8 +96,8 @@ Expected<OffloadReport> Offload::run(Module& m) const {
   auto is_master = [&](ValueId p) {
     if (m.value(p).role != Role::kParam || m.value(p).type.dtype != DType::kF32 || users[p].empty()) return false;
     for (NodeId n : users[p]) {
-      const std::string& op = m.node(n).op;
-      if (op != "cast" && op.find("_update") == std::string::npos) return false;
+      const OpDef* def = OpRegistry::get().find(m.node(n).op);
+      if (m.node(n).op != "cast" && !(def && (def->flags & kOpOptimizerUpdate))) return false;
     }
     return true;
   };
@@ -62,6 +116,7 @@ Expected<OffloadReport> Offload::run(Module& m) const {
     ++r.values;
     r.bytes += m.value(v).type.bytes();
   }
+  r.transfers = insert_transfers(m);
   const HostTraffic traffic = host_traffic(m);
   r.link_bytes = traffic.link_bytes;
   r.host_update_bytes = traffic.host_update_bytes;

@@ -1,7 +1,11 @@
 // The offload pass (one device): optimizer state, and under mixed precision the f32 master
 // weights, live in host memory (memory space "host"), as in ZeRO-Offload; the optimizer update
 // that reads and writes them runs on the host. What the device keeps: the compute copies of the
-// weights (the f32 weights themselves under fp32), activations and gradients.
+// weights (the f32 weights themselves under fp32), activations and gradients. Every byte that
+// crosses is an explicit op: copy_to_host brings an update's device operands (its gradient, the
+// fp32 weight, the loss-scaling flag) into host staging buffers, and copy_to_device returns a
+// device weight's new value; on CUDA they run on the copy stream from the pinned host arena.
+// Host placement is decided by op flags (kOpOptimizerUpdate, kOpTransfer), not op names.
 //
 // Levels: "none"; "optimizer" (optimizer state, plus master weights under a mixed precision).
 // Exact: the same kernels run on the same values, so gradients and weights are bit-identical
@@ -19,8 +23,9 @@ namespace memc {
 
 struct OffloadReport {
   int values = 0;               // values moved to host memory
+  int transfers = 0;            // copy_to_host / copy_to_device ops inserted
   int64_t bytes = 0;            // their bytes
-  int64_t link_bytes = 0;       // host↔device bytes per step (update inputs/outputs crossing)
+  int64_t link_bytes = 0;       // host↔device bytes per step (what the transfer ops move)
   int64_t host_update_bytes = 0;  // bytes the host update reads and writes
 };
 
@@ -34,11 +39,12 @@ class Offload {
   std::string level_;
 };
 
-// Whether `node` runs on the host under offload: an optimizer update touching host values.
+// Whether `node` runs on the host under offload: an optimizer update (kOpOptimizerUpdate)
+// touching host values.
 bool runs_on_host(const Module& m, const Node& node);
 
-// Per step, what the updates that run on the host read and write there, and what of it crosses
-// the host link (their device-side operands). The offload report and the cost model share it.
+// Per step, what the updates that run on the host read and write there, and what crosses the
+// host link (the transfer ops' bytes). The offload report and the cost model share it.
 struct HostTraffic {
   int64_t link_bytes = 0;
   int64_t host_update_bytes = 0;

@@ -137,7 +137,7 @@ class ListScheduler {
   ListScheduler(const Module& m, const StepGraph& g, SchedulePolicy policy)
       : m_(m), g_(g), policy_(policy), remaining_(m.values().size(), 0), preds_(g.num_predecessors),
         key_(m.nodes().size()), ready_flag_(m.nodes().size(), false), done_(m.nodes().size(), false),
-        urgency_(m.nodes().size(), 0) {
+        urgency_(m.nodes().size(), 0), staged_(m.nodes().size(), false) {
     for (size_t v = 0; v < g.readers.size(); ++v) remaining_[v] = static_cast<int32_t>(g.readers[v].size());
     for (NodeId n : g.order) {
       urgency_[n] = g.position[n];
@@ -159,11 +159,11 @@ class ListScheduler {
       const NodeId n = g_.order[std::get<2>(*ready_.begin())];
       ready_.erase(ready_.begin());
       ready_flag_[n] = false;
-      done_[n] = true;
-      result.push_back(n);
-      for (ValueId root : g_.groups_read[n]) {
-        if (--remaining_[root] == 1 && g_.freeable[root]) refresh_last_reader(root);
+      for (ValueId v : m_.node(n).inputs) {  // its staged host copies go right before it
+        const NodeId p = v == kNoValue ? kNoNode : m_.value(v).producer;
+        if (p != kNoNode && staged_[p] && !done_[p]) emit(p, result);
       }
+      emit(n, result);
       for (NodeId s : g_.successors[n]) {
         if (--preds_[s] == 0) make_ready(s);
       }
@@ -194,7 +194,24 @@ class ListScheduler {
     }
     return Key{0, 0, pos};
   }
+  void emit(NodeId n, std::vector<NodeId>& result) {
+    done_[n] = true;
+    result.push_back(n);
+    for (ValueId root : g_.groups_read[n]) {
+      if (--remaining_[root] == 1 && g_.freeable[root]) refresh_last_reader(root);
+    }
+  }
   void make_ready(NodeId n) {
+    // A copy into host memory (offload's staging of an update's operand) is not placed on its
+    // own: it runs right before its first reader, so its host buffer lives only as long as the
+    // update needs it rather than from wherever its source became available.
+    if (is_host_transfer(n)) {
+      staged_[n] = true;
+      for (NodeId s : g_.successors[n]) {
+        if (--preds_[s] == 0) make_ready(s);
+      }
+      return;
+    }
     key_[n] = key_of(n);
     ready_.insert(key_[n]);
     ready_flag_[n] = true;
@@ -219,6 +236,11 @@ class ListScheduler {
   std::vector<Key> key_;
   std::vector<bool> ready_flag_, done_;
   std::vector<int32_t> urgency_;  // by NodeId: earliest current position of a successor
+  std::vector<bool> staged_;      // by NodeId: a ready copy_to_host, emitted with its first reader
+  bool is_host_transfer(NodeId n) const {
+    const OpDef* def = OpRegistry::get().find(m_.node(n).op);
+    return def && (def->flags & kOpTransfer) && m_.value(m_.node(n).outputs[0]).space == MemSpace::kHost;
+  }
   std::set<Key> ready_;
 };
 

@@ -164,7 +164,8 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   MEMC_ASSIGN_OR_RETURN(OffloadReport offloaded, Offload(options.offload).run(plan.train));
   if (report && options.offload != "none") {
     log(1, str_cat("pass offload ", options.offload, ": ", offloaded.values, " values (", format_size(offloaded.bytes),
-                   ") to host memory; per step ", format_size(offloaded.link_bytes), " over the host link, the update reads and writes ",
+                   ") to host memory; ", offloaded.transfers, " transfers move ", format_size(offloaded.link_bytes),
+                   " per step over the host link, the update reads and writes ",
                    format_size(offloaded.host_update_bytes), " on the host"));
     if (options.after_pass) options.after_pass("offload", plan.train);
   }

@@ -124,6 +124,7 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
     if (split && runs_on_host(train, node)) continue;
     const OpDef* def = registry.find(node.op);
     if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
+    if (split && def && (def->flags & kOpTransfer)) continue;  // charged as link time below
     const auto flops = static_cast<double>(node_flops(train, node));
     const auto bytes = static_cast<double>(node_bytes(train, node));
     bool low = false;

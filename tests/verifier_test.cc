@@ -113,3 +113,27 @@ TEST(Verifier, ReportsEveryProblemAtOnce) {
 
 }  // namespace
 }  // namespace memc
+
+namespace memc {
+namespace {
+
+// Transfers move their input into the other memory space; a copy_to_host whose result stays on
+// the device, or whose input is already on the host, is named.
+TEST(Verifier, TransfersCrossMemorySpaces) {
+  Module m = valid_module();
+  const ValueId y = m.outputs()[0];
+  auto host = m.add_node("copy_to_host", {y});
+  ASSERT_TRUE(host.ok());
+  m.set_outputs({(*host)[0]});
+  expect_invalid(m, {"memc.copy_to_host", "is not in host memory"});
+  m.value((*host)[0]).space = MemSpace::kHost;
+  EXPECT_TRUE(verify(m).ok()) << verify(m).message();
+  auto twice = m.add_node("copy_to_host", {(*host)[0]});
+  ASSERT_TRUE(twice.ok());
+  m.value((*twice)[0]).space = MemSpace::kHost;
+  m.set_outputs({(*twice)[0]});
+  expect_invalid(m, {"is already in host memory"});
+}
+
+}  // namespace
+}  // namespace memc

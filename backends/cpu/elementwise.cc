@@ -391,6 +391,8 @@ void register_elementwise_kernels(KernelTable& t) {
   t.add("where", where_kernel);
   t.add("cast", cast_kernel);
   t.add("copy", copy_kernel);
+  t.add("copy_to_host", copy_kernel);  // host and "device" are both RAM on the CPU backend
+  t.add("copy_to_device", copy_kernel);
   t.add("dropout", dropout_kernel);
 }
 

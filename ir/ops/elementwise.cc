@@ -117,7 +117,14 @@ void register_elementwise_ops(OpRegistry& r) {
 
   r.add({.name = "copy", .min_inputs = 1, .max_inputs = 1, .flags = kOpElementwise, .shape = same_type,
          .flops = [](const Node&, std::span<const TensorType>, std::span<const TensorType>) { return int64_t{0}; },
-         .doc = "y = x (a materialized copy; also host↔device moves {to_space})"});
+         .doc = "y = x (a materialized copy within one memory space)"});
+  // Offload's explicit moves (passes/offload.h): the output lives in the other memory space. On
+  // CUDA they run on the copy stream from the pinned host arena; on the CPU they are memcpy.
+  for (const char* name : {"copy_to_host", "copy_to_device"}) {
+    r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpTransfer | kOpNoGradient, .shape = same_type,
+           .flops = [](const Node&, std::span<const TensorType>, std::span<const TensorType>) { return int64_t{0}; },
+           .doc = std::string("y = x, moved ") + (name[8] == 'h' ? "from device to host memory" : "from host to device memory")});
+  }
 
   r.add({.name = "dropout", .min_inputs = 1, .max_inputs = 1, .num_outputs = -1,
          .flags = kOpElementwise | kOpRandom,

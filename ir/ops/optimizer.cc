@@ -78,7 +78,7 @@ Status adafactor_shape(const ShapeContext& c, std::vector<TensorType>& out) {
 }  // namespace
 
 void register_optimizer_ops(OpRegistry& r) {
-  const uint32_t flags = kOpInplaceOk | kOpNoGradient;
+  const uint32_t flags = kOpInplaceOk | kOpNoGradient | kOpOptimizerUpdate;
   r.add({.name = "sgd_update", .min_inputs = 3, .max_inputs = 4, .num_outputs = 1, .flags = flags,
          .shape = update_shape(2, 1), .flops = per_element(3),
          .doc = "(w, g, lr[, skip]) → w - lr·(g + weight_decay·w) {weight_decay}"});
