@@ -8,6 +8,7 @@
 set -uo pipefail
 mode=$1 binary=$2
 here=$(dirname "$0")
+command -v mpirun > /dev/null || { echo "SKIP: no mpirun (apt-get install openmpi-bin)"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL ($mode): $*"; echo "--- stderr of the job:"; cat "$dir/err"; exit 1; }

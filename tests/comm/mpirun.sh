@@ -8,6 +8,7 @@
 # Usage: tests/comm/mpirun.sh NP COMMAND [ARGS...]
 set -euo pipefail
 np=$1; shift
+command -v mpirun > /dev/null || { echo "SKIP: no mpirun (apt-get install openmpi-bin)"; exit 77; }
 exec mpirun --allow-run-as-root --oversubscribe --bind-to none \
   --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca oob_tcp_if_include lo \
   -np "$np" "$@"
