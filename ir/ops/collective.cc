@@ -151,8 +151,8 @@ void register_collective_ops(OpRegistry& r) {
   };
   for (const Collective& c : collectives) {
     const bool reduces = c.reduces;
-    // Flops: the additions of a reduction over the elements it reduces (the input's block count
-    // for reduce_scatter is the output's); gathers and broadcasts compute nothing.
+    // Flops: a reduction adds ranks − 1 values into each element of its result; gathers and
+    // broadcasts compute nothing.
     FlopsFn flops = [reduces](const Node& n, std::span<const TensorType>, std::span<const TensorType> out) -> int64_t {
       return reduces ? reduce_flops(n, out[0].numel()) : 0;
     };
@@ -170,11 +170,8 @@ void register_collective_ops(OpRegistry& r) {
 int64_t collective_wire_bytes(const Module& m, const Node& node) {
   const OpDef* def = OpRegistry::get().find(node.op);
   if (!def || !(def->flags & kOpCollective) || node.outputs.empty()) return 0;
-  std::string base = node.op;
-  for (const char* suffix : {"_start", "_done"}) {
-    if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
-  }
   if (node.op.ends_with("_done")) return 0;  // counted once, at the start
+  const std::string base = node.op.ends_with("_start") ? node.op.substr(0, node.op.size() - 6) : node.op;
   const int64_t ranks = node.attrs.get_int("ranks", 1);
   const int64_t out_bytes = m.value(node.outputs[0]).type.bytes();
   const int64_t in_bytes = m.value(node.inputs[0]).type.bytes();
