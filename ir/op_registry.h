@@ -21,6 +21,7 @@ enum OpFlags : uint32_t {
   kOpNoGradient = 1u << 6,   // explicitly has no gradient (comparisons, argmax, casts to int)
   kOpOptimizerUpdate = 1u << 7,  // an optimizer step over one parameter (runs on the host when its state is there)
   kOpTransfer = 1u << 8,     // moves bytes between memory spaces (copy_to_host, copy_to_device)
+  kOpCollective = 1u << 9,   // communicates across ranks (ir/ops/collective.cc); async pairs end in _start/_done
 };
 
 struct ShapeContext {
@@ -69,6 +70,10 @@ Status infer_types(const Node& node, const std::vector<TensorType>& input_types,
 int64_t node_flops(const Module& m, const Node& node);
 // Bytes a node reads plus writes (inputs + outputs).
 int64_t node_bytes(const Module& m, const Node& node);
+// Bytes one rank sends for a collective under ring algorithms (all_gather and reduce_scatter
+// (R−1)/R of the full buffer, all_reduce twice that, broadcast the buffer; _done counts 0);
+// 0 for any other op.
+int64_t collective_wire_bytes(const Module& m, const Node& node);
 
 // Registers every op family once (idempotent); called by OpRegistry::get().
 void register_all_ops(OpRegistry& registry);

@@ -166,7 +166,19 @@ std::map<std::string, std::vector<Recipe>> explicit_recipes() {
   r["adafactor_update"] = {{{f, f, TensorType{DType::kF32, {2}}, TensorType{DType::kF32, {3}}, scalar, scalar},
                             make_attrs({{"factored", int64_t{1}}}), 3},
                            {{f, f, f, scalar, scalar}, make_attrs({{"factored", int64_t{0}}}), 2}};
-  (void)i64;
+  // Collectives (ir/ops/collective.cc): 2 ranks of the group "world"; the async pairs'
+  // done ops take (pending, x).
+  const Attrs group = make_attrs({{"ranks", int64_t{2}}, {"group", std::string("world")}});
+  const Attrs summed = make_attrs({{"ranks", int64_t{2}}, {"reduce", std::string("sum")}});
+  const TensorType gathered{DType::kF32, {4, 3}}, scattered{DType::kBF16, {1, 3}}, h{DType::kBF16, {2, 3}};
+  r["all_gather"] = r["all_gather_start"] = {{{f}, group}};
+  r["all_gather_done"] = {{{gathered, f}, group}};
+  r["reduce_scatter"] = r["reduce_scatter_start"] = {{{h}, summed}};
+  r["reduce_scatter_done"] = {{{scattered, h}, summed}};
+  r["all_reduce"] = r["all_reduce_start"] = {{{f}, make_attrs({{"ranks", int64_t{4}}, {"reduce", std::string("max")}})}};
+  r["all_reduce_done"] = {{{f, f}, summed}};
+  r["broadcast"] = r["broadcast_start"] = {{{i64}, make_attrs({{"ranks", int64_t{2}}, {"root", int64_t{1}}})}};
+  r["broadcast_done"] = {{{i64, i64}, make_attrs({{"ranks", int64_t{2}}, {"root", int64_t{0}}})}};
   return r;
 }
 

@@ -11,6 +11,7 @@ void register_shape_ops(OpRegistry& r);
 void register_misc_ops(OpRegistry& r);
 void register_training_ops(OpRegistry& r);
 void register_optimizer_ops(OpRegistry& r);  // loss, fills, fused backward ops
+void register_collective_ops(OpRegistry& r);  // all_gather, reduce_scatter, all_reduce, broadcast (+ start/done)
 void register_gradients(OpRegistry& r);      // sets OpDef::grad on every differentiable op  // ops the frontend needs beyond the core families
 
 // Numpy broadcasting of two shapes; fails if a pair of dims is neither equal nor 1.

@@ -10,6 +10,7 @@ void register_all_ops(OpRegistry& r) {
   register_misc_ops(r);
   register_training_ops(r);
   register_optimizer_ops(r);
+  register_collective_ops(r);
   register_gradients(r);
 }
 

@@ -1,0 +1,56 @@
+// Collectives between GPU ranks over NCCL, one GPU per rank. Bootstrapped through MPI: rank 0
+// makes the ncclUniqueId and the bootstrap communicator broadcasts it. Buffers are device
+// memory; collectives run on this communicator's own CUDA stream, and wait() polls a CUDA event
+// with the bootstrap's deadline, checking ncclCommGetAsyncError, so a dead peer fails the wait
+// (the communicator is then aborted with ncclCommAbort) instead of hanging. bf16/f16 use NCCL's
+// own reductions (f32 arithmetic, rounded per step), the same contract as the MPI user ops.
+// Built whenever CUDA and NCCL are found; create() fails, saying why, where there is no GPU.
+#pragma once
+#include <map>
+#include <memory>
+
+#include "backends/comm/communicator.h"
+
+namespace memc::comm {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over the bootstrap's ranks. `device` is this rank's CUDA device; -1 picks
+  // rank mod device count.
+  static Expected<std::unique_ptr<NcclCommunicator>> create(Communicator& bootstrap, int device, double timeout_s);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view transport() const override { return "nccl"; }
+  BufferSpace buffers() const override { return BufferSpace::kDevice; }
+  int device() const { return device_; }
+  void* stream() const { return stream_; }  // cudaStream_t the collectives run on
+
+  Expected<RequestId> start_all_gather(const void* send, void* recv, int64_t count, DType dtype) override;
+  Expected<RequestId> start_reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
+  Expected<RequestId> start_all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
+  Expected<RequestId> start_broadcast(void* buffer, int64_t count, DType dtype, int root) override;
+  Status wait(RequestId request) override;
+  Status barrier() override;
+  [[noreturn]] void abort(int exit_code) override;
+
+ private:
+  NcclCommunicator() = default;
+  Expected<RequestId> track(const char* op, int nccl_result);
+  Status failure(const char* op, const std::string& why) const;
+  Status usable(const char* op) const;
+
+  Communicator* bootstrap_ = nullptr;
+  int rank_ = 0, size_ = 1, device_ = 0;
+  double timeout_s_ = 600;
+  void* comm_ = nullptr;    // ncclComm_t
+  void* stream_ = nullptr;  // cudaStream_t
+  std::map<RequestId, std::pair<const char*, void*>> pending_;  // op, cudaEvent_t
+  RequestId next_request_ = 1;
+};
+
+// The number of CUDA devices, or 0 with the reason in `why` (no driver, no device).
+int cuda_device_count(std::string* why);
+
+}  // namespace memc::comm
