@@ -108,6 +108,12 @@ void print_summary(const json& s) {
 
 }  // namespace
 
+// The process's peak resident set (the kernel's ru_maxrss, KiB), next to the planned device bytes.
+static int64_t process_peak_rss_bytes() {
+  struct rusage usage {};
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_maxrss) * 1024 : 0;
+}
+
 int run_compile(const CompileArgs& args) {
   if (args.loss != "cross_entropy") return report(Status::BadInput("--loss " + args.loss + " is not supported (cross_entropy)"));
   if (args.schedule.kind != "constant" && args.schedule.kind != "cosine" && args.schedule.kind != "warmup-cosine") {
@@ -169,6 +175,7 @@ int run_compile(const CompileArgs& args) {
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
   if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
   json summary = plan_summary(args.output, *plan);
+  summary["process_peak_rss_bytes"] = process_peak_rss_bytes();
   if (search) {
     auto row = [&](const Candidate& c) {
       return json{{"decisions", c.label()}, {"precision", c.precision}, {"micro_batches", c.micro_batches},
@@ -196,12 +203,6 @@ int run_compile(const CompileArgs& args) {
     for (const Candidate& c : search->pareto) line(c);
   }
   return 0;
-}
-
-// The process's peak resident set (the kernel's ru_maxrss, KiB), next to the planned device bytes.
-static int64_t process_peak_rss_bytes() {
-  struct rusage usage {};
-  return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_maxrss) * 1024 : 0;
 }
 
 int run_run(const RunArgs& args) {

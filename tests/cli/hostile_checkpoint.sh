@@ -83,7 +83,9 @@ for edit in 'm["step"] = "-3"' 'm["epoch"] = "1e3"' 'm["step_in_epoch"] = "99"' 
             'm["step"] = "5"; m["epoch"] = "0"; m["step_in_epoch"] = "5"'; do
   cp $REF bad/checkpoint.safetensors
   st_py "h, d = load(sys.argv[1]); m = h['__metadata__']; $edit; save(sys.argv[1], h, d)" bad/checkpoint.safetensors
+  before=$(snapshot bad)
   hostile 2 "checkpoint" -- $MEMC run p.plan --data train.npz --steps 1 --checkpoint bad --resume --quiet
+  [ "$before" = "$(snapshot bad)" ] || fail "metadata edit $edit: the checkpoint was changed"
 done
 cp $REF bad/checkpoint.safetensors
 st_py '
@@ -110,20 +112,29 @@ done
 
 # kill -9 at random moments of a run that checkpoints every 2 steps, then resume: the final
 # checkpoint equals the uninterrupted run's byte for byte, and no temporary outlives the resume.
-# The kill lands at a random fraction of the uninterrupted run's wall time.
+# The kill lands at a random fraction of the uninterrupted run's wall time, counted from the
+# start (odd trials) or from the first checkpoint on disk (even trials: later writes).
 RANDOM=14
-for trial in 1 2 3 4 5; do
+# Trials 9 and 10 kill as soon as a temporary is seen: inside a write, when the poll catches it.
+for trial in 1 2 3 4 5 6 7 8 9 10; do
   rm -rf kt
-  delay_ms=$(( run_ms * (10 + RANDOM % 85) / 100 ))
+  delay_ms=$(( run_ms * (5 + RANDOM % 90) / 100 ))
   $MEMC run p.plan --data train.npz --checkpoint kt --quiet >/dev/null 2>&1 & victim=$!
-  sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+  if [ $trial -ge 9 ]; then
+    delay_ms=0
+    for _ in $(seq 1 100000); do compgen -G "kt/*.tmp.*" >/dev/null && break; kill -0 $victim 2>/dev/null || break; done
+  elif [ $((trial % 2)) -eq 0 ]; then
+    for _ in $(seq 1 2000); do [ -e kt/checkpoint.safetensors ] && break; sleep 0.005; done
+    delay_ms=$((delay_ms / 2))
+  fi
+  [ $delay_ms -gt 0 ] && sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   kill -9 $victim 2>/dev/null; wait $victim 2>/dev/null
   left=$(ls kt 2>/dev/null | grep -c '\.tmp\.')
-  if [ $trial -eq 1 ]; then ( exit 0 ) & dead=$!; wait $dead; mkdir -p kt; echo partial >"kt/checkpoint.safetensors.tmp.$dead"; fi
+  if [ $trial -eq 3 ]; then ( exit 0 ) & dead=$!; wait $dead; mkdir -p kt; echo partial >"kt/checkpoint.safetensors.tmp.$dead"; fi
   resume=""; [ -e kt/checkpoint.safetensors ] && resume=--resume
   timeout -s KILL 60 $MEMC run p.plan --data train.npz --checkpoint kt $resume --quiet >/dev/null 2>"$TMP/err" || fail "trial $trial: resume: $(cat "$TMP/err")"
   if cmp -s kt/checkpoint.safetensors $REF && ! ls kt | grep -q '\.tmp\.'; then
-    pass "kill -9 trial $trial at ${delay_ms} of ${run_ms} ms (${resume:-fresh}, $left temp left by the kill): bit-identical, no temp left"
+    pass "kill -9 trial $trial at $([ $trial -ge 9 ] && echo "the first temporary seen" || echo "${delay_ms} of ${run_ms} ms") (${resume:-fresh}, $left temp left by the kill): bit-identical, no temp left"
   else fail "kill -9 trial $trial: differs from the uninterrupted run or temp left: $(ls kt)"; fi
 done
 finish

@@ -72,6 +72,23 @@ refused 2 "changed since the plan was compiled" -- $MEMC run p.plan --data train
 refused 2 "changed since the plan was compiled" -- $MEMC export p.plan --weights ck5 -o out.onnx
 cp m.orig m.onnx
 
+# External data: recorded with its checksum; an edit is refused naming the file, and no
+# output may land on it.
+cp "$SRC/models/vit_tiny_dynamo.onnx" "$SRC/models/vit_tiny_dynamo.onnx.data" .
+$MEMC compile vit_tiny_dynamo.onnx --batch 8 --epochs 1 --steps-per-epoch 8 -o dyn.plan >/dev/null 2>&1 || fail "compile dynamo"
+python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["model"]["external_data"]
+assert [d["path"] for d in e] == ["vit_tiny_dynamo.onnx.data"] and len(e[0]["crc32c"]) == 8, e
+' dyn.plan && pass "the plan records the external data with its checksum" || fail "dyn.plan external_data"
+refused 2 "same file as the input" -- $MEMC compile vit_tiny_dynamo.onnx --batch 8 -o vit_tiny_dynamo.onnx.data --force
+refused 2 "same file as the input" -- $MEMC run dyn.plan --data train.npz --steps 1 --json vit_tiny_dynamo.onnx.data --force --quiet
+cp vit_tiny_dynamo.onnx.data data.orig
+python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[100] ^= 0x01; open(p, "wb").write(b)' vit_tiny_dynamo.onnx.data
+refused 2 "vit_tiny_dynamo.onnx.data: changed since the plan was compiled" -- $MEMC run dyn.plan --data train.npz --steps 1 --quiet
+cp data.orig vit_tiny_dynamo.onnx.data
+timeout 60 $MEMC run dyn.plan --data train.npz --steps 1 --quiet >/dev/null 2>"$TMP/err" && pass "restored external data runs" || fail "dyn run: $(cat "$TMP/err")"
+
 # Plans: another format version, edited fields.
 sed 's/"format_version": 2/"format_version": 1/' p.plan >v1.plan
 refused 2 "recompile" -- $MEMC run v1.plan --data train.npz --steps 1 --quiet
