@@ -46,6 +46,7 @@ const HostMemory& host_memory() { return g_host_memory; }
 Expected<HostMemory> prepare_host_memory() {
   HostMemory hm;
   hm.gemm_threads = openblas_get_num_threads();
+  hm.gemm_buffer_bytes = hm.gemm_threads * kGemmBufferBytes;  // the bound: mapped lazily by OpenBLAS
   struct rlimit limit {};
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return g_host_memory = hm;
   hm.address_limit_bytes = static_cast<int64_t>(limit.rlim_cur);

@@ -18,7 +18,8 @@ inline constexpr int64_t kGemmBufferBytes = int64_t{129} << 20;
 struct HostMemory {
   int64_t address_limit_bytes = -1;  // RLIMIT_AS; -1: unlimited
   int64_t gemm_threads = 0;          // threads OpenBLAS may use
-  int64_t gemm_buffer_bytes = 0;     // mapped for them by the warm-up (0 when no limit: mapped lazily)
+  int64_t gemm_buffer_bytes = 0;     // their buffers, outside the arena: threads × kGemmBufferBytes (mapped up
+                                     // front under a limit, lazily by OpenBLAS without one)
 };
 
 // Exit 1 with one line when even one GEMM buffer does not fit under the limit.

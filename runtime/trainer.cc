@@ -222,43 +222,62 @@ static Expected<Position> restore_checkpoint(const std::string& dir, StateMap& s
   return pos;
 }
 
+// The data of a run, loaded and checked before anything else.
+struct RunData {
+  std::optional<Dataset> train, eval;
+  int64_t epochs = 0;     // of the schedule: --epochs, else the plan's
+  int64_t per_epoch = 0;  // optimizer steps per epoch (0 without --data)
+};
+
+static Expected<RunData> load_run_data(const Plan& plan, const RunOptions& options) {
+  RunData data;
+  data.epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
+  if (!options.data.empty()) {
+    MEMC_ASSIGN_OR_RETURN(data.train, load_dataset(options.data, data_inputs(plan.train), plan.num_classes));
+    const int64_t batches = batches_per_epoch(data.train->size, plan.batch);
+    data.per_epoch = plan.steps_per_epoch > 0 ? std::min(plan.steps_per_epoch, batches) : batches;
+    if (data.per_epoch == 0) return Status::BadInput(str_cat(options.data, ": ", data.train->size, " samples make no batch of ", plan.batch));
+  }
+  if (!options.eval.empty()) {
+    MEMC_ASSIGN_OR_RETURN(data.eval, load_dataset(options.eval, data_inputs(plan.eval), plan.num_classes));
+    if (data.eval->size == 0) return Status::BadInput(options.eval + ": has 0 samples; nothing to evaluate");
+  }
+  return data;
+}
+
+// --steps never silently stops short: the schedule (epochs × batches per epoch) bounds it.
+static Status check_steps(const Plan& plan, const RunOptions& options, const RunData& data, int64_t done) {
+  const int64_t horizon = data.epochs * data.per_epoch;
+  if (!data.train || options.steps < 0 || done + options.steps <= horizon) return Status::Ok();
+  return Status::BadInput(str_cat("--steps ", options.steps, ": the schedule has ", horizon, " steps (", data.epochs, " epoch(s) of ",
+                                  data.per_epoch, " batches of ", plan.batch, " from ", options.data, ")",
+                                  done ? str_cat(", ", done, " of them done") : "", "; ask for at most ", horizon - done,
+                                  ", or give --epochs, or compile with more --epochs"));
+}
+
+// One run at a time holds a checkpoint folder; a dead writer's temporaries go first.
+static Expected<FolderLock> take_checkpoint_folder(const RunOptions& options) {
+  if (options.checkpoint_dir.empty()) return FolderLock();
+  MEMC_ASSIGN_OR_RETURN(FolderLock lock, FolderLock::acquire(options.checkpoint_dir));
+  const std::string checkpoint = (std::filesystem::path(options.checkpoint_dir) / kCheckpointFile).string();
+  remove_stale_temps(checkpoint);
+  if (!options.resume && std::filesystem::exists(checkpoint)) {
+    return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
+  }
+  return lock;
+}
+
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
   Position pos;
   if (options.resume && options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
   // Data first: a bad file is refused before any folder is locked or weight is loaded.
+  MEMC_ASSIGN_OR_RETURN(RunData run_data, load_run_data(plan, options));
+  const std::optional<Dataset>& train_data = run_data.train;
+  const std::optional<Dataset>& eval_data = run_data.eval;
   const std::vector<InputSpec> specs = data_inputs(plan.train);
-  const int64_t epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
-  std::optional<Dataset> train_data, eval_data;
-  int64_t per_epoch = 0;
-  if (!options.data.empty()) {
-    MEMC_ASSIGN_OR_RETURN(train_data, load_dataset(options.data, specs, plan.num_classes));
-    per_epoch = plan.steps_per_epoch > 0 ? std::min(plan.steps_per_epoch, batches_per_epoch(train_data->size, plan.batch))
-                                         : batches_per_epoch(train_data->size, plan.batch);
-    if (per_epoch == 0) return Status::BadInput(str_cat(options.data, ": ", train_data->size, " samples make no batch of ", plan.batch));
-  }
-  if (!options.eval.empty()) {
-    MEMC_ASSIGN_OR_RETURN(eval_data, load_dataset(options.eval, data_inputs(plan.eval), plan.num_classes));
-    if (eval_data->size == 0) return Status::BadInput(options.eval + ": has 0 samples; nothing to evaluate");
-  }
-  const int64_t horizon = epochs * per_epoch;
-  // --steps never silently stops short: the schedule (epochs × batches per epoch) bounds it.
-  auto check_steps = [&](int64_t done) -> Status {
-    if (!train_data || options.steps < 0 || done + options.steps <= horizon) return Status::Ok();
-    return Status::BadInput(str_cat("--steps ", options.steps, ": the schedule has ", horizon, " steps (", epochs, " epoch(s) of ", per_epoch,
-                                    " batches of ", plan.batch, " from ", options.data, ")", done ? str_cat(", ", done, " of them done") : "",
-                                    "; ask for at most ", horizon - done, ", or give --epochs, or compile with more --epochs"));
-  };
-  MEMC_RETURN_IF_ERROR(check_steps(0));
-  // One run at a time holds a checkpoint folder; a dead writer's temporaries go first.
-  FolderLock lock;
-  if (!options.checkpoint_dir.empty()) {
-    MEMC_ASSIGN_OR_RETURN(lock, FolderLock::acquire(options.checkpoint_dir));
-    const std::string checkpoint = (std::filesystem::path(options.checkpoint_dir) / kCheckpointFile).string();
-    remove_stale_temps(checkpoint);
-    if (!options.resume && std::filesystem::exists(checkpoint)) {
-      return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
-    }
-  }
+  const int64_t epochs = run_data.epochs, per_epoch = run_data.per_epoch, horizon = epochs * per_epoch;
+  MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, 0));
+  MEMC_ASSIGN_OR_RETURN(FolderLock lock, take_checkpoint_folder(options));
   DeviceMemory device;
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec));
@@ -269,7 +288,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
                                       pos.step_in_epoch, ") does not fit ", per_epoch, " steps per epoch of ", options.data,
                                       " (other data, or edited metadata)"));
     }
-    MEMC_RETURN_IF_ERROR(check_steps(pos.step));
+    MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, pos.step));
   }
   RunReport report;
   report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
