@@ -1,6 +1,7 @@
 // `memc compile`, `memc run`, `memc export` and `memc inspect PLAN`: the training half of the
 // CLI (../shared/CLI.md).
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -134,6 +135,14 @@ int run_compile(const CompileArgs& args) {
   }
   if (!args.dump_dir.empty()) {
     std::error_code ec;
+    for (std::filesystem::directory_iterator it(args.dump_dir, ec), end; !ec && it != end && !args.force; it.increment(ec)) {
+      const std::string name = it->path().filename().string();  // NN-pass.mlir, as written below
+      if (name.size() > 8 && std::isdigit(static_cast<unsigned char>(name[0])) && std::isdigit(static_cast<unsigned char>(name[1])) &&
+          name[2] == '-' && name.ends_with(".mlir")) {
+        return report(Status::BadInput("--dump-dir " + args.dump_dir + ": holds IR dumps already (" + name + "); pass --force to replace them"));
+      }
+    }
+    ec.clear();
     std::filesystem::create_directories(args.dump_dir, ec);
     if (ec) return report(Status::BadInput("--dump-dir " + args.dump_dir + ": " + ec.message()));
   }

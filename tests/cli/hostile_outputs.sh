@@ -68,6 +68,11 @@ replaced out.json -- $MEMC run p.plan --data train.npz --steps 1 --json out.json
 replaced grads.npz -- $MEMC run p.plan --data train.npz --steps 1 --dump-grads grads.npz --force --quiet
 replaced out.html -- $MEMC inspect p.plan --timeline out.html --force
 
+# IR dumps: a folder holding them already is refused without --force.
+$MEMC compile m.onnx --batch 8 --dump-dir dump -o d.plan >/dev/null 2>&1 || fail "compile --dump-dir"
+refused 2 "holds IR dumps already" -- $MEMC compile m.onnx --batch 8 --dump-dir dump -o d2.plan
+timeout 60 $MEMC compile m.onnx --batch 8 --dump-dir dump -o d2.plan --force >/dev/null 2>"$TMP/err" && pass "--dump-dir --force" || fail "dump --force: $(cat "$TMP/err")"
+
 # Missing folders and folders as outputs.
 refused 2 "does not exist" -- $MEMC compile m.onnx --batch 8 -o nowhere/p.plan
 refused 2 "is a directory" -- $MEMC run p.plan --data train.npz --steps 1 --json ck --quiet
