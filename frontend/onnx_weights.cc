@@ -1,5 +1,6 @@
 #include "frontend/onnx_weights.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -41,6 +42,18 @@ Status stream_onnx_initializers(const std::string& path, const std::set<std::str
     if (!seen.count(n)) return Status::BadInput(path + ": no initializer named '" + n + "'");
   }
   return Status::Ok();
+}
+
+Expected<std::vector<std::string>> onnx_external_data_files(const std::string& path) {
+  onnx::ModelProto model;
+  MEMC_RETURN_IF_ERROR(load_model(path, model));
+  std::vector<std::string> files;
+  for (const auto& init : model.graph().initializer()) {
+    for (const auto& kv : init.external_data()) {
+      if (kv.key() == "location" && std::find(files.begin(), files.end(), kv.value()) == files.end()) files.push_back(kv.value());
+    }
+  }
+  return files;
 }
 
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ir/tensor.h"
 #include "support/status.h"
@@ -15,6 +16,10 @@ namespace memc {
 // it belongs, e.g. into a planned arena), so no more than one decoded weight is held at once.
 Status stream_onnx_initializers(const std::string& path, const std::set<std::string>& names,
                                 const std::function<Status(const std::string& name, const Tensor& value)>& sink);
+
+// The external-data files the model's initializers read, as stored (relative to the model's
+// folder), each once, in order of first use.
+Expected<std::vector<std::string>> onnx_external_data_files(const std::string& path);
 
 // Copies the model at `in_path` to `out_path` with each named initializer replaced by the
 // given tensor (same shape; converted to the initializer's element type). Replaced values

@@ -1,5 +1,6 @@
 #include "runtime/dataset.h"
 
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -53,9 +54,27 @@ Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputS
       return Status::BadInput(str_cat(path, ": array '", it->first, "' is ", dtype_name(t.dtype()), ", model input '",
                                       spec.name, "' needs ", dtype_name(spec.type.dtype)));
     }
+    MEMC_RETURN_IF_ERROR(check_finite(path, it->first, t));
     data.inputs[spec.name] = t.dtype() == spec.type.dtype ? t : t.cast(spec.type.dtype);
   }
   return data;
+}
+
+Status check_finite(const std::string& path, const std::string& array, const Tensor& t) {
+  if (!is_float(t.dtype()) || t.numel() == 0) return Status::Ok();
+  const int64_t n = t.numel();
+  int64_t bad = -1;
+  if (t.dtype() == DType::kF32) {
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < n && bad < 0; ++i) bad = std::isfinite(p[i]) ? -1 : i;
+  } else {
+    for (int64_t i = 0; i < n && bad < 0; ++i) bad = std::isfinite(t.get_as_double(i)) ? -1 : i;
+  }
+  if (bad < 0) return Status::Ok();
+  const int64_t per_sample = t.rank() > 0 && t.shape()[0] > 0 ? n / t.shape()[0] : n;
+  const double v = t.get_as_double(bad);
+  return Status::BadInput(str_cat(path, ": array '", array, "' sample ", bad / per_sample, " holds ", std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"),
+                                  " (element ", bad % per_sample, " of the sample); inputs must be finite"));
 }
 
 std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch) {

@@ -32,8 +32,11 @@ struct Dataset {
 
 // Loads and validates: every model input present with the per-sample shape and a compatible
 // dtype (masks may be float, bool or integer and are converted), labels i64 within
-// [0, num_classes). Errors name the file and the array.
+// [0, num_classes), float arrays finite. Errors name the file, the array and the sample.
 Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes);
+
+// Refuses NaN and ±inf in a float array, naming the file, the array and the sample (dim 0).
+Status check_finite(const std::string& path, const std::string& array, const Tensor& t);
 
 inline constexpr uint64_t kShuffleStream = 0x5348554646ull;  // "SHUFF"
 std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch);

@@ -3,13 +3,17 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <vector>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "frontend/onnx_weights.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "runtime/atomic_file.h"
+#include "support/crc32c.h"
 
 namespace memc {
 
@@ -32,12 +36,86 @@ static json optimizer_json(const OptimizerOptions& o) {
           {"nesterov", o.nesterov}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}, {"clip_grad_norm", o.clip_grad_norm}};
 }
 
-Status write_plan(const std::string& path, const Plan& plan) {
+Expected<FileDigest> digest_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::BadInput(path + ": cannot open");
+  FileDigest d;
+  d.path = path;
+  uint32_t crc = 0;
+  std::vector<char> chunk(size_t{4} << 20);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const std::streamsize got = in.gcount();
+    if (got <= 0) break;
+    crc = crc32c(chunk.data(), static_cast<size_t>(got), crc);
+    d.bytes += got;
+  }
+  if (in.bad()) return Status::BadInput(path + ": read error");
+  d.crc32c = crc32c_hex(crc);
+  return d;
+}
+
+static std::string model_folder(const std::string& model) {
+  const std::filesystem::path p(model);
+  return p.has_parent_path() ? p.parent_path().string() : ".";
+}
+
+std::vector<std::string> plan_input_files(const std::string& plan_path, const Plan& plan) {
+  const std::string model = resolve_model_path(plan_path, plan);
+  std::vector<std::string> files = {model};
+  for (const FileDigest& d : plan.external_data) files.push_back((std::filesystem::path(model_folder(model)) / d.path).string());
+  return files;
+}
+
+Status check_model_unchanged(const std::string& plan_path, const Plan& plan) {
+  const std::string model = resolve_model_path(plan_path, plan);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(model, ec);
+  if (ec) return Status::BadInput(model + ": model file of the plan not found");
+  if (static_cast<int64_t>(size) != plan.model_bytes) {
+    return Status::BadInput(str_cat(model, ": has ", size, " bytes, the plan was compiled from ", plan.model_bytes, " bytes: recompile"));
+  }
+  if (plan.model_crc32c.empty()) return Status::Ok();
+  auto check = [](const std::string& file, int64_t bytes, const std::string& crc) -> Status {
+    MEMC_ASSIGN_OR_RETURN(FileDigest now, digest_file(file));
+    if (now.bytes != bytes || now.crc32c != crc) {
+      return Status::BadInput(str_cat(file, ": changed since the plan was compiled (", now.bytes, " bytes, crc32c ", now.crc32c, "; the plan recorded ",
+                                      bytes, " bytes, crc32c ", crc, "): recompile"));
+    }
+    return Status::Ok();
+  };
+  MEMC_RETURN_IF_ERROR(check(model, plan.model_bytes, plan.model_crc32c));
+  for (const FileDigest& d : plan.external_data) {
+    MEMC_RETURN_IF_ERROR(check((std::filesystem::path(model_folder(model)) / d.path).string(), d.bytes, d.crc32c));
+  }
+  return Status::Ok();
+}
+
+Status write_plan(const std::string& path, const Plan& plan_in) {
+  Plan recorded;  // only the file fields are filled in here: the rest is read from plan_in
+  const Plan& plan = plan_in;
+  recorded.model_crc32c = plan.model_crc32c;
+  recorded.external_data = plan.external_data;
+  recorded.model_bytes = plan.model_bytes;
+  if (recorded.model_crc32c.empty()) {  // record what the weights will be read from
+    const std::string model = resolve_model_path(path, plan);
+    MEMC_ASSIGN_OR_RETURN(FileDigest digest, digest_file(model));
+    recorded.model_bytes = digest.bytes;
+    recorded.model_crc32c = digest.crc32c;
+    MEMC_ASSIGN_OR_RETURN(std::vector<std::string> external, onnx_external_data_files(model));
+    for (const std::string& location : external) {
+      MEMC_ASSIGN_OR_RETURN(FileDigest d, digest_file((std::filesystem::path(model_folder(model)) / location).string()));
+      d.path = location;
+      recorded.external_data.push_back(d);
+    }
+  }
+  json external = json::array();
+  for (const FileDigest& d : recorded.external_data) external.push_back({{"path", d.path}, {"bytes", d.bytes}, {"crc32c", d.crc32c}});
   json doc = {
       {"format", "memc-plan"},
       {"format_version", kPlanFormatVersion},
       {"memc_version", memc_version()},
-      {"model", {{"path", plan.model_path}, {"bytes", plan.model_bytes}}},
+      {"model", {{"path", plan.model_path}, {"bytes", recorded.model_bytes}, {"crc32c", recorded.model_crc32c}, {"external_data", external}}},
       {"batch", plan.batch},
       {"seq", plan.seq},
       {"num_classes", plan.num_classes},
@@ -77,6 +155,58 @@ Status get(const json& j, const char* key, T& out, const std::string& where) {
   return Status::Ok();
 }
 
+bool is_hex8(const std::string& s) { return s.size() == 8 && s.find_first_not_of("0123456789abcdef") == std::string::npos; }
+
+// Values no compile writes: an edited or corrupt plan is refused naming the field.
+Status validate_fields(const Plan& plan, const std::string& path) {
+  auto bad = [&](const std::string& field, const auto& value, const char* want) {
+    return Status::BadInput(str_cat(path, ": field '", field, "' = ", value, " is invalid (", want, ")"));
+  };
+  if (plan.model_path.empty()) return Status::BadInput(path + ": field 'model.path' is empty");
+  if (plan.model_bytes < 0) return bad("model.bytes", plan.model_bytes, "a size");
+  if (!is_hex8(plan.model_crc32c)) return bad("model.crc32c", "'" + plan.model_crc32c + "'", "8 hex digits");
+  for (const FileDigest& d : plan.external_data) {
+    if (d.path.empty() || d.path.find("..") != std::string::npos || std::filesystem::path(d.path).is_absolute()) {
+      return bad("model.external_data.path", "'" + d.path + "'", "a file in the model's folder");
+    }
+    if (d.bytes < 0 || !is_hex8(d.crc32c)) return bad("model.external_data", d.path, "a size and 8 hex digits");
+  }
+  if (plan.batch <= 0) return bad("batch", plan.batch, "positive");
+  if (plan.seq < -1 || plan.seq == 0) return bad("seq", plan.seq, "-1 or positive");
+  if (plan.num_classes <= 0) return bad("num_classes", plan.num_classes, "positive");
+  if (plan.epochs < 0) return bad("epochs", plan.epochs, "non-negative");
+  if (plan.steps_per_epoch < 0) return bad("steps_per_epoch", plan.steps_per_epoch, "non-negative");
+  const OptimizerOptions& o = plan.optimizer;
+  static const std::set<std::string> kOptimizers = {"sgd", "momentum", "adam", "adamw", "adam8bit", "adafactor"};
+  if (!kOptimizers.count(o.kind)) return bad("optimizer.kind", "'" + o.kind + "'", "sgd, momentum, adam, adamw, adam8bit or adafactor");
+  for (auto [name, v] : {std::pair{"weight_decay", o.weight_decay}, std::pair{"momentum", o.momentum}, std::pair{"dampening", o.dampening},
+                         std::pair{"beta1", o.beta1}, std::pair{"beta2", o.beta2}, std::pair{"eps", o.eps},
+                         std::pair{"clip_grad_norm", o.clip_grad_norm}}) {
+    if (!std::isfinite(v) || v < 0) return bad(std::string("optimizer.") + name, v, "finite, non-negative");
+  }
+  const ScheduleOptions& sc = plan.schedule;
+  if (sc.kind != "constant" && sc.kind != "cosine" && sc.kind != "warmup-cosine") {
+    return bad("schedule.kind", "'" + sc.kind + "'", "constant, cosine or warmup-cosine");
+  }
+  if (!std::isfinite(sc.lr) || sc.lr < 0) return bad("schedule.lr", sc.lr, "finite, non-negative");
+  if (!std::isfinite(sc.min_lr) || sc.min_lr < 0) return bad("schedule.min_lr", sc.min_lr, "finite, non-negative");
+  if (sc.warmup_steps < 0) return bad("schedule.warmup_steps", sc.warmup_steps, "non-negative");
+  if (sc.total_steps < 0) return bad("schedule.total_steps", sc.total_steps, "non-negative");
+  static const std::set<std::string> kPrecisions = {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true"};
+  if (!kPrecisions.count(plan.decisions.precision)) return bad("decisions.precision", "'" + plan.decisions.precision + "'", "a precision");
+  if (plan.decisions.micro_batches < 1 || plan.decisions.micro_batches > plan.batch) {
+    return bad("decisions.micro_batches", plan.decisions.micro_batches, "1 to the batch");
+  }
+  if (plan.decisions.shard < 0) return bad("decisions.shard", plan.decisions.shard, "non-negative");
+  if (plan.budget_bytes < 0) return bad("budget_bytes", plan.budget_bytes, "non-negative");
+  const MemorySummary& m = plan.memory;
+  for (auto [name, v] : {std::pair{"predicted_peak_bytes", m.predicted_peak_bytes}, std::pair{"lower_bound_bytes", m.lower_bound_bytes},
+                         std::pair{"persistent_bytes", m.persistent_bytes}, std::pair{"host_bytes", m.host_bytes}}) {
+    if (v < 0) return bad(std::string("memory.") + name, v, "non-negative");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<Plan> read_plan(const std::string& path) {
@@ -101,6 +231,19 @@ Expected<Plan> read_plan(const std::string& path) {
   const json& model = doc.value("model", json::object());
   MEMC_RETURN_IF_ERROR(get(model, "path", plan.model_path, path + ": model"));
   MEMC_RETURN_IF_ERROR(get(model, "bytes", plan.model_bytes, path + ": model"));
+  MEMC_RETURN_IF_ERROR(get(model, "crc32c", plan.model_crc32c, path + ": model"));
+  json external;
+  MEMC_RETURN_IF_ERROR(get(model, "external_data", external, path + ": model"));
+  if (!external.is_array()) return Status::BadInput(path + ": model: field 'external_data' is not a list");
+  for (const json& e : external) {
+    FileDigest d;
+    const std::string ew = path + ": model: external_data";
+    if (!e.is_object()) return Status::BadInput(ew + ": an entry is not an object");
+    MEMC_RETURN_IF_ERROR(get(e, "path", d.path, ew));
+    MEMC_RETURN_IF_ERROR(get(e, "bytes", d.bytes, ew));
+    MEMC_RETURN_IF_ERROR(get(e, "crc32c", d.crc32c, ew));
+    plan.external_data.push_back(d);
+  }
   MEMC_RETURN_IF_ERROR(get(doc, "batch", plan.batch, path));
   MEMC_RETURN_IF_ERROR(get(doc, "seq", plan.seq, path));
   MEMC_RETURN_IF_ERROR(get(doc, "num_classes", plan.num_classes, path));
@@ -147,6 +290,7 @@ Expected<Plan> read_plan(const std::string& path) {
   MEMC_RETURN_IF_ERROR(get(mem, "algorithm", plan.memory.algorithm, mw));
   MEMC_RETURN_IF_ERROR(get(mem, "breakdown", plan.memory.breakdown, mw));
   MEMC_RETURN_IF_ERROR(get(mem, "category_peak_bytes", plan.memory.category_peak_bytes, mw));
+  MEMC_RETURN_IF_ERROR(validate_fields(plan, path));
   for (auto [key, module] : {std::pair{"train_ir", &plan.train}, std::pair{"eval_ir", &plan.eval}}) {
     std::string text;
     MEMC_RETURN_IF_ERROR(get(doc, key, text, path));

@@ -6,13 +6,15 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 #include "passes/training_step.h"
 
 namespace memc {
 
-inline constexpr int kPlanFormatVersion = 1;
+// 2: the model file and its external data are recorded with their CRC-32C (1 had sizes only).
+inline constexpr int kPlanFormatVersion = 2;
 const char* memc_version();
 
 struct ScheduleOptions {
@@ -46,9 +48,18 @@ struct MemorySummary {
   std::map<std::string, int64_t> category_peak_bytes;  // each category's own maximum over the step
 };
 
+// A file's size and content checksum when the plan was written.
+struct FileDigest {
+  std::string path;  // external data: the location as the model stores it (relative to its folder)
+  int64_t bytes = 0;
+  std::string crc32c;  // 8 hex digits; empty: not recorded (a plan built in memory)
+};
+
 struct Plan {
   std::string model_path;     // as written: relative paths resolve against the plan's folder
   int64_t model_bytes = 0;    // size of the model file when compiled (a changed file is refused)
+  std::string model_crc32c;   // its content checksum (write_plan records it)
+  std::vector<FileDigest> external_data;  // the files its initializers read, with their checksums
   int64_t batch = 0;
   int64_t seq = -1;
   int64_t num_classes = 0;
@@ -70,5 +81,12 @@ Status write_plan(const std::string& path, const Plan& plan);
 Expected<Plan> read_plan(const std::string& path);
 // The model path of a plan resolved against the plan file's folder.
 std::string resolve_model_path(const std::string& plan_path, const Plan& plan);
+// Every file the plan reads weights from: the model, then its external data.
+std::vector<std::string> plan_input_files(const std::string& plan_path, const Plan& plan);
+// Size and CRC-32C of a file, read in chunks.
+Expected<FileDigest> digest_file(const std::string& path);
+// Refuses (exit 2) a model or external-data file that differs from what the plan recorded;
+// plans built in memory (no checksum) are checked by size only.
+Status check_model_unchanged(const std::string& plan_path, const Plan& plan);
 
 }  // namespace memc

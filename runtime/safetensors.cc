@@ -1,16 +1,22 @@
 #include "runtime/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
+#include <vector>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/atomic_file.h"
+#include "support/crc32c.h"
 
 namespace memc {
 
 using json = nlohmann::json;
+static const std::string kChecksumPrefix = "crc32c:";
+static const std::string kHeaderChecksumKey = "crc32c:__header__";
 
 static const char* st_dtype(DType t) {
   switch (t) {
@@ -24,6 +30,16 @@ static const char* st_dtype(DType t) {
     case DType::kU8: return "U8";
   }
   return "?";
+}
+
+// The header as checksummed: the JSON object without the header checksum itself, dumped with
+// sorted keys and no spaces, so the order and spacing of the stored text do not matter.
+static std::string canonical_header(json header) {
+  if (header.contains("__metadata__") && header["__metadata__"].is_object()) {
+    header["__metadata__"].erase(kHeaderChecksumKey);
+    if (header["__metadata__"].empty()) header.erase("__metadata__");
+  }
+  return header.dump();
 }
 
 static std::optional<DType> parse_st_dtype(const std::string& s) {
@@ -40,7 +56,11 @@ Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
     header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
-  if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
+  json metadata = file.metadata;
+  for (const auto& [name, t] : file.tensors) metadata[kChecksumPrefix + name] = crc32c_hex(crc32c(t.raw(), t.nbytes()));
+  header["__metadata__"] = metadata;
+  const std::string canonical = canonical_header(header);
+  header["__metadata__"][kHeaderChecksumKey] = crc32c_hex(crc32c(canonical.data(), canonical.size()));
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes
   std::string out(8, '\0');
@@ -52,7 +72,7 @@ Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   return write_file_atomic(path, out);
 }
 
-Expected<SafetensorsFile> read_safetensors(const std::string& path) {
+Expected<SafetensorsFile> read_safetensors(const std::string& path, bool require_checksums) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::BadInput(path + ": cannot open");
   std::stringstream buffer;
@@ -66,6 +86,11 @@ Expected<SafetensorsFile> read_safetensors(const std::string& path) {
   if (header.is_discarded() || !header.is_object()) return Status::BadInput(path + ": safetensors header is not a JSON object");
   const size_t data_start = 8 + n, data_size = bytes.size() - data_start;
   SafetensorsFile file;
+  struct Extent {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Extent> extents;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (!it->is_object()) return Status::BadInput(path + ": __metadata__ is not an object");
@@ -101,6 +126,43 @@ Expected<SafetensorsFile> read_safetensors(const std::string& path) {
     Tensor t = Tensor::zeros(*dtype, shape);
     if (nbytes) std::memcpy(t.raw(), bytes.data() + data_start + begin, nbytes);
     file.tensors[it.key()] = std::move(t);
+    extents.push_back({begin, end, it.key()});
+  }
+  // The data section is tiled exactly: no overlap, no hole, nothing after the last tensor.
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  uint64_t covered = 0;
+  for (const Extent& e : extents) {
+    if (e.begin < covered) {
+      return Status::BadInput(str_cat(path, ": tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end, ") overlap another tensor's bytes"));
+    }
+    if (e.begin > covered) return Status::BadInput(str_cat(path, ": data bytes [", covered, ", ", e.begin, ") belong to no tensor"));
+    covered = e.end;
+  }
+  if (covered != data_size) return Status::BadInput(str_cat(path, ": ", data_size - covered, " trailing bytes after the last tensor's data"));
+  // Checksums (memc writes them; files from elsewhere may lack them unless required).
+  if (auto stored = file.metadata.find(kHeaderChecksumKey); stored != file.metadata.end()) {
+    const std::string canonical = canonical_header(header);
+    const std::string computed = crc32c_hex(crc32c(canonical.data(), canonical.size()));
+    if (stored->second != computed) {
+      return Status::BadInput(str_cat(path, ": header checksum mismatch (stored ", stored->second, ", computed ", computed, "): the file is corrupt"));
+    }
+  } else if (require_checksums) {
+    return Status::BadInput(path + ": has no header checksum (not written by this memc, or edited)");
+  }
+  for (const auto& [name, t] : file.tensors) {
+    auto stored = file.metadata.find(kChecksumPrefix + name);
+    if (stored == file.metadata.end()) {
+      if (require_checksums) return Status::BadInput(path + ": tensor '" + name + "' has no checksum (not written by this memc, or edited)");
+      continue;
+    }
+    const std::string computed = crc32c_hex(crc32c(t.raw(), t.nbytes()));
+    if (stored->second != computed) {
+      return Status::BadInput(str_cat(path, ": tensor '", name, "': checksum mismatch (stored ", stored->second, ", computed ", computed,
+                                      "): the file is corrupt"));
+    }
+  }
+  for (auto it = file.metadata.begin(); it != file.metadata.end();) {  // callers see their own metadata only
+    it = it->first.rfind(kChecksumPrefix, 0) == 0 ? file.metadata.erase(it) : std::next(it);
   }
   return file;
 }

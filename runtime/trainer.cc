@@ -8,10 +8,12 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "frontend/onnx_weights.h"
 #include "runtime/dataset.h"
 #include "runtime/executor.h"
+#include "runtime/file_guard.h"
 #include "runtime/planned_executor.h"
 #include "runtime/safetensors.h"
 
@@ -84,7 +86,7 @@ struct Position {
 
 Expected<Position> load_checkpoint(const std::string& dir, StateMap& state, uint64_t seed) {
   const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
-  MEMC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path));
+  MEMC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path, /*require_checksums=*/true));
   for (auto& [name, tensor] : state) {
     auto it = file.tensors.find(name);
     if (it == file.tensors.end()) return Status::BadInput(path + ": no tensor '" + name + "' (checkpoint of another model or optimizer?)");
@@ -95,21 +97,39 @@ Expected<Position> load_checkpoint(const std::string& dir, StateMap& state, uint
     tensor = it->second;
   }
   if (file.tensors.size() != state.size()) return Status::BadInput(path + ": holds tensors the plan does not have (another model?)");
+  // Every count is a whole non-negative decimal number; anything else is an edited or corrupt file.
+  auto count = [&](const char* key, int64_t& out) -> Status {
+    auto it = file.metadata.find(key);
+    if (it == file.metadata.end()) return Status::BadInput(str_cat(path, ": metadata '", key, "' is missing"));
+    const std::string& text = it->second;
+    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::BadInput(str_cat(path, ": metadata '", key, "' = '", text, "' is not a non-negative integer"));
+    }
+    out = std::stoll(text);
+    return Status::Ok();
+  };
   Position p;
-  try {
-    p.step = std::stoll(file.metadata.at("step"));
-    p.epoch = std::stoll(file.metadata.at("epoch"));
-    p.step_in_epoch = std::stoll(file.metadata.at("step_in_epoch"));
-    if (std::stoull(file.metadata.at("seed")) != seed) {
-      return Status::BadInput(str_cat(path, ": written with --seed ", file.metadata.at("seed"), ", this run has --seed ", seed));
+  MEMC_RETURN_IF_ERROR(count("step", p.step));
+  MEMC_RETURN_IF_ERROR(count("epoch", p.epoch));
+  MEMC_RETURN_IF_ERROR(count("step_in_epoch", p.step_in_epoch));
+  auto saved_seed = file.metadata.find("seed");  // a uint64, compared as written
+  if (saved_seed == file.metadata.end()) return Status::BadInput(path + ": metadata 'seed' is missing");
+  if (saved_seed->second != std::to_string(seed)) {
+    return Status::BadInput(str_cat(path, ": written with --seed ", saved_seed->second, ", this run has --seed ", seed));
+  }
+  if (p.step_in_epoch > p.step) {
+    return Status::BadInput(str_cat(path, ": metadata step_in_epoch ", p.step_in_epoch, " exceeds step ", p.step));
+  }
+  if (file.metadata.count("loss_scale")) {
+    char* end = nullptr;
+    const std::string& text = file.metadata.at("loss_scale");
+    p.scaler.scale = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(p.scaler.scale) || p.scaler.scale <= 0) {
+      return Status::BadInput(str_cat(path, ": metadata 'loss_scale' = '", text, "' is not a positive finite number"));
     }
-    if (file.metadata.count("loss_scale")) {
-      p.scaler.scale = std::stod(file.metadata.at("loss_scale"));
-      p.scaler.clean_steps = std::stoll(file.metadata.at("loss_scale_clean_steps"));
-      p.scaler.applied = std::stoll(file.metadata.at("applied_steps"));
-    }
-  } catch (const std::exception&) {
-    return Status::BadInput(path + ": missing or malformed step metadata");
+    MEMC_RETURN_IF_ERROR(count("loss_scale_clean_steps", p.scaler.clean_steps));
+    MEMC_RETURN_IF_ERROR(count("applied_steps", p.scaler.applied));
+    if (p.scaler.applied > p.step) return Status::BadInput(str_cat(path, ": metadata applied_steps ", p.scaler.applied, " exceeds step ", p.step));
   }
   return p;
 }
@@ -150,12 +170,7 @@ Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset
 static Status stream_weights(const std::string& plan_path, const Plan& plan,
                              const std::function<Status(const std::string& name, const Tensor& value)>& sink) {
   const std::string model = resolve_model_path(plan_path, plan);
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(model, ec);
-  if (ec) return Status::BadInput(model + ": model file of the plan not found");
-  if (static_cast<int64_t>(size) != plan.model_bytes) {
-    return Status::BadInput(str_cat(model, ": has ", size, " bytes, the plan was compiled from ", plan.model_bytes, " bytes: recompile"));
-  }
+  MEMC_RETURN_IF_ERROR(check_model_unchanged(plan_path, plan));
   std::map<std::string, DType> params;
   for (ValueId a : plan.train.arguments()) {
     const Value& v = plan.train.value(a);
@@ -219,24 +234,78 @@ static Expected<Backend*> select_backend(const std::string& device, const Plan& 
   return *cuda;
 }
 
-Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
-  Position pos;
-  if (!options.resume && !options.checkpoint_dir.empty() &&
-      std::filesystem::exists(std::filesystem::path(options.checkpoint_dir) / kCheckpointFile)) {
+// The data of a run, loaded and checked before anything else.
+struct RunData {
+  std::optional<Dataset> train, eval;
+  int64_t epochs = 0;     // of the schedule: --epochs, else the plan's
+  int64_t per_epoch = 0;  // optimizer steps per epoch (0 without --data)
+};
+
+static Expected<RunData> load_run_data(const Plan& plan, const RunOptions& options) {
+  RunData data;
+  data.epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
+  if (!options.data.empty()) {
+    MEMC_ASSIGN_OR_RETURN(data.train, load_dataset(options.data, data_inputs(plan.train), plan.num_classes));
+    const int64_t batches = batches_per_epoch(data.train->size, plan.batch);
+    data.per_epoch = plan.steps_per_epoch > 0 ? std::min(plan.steps_per_epoch, batches) : batches;
+    if (data.per_epoch == 0) return Status::BadInput(str_cat(options.data, ": ", data.train->size, " samples make no batch of ", plan.batch));
+  }
+  if (!options.eval.empty()) {
+    MEMC_ASSIGN_OR_RETURN(data.eval, load_dataset(options.eval, data_inputs(plan.eval), plan.num_classes));
+    if (data.eval->size == 0) return Status::BadInput(options.eval + ": has 0 samples; nothing to evaluate");
+  }
+  return data;
+}
+
+// --steps never silently stops short: the schedule (epochs × batches per epoch) bounds it.
+static Status check_steps(const Plan& plan, const RunOptions& options, const RunData& data, int64_t done) {
+  const int64_t horizon = data.epochs * data.per_epoch;
+  if (!data.train || options.steps < 0 || done + options.steps <= horizon) return Status::Ok();
+  return Status::BadInput(str_cat("--steps ", options.steps, ": the schedule has ", horizon, " steps (", data.epochs, " epoch(s) of ",
+                                  data.per_epoch, " batches of ", plan.batch, " from ", options.data, ")",
+                                  done ? str_cat(", ", done, " of them done") : "", "; ask for at most ", horizon - done,
+                                  ", or give --epochs, or compile with more --epochs"));
+}
+
+// One run at a time holds a checkpoint folder; a dead writer's temporaries go first.
+static Expected<FolderLock> take_checkpoint_folder(const RunOptions& options) {
+  if (options.checkpoint_dir.empty()) return FolderLock();
+  MEMC_ASSIGN_OR_RETURN(FolderLock lock, FolderLock::acquire(options.checkpoint_dir));
+  const std::string checkpoint = (std::filesystem::path(options.checkpoint_dir) / kCheckpointFile).string();
+  remove_stale_temps(checkpoint);
+  if (!options.resume && std::filesystem::exists(checkpoint)) {
     return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
   }
+  return lock;
+}
+
+Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
+  Position pos;
   if (options.resume && options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
+  // Data first: a bad file is refused before any folder is locked or weight is loaded.
+  MEMC_ASSIGN_OR_RETURN(RunData run_data, load_run_data(plan, options));
+  const std::optional<Dataset>& train_data = run_data.train;
+  const std::optional<Dataset>& eval_data = run_data.eval;
+  const std::vector<InputSpec> specs = data_inputs(plan.train);
+  const int64_t epochs = run_data.epochs, per_epoch = run_data.per_epoch, horizon = epochs * per_epoch;
+  MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, 0));
+  MEMC_ASSIGN_OR_RETURN(FolderLock lock, take_checkpoint_folder(options));
   MEMC_ASSIGN_OR_RETURN(Backend* backend, select_backend(options.device, plan));
   DeviceMemory device(*backend);
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec));
   if (options.resume) {
     MEMC_ASSIGN_OR_RETURN(pos, restore_checkpoint(options.checkpoint_dir, state, options.seed));
+    if (train_data && (pos.step_in_epoch > per_epoch || pos.step != pos.epoch * per_epoch + pos.step_in_epoch)) {
+      return Status::BadInput(str_cat(options.checkpoint_dir, ": checkpoint position (step ", pos.step, ", epoch ", pos.epoch, ", step_in_epoch ",
+                                      pos.step_in_epoch, ") does not fit ", per_epoch, " steps per epoch of ", options.data,
+                                      " (other data, or edited metadata)"));
+    }
+    MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, pos.step));
   }
   RunReport report;
   report.device = std::string(backend->name());
   report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
-  const std::vector<InputSpec> specs = data_inputs(plan.train);
   // Loss scaling: the plan has a "loss_scale" argument and a "found_inf" output.
   int found_inf_output = -1;
   for (size_t i = 0; i < exec.module().outputs().size(); ++i) {
@@ -252,13 +321,8 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
     scaler = options.resume ? pos.scaler : Scaler{options.initial_loss_scale, 0, pos.step};
   }
   report.loss_scaling = scaled;
-  const int64_t epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
-  if (!options.data.empty()) {
-    MEMC_ASSIGN_OR_RETURN(Dataset data, load_dataset(options.data, specs, plan.num_classes));
-    const int64_t per_epoch = plan.steps_per_epoch > 0 ? std::min(plan.steps_per_epoch, batches_per_epoch(data.size, plan.batch))
-                                                       : batches_per_epoch(data.size, plan.batch);
-    if (per_epoch == 0) return Status::BadInput(str_cat(options.data, ": ", data.size, " samples make no batch of ", plan.batch));
-    const int64_t horizon = epochs * per_epoch;
+  if (train_data) {
+    const Dataset& data = *train_data;
     const bool tty = isatty(fileno(stderr));
     double total_ms = 0;
     int64_t step = pos.step;
@@ -312,8 +376,13 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
           }
         }
         if (!std::isfinite(loss) && !skip) {  // training on after this only spreads NaN into every weight
-          return Status::BadInput(str_cat("step ", step, ": the loss is ", loss, " (precision ", plan.decisions.precision,
-                                          "; try bf16-mixed or fp32, or a lower --lr); no checkpoint was written for this step"));
+          report.status = "diverged";
+          report.error = str_cat("step ", step, ": training diverged, the loss is ", std::isnan(loss) ? "NaN" : (loss > 0 ? "+inf" : "-inf"),
+                                 " (precision ", plan.decisions.precision, ", lr ", learning_rate(plan.schedule, step, horizon),
+                                 "; try a lower --lr", plan.decisions.precision == "fp32" ? "" : ", or bf16-mixed or fp32",
+                                 "); no checkpoint was written for this step");
+          report.diverged_step = step;
+          break;
         }
         report.losses.push_back(loss);
         ++report.steps;
@@ -326,6 +395,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
         }
         pos = {step, epoch, b + 1};
       }
+      if (!report.error.empty()) break;
       if (pos.step_in_epoch >= per_epoch) pos = {step, epoch + 1, 0};
       if (!options.quiet && epoch_steps > 0) {  // one line per epoch; a terminal also sees each step
         const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
@@ -336,16 +406,15 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
       if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, state, pos.step, pos.epoch, pos.step_in_epoch, options.seed, scaler));
       if (options.steps >= 0 && report.steps >= options.steps) break;
     }
-    report.total_steps = step;
+    report.total_steps = report.error.empty() ? step : pos.step;  // a diverged step is not counted
     report.loss_scale = scaler.scale;
     report.measured_peak_bytes = device.peak_bytes();
     report.final_loss = report.losses.empty() ? 0 : report.losses.back();
     report.step_ms = report.steps ? total_ms / static_cast<double>(report.steps) : 0;
     report.samples_per_s = report.step_ms > 0 ? plan.batch * 1000.0 / report.step_ms : 0;
   }
-  if (!options.eval.empty()) {
-    MEMC_ASSIGN_OR_RETURN(Dataset eval_data, load_dataset(options.eval, data_inputs(plan.eval), plan.num_classes));
-    MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, state, eval_data, report.eval_samples));
+  if (eval_data && report.error.empty()) {
+    MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, state, *eval_data, report.eval_samples));
   }
   if (final_state) {
     for (auto& [name, view] : state) (*final_state)[name] = view.clone();  // the arena goes with exec

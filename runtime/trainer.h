@@ -13,7 +13,8 @@ struct RunOptions {
   std::string data;             // training .npz (empty: evaluate only)
   std::string eval;             // evaluation .npz
   int64_t epochs = -1;          // -1: the plan's
-  int64_t steps = -1;           // stop after this many optimizer steps in total (-1: no limit)
+  int64_t steps = -1;           // stop after this many optimizer steps of this run (-1: no limit); more than
+                                // the schedule has left (epochs × batches per epoch) is refused
   uint64_t seed = 0;
   std::string checkpoint_dir;   // write checkpoint.safetensors here after each epoch and at the end
   bool resume = false;          // continue from checkpoint_dir
@@ -44,12 +45,18 @@ struct RunReport {
   int64_t skipped_steps = 0;        // steps of this process whose update was skipped (inf/NaN gradient)
   double loss_scale = 0;            // the scale after the last step (0 without loss scaling)
   std::string device;               // the backend that ran the step ("cpu", "cuda:0")
+  std::string status = "ok";        // "ok" | "diverged" (a non-finite loss stopped training: see error)
+  std::string error;                // one line naming the step, when status is not ok
+  int64_t diverged_step = 0;        // the 1-based step whose loss was not finite
 };
 
 // The state a run carries between steps, keyed by source name: parameters by initializer
 // name, optimizer states as "<state>.<initializer>".
 using StateMap = std::map<std::string, Tensor>;
 
+// A diverging run is not an error here: the report comes back with status "diverged" so the
+// caller can still write it. Bad data, an empty --eval set, a --steps beyond the schedule, a
+// checkpoint folder held by another run or a corrupt checkpoint are errors (exit 2).
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state = nullptr);
 
 // Loss ("loss") and the gradient of every parameter (keyed by initializer name) for one batch

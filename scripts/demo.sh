@@ -6,8 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/memc ] || scripts/setup.sh build >&2
 out=${MEMC_DEMO_DIR:-$(mktemp -d)}
+# The demo's own outputs: replaced when it runs again in the same MEMC_DEMO_DIR (--force), and
+# its checkpoint folder emptied so that the run trains afresh instead of resuming.
+rm -rf "$out/checkpoint"
 build/memc compile models/vit_tiny.onnx --batch 32 --optimizer adamw --lr 2e-3 \
-  --schedule warmup-cosine --warmup-steps 100 --epochs 40 -o "$out/vit_tiny.plan"
+  --schedule warmup-cosine --warmup-steps 100 --epochs 40 -o "$out/vit_tiny.plan" --force
 build/memc run "$out/vit_tiny.plan" --data data/digits_train.npz --eval data/digits_test.npz \
-  --checkpoint "$out/checkpoint" --json "$out/report.json"
-build/memc export "$out/vit_tiny.plan" --weights "$out/checkpoint" -o "$out/vit_tiny_trained.onnx"
+  --checkpoint "$out/checkpoint" --json "$out/report.json" --force
+build/memc export "$out/vit_tiny.plan" --weights "$out/checkpoint" -o "$out/vit_tiny_trained.onnx" --force

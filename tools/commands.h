@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "planner/compile.h"
 #include "planner/search.h"
@@ -18,6 +19,7 @@ struct InspectArgs {
   bool print_ir = false;
   bool json = false;
   std::string timeline;  // plans only: write the memory timeline page here
+  bool force = false;    // replace an existing --timeline file
 };
 
 struct InferArgs {
@@ -27,6 +29,7 @@ struct InferArgs {
   int64_t batch = -1;
   int64_t seq = -1;
   bool print = false;  // argmax per row of each output
+  bool force = false;  // replace an existing output
 };
 
 struct CompileArgs {
@@ -44,18 +47,21 @@ struct CompileArgs {
   bool explain = false;             // the ladder and the Pareto front of the search
   SearchSpace search;               // what the budget search may choose (the rest is pinned)
   bool auto_requested = false;      // some decision was spelled "auto"
+  bool force = false;               // replace an existing plan file
 };
 
 struct RunArgs {
   std::string plan;
   RunOptions options;
   std::string json_report;
+  bool force = false;  // replace existing --json / --dump-grads files
 };
 
 struct ExportArgs {
   std::string plan;
   std::string weights;  // checkpoint folder or .safetensors file
   std::string output;
+  bool force = false;
 };
 
 int run_inspect(const InspectArgs& args);
@@ -66,11 +72,16 @@ int run_export(const ExportArgs& args);
 struct CalibrateArgs {
   std::string output;
   double seconds = 0.3;  // per probe
+  bool force = false;
 };
 int run_calibrate(const CalibrateArgs& args);
 // `memc inspect PLAN`
-int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const std::string& timeline = "");
+int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const std::string& timeline = "", bool force = false);
 int run_infer(const InferArgs& args);
+
+// The files an ONNX model's weights come from: the model and its external data (what the
+// importer will read; a model that does not parse yields itself only).
+std::vector<std::string> model_files(const std::string& model);
 
 // Prints "memc: <message>" (one line) on stderr and returns the status's exit code.
 int report(const Status& status);

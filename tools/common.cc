@@ -1,6 +1,9 @@
 // Formatting and error reporting shared by the subcommands.
 #include <cstdio>
 
+#include <filesystem>
+
+#include "frontend/onnx_weights.h"
 #include "tools/commands.h"
 
 namespace memc::cli {
@@ -12,6 +15,16 @@ int report(const Status& status) {
     if (c == '\n' || c == '\r') c = ' ';
   std::fprintf(stderr, "memc: %s\n", msg.c_str());
   return status.exit_code();
+}
+
+std::vector<std::string> model_files(const std::string& model) {
+  std::vector<std::string> files = {model};
+  if (!std::filesystem::is_regular_file(model)) return files;
+  Expected<std::vector<std::string>> external = onnx_external_data_files(model);
+  if (!external.ok()) return files;
+  const std::filesystem::path folder = std::filesystem::path(model).parent_path();
+  for (const std::string& location : *external) files.push_back((folder / location).string());
+  return files;
 }
 
 std::string with_commas(int64_t n) {

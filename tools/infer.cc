@@ -8,7 +8,9 @@
 
 #include "frontend/onnx_import.h"
 #include "ir/printer.h"
+#include "runtime/dataset.h"
 #include "runtime/executor.h"
+#include "runtime/file_guard.h"
 #include "runtime/npz.h"
 #include "support/log.h"
 #include "tools/commands.h"
@@ -78,17 +80,6 @@ Status check_has_weights(const Module& module, const std::string& model_path) {
                                   " initializers without values, e.g. '", first, "'"));
 }
 
-Status check_output_path(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path target(path);
-  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  if (!fs::is_directory(parent, ec))
-    return Status::BadInput(path + ": cannot write: folder '" + parent.string() + "' does not exist");
-  if (fs::is_directory(target, ec)) return Status::BadInput(path + ": cannot write: is a directory");
-  return Status::Ok();
-}
-
 // "sample 0: class 3 (7.21)" per row of a float output of rank ≥ 1.
 void print_argmax(const std::string& name, const Tensor& t, const TensorMap& arrays) {
   if (!is_float(t.dtype()) || t.rank() == 0 || t.numel() == 0) return;
@@ -119,8 +110,11 @@ void print_argmax(const std::string& name, const Tensor& t, const TensorMap& arr
 
 Status infer(const InferArgs& args) {
   // Fail on the output path before the (possibly long) import and run.
-  MEMC_RETURN_IF_ERROR(check_output_path(args.output));
+  std::vector<std::string> inputs = model_files(args.model);
+  inputs.push_back(args.input);
+  MEMC_RETURN_IF_ERROR(check_outputs(inputs, {{"-o", args.output}}, args.force));
   MEMC_ASSIGN_OR_RETURN(TensorMap arrays, read_npz(args.input));
+  for (const auto& [name, t] : arrays) MEMC_RETURN_IF_ERROR(check_finite(args.input, name, t));
   ImportOptions options;
   options.batch = args.batch;
   options.seq = args.seq;

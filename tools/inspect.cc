@@ -129,7 +129,7 @@ int run_inspect(const InspectArgs& args) {
     std::ifstream probe(args.model, std::ios::binary);
     const int first = probe.get();
     if (first != '{') return report(Status::BadInput(args.model + ": is not an ONNX model (.onnx) or a memc plan"));
-    return run_inspect_plan(args.model, args.json, args.print_ir, args.timeline);
+    return run_inspect_plan(args.model, args.json, args.print_ir, args.timeline, args.force);
   }
   if (!args.timeline.empty()) return report(Status::BadInput("--timeline needs a plan from memc compile, not an ONNX model"));
   ImportOptions options;

@@ -9,6 +9,7 @@
 #include <exception>
 #include <string>
 
+#include "runtime/host_memory.h"
 #include "support/log.h"
 #include "tools/commands.h"
 
@@ -36,6 +37,8 @@ const CLI::Validator kPositive(
       return used == s.size() && v > 0 ? "" : "must be a positive integer, got '" + s + "'";
     },
     "INT>0");
+
+constexpr const char* kForceHelp = "Replace an existing output file (an output that is an input is always refused)";
 
 constexpr const char* kCommands[] = {"inspect", "infer", "compile", "run", "export", "calibrate"};
 
@@ -76,6 +79,7 @@ int run_main(int argc, char** argv) {
   inspect_cmd->add_flag("--print-ir", inspect.print_ir, "Print the imported IR (MLIR generic syntax)");
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object instead of text");
   inspect_cmd->add_option("--timeline", inspect.timeline, "Plans: write the memory timeline (one self-contained HTML page)");
+  inspect_cmd->add_flag("--force", inspect.force, kForceHelp);
 
   InferArgs infer;
   CLI::App* infer_cmd = app.add_subcommand("infer", "Run a forward pass on inputs from an .npz file");
@@ -88,6 +92,7 @@ int run_main(int argc, char** argv) {
   infer_cmd->add_option("--seq", infer.seq, "Sequence length (default: second dim of rank-2 inputs)")
       ->check(kPositive);
   infer_cmd->add_flag("--print", infer.print, "Print each output's argmax per row (the predicted class)");
+  infer_cmd->add_flag("--force", infer.force, kForceHelp);
 
   CompileArgs compile;
   CLI::App* compile_cmd = app.add_subcommand("compile", "Build a training plan: loss, autodiff, optimizer, schedule");
@@ -143,6 +148,7 @@ int run_main(int argc, char** argv) {
   compile_cmd->add_flag("--no-dropout", no_dropout, "Turn dropout into identity (for exact comparisons with another framework)");
   compile_cmd->add_flag("--print-ir", compile.print_ir, "Print the training step's IR");
   compile_cmd->add_flag("--json", compile.json, "Print a JSON summary");
+  compile_cmd->add_flag("--force", compile.force, kForceHelp);
 
   RunArgs run;
   CLI::App* run_cmd = app.add_subcommand("run", "Train and/or evaluate a plan");
@@ -159,17 +165,20 @@ int run_main(int argc, char** argv) {
   run_cmd->add_flag("--quiet", run.options.quiet, "No progress line");
   run_cmd->add_option("--device", run.options.device,
                       "cpu | cuda | cuda:K (default: cuda when the plan targets a GPU and one is present with every kernel, else cpu)");
+  run_cmd->add_flag("--force", run.force, "Replace existing --json / --dump-grads files (a checkpoint folder follows --resume)");
 
   CalibrateArgs calibrate;
   CLI::App* calibrate_cmd = app.add_subcommand("calibrate", "Measure this machine for the cost model (--target FILE)");
   calibrate_cmd->add_option("-o,--output", calibrate.output, "Profile file to write (JSON)")->required();
   calibrate_cmd->add_option("--seconds", calibrate.seconds, "Seconds per probe (default 0.3)");
+  calibrate_cmd->add_flag("--force", calibrate.force, kForceHelp);
 
   ExportArgs export_args;
   CLI::App* export_cmd = app.add_subcommand("export", "Write trained weights back into the ONNX model");
   export_cmd->add_option("PLAN", export_args.plan, "Plan from memc compile")->required();
   export_cmd->add_option("--weights", export_args.weights, "Checkpoint folder or .safetensors file")->required();
   export_cmd->add_option("-o,--output", export_args.output, "ONNX file to write")->required();
+  export_cmd->add_flag("--force", export_args.force, kForceHelp);
 
   try {
     app.parse(argc, argv);
@@ -198,6 +207,8 @@ int run_main(int argc, char** argv) {
     return 2;
   }
   set_verbosity(verbose);
+  // Before any GEMM: bound the GEMM library's buffers under `ulimit -v` (runtime/host_memory.h).
+  if (Expected<HostMemory> host = prepare_host_memory(); !host.ok()) return report(host.status());
   if (inspect_cmd->parsed()) return run_inspect(inspect);
   if (infer_cmd->parsed()) return run_infer(infer);
   if (compile_cmd->parsed()) {
@@ -232,7 +243,10 @@ int run_main(int argc, char** argv) {
 }  // namespace
 }  // namespace memc::cli
 
+extern "C" void memc_preinit_anchor();  // tools/preinit.cc: runs before OpenBLAS starts its threads
+
 int main(int argc, char** argv) {
+  memc_preinit_anchor();
   try {
     return memc::cli::run_main(argc, argv);
   } catch (const std::bad_alloc&) {

@@ -1,11 +1,14 @@
 // `memc compile`, `memc run`, `memc export` and `memc inspect PLAN`: the training half of the
 // CLI (../shared/CLI.md).
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <filesystem>
 #include <fstream>
+
+#include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +16,8 @@
 #include "ir/printer.h"
 #include "passes/memory_plan.h"
 #include "runtime/atomic_file.h"
+#include "runtime/file_guard.h"
+#include "runtime/host_memory.h"
 #include "runtime/timeline.h"
 #include "planner/calibrate.h"
 #include "planner/compile.h"
@@ -104,12 +109,19 @@ void print_summary(const json& s) {
 
 }  // namespace
 
+// The process's peak resident set (the kernel's ru_maxrss, KiB), next to the planned device bytes.
+static int64_t process_peak_rss_bytes() {
+  struct rusage usage {};
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_maxrss) * 1024 : 0;
+}
+
 int run_compile(const CompileArgs& args) {
   if (args.loss != "cross_entropy") return report(Status::BadInput("--loss " + args.loss + " is not supported (cross_entropy)"));
   if (args.schedule.kind != "constant" && args.schedule.kind != "cosine" && args.schedule.kind != "warmup-cosine") {
     return report(Status::BadInput("--schedule " + args.schedule.kind + " is not one of constant, cosine, warmup-cosine"));
   }
   if (!std::filesystem::exists(args.model)) return report(Status::BadInput(args.model + ": no such file"));
+  if (Status st = check_outputs(model_files(args.model), {{"-o", args.output}}, args.force); !st.ok()) return report(st);
   CompileOptions options = args.options;
   options.schedule = args.schedule;
   if (!args.budget.empty()) {
@@ -123,6 +135,14 @@ int run_compile(const CompileArgs& args) {
   }
   if (!args.dump_dir.empty()) {
     std::error_code ec;
+    for (std::filesystem::directory_iterator it(args.dump_dir, ec), end; !ec && it != end && !args.force; it.increment(ec)) {
+      const std::string name = it->path().filename().string();  // NN-pass.mlir, as written below
+      if (name.size() > 8 && std::isdigit(static_cast<unsigned char>(name[0])) && std::isdigit(static_cast<unsigned char>(name[1])) &&
+          name[2] == '-' && name.ends_with(".mlir")) {
+        return report(Status::BadInput("--dump-dir " + args.dump_dir + ": holds IR dumps already (" + name + "); pass --force to replace them"));
+      }
+    }
+    ec.clear();
     std::filesystem::create_directories(args.dump_dir, ec);
     if (ec) return report(Status::BadInput("--dump-dir " + args.dump_dir + ": " + ec.message()));
   }
@@ -164,6 +184,7 @@ int run_compile(const CompileArgs& args) {
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
   if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
   json summary = plan_summary(args.output, *plan);
+  summary["process_peak_rss_bytes"] = process_peak_rss_bytes();
   if (search) {
     auto row = [&](const Candidate& c) {
       return json{{"decisions", c.label()}, {"precision", c.precision}, {"micro_batches", c.micro_batches},
@@ -199,11 +220,21 @@ int run_run(const RunArgs& args) {
   if (args.options.data.empty() && args.options.eval.empty()) {
     return report(Status::BadInput("memc run: give --data to train and/or --eval to evaluate"));
   }
+  {  // Outputs never destroy inputs; the checkpoint file is both under --resume (its own rules).
+    std::vector<std::string> inputs = plan_input_files(args.plan, *plan);
+    for (const std::string& f : {args.plan, args.options.data, args.options.eval}) inputs.push_back(f);
+    const std::string checkpoint =
+        args.options.checkpoint_dir.empty() ? "" : (std::filesystem::path(args.options.checkpoint_dir) / "checkpoint.safetensors").string();
+    if (args.options.resume) inputs.push_back(checkpoint);
+    const std::vector<OutputFile> outputs = {{"--checkpoint", checkpoint, true}, {"--json", args.json_report}, {"--dump-grads", args.options.dump_grads}};
+    if (Status st = check_outputs(inputs, outputs, args.force); !st.ok()) return report(st);
+  }
   StateMap state;
   Expected<RunReport> result = run_plan(args.plan, *plan, args.options, &state);
   if (!result.ok()) return report(result.status());
   const RunReport& r = *result;
-  {  // --quiet drops the progress line, not the result
+  const bool diverged = r.status != "ok";
+  if (!diverged) {  // --quiet drops the progress line, not the result; a diverged run reports its one line only
     if (r.steps) {
       std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
       if (r.loss_scaling) std::printf("loss scaling: %lld steps skipped (inf/NaN gradients), loss scale %g\n", static_cast<long long>(r.skipped_steps), r.loss_scale);
@@ -226,13 +257,15 @@ int run_run(const RunArgs& args) {
     j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);
     j["skipped_steps"] = r.skipped_steps;
     j["loss_scale"] = r.loss_scaling ? json(r.loss_scale) : json(nullptr);
-    std::ofstream out(args.json_report + ".tmp");
-    out << j.dump(2) << "\n";
-    out.close();
-    std::error_code ec;
-    std::filesystem::rename(args.json_report + ".tmp", args.json_report, ec);
-    if (!out || ec) return report(Status::BadInput(args.json_report + ": cannot write the report"));
+    j["status"] = r.status;
+    if (diverged) j["error"] = r.error, j["diverged_step"] = r.diverged_step;
+    j["process_peak_rss_bytes"] = process_peak_rss_bytes();
+    const HostMemory& host = host_memory();
+    j["host_memory"] = {{"address_limit_bytes", host.address_limit_bytes >= 0 ? json(host.address_limit_bytes) : json(nullptr)},
+                        {"gemm_threads", host.gemm_threads}, {"gemm_buffer_bytes", host.gemm_buffer_bytes}};
+    if (Status st = write_file_atomic(args.json_report, j.dump(2) + "\n"); !st.ok()) return report(st.with_context("--json: "));
   }
+  if (diverged) return report(Status::BadInput(r.error));
   return 0;
 }
 
@@ -241,6 +274,11 @@ int run_export(const ExportArgs& args) {
   if (!plan.ok()) return report(plan.status());
   std::string weights_path = args.weights;
   if (std::filesystem::is_directory(weights_path)) weights_path = (std::filesystem::path(weights_path) / "checkpoint.safetensors").string();
+  std::vector<std::string> inputs = plan_input_files(args.plan, *plan);
+  inputs.push_back(args.plan);
+  inputs.push_back(weights_path);
+  if (Status st = check_outputs(inputs, {{"-o", args.output}}, args.force); !st.ok()) return report(st);
+  if (Status st = check_model_unchanged(args.plan, *plan); !st.ok()) return report(st);
   Expected<SafetensorsFile> file = read_safetensors(weights_path);
   if (!file.ok()) return report(file.status());
   std::map<std::string, Tensor> weights;
@@ -286,10 +324,13 @@ static Status write_timeline(const std::string& plan_path, const Plan& plan, con
   return write_file_atomic(out, render_timeline_html(in));
 }
 
-int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const std::string& timeline) {
+int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const std::string& timeline, bool force) {
   Expected<Plan> plan = read_plan(path);
   if (!plan.ok()) return report(plan.status());
   if (!timeline.empty()) {
+    std::vector<std::string> inputs = plan_input_files(path, *plan);
+    inputs.push_back(path);
+    if (Status st = check_outputs(inputs, {{"--timeline", timeline}}, force); !st.ok()) return report(st);
     if (Status st = write_timeline(path, *plan, timeline); !st.ok()) return report(st);
   }
   json summary = plan_summary(path, *plan);
@@ -305,6 +346,7 @@ int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const
 
 int run_calibrate(const CalibrateArgs& args) {
   if (!(args.seconds > 0)) return report(Status::BadInput("--seconds must be positive"));
+  if (Status st = check_outputs({}, {{"-o", args.output}}, args.force); !st.ok()) return report(st);
   Expected<DeviceProfile> p = calibrate_cpu(args.seconds);
   if (!p.ok()) return report(p.status());
   if (Status st = write_profile(args.output, *p); !st.ok()) return report(st);

@@ -62,3 +62,22 @@ def rel_error(a, b):
 '
 npz_py() { python3 -c "$NPZ_PY
 $1" "${@:2}"; }
+
+# hostile CODE NEEDLE -- CMD...: expect_error with a 60 s hang timeout, and never a signal
+# exit (>= 128), for the hostile-input suites (tests/cli/hostile_*.sh).
+hostile() {
+  local code=$1 needle=$2; shift 3
+  timeout -s KILL 60 "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$? lines
+  lines=$(wc -l <"$TMP/err")
+  if [ "$rc" -ge 124 ]; then fail "$* -> exit $rc (signal or hang): $(head -c 300 "$TMP/err")"; return; fi
+  if [ "$rc" -ne "$code" ]; then fail "$* -> exit $rc, want $code ($(head -c 300 "$TMP/err"))"; return; fi
+  if [ "$lines" -ne 1 ]; then fail "$* -> $lines stderr lines, want 1: $(head -c 600 "$TMP/err")"; return; fi
+  if ! grep -q '^memc: ' "$TMP/err"; then fail "$* -> stderr does not start with 'memc: ': $(cat "$TMP/err")"; return; fi
+  if ! grep -qF -- "$needle" "$TMP/err"; then fail "$* -> stderr lacks '$needle': $(cat "$TMP/err")"; return; fi
+  pass "$* -> $code: $(cat "$TMP/err")"
+}
+
+# snapshot DIR...: one line per file (sha256 and path) under the given folders, to compare
+# before and after a command that must change nothing that existed.
+snapshot() { find "$@" -type f ! -name '.memc.lock' -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; }

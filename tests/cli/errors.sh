@@ -31,15 +31,15 @@ grep -q "17" "$TMP/err" || fail "unsupported op message names no opset: $(cat "$
 
 # infer: every failure leaves an existing output file as it was.
 echo "keep me" >"$OUT"
-expect_error 2 "skeleton" -- $MEMC infer models/vit_b_16_skeleton.onnx --input $REF -o "$OUT"
-expect_error 2 "/nonexistent/in.npz" -- $MEMC infer $M --input /nonexistent/in.npz -o "$OUT"
-expect_error 2 "$TMP/garbage.onnx" -- $MEMC infer $M --input "$TMP/garbage.onnx" -o "$OUT"
+expect_error 2 "skeleton" -- $MEMC infer models/vit_b_16_skeleton.onnx --input $REF -o "$OUT" --force
+expect_error 2 "/nonexistent/in.npz" -- $MEMC infer $M --input /nonexistent/in.npz -o "$OUT" --force
+expect_error 2 "$TMP/garbage.onnx" -- $MEMC infer $M --input "$TMP/garbage.onnx" -o "$OUT" --force
 npz_py 'write_npz(sys.argv[1], {"x": ("<f4", (4, 1, 8, 9), [0.0] * 288)})' "$TMP/shape.npz"
-expect_error 2 "expected f32[4x1x8x8], got f32[4x1x8x9]" -- $MEMC infer $M --input "$TMP/shape.npz" -o "$OUT"
+expect_error 2 "expected f32[4x1x8x8], got f32[4x1x8x9]" -- $MEMC infer $M --input "$TMP/shape.npz" -o "$OUT" --force
 npz_py 'write_npz(sys.argv[1], {"x": ("<f8", (4, 1, 8, 8), [0.0] * 256)})' "$TMP/dtype.npz"
-expect_error 2 "expected f32[4x1x8x8], got f64[4x1x8x8]" -- $MEMC infer $M --input "$TMP/dtype.npz" -o "$OUT"
+expect_error 2 "expected f32[4x1x8x8], got f64[4x1x8x8]" -- $MEMC infer $M --input "$TMP/dtype.npz" -o "$OUT" --force
 npz_py 'write_npz(sys.argv[1], {"pixels": ("<f4", (4, 1, 8, 8), [0.0] * 256), "y": ("<i8", (4,), [0] * 4)})' "$TMP/names.npz"
-expect_error 2 "no array for model input 'x'" -- $MEMC infer $M --input "$TMP/names.npz" -o "$OUT"
+expect_error 2 "no array for model input 'x'" -- $MEMC infer $M --input "$TMP/names.npz" -o "$OUT" --force
 expect_error 2 "does not exist" -- $MEMC infer $M --input $REF -o /nonexistent/dir/out.npz
 expect_error 2 "is a directory" -- $MEMC infer $M --input $REF -o "$TMP"
 [ "$(cat "$OUT")" = "keep me" ] && pass "output file untouched by failures" || fail "output file was modified"

@@ -25,8 +25,8 @@ expect_error 2 "re-export with a dynamic batch" -- $MEMC compile models/bigbird_
 # --remat: per-block checkpointing and a byte limit; gradients equal the plan without remat bit for bit.
 $MEMC run "$TMP/one.plan" --data data/digits_train.npz --steps 1 --quiet --dump-grads "$TMP/g_none.npz" >/dev/null 2>"$TMP/err" || fail "run none: $(cat "$TMP/err")"
 for r in blocks 200KB; do
-  $MEMC compile models/vit_tiny.onnx --batch 16 --remat $r -o "$TMP/r.plan" --json >"$TMP/r.json" 2>"$TMP/err" || fail "compile --remat $r: $(cat "$TMP/err")"
-  $MEMC run "$TMP/r.plan" --data data/digits_train.npz --steps 1 --quiet --dump-grads "$TMP/g_r.npz" --json "$TMP/rr.json" >/dev/null 2>"$TMP/err" || fail "run --remat $r: $(cat "$TMP/err")"
+  $MEMC compile models/vit_tiny.onnx --batch 16 --remat $r -o "$TMP/r.plan" --force --json >"$TMP/r.json" 2>"$TMP/err" || fail "compile --remat $r: $(cat "$TMP/err")"
+  $MEMC run "$TMP/r.plan" --data data/digits_train.npz --steps 1 --quiet --dump-grads "$TMP/g_r.npz" --json "$TMP/rr.json" --force >/dev/null 2>"$TMP/err" || fail "run --remat $r: $(cat "$TMP/err")"
   npz_py '
 a, b = read_npz(sys.argv[1]), read_npz(sys.argv[2])
 assert sorted(a) == sorted(b) and all(a[k] == b[k] for k in a), "gradients differ"

@@ -64,7 +64,7 @@ expect_error 2 "has shape" -- $MEMC run "$PLAN" --data "$TMP/badshape.npz" --ste
 # Bad plans: truncated, another format version, not a plan.
 head -c 500 "$PLAN" >"$TMP/truncated.plan"
 expect_error 2 "truncated" -- $MEMC run "$TMP/truncated.plan" --data data/digits_train.npz
-sed 's/"format_version": 1/"format_version": 99/' "$PLAN" >"$TMP/future.plan"
+sed 's/"format_version": 2/"format_version": 99/' "$PLAN" >"$TMP/future.plan"
 expect_error 2 "recompile" -- $MEMC run "$TMP/future.plan" --data data/digits_train.npz
 expect_error 2 "not a memc plan" -- $MEMC run models/vit_tiny.onnx --data data/digits_train.npz
 

@@ -1,0 +1,74 @@
+#include "runtime/host_memory.h"
+
+#include <cblas.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace memc {
+
+namespace {
+
+HostMemory g_host_memory;
+
+// VmSize of this process: the address space already counted against RLIMIT_AS.
+int64_t mapped_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmSize: %lld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<int64_t>(kib) * 1024;
+}
+
+// Whether `bytes` more of address space can be mapped now (a reservation, released at once).
+bool can_map(int64_t bytes) {
+  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  ::munmap(p, static_cast<size_t>(bytes));
+  return true;
+}
+
+std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+const HostMemory& host_memory() { return g_host_memory; }
+
+Expected<HostMemory> prepare_host_memory() {
+  HostMemory hm;
+  hm.gemm_threads = openblas_get_num_threads();
+  hm.gemm_buffer_bytes = hm.gemm_threads * kGemmBufferBytes;  // the bound: mapped lazily by OpenBLAS
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return g_host_memory = hm;
+  hm.address_limit_bytes = static_cast<int64_t>(limit.rlim_cur);
+  const int64_t free_bytes = hm.address_limit_bytes - mapped_bytes();
+  // Room left after the buffers for memc's own work; fewer threads rather than none of it.
+  constexpr int64_t kHeadroom = int64_t{64} << 20;
+  int64_t threads = hm.gemm_threads;
+  while (threads > 1 && threads * kGemmBufferBytes + kHeadroom > free_bytes) --threads;
+  if (threads != hm.gemm_threads) openblas_set_num_threads(static_cast<int>(threads));
+  hm.gemm_threads = threads;
+  if (!can_map(threads * kGemmBufferBytes)) {
+    const int64_t need = hm.address_limit_bytes - std::max<int64_t>(free_bytes, 0) + kGemmBufferBytes + kHeadroom;
+    return Status::Internal("out of host memory: the address-space limit (ulimit -v " + std::to_string(hm.address_limit_bytes >> 10) +
+                            ") leaves " + mib(std::max<int64_t>(free_bytes, 0)) + " free, and the GEMM library (OpenBLAS) needs a " +
+                            mib(kGemmBufferBytes) + " buffer per thread: give memc at least ulimit -v " + std::to_string(need >> 10));
+  }
+  // A GEMM big enough to use every thread maps each thread's buffer now, while it fits.
+  const int n = threads > 1 ? 128 : 8;
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.0f), c(static_cast<size_t>(n) * n, 0.0f);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n);
+  hm.gemm_buffer_bytes = threads * kGemmBufferBytes;
+  return g_host_memory = hm;
+}
+
+}  // namespace memc
