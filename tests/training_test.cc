@@ -83,7 +83,11 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                          ::testing::Values(GradModel{"vit_tiny", -1}, GradModel{"vit_tiny_dynamo", -1},
                                            GradModel{"vit_tiny_ext", -1}, GradModel{"vit_tiny_eval_op14", -1},
                                            GradModel{"vit_tiny_eval_op14_tied", -1}, GradModel{"text_encoder", 32},
-                                           GradModel{"bigbird_full", 32}, GradModel{"bigbird_sparse", 64}),
+                                           GradModel{"bigbird_full", 32}, GradModel{"bigbird_sparse", 64},
+                                           // Today's exports (models/export_t215.py): fixed batch 4.
+                                           GradModel{"bigbird_sparse_t215", 64}, GradModel{"bigbird_full_t215", 32},
+                                           GradModel{"distilbert_t215", 32}, GradModel{"bert_t215", 32},
+                                           GradModel{"vit_tiny_dynamo_t215", -1}, GradModel{"vit_tiny_dynamo_t215_tied", -1}),
                          [](const ::testing::TestParamInfo<GradModel>& info) { return info.param.name; });
 
 Plan digits_plan(const std::string& optimizer, const std::string& schedule, double lr, int64_t epochs) {

@@ -248,6 +248,12 @@ void register_gradients(OpRegistry& r) {
     g.set_GI(0, g.emit("gather_grad", {g.GO(0), g.I(1)}, a));
     return Status::Ok();
   });
+  // dData = scatter-add of dY at the gathered positions (repeated indices accumulate).
+  set(r, "gather_elements", [](GradBuilder& g) {
+    Attrs a = make_attrs({{"axis", g.attrs().get_int("axis", 0)}, {"input_shape", g.shape(g.I(0))}});
+    g.set_GI(0, g.emit("gather_elements_grad", {g.GO(0), g.I(1)}, a));
+    return Status::Ok();
+  });
   set(r, "pad", pad_grad);
   set(r, "tile", tile_grad);
 }
