@@ -274,7 +274,7 @@ Expected<Module> Importer::run() {
   MEMC_RETURN_IF_ERROR(check_ops(nodes));
   ImportContext ctx(module_, options_, file_, opset_);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
-  audit_ = audit_parameters(model_, nodes, weight_names(), fixed_batch_, base_dir_, file_);
+  audit_ = audit_parameters(model_, nodes, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));
   std::vector<std::string> defined;
   for (const auto& in : model_.graph().input()) defined.push_back(in.name());
@@ -308,7 +308,7 @@ Expected<Module> Importer::run() {
   if (skeleton_) meta.set("skeleton", int64_t{1});
   if (fixed_batch_ > 0) meta.set("fixed_batch", fixed_batch_);
   if (fixed_seq_ > 0) meta.set("fixed_seq", fixed_seq_);
-  if (!audit_.findings.empty()) meta.set("param_findings", static_cast<int64_t>(audit_.findings.size()));
+  if (options_.param_findings) *options_.param_findings = audit_.findings;
   return std::move(module_);
 }
 

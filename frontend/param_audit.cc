@@ -69,7 +69,7 @@ Tensor first_row(const Tensor& t) {
 
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
                             const std::set<std::string>& weights, int64_t fixed_batch, const std::string& base_dir,
-                            const std::string& file) {
+                            const std::string& file, bool print_warnings) {
   std::map<std::string, std::vector<const onnx::NodeProto*>> uses;
   for (const auto& n : nodes) {
     if (reads_shape_only(n.op_type())) continue;
@@ -80,7 +80,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
   ParamAudit audit;
   auto report = [&](const std::string& line) {
     audit.findings.push_back(line);
-    warn_once(file + ": " + line);
+    if (print_warnings) warn_once(file + ": " + line);
   };
   for (const auto& init : model.graph().initializer()) {
     const std::string& name = init.name();

@@ -23,11 +23,12 @@ struct ParamAudit {
 };
 
 // `weights`: the initializers the importer trains; `fixed_batch`: the batch the export fixes
-// (-1 when dynamic); external data is read relative to `base_dir` (only for candidates of the
+// (-1 when dynamic); print_warnings: also warn on stderr (off when the caller prints the
+// findings itself, as inspect does); external data is read relative to `base_dir` (only for candidates of the
 // batch-expanded rewrite, which are small).
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
                             const std::set<std::string>& weights, int64_t fixed_batch, const std::string& base_dir,
-                            const std::string& file);
+                            const std::string& file, bool print_warnings = true);
 
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);
