@@ -314,8 +314,18 @@ def do_skeleton(name, model, args, dynamo, names):
         m = onnx.load(tmp, load_external_data=True)
     for n in m.graph.node:
         del n.metadata_props[:]
-    params = sum(int(np.prod(i.dims)) for i in m.graph.initializer if i.data_type == onnx.TensorProto.FLOAT)
-    strip_initializers(m)
+    floats = [i for i in m.graph.initializer if i.data_type == onnx.TensorProto.FLOAT and int(np.prod(i.dims)) > 1]
+    params = sum(int(np.prod(i.dims)) for i in floats)
+    # Strip the weights only: index grids, masks and scalars keep their values (memc needs them).
+    keep = onnx.ModelProto()
+    keep.CopyFrom(m)
+    del keep.graph.initializer[:]
+    keep.graph.initializer.extend(floats)
+    strip_initializers(keep)
+    stripped = {i.name: i for i in keep.graph.initializer}
+    for i in m.graph.initializer:
+        if i.name in stripped:
+            i.CopyFrom(stripped[i.name])
     p = os.path.join(MODELS, f"{name}.onnx")
     onnx.save_model(m, p)
     summarize(name, p)

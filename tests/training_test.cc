@@ -60,6 +60,7 @@ TEST_P(GradientsVsPyTorch, EveryParameterGradientWithin1e4) {
     for (int64_t i = 0; i < expected.numel(); ++i) largest = std::max(largest, std::abs(expected.get_as_double(i)));
   }
   int compared = 0;
+  double worst = 0;
   for (const auto& [key, expected] : *ref) {
     if (key.rfind("grad/", 0) != 0) continue;
     const std::string name = key.substr(5);
@@ -73,8 +74,10 @@ TEST_P(GradientsVsPyTorch, EveryParameterGradientWithin1e4) {
       max_diff = std::max(max_diff, std::abs(got.get_as_double(i) - expected.get_as_double(i)));
     }
     EXPECT_LE(max_diff, 1e-4 * std::max(max_ref, 1e-3 * largest)) << "gradient of " << name << " (max |ref| " << max_ref << ")";
+    worst = std::max(worst, max_diff / std::max(max_ref, 1e-3 * largest));
     ++compared;
   }
+  std::printf("%s: %d parameter gradients, worst max|Δ|/max|ref| %.3g\n", m.name.c_str(), compared, worst);
   EXPECT_EQ(compared + 1, static_cast<int>(grads->size())) << "memc has gradients the reference lacks";
   EXPECT_GT(compared, 0);
 }
