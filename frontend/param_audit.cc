@@ -87,7 +87,9 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
     if (!weights.count(name)) continue;
     const auto& users = uses[name];
     Shape dims(init.dims().begin(), init.dims().end());
-    if (users.size() >= 2) {
+    // Ties through Identity nodes (torch 1.13's EVAL export) have their own warning in the importer.
+    const bool through_identity = std::any_of(users.begin(), users.end(), [](const auto* n) { return n->op_type() == "Identity"; });
+    if (users.size() >= 2 && !through_identity) {
       std::string list;
       for (size_t i = 0; i < users.size() && i < 4; ++i) list += (i ? ", " : "") + node_label(*users[i]);
       if (users.size() > 4) list += ", …";
