@@ -1,10 +1,12 @@
 #include "frontend/param_audit.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <mutex>
 
 #include "frontend/onnx_tensor.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "support/log.h"
 
 namespace memc {
@@ -36,6 +38,47 @@ bool op_output_name(const std::string& name) {
   const size_t underscore = name.rfind('_');
   if (underscore == std::string::npos || underscore + 1 == name.size() || name.find('.') != std::string::npos) return false;
   return std::all_of(name.begin() + underscore + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// NodeProto.metadata_props (field 9, ONNX ≥ 1.16) is newer than Debian's onnx.proto: protobuf
+// keeps it as an unknown field, each entry a serialized StringStringEntryProto.
+std::string metadata(const onnx::NodeProto& n, const std::string& key) {
+  constexpr int kMetadataProps = 9;
+  const google::protobuf::UnknownFieldSet& fields = n.GetReflection()->GetUnknownFields(n);
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = fields.field(i);
+    if (f.number() != kMetadataProps || f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    onnx::StringStringEntryProto entry;
+    if (entry.ParseFromString(f.length_delimited()) && entry.key() == key) return entry.value();
+  }
+  return "";
+}
+
+// The parameter a Linear's folded weight came from: the FX node reads it as "%p_<module path
+// with _>_<attribute>"; the innermost module scope (name_scopes) whose path prefixes such a
+// token gives the dotted name ("...q_lin" + "weight"). "" when the metadata does not say.
+std::string parameter_behind(const onnx::NodeProto& n) {
+  const std::string scopes = metadata(n, "pkg.torch.onnx.name_scopes"), fx = metadata(n, "pkg.torch.onnx.fx_node");
+  std::vector<std::string> paths;  // "['', 'inner', 'inner.distilbert', …, 'linear']"
+  for (size_t open = scopes.find('\''); open != std::string::npos; open = scopes.find('\'', open + 1)) {
+    const size_t close = scopes.find('\'', open + 1);
+    if (close == std::string::npos) break;
+    paths.push_back(scopes.substr(open + 1, close - open - 1));
+    open = close;
+  }
+  auto is_ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
+    if (it->empty()) continue;
+    std::string prefix = "%p_" + *it + "_";
+    std::replace(prefix.begin(), prefix.end(), '.', '_');
+    const size_t at = fx.find(prefix);
+    if (at == std::string::npos) continue;
+    size_t end = at + prefix.size();
+    while (end < fx.size() && is_ident(fx[end])) ++end;
+    const std::string attribute = fx.substr(at + prefix.size(), end - at - prefix.size());
+    if (!attribute.empty()) return *it + "." + attribute;
+  }
+  return "";
 }
 
 bool all_rows_equal(const Tensor& t) {
@@ -119,8 +162,17 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
       return n->op_type() == "MatMul" || n->op_type() == "Gemm";
     });
     if (dims.size() == 2 && synthesized_name(name) && matmul_weight) {
-      report(str_cat("initializer '", name, "' [", shape_str(dims),
-                     "] is a weight the exporter computed (a folded transpose; the parameter's name is lost): memc trains it in this layout"));
+      std::string from;
+      for (const auto* n : users)
+        if (from.empty()) from = parameter_behind(*n);
+      if (!from.empty()) {
+        audit.folded_from[name] = from;
+        report(str_cat("initializer '", name, "' [", shape_str(dims), "] is the exporter's folded transpose of parameter '", from,
+                       "': memc trains it as '", name, "' in this layout (its gradient is that parameter's, transposed)"));
+      } else {
+        report(str_cat("initializer '", name, "' [", shape_str(dims),
+                       "] is a weight the exporter computed (a folded transpose; the parameter's name is lost): memc trains it in this layout"));
+      }
     } else if (!audit.batch_expanded.count(name) && (synthesized_name(name) || op_output_name(name))) {
       report(str_cat("initializer '", name, "' [", shape_str(dims),
                      "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter"));

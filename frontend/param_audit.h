@@ -18,6 +18,9 @@ namespace memc {
 struct ParamAudit {
   // Initializer → the shape memc trains instead ([1, rest...]): an exact batch-expanded copy.
   std::map<std::string, Shape> batch_expanded;
+  // Folded transpose → the PyTorch parameter it was computed from, where the exporter's node
+  // metadata names it (pkg.torch.onnx.name_scopes / fx_node of the dynamo exporter).
+  std::map<std::string, std::string> folded_from;
   // One line per finding, in graph order (also printed as warnings).
   std::vector<std::string> findings;
 };

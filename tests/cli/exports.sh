@@ -31,7 +31,16 @@ f = d["param_findings"]
 assert sum("is shared by 5 layers" in x for x in f) == 2, f
 assert sum("batch-expanded copy" in x and "[1x1x32]" in x for x in f) == 1, f
 assert sum("folded transpose" in x for x in f) == 6, f
-' "$TMP/i.json" && pass "inspect --json: 24 trainable, 2 shared, 1 batch-expanded (re-derived), 6 folded transposes" || fail "inspect json"
+assert any("'"'"'val_12'"'"' [32x96] is the exporter'"'"'s folded transpose of parameter '"'"'encoder.layers.encoder_layer_0.self_attention.in_proj_weight'"'"'" in x for x in f), f
+' "$TMP/i.json" && pass "inspect --json: 24 trainable, 2 shared, 1 batch-expanded (re-derived), 6 folded transposes named after their parameters" || fail "inspect json"
+$MEMC inspect models/distilbert_t215.onnx --json >"$TMP/d.json" 2>"$TMP/err" || fail "inspect distilbert: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))["param_findings"]
+named = [x for x in f if "folded transpose of parameter" in x]
+assert len(named) == 12 and "inner.distilbert.transformer.layer.0.attention.q_lin.weight" in named[0], named
+assert any("'"'"'embedding_1'"'"' [1x32x32] is a value the exporter computed" in x for x in f), f
+' "$TMP/d.json" && pass "distilbert_t215: 12 folded transposes named, the folded position lookup reported" || fail "distilbert findings"
 $MEMC compile models/vit_tiny_dynamo_t215_tied.onnx --batch 4 -o "$TMP/t.plan" >/dev/null 2>"$TMP/err" || fail "compile tied: $(cat "$TMP/err")"
 [ "$(grep -c 'warning: .*is shared by 5 layers' "$TMP/err")" -eq 2 ] && pass "compile warns once per shared initializer" || fail "shared warnings: $(cat "$TMP/err")"
 $MEMC inspect models/bigbird_sparse_t215.onnx >"$TMP/i.txt" 2>"$TMP/err" || fail "inspect sparse: $(cat "$TMP/err")"
