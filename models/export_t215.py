@@ -15,6 +15,8 @@ make_unique_), except where noted:
                         dynamic axes: batch 4 and seq 64 are fixed by the trace.
   bigbird_full_t215     same config, original_full, TorchScript, opset 17, no dynamic axes
                         (the issue's "traced without dynamic axes": batch 4, seq 32 fixed).
+  distilbert_ts_t215    the same DistilBERT through the TorchScript exporter (opset 17, TRAINING):
+                        SDPA exported as Sqrt/Cast scale, Softmax, IsNaN/Where.
   distilbert_t215       HF DistilBertForSequenceClassification (SDPA attention, the default),
                         torch.onnx.export with default options (dynamo exporter, optimize=True),
                         static shapes [4, 32].
@@ -280,6 +282,19 @@ def do_hf_dynamo(name, model, seed):
     write_refs(name, p, wrapped, text_inputs_fn("text_test.npz"), ["input_ids", "attention_mask"])
 
 
+def do_distilbert_ts(name):
+    """The same DistilBERT through the TorchScript exporter (dynamo=False), TRAINING mode, opset 17."""
+    model = build_distilbert()
+    REPORT[name] = {"perturbed_params": make_unique_(model, seed=104)}
+    wrapped = Logits(model)
+    inputs, _ = text_inputs_fn("text_test.npz")(0, 4)
+    p = os.path.join(MODELS, f"{name}.onnx")
+    wrapped.train()
+    export_ts(wrapped, inputs, p, ["input_ids", "attention_mask"])
+    summarize(name, p)
+    write_refs(name, p, wrapped, text_inputs_fn("text_test.npz"), ["input_ids", "attention_mask"])
+
+
 def build_bert(kind, seed):
     import transformers as T
     seed_all(seed)
@@ -348,6 +363,7 @@ def main():
         ("bigbird_sparse_t215", lambda: do_bigbird("block_sparse", "bigbird_sparse_t215", "text64_test.npz")),
         ("bigbird_full_t215", lambda: do_bigbird("original_full", "bigbird_full_t215", "text_test.npz")),
         ("distilbert_t215", lambda: do_hf_dynamo("distilbert_t215", build_distilbert(), 104)),
+        ("distilbert_ts_t215", lambda: do_distilbert_ts("distilbert_ts_t215")),
         ("vit_tiny_dynamo_t215", lambda: do_vit_dynamo("vit_tiny_dynamo_t215", False)),
         ("vit_tiny_dynamo_t215_tied", lambda: do_vit_dynamo("vit_tiny_dynamo_t215_tied", True)),
         ("bert_t215", lambda: do_hf_dynamo("bert_t215", build_bert("bert", 5), 105)),
