@@ -1,7 +1,9 @@
 // Elementwise ONNX ops: unary math, broadcasting binary and variadic ops, comparisons,
 // logic, Where, Cast/CastLike, Clip, Dropout, Identity.
-#include "frontend/onnx_tensor.h"
+#include <limits>
+
 #include "frontend/lowering.h"
+#include "frontend/onnx_tensor.h"
 
 namespace memc {
 namespace {
@@ -107,6 +109,32 @@ Status lower_where(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// IsNaN(x) = not(x == x); IsInf(x) = (x == +inf) or (x == -inf), per detect_positive /
+// detect_negative. Both exact with the existing comparisons; integer inputs are never NaN/inf.
+Status lower_is_nan_inf(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const DType dtype = ctx.type(x).dtype;
+  if (!is_float(dtype)) return ctx.error("needs a floating-point input");
+  if (ctx.op_type() == "IsNaN") {
+    MEMC_ASSIGN_OR_RETURN(ValueId same, ctx.emit("equal", {x, x}));
+    MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("not", {same}));
+    return ctx.bind(0, y);
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  const bool positive = ctx.attr_int("detect_positive", 1), negative = ctx.attr_int("detect_negative", 1);
+  MEMC_ASSIGN_OR_RETURN(ValueId pos, ctx.emit("equal", {x, ctx.scalar(inf, dtype)}));
+  MEMC_ASSIGN_OR_RETURN(ValueId neg, ctx.emit("equal", {x, ctx.scalar(-inf, dtype)}));
+  ValueId y = pos;
+  if (positive && negative) {
+    MEMC_ASSIGN_OR_RETURN(y, ctx.emit("or", {pos, neg}));
+  } else if (negative) {
+    y = neg;
+  } else if (!positive) {
+    MEMC_ASSIGN_OR_RETURN(y, ctx.emit("and", {pos, neg}));  // neither: all false
+  }
+  return ctx.bind(0, y);
+}
+
 Status lower_cast(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   DType to;
@@ -201,6 +229,8 @@ void add_elementwise_lowerings(LoweringTable& table) {
   table["LeakyRelu"] = lower_leaky_relu;
   table["Gelu"] = lower_gelu;
   table["Where"] = lower_where;
+  table["IsNaN"] = lower_is_nan_inf;
+  table["IsInf"] = lower_is_nan_inf;
   table["Cast"] = lower_cast;
   table["CastLike"] = lower_cast;
   table["Clip"] = lower_clip;

@@ -161,6 +161,20 @@ Status lower_arg(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// CumSum(x, axis) {exclusive, reverse}: the axis is a known scalar.
+Status lower_cumsum(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> axis, ctx.input_ints(1, "axis"));
+  if (axis.size() != 1) return ctx.error("axis must be one value");
+  MEMC_ASSIGN_OR_RETURN(int64_t a, checked_axis(ctx, axis[0], ctx.type(x).shape.size()));
+  Attrs attrs;
+  attrs.set("axis", a);
+  attrs.set("exclusive", ctx.attr_int("exclusive", 0));
+  attrs.set("reverse", ctx.attr_int("reverse", 0));
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("cumsum", {x}, std::move(attrs)));
+  return ctx.bind(0, y);
+}
+
 }  // namespace
 
 Status lower_einsum(ImportContext& ctx);  // lower_einsum.cc
@@ -176,6 +190,7 @@ void add_nn_lowerings(LoweringTable& table) {
   table["ArgMax"] = lower_arg;
   table["ArgMin"] = lower_arg;
   table["Einsum"] = lower_einsum;
+  table["CumSum"] = lower_cumsum;
 }
 
 }  // namespace memc

@@ -217,6 +217,63 @@ Status lower_gather(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// GatherElements (torch.gather): y has the indices' shape; known indices are checked here.
+Status lower_gather_elements(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", 0), ctx.type(data).shape.size()));
+  if (const Tensor* idx = ctx.constant_of(indices)) {
+    const int64_t dim = ctx.type(data).shape[axis];
+    for (int64_t i = 0; i < idx->numel(); ++i) {
+      const int64_t j = idx->get_as_int(i);
+      if (j < -dim || j >= dim) return ctx.error(str_cat("index ", j, " outside dim ", dim));
+    }
+  }
+  Attrs a;
+  a.set("axis", axis);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather_elements", {data, indices}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+// GatherND with known indices (what exporters write: index grids from the traced shape) is a
+// gather on the data flattened over the indexed dims: y = reshape(data, [Π d_0..d_{k-1}, rest])
+// [Σ_j idx[..., j]·stride_j]. batch_dims > 0 and runtime indices are unsupported.
+Status lower_gather_nd(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
+  if (ctx.attr_int("batch_dims", 0) != 0) return ctx.error("batch_dims > 0 is unsupported");
+  const Tensor* idx = ctx.constant_of(indices);
+  if (!idx) return ctx.error("indices computed at run time are unsupported (memc needs them at import)");
+  const Shape& ds = ctx.type(data).shape;
+  const Shape& is = idx->shape();
+  if (is.empty()) return ctx.error("indices must have rank ≥ 1");
+  const int64_t k = is.back();
+  if (k < 1 || k > static_cast<int64_t>(ds.size())) return ctx.error(str_cat("index depth ", k, " outside [1, ", ds.size(), "]"));
+  Shape flat = {1};
+  for (int64_t j = 0; j < k; ++j) flat[0] *= ds[j];
+  flat.insert(flat.end(), ds.begin() + k, ds.end());
+  const int64_t tuples = idx->numel() / k;
+  Tensor linear = Tensor::zeros(DType::kI64, {tuples});
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t offset = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t i = idx->get_as_int(t * k + j);
+      if (i < -ds[j] || i >= ds[j]) return ctx.error(str_cat("index ", i, " outside dim ", ds[j]));
+      if (i < 0) i += ds[j];
+      offset = offset * ds[j] + i;
+    }
+    linear.data<int64_t>()[t] = offset;
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId rows, ctx.reshape(data, flat));
+  Attrs a;
+  a.set("axis", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {rows, ctx.constant(std::move(linear), "gather_nd_index")}, std::move(a)));
+  Shape out(is.begin(), is.end() - 1);
+  out.insert(out.end(), ds.begin() + k, ds.end());
+  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, out));
+  return ctx.bind(0, y);
+}
+
 // ONNX slice bounds → the IR's normalized {start, end} for one axis.
 void normalize_slice(int64_t dim, int64_t step, int64_t& start, int64_t& end) {
   if (start < 0) start += dim;
@@ -415,6 +472,8 @@ void add_shape_lowerings(LoweringTable& table) {
   table["Transpose"] = lower_transpose;
   table["Concat"] = lower_concat;
   table["Gather"] = lower_gather;
+  table["GatherElements"] = lower_gather_elements;
+  table["GatherND"] = lower_gather_nd;
   table["Slice"] = lower_slice;
   table["Split"] = lower_split;
   table["Expand"] = lower_expand;

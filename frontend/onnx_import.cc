@@ -10,6 +10,7 @@
 #include "frontend/lowering.h"
 #include "frontend/onnx_graph_prep.h"
 #include "frontend/onnx_tensor.h"
+#include "frontend/param_audit.h"
 #include "support/log.h"
 
 namespace memc {
@@ -59,6 +60,7 @@ class Importer {
   Status check_ops(const std::vector<onnx::NodeProto>& nodes);
   Status add_inputs(ImportContext& ctx);
   Status add_initializers(ImportContext& ctx);
+  std::set<std::string> weight_names() const;
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
   Status set_outputs(ImportContext& ctx);
   void warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes);
@@ -71,6 +73,8 @@ class Importer {
   Module module_;
   std::map<std::string, int64_t> resolved_dims_;
   bool skeleton_ = false;
+  int64_t fixed_batch_ = -1, fixed_seq_ = -1;  // dims the export fixes (static input dims)
+  ParamAudit audit_;
 };
 
 Status Importer::read_opset() {
@@ -101,9 +105,26 @@ Status Importer::check_ops(const std::vector<onnx::NodeProto>& nodes) {
 
 Expected<int64_t> Importer::resolve_dim(const std::string& input, DType dtype, int index,
                                         const onnx::TensorShapeProto_Dimension& dim) {
+  const bool token_like = !is_float(dtype) || input.find("mask") != std::string::npos;
   if (dim.has_dim_value() && dim.dim_value() >= 0) {
-    if (dim.dim_value() > (int64_t{1} << 40)) return error(str_cat("input '", input, "' dim ", index, " is too large"));
-    return dim.dim_value();
+    const int64_t fixed = dim.dim_value();
+    if (fixed > (int64_t{1} << 40)) return error(str_cat("input '", input, "' dim ", index, " is too large"));
+    // A traced export without dynamic axes fixes batch (and sequence length): another value
+    // would silently run the traced one, or fail deep inside the graph.
+    if (index == 0) {
+      fixed_batch_ = fixed;
+      if (options_.batch > 0 && options_.batch != fixed) {
+        return error(str_cat("the export fixes the batch at ", fixed, " (input '", input, "' dim 0); batch ", options_.batch,
+                             " cannot be used: re-export with a dynamic batch dimension"));
+      }
+    } else if (index == 1 && token_like) {
+      fixed_seq_ = fixed;
+      if (options_.seq > 0 && options_.seq != fixed) {
+        return error(str_cat("the export fixes the sequence length at ", fixed, " (input '", input, "' dim 1); seq ", options_.seq,
+                             " cannot be used: re-export with a dynamic sequence dimension"));
+      }
+    }
+    return fixed;
   }
   const std::string param = dim.has_dim_param() ? dim.dim_param() : "";
   if (!param.empty()) {
@@ -111,7 +132,6 @@ Expected<int64_t> Importer::resolve_dim(const std::string& input, DType dtype, i
     if (auto it = resolved_dims_.find(param); it != resolved_dims_.end()) return it->second;
   }
   int64_t value = -1;
-  const bool token_like = !is_float(dtype) || input.find("mask") != std::string::npos;
   if (index == 0) {
     value = options_.batch > 0 ? options_.batch : 1;
   } else if (index == 1 && token_like) {
@@ -152,6 +172,16 @@ Status Importer::add_inputs(ImportContext& ctx) {
   return Status::Ok();
 }
 
+std::set<std::string> Importer::weight_names() const {
+  std::set<std::string> names;
+  for (const auto& init : model_.graph().initializer()) {
+    auto dtype = dtype_from_onnx(init.data_type());
+    auto shape = shape_from_proto(init);
+    if (dtype.ok() && shape.ok() && is_weight(init, *dtype, numel(*shape))) names.insert(init.name());
+  }
+  return names;
+}
+
 Status Importer::add_initializers(ImportContext& ctx) {
   for (const auto& init : model_.graph().initializer()) {
     const std::string what = str_cat("initializer '", init.name(), "'");
@@ -163,13 +193,24 @@ Status Importer::add_initializers(ImportContext& ctx) {
     if (ctx.lookup(init.name()) != kNoValue) return error(str_cat(what, " is defined twice"));
     const bool no_data = tensor_proto_has_no_data(init);
     if (is_weight(init, *dtype, numel(*shape))) {
-      ValueId id = module_.add_argument(init.name(), TensorType{*dtype, *shape}, Role::kParam);
-      ctx.define(init.name(), id);
+      // An exact batch-expanded copy trains as its one row, expanded where the graph reads it.
+      auto expanded = audit_.batch_expanded.find(init.name());
+      const Shape trained = expanded != audit_.batch_expanded.end() ? expanded->second : *shape;
+      ValueId id = module_.add_argument(init.name(), TensorType{*dtype, trained}, Role::kParam);
+      if (trained != *shape) {
+        Attrs a;
+        a.set("shape", *shape);
+        auto full = ctx.emit("expand", {id}, std::move(a));
+        if (!full.ok()) return error(str_cat(what, ": ", full.status().message()));
+        ctx.define(init.name(), *full);
+      } else {
+        ctx.define(init.name(), id);
+      }
       if (no_data) skeleton_ = true;
       if (!options_.load_weights || no_data) continue;
       auto t = tensor_from_proto(init, base_dir_);
       if (!t.ok()) return error(str_cat(what, ": ", t.status().message()));
-      module_.weights()[id] = std::move(*t);
+      module_.weights()[id] = trained != *shape ? first_row(*t) : std::move(*t);
       continue;
     }
     if (no_data) return error(str_cat(what, " has dims but no data and is not a weight (memc needs its value)"));
@@ -233,6 +274,7 @@ Expected<Module> Importer::run() {
   MEMC_RETURN_IF_ERROR(check_ops(nodes));
   ImportContext ctx(module_, options_, file_, opset_);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
+  audit_ = audit_parameters(model_, nodes, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));
   std::vector<std::string> defined;
   for (const auto& in : model_.graph().input()) defined.push_back(in.name());
@@ -264,6 +306,9 @@ Expected<Module> Importer::run() {
   meta.set("producer", str_cat(model_.producer_name(), model_.producer_version().empty() ? "" : " ", model_.producer_version()));
   meta.set("source_file", file_);
   if (skeleton_) meta.set("skeleton", int64_t{1});
+  if (fixed_batch_ > 0) meta.set("fixed_batch", fixed_batch_);
+  if (fixed_seq_ > 0) meta.set("fixed_seq", fixed_seq_);
+  if (options_.param_findings) *options_.param_findings = audit_.findings;
   return std::move(module_);
 }
 

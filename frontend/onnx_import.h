@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -17,6 +18,8 @@ struct ImportOptions {
   bool load_weights = true;  // false: shapes only (inspect, compile of skeleton models)
   bool fuse = true;          // idiom fusion (tests of raw lowering turn it off)
   bool fuse_attention = true;  // false: leave MatMul→Softmax→MatMul for compile's attention pass
+  // When set, receives the parameter findings (frontend/param_audit.h), one line each.
+  std::vector<std::string>* param_findings = nullptr;
 };
 
 // Imports the model at `path`; external data is resolved relative to its folder.

@@ -1,6 +1,7 @@
 #include "frontend/onnx_weights.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -77,12 +78,20 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
     }
     MEMC_ASSIGN_OR_RETURN(DType dtype, dtype_from_onnx(init.data_type()));
     MEMC_ASSIGN_OR_RETURN(Shape shape, shape_from_proto(init));
-    if (shape != it->second.shape()) {
+    Tensor value = it->second;
+    if (shape != value.shape() && !shape.empty() && value.rank() == static_cast<int64_t>(shape.size()) && value.shape()[0] == 1 &&
+        Shape(shape.begin() + 1, shape.end()) == Shape(value.shape().begin() + 1, value.shape().end())) {
+      // A batch-expanded copy trained as one row (frontend/param_audit.h): written back expanded.
+      Tensor full = Tensor::zeros(value.dtype(), shape);
+      for (int64_t r = 0; r < shape[0]; ++r) std::memcpy(static_cast<char*>(full.raw()) + r * value.nbytes(), value.raw(), value.nbytes());
+      value = std::move(full);
+    }
+    if (shape != value.shape()) {
       return Status::BadInput(str_cat("weight '", init.name(), "' has shape [", shape_str(it->second.shape()),
                                       "], the model's initializer [", shape_str(shape), "]"));
     }
     const std::string name = init.name();
-    tensor_to_proto(it->second.dtype() == dtype ? it->second : it->second.cast(dtype), init);
+    tensor_to_proto(value.dtype() == dtype ? value : value.cast(dtype), init);
     init.set_name(name);
     inline_bytes += static_cast<int64_t>(init.raw_data().size());
     written.insert(name);

@@ -111,6 +111,11 @@ Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOpti
   return &cache_.emplace(key, std::move(f)).first->second;
 }
 
+Expected<int64_t> ModelCompiler::fixed_batch(const CompileOptions& options) {
+  MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, options.batch));
+  return f->imported.metadata().get_int("fixed_batch", -1);
+}
+
 Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet, bool schedule_quiet) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
   // fp32, bf16-true, fp16-true, bf16-mixed, fp16-mixed; an unknown mode is refused here, before importing.

@@ -54,6 +54,8 @@ class ModelCompiler {
   // and no schedule pass unless `schedule_quiet` (its peak is then an upper bound).
   Expected<Plan> compile(const CompileOptions& options, bool quiet = false, bool schedule_quiet = false);
   const std::string& model_path() const { return model_path_; }
+  // The batch the export fixes (a static dim 0 on its inputs), or -1 when it is dynamic.
+  Expected<int64_t> fixed_batch(const CompileOptions& options);
 
  private:
   struct Forward {

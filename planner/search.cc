@@ -129,9 +129,12 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
   }
   std::vector<int64_t> ks = {base.micro_batches};
   if (space.micro_batches) {
-    ks.clear();
-    for (int64_t k = 1; k < base.batch; k *= 2) ks.push_back(k);
-    ks.push_back(base.batch);
+    // Micro-batches re-import the model at smaller batches: an export that fixes its batch
+    // allows none, and no count exceeds the batch.
+    MEMC_ASSIGN_OR_RETURN(const int64_t fixed_batch, compiler.fixed_batch(base));
+    ks = {1};
+    for (int64_t k = 2; fixed_batch < 0 && k < base.batch; k *= 2) ks.push_back(k);
+    if (fixed_batch < 0 && base.batch > 1) ks.push_back(base.batch);
   }
   // Attention kernel and offload level: tiled attention never needs more memory; offload is
   // tried after the plans without it.
@@ -251,8 +254,8 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
       MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
       result.ladder.push_back(c);
     }
-    if (space.micro_batches && base.batch >= 4) {
-      k = std::max<int64_t>(4, best->micro_batches);
+    if (space.micro_batches && ks.size() > 1 && base.batch >= 4) {
+      k = std::min<int64_t>(std::max<int64_t>(4, best->micro_batches), ks.back());
       MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
       result.ladder.push_back(c);
     }

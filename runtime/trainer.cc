@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "frontend/onnx_weights.h"
+#include "frontend/param_audit.h"
 #include "runtime/dataset.h"
 #include "runtime/executor.h"
 #include "runtime/file_guard.h"
@@ -171,16 +172,18 @@ static Status stream_weights(const std::string& plan_path, const Plan& plan,
                              const std::function<Status(const std::string& name, const Tensor& value)>& sink) {
   const std::string model = resolve_model_path(plan_path, plan);
   MEMC_RETURN_IF_ERROR(check_model_unchanged(plan_path, plan));
-  std::map<std::string, DType> params;
+  std::map<std::string, TensorType> params;
   for (ValueId a : plan.train.arguments()) {
     const Value& v = plan.train.value(a);
-    if (v.role == Role::kParam) params[v.source_name] = v.type.dtype;
+    if (v.role == Role::kParam) params[v.source_name] = v.type;
   }
   std::set<std::string> names;
-  for (const auto& [name, dtype] : params) names.insert(name);
-  return stream_onnx_initializers(model, names, [&](const std::string& name, const Tensor& value) {
-    const DType dtype = params.at(name);
-    return sink(name, value.dtype() == dtype ? value : value.cast(dtype));
+  for (const auto& [name, type] : params) names.insert(name);
+  return stream_onnx_initializers(model, names, [&](const std::string& name, const Tensor& stored) {
+    const TensorType& type = params.at(name);
+    // A batch-expanded copy (frontend/param_audit.h) trains as its first row.
+    const Tensor value = stored.shape() != type.shape && !type.shape.empty() && type.shape[0] == 1 ? first_row(stored) : stored;
+    return sink(name, value.dtype() == type.dtype ? value : value.cast(type.dtype));
   });
 }
 

@@ -27,8 +27,12 @@ Expected<int64_t> parse_size(std::string_view text) {
     if (unit != u.name) continue;
     const double value = std::strtod(number.c_str(), nullptr) * u.bytes;
     if (!std::isfinite(value) || value > 9.0e18) return Status::BadInput("size '" + original + "' is too large");
-    const double rounded = std::floor(value);
-    if (rounded != value) return Status::BadInput("size '" + original + "' is not a whole number of bytes");
+    // 4.03 × 10⁹ is 4029999999.9999995 in binary floating point: a decimal size within
+    // rounding error of a whole number of bytes is that number.
+    const double rounded = std::round(value);
+    if (std::abs(rounded - value) > 1e-12 * std::max(1.0, value) || (u.bytes == 1 && rounded != value)) {
+      return Status::BadInput("size '" + original + "' is not a whole number of bytes");
+    }
     return static_cast<int64_t>(rounded);
   }
   return Status::BadInput("size '" + original + "' has an unknown unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");

@@ -41,6 +41,8 @@ TEST_P(CommittedModel, ImportsAtBatch4WithFusions) {
   ImportOptions options;
   options.batch = 4;
   options.seq = 32;  // text_encoder bakes seq 32 into a Reshape
+  // bigbird_sparse fixes seq 64 (a static input dim): another length is refused at import.
+  if (std::string(e.file).find("sparse") != std::string::npos) options.seq = 64;
   auto m = import_onnx(path, options);
   ASSERT_TRUE(m.ok()) << m.status().message();
   auto h = histogram(*m);

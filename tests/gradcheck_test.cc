@@ -106,6 +106,11 @@ std::vector<GradCase> cases() {
   c.push_back({"expand", "expand", {InputSpec{{3, 1}}}, A({{"shape", I{2, 3, 4}}})});
   c.push_back({"gather", "gather", {InputSpec{{5, 3}}, InputSpec{{2, 3}, DType::kI64, -5, 5, false}}, A({{"axis", int64_t{0}}})});
   c.push_back({"gather_axis1", "gather", {InputSpec{{2, 5, 3}}, InputSpec{{4}, DType::kI64, 0, 5, false}}, A({{"axis", int64_t{1}}})});
+  // torch.gather: repeated indices accumulate in the scatter-add; indices smaller off the axis.
+  c.push_back({"gather_elements", "gather_elements", {InputSpec{{3, 4}}, InputSpec{{5, 4}, DType::kI64, -3, 3, false}}, A({{"axis", int64_t{0}}})});
+  c.push_back({"gather_elements_axis1", "gather_elements", {InputSpec{{3, 5}}, InputSpec{{2, 7}, DType::kI64, 0, 5, false}}, A({{"axis", int64_t{1}}})});
+  c.push_back({"cumsum", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}})});
+  c.push_back({"cumsum_reverse_exclusive", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}})});
   c.push_back({"pad", "pad", {InputSpec{{2, 3}}}, A({{"pads", I{1, 0, 0, 2}}, {"mode", std::string("constant")}, {"value", 0.0}})});
   c.push_back({"tile", "tile", {InputSpec{{2, 3}}}, A({{"repeats", I{2, 3}}})});
   c.push_back({"dropout_train", "dropout", {InputSpec{{4, 8}}}, A({{"ratio", 0.3}, {"seed", int64_t{7}}})});

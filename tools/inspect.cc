@@ -119,6 +119,31 @@ void print_text(const std::string& path, const Module& module, const IrFacts& ir
   if (src) std::printf("onnx ops   %s\n", histogram_line(src->op_histogram).c_str());
 }
 
+// Initializers trained as parameters (the rest of the graph's initializers are constants).
+std::vector<std::string> trainable_names(const Module& module) {
+  std::vector<std::string> names;
+  for (ValueId id : module.arguments())
+    if (module.value(id).role == Role::kParam) names.push_back(display_name(module.value(id)));
+  return names;
+}
+
+// Which initializers memc trains, what the export fixes, and what the exporter did to the
+// parameters (the same lines are warnings on stderr).
+void print_parameters(const Module& module, const std::vector<std::string>& findings) {
+  const auto names = trainable_names(module);
+  std::string list;
+  for (size_t i = 0; i < names.size() && i < 6; ++i) list += (i ? ", " : "") + names[i];
+  if (names.size() > 6) list += str_cat(", … (", names.size() - 6, " more; --json lists all)");
+  std::printf("trainable  %zu initializers: %s\n", names.size(), list.c_str());
+  const int64_t batch = module.metadata().get_int("fixed_batch", -1), seq = module.metadata().get_int("fixed_seq", -1);
+  if (batch > 0 || seq > 0) {
+    std::string dims = batch > 0 ? str_cat("batch ", batch) : "";
+    if (seq > 0) dims += (dims.empty() ? "" : ", ") + str_cat("seq ", seq);
+    std::printf("fixed      by the export: %s (other values are refused)\n", dims.c_str());
+  }
+  for (const auto& f : findings) std::printf("note       %s\n", f.c_str());
+}
+
 }  // namespace
 
 int run_inspect(const InspectArgs& args) {
@@ -136,6 +161,8 @@ int run_inspect(const InspectArgs& args) {
   options.batch = args.batch;
   options.seq = args.seq;
   options.load_weights = false;
+  std::vector<std::string> findings;
+  options.param_findings = &findings;
   auto module = import_onnx(args.model, options);
   if (!module.ok()) return report(module.status());
   log(3, print_module(*module));
@@ -157,6 +184,10 @@ int run_inspect(const InspectArgs& args) {
     j["param_count"] = ir.param_count;
     j["param_bytes"] = ir.param_bytes;
     j["param_tensors"] = ir.param_tensors;
+    j["trainable_params"] = trainable_names(*module);
+    j["param_findings"] = findings;
+    j["fixed_batch"] = module->metadata().get_int("fixed_batch", -1);
+    j["fixed_seq"] = module->metadata().get_int("fixed_seq", -1);
     j["nodes"] = ir.nodes;
     if (src) j["onnx_nodes"] = src->nodes;
     j["forward_flops"] = ir.forward_flops;
@@ -168,6 +199,7 @@ int run_inspect(const InspectArgs& args) {
     return 0;
   }
   print_text(args.model, *module, ir, src, opset);
+  print_parameters(*module, findings);
   if (args.print_ir) std::printf("\n%s", print_module(*module).c_str());
   return 0;
 }

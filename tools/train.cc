@@ -62,6 +62,12 @@ json plan_summary(const std::string& path, const Plan& plan) {
           {"epochs", plan.epochs},
           {"dropout", plan.dropout},
           {"param_count", params},
+          {"trainable_params", [&] {
+             std::vector<std::string> names;  // the initializers trained (memc inspect MODEL explains them)
+             for (ValueId a : plan.train.arguments())
+               if (plan.train.value(a).role == Role::kParam) names.push_back(plan.train.value(a).source_name);
+             return names;
+           }()},
           {"param_bytes", param_bytes},
           {"train_nodes", plan.train.schedule().size()},
           {"eval_nodes", plan.eval.schedule().size()},
@@ -86,7 +92,8 @@ void print_summary(const json& s) {
               static_cast<long long>(s["num_classes"].get<int64_t>()), s["optimizer"].get<std::string>().c_str(),
               s["lr"].get<double>(), s["schedule"].get<std::string>().c_str(), static_cast<long long>(s["epochs"].get<int64_t>()),
               s["dropout"].get<bool>() ? "" : ", dropout off");
-  std::printf("params     %s (%s)\n", with_commas(s["param_count"].get<int64_t>()).c_str(), human_bytes(s["param_bytes"].get<int64_t>()).c_str());
+  std::printf("params     %s (%s) in %zu trained initializers (memc inspect MODEL lists them)\n", with_commas(s["param_count"].get<int64_t>()).c_str(),
+              human_bytes(s["param_bytes"].get<int64_t>()).c_str(), s["trainable_params"].size());
   std::printf("nodes      %lld in the training step, %lld in the forward pass\n", static_cast<long long>(s["train_nodes"].get<int64_t>()),
               static_cast<long long>(s["eval_nodes"].get<int64_t>()));
   const int64_t peak = s["predicted_peak_bytes"].get<int64_t>(), bound = s["lower_bound_bytes"].get<int64_t>();

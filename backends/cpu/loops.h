@@ -122,6 +122,24 @@ inline uint64_t dropout_threshold(double ratio) {
   return static_cast<uint64_t>((1.0 - ratio) * 4294967296.0);
 }
 
+// Offset into data [row-major `data_shape`] of output element `i` of gather_elements /
+// scatter target of its gradient: i's coordinates over `index_shape`, with the axis coordinate
+// replaced by the index (negative wraps). -1 when the index is out of range.
+inline int64_t gather_elements_offset(int64_t i, const Shape& index_shape, const Shape& data_shape, int64_t axis,
+                               int64_t index) {
+  const int64_t dim = data_shape[axis];
+  if (index < -dim || index >= dim) return -1;
+  if (index < 0) index += dim;
+  int64_t offset = 0, stride = 1;
+  for (int64_t d = static_cast<int64_t>(index_shape.size()) - 1; d >= 0; --d) {
+    const int64_t coord = i % index_shape[d];
+    i /= index_shape[d];
+    offset += (d == axis ? index : coord) * stride;
+    stride *= data_shape[d];
+  }
+  return offset;
+}
+
 // "memc.op: dtype x not supported" for dispatch branches an op does not implement.
 inline Status unsupported_dtype(const KernelContext& ctx, DType t) {
   return Status::BadInput(str_cat("CPU kernel memc.", ctx.node.op, " does not support ", dtype_name(t)));

@@ -98,6 +98,12 @@ int64_t reduce_workspace(const Node&, std::span<const TensorType> in, std::span<
   });
 }
 
+// ---- cumsum --------------------------------------------------------------------------------
+
+// y[o, i, j] = Σ x[o, k, j] over k ≤ i (k < i exclusive; k ≥ i / k > i reversed), accumulated
+// in the compute type (f32 for 16-bit floats, i64 for integers).
+Status cumsum_kernel(KernelContext& ctx);
+
 // ---- argmax / argmin ------------------------------------------------------------------------
 
 // The input viewed as [outer, n, inner] around `axis`.
@@ -280,10 +286,40 @@ int64_t layernorm_workspace(const Node& node, std::span<const TensorType> in, st
   });
 }
 
+Status cumsum_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  const AxisView v(x.shape(), ctx.node.attrs.get_int("axis", 0));
+  const bool exclusive = ctx.node.attrs.get_int("exclusive", 0), reverse = ctx.node.attrs.get_int("reverse", 0);
+  return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsNumeric<T>) {
+      return unsupported_dtype(ctx, x.dtype());
+    } else {
+      const T* in = x.data<T>();  // [outer, n, inner]
+      T* out = y.data<T>();       // [outer, n, inner]
+      for (int64_t o = 0; o < v.outer; ++o) {
+        for (int64_t j = 0; j < v.inner; ++j) {
+          decltype(load<T>(in[0])) acc{};
+          for (int64_t step = 0; step < v.n; ++step) {
+            const int64_t i = reverse ? v.n - 1 - step : step;
+            const int64_t at = (o * v.n + i) * v.inner + j;
+            const auto value = load<T>(in[at]);
+            if (!exclusive) acc += value;
+            out[at] = store<T>(acc);
+            if (exclusive) acc += value;
+          }
+        }
+      }
+      return Status::Ok();
+    }
+  });
+}
+
 }  // namespace
 
 void register_reduce_kernels(KernelTable& t) {
   t.add("reduce_sum", reduce_kernel<Reduction::kSum>, reduce_workspace);
+  t.add("cumsum", cumsum_kernel);
   t.add("reduce_mean", reduce_kernel<Reduction::kMean>, reduce_workspace);
   t.add("reduce_max", reduce_kernel<Reduction::kMax>, reduce_workspace);
   t.add("reduce_min", reduce_kernel<Reduction::kMin>, reduce_workspace);

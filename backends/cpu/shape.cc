@@ -114,6 +114,26 @@ Status gather_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// y[i] = data[i with i_axis ← indices[i]]; indices are user data, so a bad one is an error.
+Status gather_elements_kernel(KernelContext& ctx) {
+  const Tensor &data = *ctx.inputs[0], &indices = *ctx.inputs[1];
+  Tensor& y = *ctx.outputs[0];
+  const int64_t axis = ctx.node.attrs.get_int("axis", 0);
+  const int64_t count = indices.numel();
+  for (int64_t i = 0; i < count; ++i) {
+    if (gather_elements_offset(i, indices.shape(), data.shape(), axis, indices.get_as_int(i)) < 0) {
+      return Status::BadInput(str_cat("gather_elements index ", indices.get_as_int(i), " out of range for dim ",
+                                      data.shape()[axis], " (axis ", axis, ")"));
+    }
+  }
+  dispatch_element_size(data.dtype(), [&]<typename E>() {
+    const E* src = static_cast<const E*>(data.raw());  // [data shape]
+    E* dst = static_cast<E*>(y.raw());                 // [indices shape]
+    for (int64_t i = 0; i < count; ++i) dst[i] = src[gather_elements_offset(i, indices.shape(), data.shape(), axis, indices.get_as_int(i))];
+  });
+  return Status::Ok();
+}
+
 // Input coordinate read by each output coordinate along one dim; -1 where the constant fills.
 // Reflect mirrors without repeating the edge (numpy "reflect"), periodically for wide pads.
 void pad_source(int64_t* source, int64_t in, int64_t begin, int64_t out, const std::string& mode) {  // source: [out]
@@ -222,6 +242,7 @@ void register_shape_kernels(KernelTable& t) {
   t.add("concat", concat_kernel);
   t.add("expand", expand_kernel);
   t.add("gather", gather_kernel);
+  t.add("gather_elements", gather_elements_kernel);
   t.add("pad", pad_kernel, pad_workspace);
   t.add("tile", tile_kernel);
 }

@@ -266,6 +266,29 @@ int64_t gather_grad_workspace(const Node&, std::span<const TensorType>, std::spa
   });
 }
 
+// dx = zeros(input_shape); dx[i, axis ← idx[i]] += dy[i] over idx's elements; accumulates as
+// gather_grad does (f32/f64 in dx, f16/bf16 in an f32 workspace copy, rounded once).
+Status gather_elements_grad_kernel(KernelContext& ctx) {
+  const Tensor &dy_t = *ctx.inputs[0], &idx_t = *ctx.inputs[1];
+  Tensor& dx_t = *ctx.outputs[0];
+  const int64_t axis = ctx.node.attrs.get_int("axis", 0);
+  Workspace ws(ctx);
+  return dispatch_float(ctx, dx_t.dtype(), [&]<typename T>() {
+    using C = typename Compute<T>::type;
+    const T* dy = dy_t.data<T>();  // [idx shape]
+    C* acc = gather_grad_accumulator<T>(ws, dx_t);
+    std::fill(acc, acc + dx_t.numel(), C(0));
+    for (int64_t i = 0, count = idx_t.numel(); i < count; ++i) {
+      const int64_t offset = gather_elements_offset(i, idx_t.shape(), dx_t.shape(), axis, idx_t.get_as_int(i));
+      if (offset >= 0) acc[offset] += load(dy[i]);  // forward already rejected bad indices
+    }
+    if constexpr (!std::is_same_v<T, C>) {
+      T* dx = dx_t.data<T>();
+      for (int64_t i = 0, count = dx_t.numel(); i < count; ++i) dx[i] = store<T, C>(acc[i]);
+    }
+  });
+}
+
 // dx = zeros(input_shape); dx[slice] = dy
 Status slice_grad_kernel(KernelContext& ctx) {
   const Tensor& dy = *ctx.inputs[0];
@@ -303,6 +326,7 @@ void register_training_kernels(KernelTable& t) {
   t.add("log_softmax_grad", softmax_grad_kernel<true>);
   t.add("layernorm_grad", layernorm_grad_kernel, layernorm_grad_workspace);
   t.add("gather_grad", gather_grad_kernel, gather_grad_workspace);
+  t.add("gather_elements_grad", gather_elements_grad_kernel, gather_grad_workspace);
   t.add("slice_grad", slice_grad_kernel);
 }
 

@@ -215,6 +215,13 @@ void register_gradients(OpRegistry& r) {
   set(r, "conv", conv_grad);
   set(r, "attention", attention_grad);
   set(r, "reduce_sum", reduce_sum_grad);
+  // y_i = Σ_{j ≤ i} x_j  ⇒  dx_j = Σ_{i ≥ j} dy_i: the running sum the other way.
+  set(r, "cumsum", [](GradBuilder& g) {
+    Attrs a = g.attrs();
+    a.set("reverse", int64_t{g.attrs().get_int("reverse", 0) ? 0 : 1});
+    g.set_GI(0, g.emit("cumsum", {g.GO(0)}, a));
+    return Status::Ok();
+  });
   set(r, "reduce_mean", reduce_mean_grad);
   set(r, "reduce_max", reduce_extreme_grad);
   set(r, "reduce_min", reduce_extreme_grad);
@@ -246,6 +253,12 @@ void register_gradients(OpRegistry& r) {
   set(r, "gather", [](GradBuilder& g) {
     Attrs a = make_attrs({{"axis", g.attrs().get_int("axis", 0)}, {"input_shape", g.shape(g.I(0))}});
     g.set_GI(0, g.emit("gather_grad", {g.GO(0), g.I(1)}, a));
+    return Status::Ok();
+  });
+  // dData = scatter-add of dY at the gathered positions (repeated indices accumulate).
+  set(r, "gather_elements", [](GradBuilder& g) {
+    Attrs a = make_attrs({{"axis", g.attrs().get_int("axis", 0)}, {"input_shape", g.shape(g.I(0))}});
+    g.set_GI(0, g.emit("gather_elements_grad", {g.GO(0), g.I(1)}, a));
     return Status::Ok();
   });
   set(r, "pad", pad_grad);

@@ -74,6 +74,13 @@ void register_reduce_ops(OpRegistry& r) {
            .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 5 * in[0].numel(); },
            .doc = "normalized exponential along {axis}"});
   }
+  r.add({.name = "cumsum", .min_inputs = 1, .max_inputs = 1, .flags = kOpNone,
+         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           MEMC_RETURN_IF_ERROR(check_axes({c.node.attrs.get_int("axis", 0)}, static_cast<int64_t>(c.inputs[0].shape.size()), "cumsum"));
+           out = {c.inputs[0]};
+           return Status::Ok();
+         },
+         .doc = "running sum along {axis} {exclusive, reverse}"});
   r.add({.name = "layernorm", .min_inputs = 2, .max_inputs = 3, .num_outputs = -1, .flags = kOpNone,
          .shape = layernorm_shape,
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 8 * in[0].numel(); },

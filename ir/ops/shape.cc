@@ -100,6 +100,23 @@ Status gather_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   return Status::Ok();
 }
 
+// gather_elements(data, indices) {axis}: y[i] = data[i with i_axis ← indices[i]] (torch.gather);
+// indices has data's rank and, off the axis, dims no larger than data's.
+Status gather_elements_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const int64_t axis = c.node.attrs.get_int("axis", 0);
+  const Shape &d = c.inputs[0].shape, &idx = c.inputs[1].shape;
+  MEMC_RETURN_IF_ERROR(check_axes({axis}, static_cast<int64_t>(d.size()), "gather_elements"));
+  if (c.inputs[1].dtype != DType::kI64 && c.inputs[1].dtype != DType::kI32) return Status::BadInput("indices must be i64 or i32");
+  if (idx.size() != d.size()) return Status::BadInput("indices and data differ in rank");
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (static_cast<int64_t>(i) != axis && idx[i] > d[i]) {
+      return Status::BadInput(str_cat("indices ", shape_str(idx), " exceed data ", shape_str(d), " off the axis"));
+    }
+  }
+  out = {TensorType{c.inputs[0].dtype, idx}};
+  return Status::Ok();
+}
+
 // pad {pads = [begin..., end...], mode = "constant"|"reflect"|"edge", value}.
 Status pad_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const auto pads = c.node.attrs.get_ints("pads");
@@ -152,6 +169,8 @@ void register_shape_ops(OpRegistry& r) {
          .doc = "broadcasts to {shape}"});
   r.add({.name = "gather", .min_inputs = 2, .max_inputs = 2, .shape = gather_shape, .flops = kNoFlops,
          .doc = "numpy take along {axis} (embedding lookup)"});
+  r.add({.name = "gather_elements", .min_inputs = 2, .max_inputs = 2, .shape = gather_elements_shape,
+         .flops = kNoFlops, .doc = "torch.gather: y[i] = data[i, axis ← indices[i]] {axis}"});
   r.add({.name = "pad", .min_inputs = 1, .max_inputs = 1, .shape = pad_shape, .flops = kNoFlops,
          .doc = "pads {pads, mode, value}"});
   r.add({.name = "tile", .min_inputs = 1, .max_inputs = 1, .shape = tile_shape, .flops = kNoFlops,

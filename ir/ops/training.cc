@@ -69,6 +69,13 @@ void register_training_ops(OpRegistry& r) {
            return Status::Ok();
          },
          .doc = "(dy, indices) → scatter-add of dy into zeros of {input_shape} along {axis}"});
+  r.add({.name = "gather_elements_grad", .min_inputs = 2, .max_inputs = 2,
+         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
+           out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
+           return Status::Ok();
+         },
+         .doc = "(dy, indices) → dx = zeros({input_shape}); dx[i, axis ← indices[i]] += dy[i] {axis}"});
   r.add({.name = "slice_grad", .min_inputs = 1, .max_inputs = 1,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));

@@ -1,0 +1,39 @@
+// Which initializers are trainable parameters, and what an exporter's rewrites did to them.
+// Today's exporters (the dynamo exporter's optimizer, value-based de-duplication) change the
+// parameters a graph holds: equal-valued weights merged into one initializer, a parameter
+// expanded to the traced batch and folded into a constant, a weight stored transposed under a
+// new name. Each is reported in one line (once per process); the batch-expanded copy is undone
+// when that is exact (every row equal): memc then trains the one row, as the model did.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "onnx/onnx_pb.h"
+
+namespace memc {
+
+struct ParamAudit {
+  // Initializer → the shape memc trains instead ([1, rest...]): an exact batch-expanded copy.
+  std::map<std::string, Shape> batch_expanded;
+  // Folded transpose → the PyTorch parameter it was computed from, where the exporter's node
+  // metadata names it (pkg.torch.onnx.name_scopes / fx_node of the dynamo exporter).
+  std::map<std::string, std::string> folded_from;
+  // One line per finding, in graph order (also printed as warnings).
+  std::vector<std::string> findings;
+};
+
+// `weights`: the initializers the importer trains; `fixed_batch`: the batch the export fixes
+// (-1 when dynamic); print_warnings: also warn on stderr (off when the caller prints the
+// findings itself, as inspect does); external data is read relative to `base_dir` (only for candidates of the
+// batch-expanded rewrite, which are small).
+ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
+                            const std::set<std::string>& weights, int64_t fixed_batch, const std::string& base_dir,
+                            const std::string& file, bool print_warnings = true);
+
+// Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
+Tensor first_row(const Tensor& t);
+
+}  // namespace memc
