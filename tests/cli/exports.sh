@@ -67,11 +67,11 @@ expect_error 2 "the export fixes the batch at 4" -- $MEMC infer models/distilber
 
 # A brief training run on the text task learns it (full runs: README's accuracy table).
 $MEMC compile models/distilbert_t215.onnx --batch 4 --seq 32 --lr 3e-3 --schedule warmup-cosine --warmup-steps 100 --epochs 2 -o "$TMP/d.plan" >/dev/null 2>&1 || fail "compile distilbert"
-$MEMC run "$TMP/d.plan" --data data/text_train.npz --eval data/text_test.npz --quiet --json "$TMP/d.json" >/dev/null 2>"$TMP/err" || fail "run distilbert: $(cat "$TMP/err")"
+$MEMC run "$TMP/d.plan" --data data/text_train.npz --eval data/text_test.npz --quiet --json "$TMP/d_run.json" >/dev/null 2>"$TMP/err" || fail "run distilbert: $(cat "$TMP/err")"
 python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["accuracy"] >= 0.85, d["accuracy"]
 print("  distilbert_t215 after 2 epochs at batch 4:", d["accuracy"])
-' "$TMP/d.json" && pass "distilbert_t215: two epochs reach ≥ 85% on the text task (chance 55%)" || fail "distilbert accuracy $(cat "$TMP/d.json" | head -c 300)"
+' "$TMP/d_run.json" && pass "distilbert_t215: two epochs reach ≥ 85% on the text task (chance 55%)" || fail "distilbert accuracy $(cat "$TMP/d_run.json" | head -c 300)"
 finish
