@@ -244,8 +244,9 @@ Status lower_gather_nd(ImportContext& ctx) {
   if (ctx.attr_int("batch_dims", 0) != 0) return ctx.error("batch_dims > 0 is unsupported");
   const Tensor* idx = ctx.constant_of(indices);
   if (!idx) return ctx.error("indices computed at run time are unsupported (memc needs them at import)");
-  const Shape& ds = ctx.type(data).shape;
-  const Shape& is = idx->shape();
+  // Copies: emitting nodes below grows the module's value table (and may move constants).
+  const Shape ds = ctx.type(data).shape;
+  const Shape is = idx->shape();
   if (is.empty()) return ctx.error("indices must have rank ≥ 1");
   const int64_t k = is.back();
   if (k < 1 || k > static_cast<int64_t>(ds.size())) return ctx.error(str_cat("index depth ", k, " outside [1, ", ds.size(), "]"));

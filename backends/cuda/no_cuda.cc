@@ -10,7 +10,9 @@ Status not_built() { return Status::BadInput("memc was built without CUDA (no nv
 }  // namespace
 
 DeviceInfo probe() { return DeviceInfo{.error = "memc was built without CUDA"}; }
-Expected<std::unique_ptr<CudaBackend>> CudaBackend::open(int) { return not_built(); }
+Expected<std::unique_ptr<CudaBackend>> CudaBackend::open(int device) {
+  return not_built().with_context(str_cat("--device cuda:", device, ": "));
+}
 CudaBackend::~CudaBackend() = default;
 Status CudaBackend::require_open(const char*) const { return not_built(); }
 const Kernel* CudaBackend::find_kernel(std::string_view) const { return nullptr; }
