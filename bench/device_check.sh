@@ -31,8 +31,9 @@ gtest_lib="$root/usr/lib/x86_64-linux-gnu"
 arch=${MEMC_CUDA_ARCH:-sm_90}
 echo "== build for $arch"
 time "$NVCC" -std=c++20 -O2 -arch="$arch" -I. -I"$gtest_inc" backends/cuda/cuda_backend.cu \
-  tests/cuda/backend_test.cc backends/cuda/workspace.cc ir/dtype.cc ir/tensor.cc support/status.cc \
-  -L"$gtest_lib" -lgtest_main -lgtest -lpthread -o "$out/cuda_backend_test"
+  backends/cuda/gemm.cu tests/cuda/backend_test.cc backends/cuda/workspace.cc ir/dtype.cc ir/tensor.cc ir/attr.cc support/status.cc \
+  -L"$gtest_lib" -lgtest_main -lgtest -lcublasLt -lpthread -o "$out/cuda_backend_test"
 echo "== run"
+export LD_LIBRARY_PATH="$(dirname "$(dirname "$NVCC")")/lib64:${LD_LIBRARY_PATH:-}"  # libcublasLt
 "$out/cuda_backend_test" --gtest_output="xml:$out/cuda_backend_test.xml"
 rm -f "$out/cuda_backend_test"  # only the log and the XML come back

@@ -1,4 +1,5 @@
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -162,7 +163,12 @@ Status CudaBackend::require_open(const char* what) const {
 }
 
 const Kernel* CudaBackend::find_kernel(std::string_view op) const {
-  return nullptr;  // the op kernels behind the seam are issue 15's next step; none is bound yet
+  // The op kernels bound so far (issue 15 adds the rest); a plan needing another op is refused
+  // at PlannedExecutor::create, naming it.
+  static constexpr Kernel kLinear = &linear_kernel, kMatmul = &matmul_kernel;
+  if (op == "linear") return &kLinear;
+  if (op == "matmul") return &kMatmul;
+  return nullptr;
 }
 
 Expected<void*> CudaBackend::allocate(MemoryKind kind, int64_t bytes) {

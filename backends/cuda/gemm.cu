@@ -1,0 +1,143 @@
+// memc.linear and memc.matmul on CUDA through cuBLASLt (the first op kernels behind the seam).
+//
+// Layout: memc tensors are row-major; cuBLASLt is column-major. A row-major [R, C] matrix is a
+// column-major [C, R] one, so y = x·op(w) is computed as yᵀ = op(w)ᵀ·xᵀ with the operands
+// swapped: D (col-major N×R) = op(W) (N×K) · X (K×R). The bias epilogue adds a length-N vector
+// to every column of D, i.e. to every row of y, as linear's bias does.
+// Numerics: f32 computes in f32 (TF32 off, so results match the CPU within rounding of the
+// summation order; `set_tf32(true)` allows it); bf16/f16 accumulate in f32, as the CPU kernels.
+// Scratch: the node's planned workspace (backends/cuda/workspace.cc: 32 MiB on Hopper).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "backends/cuda/gemm.h"
+
+namespace memc::cuda {
+namespace {
+
+bool g_tf32 = false;
+
+Status check_lt(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return Status::Internal(str_cat("cuBLASLt ", what, ": status ", static_cast<int>(s)));
+}
+
+// One handle per process (per device once several are opened: issue 11's ranks own one each).
+Expected<cublasLtHandle_t> handle() {
+  static cublasLtHandle_t h = nullptr;
+  if (!h) MEMC_RETURN_IF_ERROR(check_lt(cublasLtCreate(&h), "create"));
+  return h;
+}
+
+Expected<cudaDataType_t> data_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: return Status::BadInput(str_cat("cuBLASLt GEMM: dtype ", dtype_name(t), " is not f32, bf16 or f16"));
+  }
+}
+
+// Descriptors released on every path.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~Descriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+Status layout(cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+              int64_t stride) {
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatrixLayoutCreate(out, type, rows, cols, ld), "layout"));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch"));
+    MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "stride"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void set_tf32(bool allowed) { g_tf32 = allowed; }
+
+Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* stream) {
+  if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
+  MEMC_ASSIGN_OR_RETURN(cublasLtHandle_t h, handle());
+  MEMC_ASSIGN_OR_RETURN(cudaDataType_t type, data_type(c.dtype));
+  const cublasComputeType_t compute = c.dtype == DType::kF32 && g_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  Descriptors desc;
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F), "matmul desc"));
+  // Column-major view (header): D[N×M] = op(B)[N×K] · op(A)[K×M], A and B swapped.
+  const cublasOperation_t op_first = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // B (row-major [K,N] or [N,K])
+  const cublasOperation_t op_second = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A (row-major [M,K] or [K,M])
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), "transa"));
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), "transb"));
+  if (c.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue"));
+    MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)), "bias"));
+  }
+  // Stored column-major shapes: row-major B [K,N] is N×K (ld N); transposed, row-major [N,K] is
+  // K×N (ld K). Likewise A [M,K] is K×M (ld K), or M×K (ld M) when transposed.
+  const int64_t b_rows = c.trans_b ? c.k : c.n, b_cols = c.trans_b ? c.n : c.k;
+  const int64_t a_rows = c.trans_a ? c.m : c.k, a_cols = c.trans_a ? c.k : c.m;
+  MEMC_RETURN_IF_ERROR(layout(&desc.a, type, b_rows, b_cols, b_rows, c.batch, c.stride_b));
+  MEMC_RETURN_IF_ERROR(layout(&desc.b, type, a_rows, a_cols, a_rows, c.batch, c.stride_a));
+  MEMC_RETURN_IF_ERROR(layout(&desc.d, type, c.n, c.m, c.n, c.batch, c.n * c.m));
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceCreate(&desc.preference), "preference"));
+  const size_t limit = static_cast<size_t>(workspace_bytes);
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof(limit)), "workspace"));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulAlgoGetHeuristic(h, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result, &found), "heuristic"));
+  if (found == 0) return Status::Internal(str_cat("cuBLASLt found no algorithm for ", c.m, "x", c.n, "x", c.k, " within ", workspace_bytes, " bytes of workspace"));
+  const float alpha = 1.f, beta = 0.f;  // the output is written whole, never accumulated into
+  return check_lt(cublasLtMatmul(h, desc.op, &alpha, c.b, desc.a, c.a, desc.b, &beta, c.y, desc.d, c.y, desc.d, &result.algo, workspace,
+                                 limit, static_cast<cudaStream_t>(stream)),
+                  "matmul");
+}
+
+// y[R, N] = x[R, K] · wᵀ + b (transpose_w, w [N, K]) or x · w + b (w [K, N]).
+Status linear_kernel(KernelContext& ctx) {
+  const Tensor &x = *ctx.inputs[0], &w = *ctx.inputs[1];
+  const Tensor* bias = ctx.inputs.size() >= 3 ? ctx.inputs[2] : nullptr;
+  const bool transpose_w = ctx.node.attrs.get_int("transpose_w", 1);
+  const int64_t k = x.shape().back(), n = transpose_w ? w.shape()[0] : w.shape()[1];
+  GemmCall c{.dtype = x.dtype(), .m = k ? x.numel() / k : 0, .n = n, .k = k, .trans_a = false, .trans_b = transpose_w};
+  c.a = x.raw(), c.b = w.raw(), c.y = ctx.outputs[0]->raw(), c.bias = bias ? bias->raw() : nullptr;
+  return gemm(c, ctx.workspace, ctx.workspace_bytes, ctx.stream);
+}
+
+// Batched matmul with transposes where one strided batch describes it: both operands of rank
+// ≥ 2 with equal batch dims, or one of them unbatched (its stride is 0). Other broadcasts are
+// refused by name rather than run wrong.
+Status matmul_kernel(KernelContext& ctx) {
+  const Tensor &a = *ctx.inputs[0], &b = *ctx.inputs[1];
+  const Shape &sa = a.shape(), &sb = b.shape();
+  if (sa.size() < 2 || sb.size() < 2) return Status::BadInput("CUDA matmul: 1-D operands are not supported yet");
+  const bool ta = ctx.node.attrs.get_int("transpose_a", 0), tb = ctx.node.attrs.get_int("transpose_b", 0);
+  const int64_t m = ta ? sa.back() : sa[sa.size() - 2], k = ta ? sa[sa.size() - 2] : sa.back();
+  const int64_t n = tb ? sb[sb.size() - 2] : sb.back();
+  const int64_t batch_a = a.numel() / std::max<int64_t>(sa[sa.size() - 1] * sa[sa.size() - 2], 1);
+  const int64_t batch_b = b.numel() / std::max<int64_t>(sb[sb.size() - 1] * sb[sb.size() - 2], 1);
+  const Shape batch_dims_a(sa.begin(), sa.end() - 2), batch_dims_b(sb.begin(), sb.end() - 2);
+  if (batch_a > 1 && batch_b > 1 && batch_dims_a != batch_dims_b) {
+    return Status::BadInput(str_cat("CUDA matmul: batch dims [", shape_str(batch_dims_a), "] and [", shape_str(batch_dims_b),
+                                    "] broadcast in a way one strided batch cannot express"));
+  }
+  GemmCall c{.dtype = a.dtype(), .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb};
+  c.batch = std::max(batch_a, batch_b);
+  c.stride_a = batch_a > 1 ? m * k : 0;
+  c.stride_b = batch_b > 1 ? k * n : 0;
+  c.a = a.raw(), c.b = b.raw(), c.y = ctx.outputs[0]->raw();
+  return gemm(c, ctx.workspace, ctx.workspace_bytes, ctx.stream);
+}
+
+}  // namespace memc::cuda
