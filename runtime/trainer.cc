@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 
+#include "backends/cuda/gemm.h"
 #include "frontend/onnx_weights.h"
 #include "frontend/param_audit.h"
 #include "runtime/dataset.h"
@@ -294,6 +295,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, 0));
   MEMC_ASSIGN_OR_RETURN(FolderLock lock, take_checkpoint_folder(options));
   MEMC_ASSIGN_OR_RETURN(Backend* backend, select_backend(options.device, plan));
+  cuda::set_tf32(options.tf32);
   DeviceMemory device(*backend);
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec));

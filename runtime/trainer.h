@@ -23,6 +23,7 @@ struct RunOptions {
   // The backend (backends/backend.h): "cpu", "cuda" or "cuda:K"; empty picks cuda when the plan
   // targets a GPU, a device is present and the CUDA backend has a kernel for every op, else cpu.
   std::string device;
+  bool tf32 = false;  // f32 GEMMs on CUDA may use TF32 (off: fp32 matches the CPU backend)
   // Dynamic loss scaling (plans with a "loss_scale" argument: fp16-mixed), torch.cuda.amp.GradScaler's
   // defaults: the scale halves and the step is skipped on an inf/NaN gradient, and doubles after
   // growth_interval consecutive clean steps.

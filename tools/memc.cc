@@ -163,6 +163,7 @@ int run_main(int argc, char** argv) {
   run_cmd->add_option("--dump-grads", run.options.dump_grads, "Write the first step's gradients (.npz, by initializer name)");
   run_cmd->add_option("--json", run.json_report, "Write a JSON report");
   run_cmd->add_flag("--quiet", run.options.quiet, "No progress line");
+  run_cmd->add_flag("--tf32", run.options.tf32, "Let f32 GEMMs on CUDA use TF32 (off by default, so fp32 matches the CPU)");
   run_cmd->add_option("--device", run.options.device,
                       "cpu | cuda | cuda:K (default: cuda when the plan targets a GPU and one is present with every kernel, else cpu)");
   run_cmd->add_flag("--force", run.force, "Replace existing --json / --dump-grads files (a checkpoint folder follows --resume)");

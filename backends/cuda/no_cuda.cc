@@ -2,6 +2,7 @@
 // still works (backends/cuda/workspace.cc); opening a device says why it cannot.
 #ifndef MEMC_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm.h"
 
 namespace memc::cuda {
 
@@ -25,6 +26,7 @@ Expected<Event> CudaBackend::record(Stream) { return not_built(); }
 Status CudaBackend::wait(Stream, Event) { return not_built(); }
 void CudaBackend::destroy(Event) {}
 Status CudaBackend::synchronize(Stream) { return not_built(); }
+void set_tf32(bool) {}
 
 }  // namespace memc::cuda
 #endif  // MEMC_HAVE_CUDA
