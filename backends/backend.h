@@ -21,6 +21,10 @@
 
 namespace memc {
 
+namespace comm {
+class Communicator;
+}
+
 // What a kernel sees: the node, views of its inputs and outputs (in the backend's device
 // memory), the per-run RNG coordinates, its declared scratch and the stream to run on.
 // Kernels write every element of every output: the executor never clears a buffer.
@@ -34,6 +38,11 @@ struct KernelContext {
   void* workspace = nullptr;     // scratch: 64-byte aligned, workspace_bytes long
   int64_t workspace_bytes = 0;   // what the backend's workspace function declared for this node
   void* stream = nullptr;        // the backend's compute stream (nullptr on the CPU)
+  // Data-parallel runs (passes/shard.h): this rank's communicator (collective kernels; nullptr
+  // on one device) and the global batch row of this rank's first sample, which random ops add
+  // to their draw counters so N ranks replay the masks of one device's batch.
+  comm::Communicator* comm = nullptr;
+  int64_t batch_row_offset = 0;
 };
 
 // Returns bad input for data-dependent errors (an out-of-range token id); shapes and dtypes

@@ -89,6 +89,23 @@ ValueId Module::add_argument(const std::string& name, TensorType type, Role role
   return id;
 }
 
+Status Module::remove_argument(ValueId arg) {
+  auto it = std::find(arguments_.begin(), arguments_.end(), arg);
+  if (it == arguments_.end()) return Status::Internal(str_cat("%", values_.at(arg).name, " is not an argument"));
+  for (NodeId n : schedule()) {
+    for (ValueId v : nodes_[n].inputs) {
+      if (v == arg) return Status::Internal(str_cat("argument %", values_[arg].name, " is still read by memc.", nodes_[n].op));
+    }
+  }
+  if (std::find(outputs_.begin(), outputs_.end(), arg) != outputs_.end() ||
+      std::find(output_updates_.begin(), output_updates_.end(), arg) != output_updates_.end()) {
+    return Status::Internal(str_cat("argument %", values_[arg].name, " is an output or is updated"));
+  }
+  arguments_.erase(it);
+  weights_.erase(arg);
+  return Status::Ok();
+}
+
 ValueId Module::find_value(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? kNoValue : it->second;

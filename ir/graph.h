@@ -67,6 +67,9 @@ class Module {
  public:
   // Function arguments (inputs, params, scalars) in declaration order.
   ValueId add_argument(const std::string& name, TensorType type, Role role);
+  // Drops an argument nothing reads any more (its value goes at the next compact()); fails on
+  // one still in use.
+  Status remove_argument(ValueId arg);
   // Appends a node whose output types come from the op's shape function.
   // Fails (bad input) when the op rejects its inputs; the message names the op.
   Expected<std::vector<ValueId>> add_node(const std::string& op, std::vector<ValueId> inputs,

@@ -58,16 +58,21 @@ void offset_random_draws(Module& m, NodeId first_node, int64_t first, int64_t mi
   for (NodeId n = first_node; n < static_cast<NodeId>(m.nodes().size()); ++n) {
     Node& node = m.node(n);
     if (node.op != "dropout" && node.op != "attention") continue;
-    const TensorType& t = m.value(node.outputs[0]).type;
-    if (t.shape.empty() || t.shape[0] != micro_batch) continue;  // not batch-outermost: its own draws
-    const int64_t per_sample = node.op == "attention"
-                                   ? t.numel() / t.shape.back() * m.value(node.inputs[1]).type.shape[t.shape.size() - 2] / micro_batch
-                                   : t.numel() / micro_batch;
-    node.attrs.set("rng_offset", first * per_sample);
+    const int64_t per_sample = random_draws_per_sample(m, node, micro_batch);
+    if (per_sample > 0) node.attrs.set("rng_offset", first * per_sample);
   }
 }
 
 }  // namespace
+
+int64_t random_draws_per_sample(const Module& m, const Node& node, int64_t batch) {
+  if (node.op != "dropout" && node.op != "attention") return 0;
+  const TensorType& t = m.value(node.outputs[0]).type;
+  if (t.shape.empty() || t.shape[0] != batch) return 0;  // not batch-outermost: its own draws
+  if (node.op == "dropout") return t.numel() / batch;
+  // attention: one draw per score, [batch, …, Tq, Tk]; the output is [batch, …, Tq, Dv]
+  return t.numel() / t.shape.back() * m.value(node.inputs[1]).type.shape[t.shape.size() - 2] / batch;
+}
 
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {
   std::vector<int64_t> sizes;

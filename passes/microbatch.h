@@ -28,6 +28,11 @@ namespace memc {
 // treatment as the full-batch forward.
 using ForwardFactory = std::function<Expected<Module>(int64_t batch)>;
 
+// The counter draws a random op (dropout, attention with dropout) makes per sample of a batch of
+// `batch`, when its outermost dimension is that batch; 0 otherwise (it keeps its own draws).
+// A slice of the batch starting at sample a offsets its draws by a times this.
+int64_t random_draws_per_sample(const Module& m, const Node& node, int64_t batch);
+
 // Sizes of the k micro-batches of a batch of `batch` (k ≤ batch).
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k);
 

@@ -12,6 +12,7 @@
 #include "ir/graph.h"
 #include "passes/microbatch.h"
 #include "passes/remat.h"
+#include "passes/shard.h"
 
 namespace memc {
 
@@ -41,8 +42,10 @@ struct MicroBatching {
 class TrainingStep {
  public:
   using Options = OptimizerOptions;
-  explicit TrainingStep(Options options, MicroBatching micro = {}, RematOptions remat = {})
-      : options_(std::move(options)), micro_(std::move(micro)), remat_(std::move(remat)) {}
+  // `shard`: data parallel over ranks, the optimizer on blocks of flat units (passes/shard.h);
+  // the module is then one rank's step, its batch the rank's slice of the global batch.
+  explicit TrainingStep(Options options, MicroBatching micro = {}, RematOptions remat = {}, ShardOptions shard = {})
+      : options_(std::move(options)), micro_(std::move(micro)), remat_(std::move(remat)), shard_(shard) {}
   std::string name() const { return "training_step"; }
   Status run(Module& module);
   // What remat did (summed over micro-batches); zero when remat is off.
@@ -52,6 +55,7 @@ class TrainingStep {
   Options options_;
   MicroBatching micro_;
   RematOptions remat_;
+  ShardOptions shard_;
   RematReport remat_report_;
 };
 

@@ -123,10 +123,17 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   if (options.attention != "tiled" && options.attention != "naive") {
     return Status::BadInput("--attention '" + options.attention + "': tiled (memory-efficient, the default) or naive");
   }
-  if (options.micro_batches < 1 || options.micro_batches > options.batch) {
-    return Status::BadInput(str_cat("--micro-batches ", options.micro_batches, " must be between 1 and the batch size ", options.batch));
+  const int64_t devices = options.shard.devices;
+  if (options.batch % devices != 0) {
+    return Status::BadInput(str_cat("--batch ", options.batch, " does not split evenly over --devices ", devices,
+                                    " (each rank takes batch/devices samples; unequal slices are not supported yet)"));
   }
-  MEMC_ASSIGN_OR_RETURN(const Forward* main, forward(options, options.batch));
+  const int64_t rank_batch = options.batch / devices;
+  if (options.micro_batches < 1 || options.micro_batches > rank_batch) {
+    return Status::BadInput(str_cat("--micro-batches ", options.micro_batches, " must be between 1 and the batch size ", rank_batch,
+                                    devices > 1 ? str_cat(" of each of the ", devices, " ranks") : std::string()));
+  }
+  MEMC_ASSIGN_OR_RETURN(const Forward* main, forward(options, rank_batch));
   const bool report = !quiet;
   if (report && options.after_pass) options.after_pass("import", main->imported);
   if (report && options.attention == "tiled") {
@@ -146,12 +153,17 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   const int64_t num_classes = main->module.value(main->module.outputs()[0]).type.shape[1];
 
   Plan plan;
-  plan.eval = main->module;
+  if (devices > 1) {
+    MEMC_ASSIGN_OR_RETURN(const Forward* whole, forward(options, options.batch));  // evaluation runs whole batches
+    plan.eval = whole->module;
+  } else {
+    plan.eval = main->module;
+  }
   plan.train = main->module;
   // fp16-mixed: dynamic loss scaling (a "loss_scale" argument, a "found_inf" output; runtime/trainer.cc).
   OptimizerOptions optimizer = options.optimizer;
   optimizer.loss_scaling = optimizer.loss_scaling || options.precision == "fp16-mixed";
-  TrainingStep step(optimizer, {.k = options.micro_batches, .forward = build_forward}, options.remat);
+  TrainingStep step(optimizer, {.k = options.micro_batches, .forward = build_forward}, options.remat, options.shard);
   MEMC_RETURN_IF_ERROR(step.run(plan.train).with_context(model_path_ + ": "));
   if (report && options.micro_batches > 1) {
     log(1, str_cat("pass microbatch: ", options.micro_batches, " micro-batches of ", options.batch / options.micro_batches,
@@ -164,6 +176,10 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
                    format_size(r.tape_bytes), ", tapes held at once ", format_size(r.held_tape_bytes), "; ", r.recomputed_nodes,
                    " nodes recomputed (", r.recompute_flops, " FLOP)"));
     if (r.unresolved_pins > 0) warn(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
+  }
+  if (report && options.shard.active()) {
+    log(1, str_cat("pass shard ", shard_stage_name(options.shard.stage), ": ", devices, " ranks of ", rank_batch,
+                   " samples; optimizer states in blocks of ", plan.train.metadata().get_ints("memc.shard.blocks").size(), " flat units"));
   }
   if (report && options.after_pass) options.after_pass("training_step", plan.train);
   MEMC_ASSIGN_OR_RETURN(OffloadReport offloaded, Offload(options.offload).run(plan.train));
@@ -201,6 +217,8 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   plan.decisions.remat = describe_remat(options.remat);
   plan.decisions.attention = options.attention;
   plan.decisions.offload = options.offload;
+  plan.decisions.shard = static_cast<int64_t>(options.shard.stage);
+  plan.devices = devices;
   plan.budget_bytes = options.budget_bytes;
   MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
   plan.target = profile.name;

@@ -29,6 +29,7 @@ struct CompileOptions {
   RematOptions remat;  // passes/remat.h; policy "none" by default
   std::string target = "cpu";       // device profile of the step-time estimate (planner/cost_model.h)
   std::string offload = "none";     // none | optimizer (passes/offload.h)
+  ShardOptions shard;               // --devices N --shard zero1|zero2 (passes/shard.h); `batch` is the global batch
   std::string attention = "tiled";  // tiled: the memory-efficient attention pass; naive: the exported MatMul→Softmax→MatMul
   // Called with each pass's name and the module after it (--print-ir-after-all, --dump-dir):
   // "import", "attention", "precision" (forward), "training_step" (autodiff, micro-batching,

@@ -32,7 +32,7 @@ DeviceProfile cpu_default() {
   return p;
 }
 
-DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, double link, int64_t memory) {
+DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, double link, double nvlink, int64_t memory) {
   DeviceProfile p;
   p.name = name;
   p.f32_flops = f32;
@@ -46,6 +46,8 @@ DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, d
   p.half_flops = 5e9;  // GPUs need big GEMMs to fill
   p.node_overhead_s = 6e-6;
   p.memory_bytes = memory;
+  p.comm_bandwidth = nvlink;
+  p.comm_latency_s = 2e-5;  // an NCCL ring collective's launch and hop latency, a few µs per hop on 8 GPUs
   return p;
 }
 
@@ -54,9 +56,11 @@ DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, d
 Expected<DeviceProfile> device_profile(const std::string& target) {
   // Data sheets (SXM, dense): A100 19.5 TF f32, 312 TF bf16, 2.04 TB/s, PCIe 4 ×16;
   // H100 67 TF f32, 989 TF bf16, 3.35 TB/s, PCIe 5 ×16; H200 as H100 with 4.8 TB/s, 141 GB.
-  if (target == "a100") return gpu("a100", 19.5e12, 312e12, 2.039e12, 25e9, 80LL * 1000 * 1000 * 1000);
-  if (target == "h100") return gpu("h100", 67e12, 989e12, 3.35e12, 50e9, 80LL * 1000 * 1000 * 1000);
-  if (target == "h200") return gpu("h200", 67e12, 989e12, 4.8e12, 50e9, 141LL * 1000 * 1000 * 1000);
+  // NVLink per GPU and direction: A100 300 GB/s (NVLink 3), H100/H200 450 GB/s (NVLink 4, NVSwitch),
+  // at 80% as NCCL's bus bandwidth reaches on large messages.
+  if (target == "a100") return gpu("a100", 19.5e12, 312e12, 2.039e12, 25e9, 2.4e11, 80LL * 1000 * 1000 * 1000);
+  if (target == "h100") return gpu("h100", 67e12, 989e12, 3.35e12, 50e9, 3.6e11, 80LL * 1000 * 1000 * 1000);
+  if (target == "h200") return gpu("h200", 67e12, 989e12, 4.8e12, 50e9, 3.6e11, 141LL * 1000 * 1000 * 1000);
   std::string path = target;
   if (target == "cpu") {
     const char* env = std::getenv("MEMC_CPU_PROFILE");
@@ -77,6 +81,8 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
     p.mem_bandwidth = j.value("mem_bandwidth", p.mem_bandwidth);
     p.host_bandwidth = j.value("host_bandwidth", p.host_bandwidth);
     p.link_bandwidth = j.value("link_bandwidth", p.link_bandwidth);
+    p.comm_bandwidth = j.value("comm_bandwidth", p.comm_bandwidth);
+    p.comm_latency_s = j.value("comm_latency_s", p.comm_latency_s);
     p.heavy_efficiency = j.value("heavy_efficiency", p.heavy_efficiency);
     p.other_efficiency = j.value("other_efficiency", p.other_efficiency);
     p.bandwidth_efficiency = j.value("bandwidth_efficiency", p.bandwidth_efficiency);
@@ -102,6 +108,8 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
             {"mem_bandwidth", p.mem_bandwidth},
             {"host_bandwidth", p.host_bandwidth},
             {"link_bandwidth", p.link_bandwidth},
+            {"comm_bandwidth", p.comm_bandwidth},
+            {"comm_latency_s", p.comm_latency_s},
             {"heavy_efficiency", p.heavy_efficiency},
             {"other_efficiency", p.other_efficiency},
             {"bandwidth_efficiency", p.bandwidth_efficiency},
@@ -114,7 +122,7 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
 
 StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
   const OpRegistry& registry = OpRegistry::get();
-  double seconds = 0;
+  double seconds = 0, comm = 0;
   // An update on the host is charged at host bandwidth with its copies over the link; where
   // host and device are one memory (the CPU) it costs what it costs anywhere.
   const bool split = p.link_bandwidth > 0;
@@ -125,6 +133,10 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
     const OpDef* def = registry.find(node.op);
     if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
     if (split && def && (def->flags & kOpTransfer)) continue;  // charged as link time below
+    if (def && (def->flags & kOpCollective)) {
+      if (!node.op.ends_with("_done")) comm += static_cast<double>(collective_wire_bytes(train, node)) / p.comm_bandwidth + p.comm_latency_s;
+      continue;
+    }
     const auto flops = static_cast<double>(node_flops(train, node));
     const auto bytes = static_cast<double>(node_bytes(train, node));
     bool low = false;
@@ -145,7 +157,8 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
   e.compute_ms = seconds * 1e3;
   if (split) e.transfer_ms = static_cast<double>(traffic.link_bytes) / p.link_bandwidth * 1e3;
   e.host_ms = static_cast<double>(traffic.host_update_bytes) / (p.host_bandwidth * p.bandwidth_efficiency) * 1e3;
-  e.step_ms = std::max(e.compute_ms, e.transfer_ms) + e.host_ms;
+  e.comm_ms = comm * 1e3;
+  e.step_ms = std::max(e.compute_ms, e.transfer_ms) + e.host_ms + e.comm_ms;
   return e;
 }
 

@@ -7,7 +7,8 @@
 //             and the rest (elementwise, reductions, normalizations); a small heavy op runs
 //             below peak: efficiency · f/(f + f_half), f its FLOPs
 //   memory  = bytes read and written / (memory bandwidth · efficiency)
-// Views (reshape and friends) are free. Host↔device copies of offloaded state go over the
+// Views (reshape and friends) are free. A collective costs its wire bytes over the interconnect
+// plus a latency per call (NVLink/NVSwitch on the GPU profiles, MPI over shared memory on cpu). Host↔device copies of offloaded state go over the
 // host link and overlap compute (the step takes the longer of the two plus what cannot
 // overlap); an update that runs on the host is charged at host bandwidth.
 //
@@ -35,6 +36,10 @@ struct DeviceProfile {
   double low_other_factor = 1.0;  // time factor of non-heavy ops on 16-bit operands (CPU: conversions)
   double node_overhead_s = 5e-6;
   int64_t memory_bytes = 0;   // device memory (for reports only: the budget is the user's)
+  // Collectives between ranks (ring algorithms: ir/op_registry.h collective_wire_bytes):
+  // bytes/s each rank sends, and the latency of one collective call.
+  double comm_bandwidth = 5e9;
+  double comm_latency_s = 1e-5;
 };
 
 // "cpu", "a100", "h100", "h200", or a path to a JSON profile (memc calibrate writes one).
@@ -45,7 +50,8 @@ struct StepEstimate {
   double compute_ms = 0;   // nodes on the device
   double transfer_ms = 0;  // host↔device copies (overlap compute)
   double host_ms = 0;      // work on the host (offloaded optimizer update)
-  double step_ms = 0;      // the estimate: max(compute, transfer) + host
+  double comm_ms = 0;      // collectives between ranks (synchronous: not overlapped yet)
+  double step_ms = 0;      // the estimate: max(compute, transfer) + host + comm
 };
 
 // Nodes that run on the host (passes/offload.h) are charged at host bandwidth, and their

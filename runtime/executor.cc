@@ -106,6 +106,8 @@ Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::
     const Kernel* kernel = backend.find_kernel(node.op);
     if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")"));
     KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
+    ctx.comm = options.comm;
+    ctx.batch_row_offset = options.batch_row_offset;
     ctx.workspace = workspace.prepare(workspace_bytes[i]);
     ctx.workspace_bytes = workspace_bytes[i];
     for (ValueId v : node.inputs) ctx.inputs.push_back(v == kNoValue ? nullptr : &slots[v]);

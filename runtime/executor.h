@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "ir/graph.h"
 
 namespace memc {
@@ -22,6 +23,9 @@ struct ExecOptions {
   // kWorkspaceGuardBytes after its declared size. Also on when the environment sets
   // MEMC_CHECK_WORKSPACE=1.
   bool check_workspace = false;
+  // Data-parallel runs: KernelContext::comm and ::batch_row_offset (backends/backend.h).
+  comm::Communicator* comm = nullptr;
+  int64_t batch_row_offset = 0;
 };
 
 constexpr int64_t kWorkspaceGuardBytes = 4096;

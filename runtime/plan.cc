@@ -117,6 +117,7 @@ Status write_plan(const std::string& path, const Plan& plan_in) {
       {"memc_version", memc_version()},
       {"model", {{"path", plan.model_path}, {"bytes", recorded.model_bytes}, {"crc32c", recorded.model_crc32c}, {"external_data", external}}},
       {"batch", plan.batch},
+      {"devices", plan.devices},
       {"seq", plan.seq},
       {"num_classes", plan.num_classes},
       {"epochs", plan.epochs},
@@ -194,10 +195,11 @@ Status validate_fields(const Plan& plan, const std::string& path) {
   if (sc.total_steps < 0) return bad("schedule.total_steps", sc.total_steps, "non-negative");
   static const std::set<std::string> kPrecisions = {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true"};
   if (!kPrecisions.count(plan.decisions.precision)) return bad("decisions.precision", "'" + plan.decisions.precision + "'", "a precision");
-  if (plan.decisions.micro_batches < 1 || plan.decisions.micro_batches > plan.batch) {
+  if (plan.decisions.micro_batches < 1 || plan.decisions.micro_batches > plan.batch / std::max<int64_t>(plan.devices, 1)) {
     return bad("decisions.micro_batches", plan.decisions.micro_batches, "1 to the batch");
   }
-  if (plan.decisions.shard < 0) return bad("decisions.shard", plan.decisions.shard, "non-negative");
+  if (plan.decisions.shard < 0 || plan.decisions.shard > 3) return bad("decisions.shard", plan.decisions.shard, "0 to 3");
+  if (plan.devices < 1 || plan.devices > 4096 || plan.batch % plan.devices != 0) return bad("devices", plan.devices, "1 to 4096, dividing the batch");
   if (plan.budget_bytes < 0) return bad("budget_bytes", plan.budget_bytes, "non-negative");
   const MemorySummary& m = plan.memory;
   for (auto [name, v] : {std::pair{"predicted_peak_bytes", m.predicted_peak_bytes}, std::pair{"lower_bound_bytes", m.lower_bound_bytes},
@@ -245,6 +247,7 @@ Expected<Plan> read_plan(const std::string& path) {
     plan.external_data.push_back(d);
   }
   MEMC_RETURN_IF_ERROR(get(doc, "batch", plan.batch, path));
+  if (doc.contains("devices")) MEMC_RETURN_IF_ERROR(get(doc, "devices", plan.devices, path));
   MEMC_RETURN_IF_ERROR(get(doc, "seq", plan.seq, path));
   MEMC_RETURN_IF_ERROR(get(doc, "num_classes", plan.num_classes, path));
   MEMC_RETURN_IF_ERROR(get(doc, "epochs", plan.epochs, path));

@@ -32,7 +32,7 @@ struct Decisions {
   std::string precision = "fp32";
   int64_t micro_batches = 1;
   std::string remat = "none";
-  int64_t shard = 0;
+  int64_t shard = 0;  // ShardStage: 0 none, 1 zero1, 2 zero2, 3 zero3
   std::string offload = "none";
   std::string attention = "tiled";
 };
@@ -69,7 +69,8 @@ struct Plan {
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
   Decisions decisions;
-  int64_t budget_bytes = 0;  // 0: none given
+  int64_t devices = 1;       // ranks the step is sharded over (passes/shard.h); `batch` is their global batch
+  int64_t budget_bytes = 0;  // 0: none given (per device)
   std::string target = "cpu";      // the device profile of the estimate (planner/cost_model.h)
   double estimated_step_ms = 0;    // the cost model's step time on `target`
   MemorySummary memory;

@@ -88,6 +88,8 @@ Status PlannedExecutor::run(const ExecOptions& options) {
       for (Tensor& t : outputs) MEMC_RETURN_IF_ERROR(backend_->fill(t.raw(), 0xFF, static_cast<int64_t>(t.nbytes())));
     }
     KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
+    ctx.comm = options.comm;
+    ctx.batch_row_offset = options.batch_row_offset;
     for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] == kNoValue ? nullptr : &inputs[k]);
     for (Tensor& t : outputs) ctx.outputs.push_back(&t);
     ctx.workspace = workspace_.get();

@@ -39,6 +39,7 @@ class PlannedExecutor {
   Expected<Tensor> fetch_output(size_t i) const { return fetch(module_.outputs().at(i)); }
 
   const Module& module() const { return module_; }
+  Backend& backend() const { return *backend_; }
   int64_t arena_bytes() const { return arena_bytes_; }
   int64_t host_arena_bytes() const { return host_arena_bytes_; }
   int64_t workspace_bytes() const { return workspace_bytes_; }

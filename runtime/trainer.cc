@@ -17,6 +17,7 @@
 #include "runtime/executor.h"
 #include "runtime/file_guard.h"
 #include "runtime/planned_executor.h"
+#include "runtime/shard_state.h"
 #include "runtime/safetensors.h"
 
 namespace memc {
@@ -173,9 +174,9 @@ static Status stream_weights(const std::string& plan_path, const Plan& plan,
                              const std::function<Status(const std::string& name, const Tensor& value)>& sink) {
   const std::string model = resolve_model_path(plan_path, plan);
   MEMC_RETURN_IF_ERROR(check_model_unchanged(plan_path, plan));
-  std::map<std::string, TensorType> params;
-  for (ValueId a : plan.train.arguments()) {
-    const Value& v = plan.train.value(a);
+  std::map<std::string, TensorType> params;  // the forward's: the training step's may be shards (zero3)
+  for (ValueId a : plan.eval.arguments()) {
+    const Value& v = plan.eval.value(a);
     if (v.role == Role::kParam) params[v.source_name] = v.type;
   }
   std::set<std::string> names;
@@ -205,25 +206,79 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
 // model one at a time in the plan's dtype (no staging copy of the whole model's weights), and
 // zeroes optimizer states there. The returned map holds views of the arena, which the
 // in-place updates keep current.
-static Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec) {
+// Under zero3 each unit's parameters are gathered on the host as they stream (one unit's worth
+// at a time when the model stores a unit's weights together) and this rank's block goes in.
+static Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec, int rank) {
   StateMap state;
   for (ValueId a : exec.module().arguments()) {
     const Value& v = exec.module().value(a);
     if (v.role == Role::kParam || v.role == Role::kOptimizerState) state[v.source_name] = exec.tensor(a);  // zeroed arena
   }
-  MEMC_RETURN_IF_ERROR(stream_weights(plan_path, plan, [&](const std::string& name, const Tensor& value) {
-    return exec.set_argument(name, value);
+  MEMC_ASSIGN_OR_RETURN(const ShardLayout layout, shard_layout(plan.train));
+  std::map<std::string, const ShardLayout::Unit*> unit_of;
+  if (layout.stage == ShardStage::kZero3) {
+    for (const ShardLayout::Unit& u : layout.units) {
+      for (const std::string& p : u.params) unit_of[p] = &u;
+    }
+  }
+  StateMap pending;  // zero3: whole parameters of units not complete yet
+  MEMC_RETURN_IF_ERROR(stream_weights(plan_path, plan, [&](const std::string& name, const Tensor& value) -> Status {
+    auto it = unit_of.find(name);
+    if (it == unit_of.end()) return exec.set_argument(name, value);
+    pending[name] = value.clone();
+    const ShardLayout::Unit& u = *it->second;
+    for (const std::string& p : u.params) {
+      if (!pending.count(p)) return Status::Ok();
+    }
+    MEMC_ASSIGN_OR_RETURN(const Tensor block, parameter_block(plan, u.name, pending, rank));
+    for (const std::string& p : u.params) pending.erase(p);
+    return exec.set_argument(u.name, block);
   }));
+  if (!pending.empty()) return Status::BadInput(str_cat(resolve_model_path(plan_path, plan), ": parameter '", pending.begin()->first, "' streamed, but not the rest of its unit"));
   return state;
 }
 
+// The state as host tensors, for checkpoints, evaluation and gradient dumps: the arena views
+// themselves on the CPU backend (no copy, so the process stays within its plan), host copies
+// through the seam on a device backend.
+static Expected<StateMap> host_state(Backend& backend, const StateMap& state) {
+  if (backend.name() == "cpu") return state;
+  StateMap host;
+  for (const auto& [name, view] : state) {
+    Tensor copy = Tensor::zeros(view.dtype(), view.shape());
+    MEMC_RETURN_IF_ERROR(backend.copy(copy.raw(), view.raw(), static_cast<int64_t>(view.nbytes())));
+    host[name] = std::move(copy);
+  }
+  return host;
+}
+
 // Overwrites the arena state with a checkpoint's tensors (checked first, so a bad file changes nothing).
-static Expected<Position> restore_checkpoint(const std::string& dir, StateMap& state, uint64_t seed) {
-  StateMap staged;
-  for (const auto& [name, view] : state) staged[name] = view;  // shapes and dtypes to check against
+// A checkpoint holds the consolidated per-parameter state whatever the number of ranks that
+// wrote it (runtime/shard_state.h); each rank takes its blocks.
+static Expected<Position> restore_checkpoint(const std::string& dir, const Plan& plan, StateMap& state, uint64_t seed, int rank,
+                                             Backend& backend) {
+  MEMC_ASSIGN_OR_RETURN(StateMap staged, consolidated_template(plan, state));  // shapes and dtypes to check against
   MEMC_ASSIGN_OR_RETURN(Position pos, load_checkpoint(dir, staged, seed));
-  for (auto& [name, view] : state) std::memcpy(view.raw(), staged.at(name).raw(), view.nbytes());
+  MEMC_RETURN_IF_ERROR(distribute_state(plan, staged, state, rank, backend));
   return pos;
+}
+
+// The job's consolidated state as host tensors (collective in a sharded run).
+static Expected<StateMap> whole_state(Backend& backend, const Plan& plan, const StateMap& state, comm::Communicator* comm) {
+  MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(backend, state));
+  return consolidate_state(plan, host, comm);
+}
+
+// A plan for N devices runs as N ranks: the job's size must be the plan's.
+static Status check_ranks(const Plan& plan, const RunOptions& options) {
+  const int ranks = options.comm ? options.comm->size() : 1;
+  if (ranks == plan.devices) return Status::Ok();
+  if (plan.devices > 1 && ranks == 1) {
+    return Status::BadInput(str_cat("the plan is sharded over ", plan.devices, " devices: start it as ", plan.devices,
+                                    " ranks (mpirun -np ", plan.devices, " memc run ...)"));
+  }
+  return Status::BadInput(str_cat("the plan is for ", plan.devices, " device(s), this job has ", ranks,
+                                  " ranks (compile with --devices ", ranks, ")"));
 }
 
 // The backend of `memc run --device` (RunOptions::device says how an empty one is chosen).
@@ -293,14 +348,26 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   const std::vector<InputSpec> specs = data_inputs(plan.train);
   const int64_t epochs = run_data.epochs, per_epoch = run_data.per_epoch, horizon = epochs * per_epoch;
   MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, 0));
-  MEMC_ASSIGN_OR_RETURN(FolderLock lock, take_checkpoint_folder(options));
+  MEMC_RETURN_IF_ERROR(check_ranks(plan, options));
+  comm::Communicator* const comm = options.comm && options.comm->size() > 1 ? options.comm : nullptr;
+  const int rank = comm ? comm->rank() : 0;
+  const int64_t rank_batch = plan.batch / plan.devices;
+  if (comm) {  // every rank reads its slices from the same files
+    if (!options.data.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(*comm, options.data));
+    if (!options.eval.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(*comm, options.eval));
+    if (!options.dump_grads.empty()) return Status::BadInput("--dump-grads is not supported on a sharded plan yet");
+  }
+  // Rank 0 writes the checkpoint; the others only read it (--resume).
+  RunOptions folder_options = options;
+  if (rank != 0) folder_options.checkpoint_dir.clear();
+  MEMC_ASSIGN_OR_RETURN(FolderLock lock, take_checkpoint_folder(folder_options));
   MEMC_ASSIGN_OR_RETURN(Backend* backend, select_backend(options.device, plan));
   cuda::set_tf32(options.tf32);
   DeviceMemory device(*backend);
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
-  MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec));
+  MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec, rank));
   if (options.resume) {
-    MEMC_ASSIGN_OR_RETURN(pos, restore_checkpoint(options.checkpoint_dir, state, options.seed));
+    MEMC_ASSIGN_OR_RETURN(pos, restore_checkpoint(options.checkpoint_dir, plan, state, options.seed, rank, *backend));
     if (train_data && (pos.step_in_epoch > per_epoch || pos.step != pos.epoch * per_epoch + pos.step_in_epoch)) {
       return Status::BadInput(str_cat(options.checkpoint_dir, ": checkpoint position (step ", pos.step, ", epoch ", pos.epoch, ", step_in_epoch ",
                                       pos.step_in_epoch, ") does not fit ", per_epoch, " steps per epoch of ", options.data,
@@ -310,6 +377,8 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   }
   RunReport report;
   report.device = std::string(backend->name());
+  report.rank = rank;
+  report.ranks = static_cast<int>(plan.devices);
   report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
   // Loss scaling: the plan has a "loss_scale" argument and a "found_inf" output.
   int found_inf_output = -1;
@@ -340,15 +409,16 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
       for (int64_t b = first; b < per_epoch; ++b) {
         if (options.steps >= 0 && report.steps >= options.steps) break;
         ++step;
-        auto feeds = make_batch(data, order, b * plan.batch, plan.batch, specs, kLabelsArg);
+        auto feeds = make_batch(data, order, b * plan.batch + rank * rank_batch, rank_batch, specs, kLabelsArg);
         feeds[kLrArg] = f32_scalar(learning_rate(plan.schedule, step, horizon));
         // Adam's bias correction counts applied updates: a skipped step does not advance it.
         feeds[kStepArg] = f32_scalar(static_cast<double>(scaled ? scaler.applied + 1 : step));
         if (scaled) feeds[kLossScaleArg] = f32_scalar(scaler.scale);
         for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(exec.set_argument(name, tensor));
-        const ExecOptions opts{.training = plan.dropout, .seed = options.seed, .step = step};
+        const ExecOptions opts{.training = plan.dropout, .seed = options.seed, .step = step, .comm = comm, .batch_row_offset = rank * rank_batch};
         if (!options.dump_grads.empty() && report.steps == 0) {
-          MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(plan, state, feeds, options.seed, step));
+          MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(*backend, state));
+          MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(plan, host, feeds, options.seed, step));
           TensorMap arrays;
           for (auto& [name, t] : grads) arrays[name] = t.dtype() == DType::kF32 ? t : t.cast(DType::kF32);
           MEMC_RETURN_IF_ERROR(write_npz(options.dump_grads, arrays));
@@ -393,7 +463,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
         ++report.steps;
         epoch_loss += loss;
         ++epoch_steps;
-        if (!options.quiet && tty) {
+        if (!options.quiet && tty && rank == 0) {
           std::fprintf(stderr, "\repoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s\033[K", static_cast<long long>(epoch + 1),
                        static_cast<long long>(epochs), static_cast<long long>(b + 1), static_cast<long long>(per_epoch), loss,
                        plan.batch * 1000.0 / std::max(ms, 1e-3));
@@ -408,21 +478,28 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
                      static_cast<long long>(epoch + 1), static_cast<long long>(epochs), static_cast<long long>(epoch_steps),
                      epoch_loss / static_cast<double>(epoch_steps), static_cast<double>(epoch_steps * plan.batch) / std::max(seconds, 1e-9));
       }
-      if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, state, pos.step, pos.epoch, pos.step_in_epoch, options.seed, scaler));
+      if (!options.checkpoint_dir.empty()) {
+        MEMC_ASSIGN_OR_RETURN(const StateMap whole, whole_state(*backend, plan, state, comm));
+        if (rank == 0) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, whole, pos.step, pos.epoch, pos.step_in_epoch, options.seed, scaler));
+      }
       if (options.steps >= 0 && report.steps >= options.steps) break;
     }
     report.total_steps = report.error.empty() ? step : pos.step;  // a diverged step is not counted
     report.loss_scale = scaler.scale;
     report.measured_peak_bytes = device.peak_bytes();
+    report.rank_peak_bytes.assign(static_cast<size_t>(plan.devices), report.measured_peak_bytes);
+    if (comm) MEMC_RETURN_IF_ERROR(comm->all_gather(&report.measured_peak_bytes, report.rank_peak_bytes.data(), 1, DType::kI64));
     report.final_loss = report.losses.empty() ? 0 : report.losses.back();
     report.step_ms = report.steps ? total_ms / static_cast<double>(report.steps) : 0;
     report.samples_per_s = report.step_ms > 0 ? plan.batch * 1000.0 / report.step_ms : 0;
   }
   if (eval_data && report.error.empty()) {
-    MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, state, *eval_data, report.eval_samples));
+    MEMC_ASSIGN_OR_RETURN(const StateMap host, whole_state(*backend, plan, state, comm));
+    MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, host, *eval_data, report.eval_samples));
   }
   if (final_state) {
-    for (auto& [name, view] : state) (*final_state)[name] = view.clone();  // the arena goes with exec
+    MEMC_ASSIGN_OR_RETURN(const StateMap whole, whole_state(*backend, plan, state, comm));
+    for (const auto& [name, view] : whole) (*final_state)[name] = view.clone();  // the arena goes with exec
   }
   return report;
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/comm/communicator.h"
 #include "runtime/plan.h"
 
 namespace memc {
@@ -29,6 +30,10 @@ struct RunOptions {
   // growth_interval consecutive clean steps.
   double initial_loss_scale = 65536.0;
   int64_t growth_interval = 2000;
+  // A plan sharded over N devices (passes/shard.h) runs as N ranks of one job: this rank's
+  // communicator (nullptr: one device). Each rank trains on its slice of every global batch;
+  // rank 0 writes the consolidated checkpoint.
+  comm::Communicator* comm = nullptr;
 };
 
 struct RunReport {
@@ -49,6 +54,8 @@ struct RunReport {
   std::string status = "ok";        // "ok" | "diverged" (a non-finite loss stopped training: see error)
   std::string error;                // one line naming the step, when status is not ok
   int64_t diverged_step = 0;        // the 1-based step whose loss was not finite
+  int rank = 0, ranks = 1;          // this process's rank in a sharded run, and how many there are
+  std::vector<int64_t> rank_peak_bytes;  // every rank's measured_peak_bytes, in rank order (sharded runs)
 };
 
 // The state a run carries between steps, keyed by source name: parameters by initializer

@@ -139,6 +139,13 @@ int run_main(int argc, char** argv) {
                           "none (default) | optimizer: optimizer state (and master weights under mixed precision) in host memory, "
                           "updated on the host | auto (with --budget: searched unless given)")
       ->check(CLI::IsMember({"none", "optimizer", "auto"}));
+  int64_t devices = 1;
+  std::string shard = "none";
+  compile_cmd->add_option("--devices", devices, "Data-parallel ranks (run the plan with mpirun -np N); --batch is their global batch")
+      ->check(kPositive);
+  compile_cmd->add_option("--shard", shard,
+                          "With --devices N: zero1 (default: optimizer states split N ways, gradients all-reduced) | zero2 (gradients "
+                          "reduce-scattered per unit as well) | none (one device only)");
   std::string remat = "none";
   compile_cmd->add_option("--remat", remat,
                           "Recompute activations in backward: none (default) | blocks (checkpoint each block) | SIZE (hold at most "
@@ -232,6 +239,12 @@ int run_main(int argc, char** argv) {
       return 2;
     }
     compile.options.remat = *parsed;
+    if (devices > 1 && compile_cmd->count("--shard") == 0) shard = "zero1";
+    if (devices > 1 && shard == "none") return report(Status::BadInput("--shard none with --devices " + std::to_string(devices) + ": data parallel shards at least the optimizer (zero1)"));
+    auto sharding = parse_shard(shard, devices);
+    if (!sharding.ok()) return report(sharding.status());
+    if (devices == 1 && shard != "none") return report(Status::BadInput("--shard " + shard + " needs --devices N > 1"));
+    compile.options.shard = *sharding;
     return run_compile(compile);
   }
   if (run_cmd->parsed()) return run_run(run);

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <optional>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +25,9 @@
 #include "planner/compile.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
+#if MEMC_HAVE_MPI
+#include "backends/comm/mpi_communicator.h"
+#endif
 #include "support/log.h"
 #include "support/size.h"
 #include "tools/commands.h"
@@ -55,6 +60,7 @@ json plan_summary(const std::string& path, const Plan& plan) {
   return {{"plan", path},
           {"model", plan.model_path},
           {"batch", plan.batch},
+          {"devices", plan.devices},
           {"num_classes", plan.num_classes},
           {"optimizer", plan.optimizer.kind},
           {"lr", plan.schedule.lr},
@@ -106,9 +112,12 @@ void print_summary(const json& s) {
   }
   std::printf("at peak    %s\n", parts.c_str());
   const json& d = s["decisions"];
-  std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %lld, offload %s, attention %s\n",
+  const int64_t devices = s.value("devices", int64_t{1});
+  const std::string shard = devices > 1 ? str_cat(shard_stage_name(static_cast<ShardStage>(d["shard"].get<int64_t>())), " over ", devices, " devices")
+                                        : std::string("none");
+  std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %s, offload %s, attention %s\n",
               d["precision"].get<std::string>().c_str(), static_cast<long long>(d["micro_batches"].get<int64_t>()),
-              d["remat"].get<std::string>().c_str(), static_cast<long long>(d["shard"].get<int64_t>()),
+              d["remat"].get<std::string>().c_str(), shard.c_str(),
               d["offload"].get<std::string>().c_str(), d["attention"].get<std::string>().c_str());
   std::printf("estimate   %.1f ms per step on %s (planner/cost_model.h)\n", s["estimated_step_ms"].get<double>(),
               s["target"].get<std::string>().c_str());
@@ -221,9 +230,41 @@ int run_compile(const CompileArgs& args) {
   return 0;
 }
 
+// Started by mpirun (OpenMPI's or a PMIx launcher's environment): one rank of a job.
+static bool under_launcher() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+
+// The job's communicator when mpirun started this process (nullptr otherwise: one device).
+static Expected<std::unique_ptr<comm::Communicator>> job_communicator() {
+  if (!under_launcher()) return std::unique_ptr<comm::Communicator>();
+#if MEMC_HAVE_MPI
+  MEMC_ASSIGN_OR_RETURN(std::unique_ptr<comm::MpiCommunicator> mpi, comm::MpiCommunicator::create());
+  return std::unique_ptr<comm::Communicator>(std::move(mpi));
+#else
+  return Status::BadInput("started by mpirun, but this memc was built without MPI (scripts/setup.sh installs OpenMPI)");
+#endif
+}
+
+static int run_ranked(const RunArgs& args, const Plan& plan, comm::Communicator* comm);
+
 int run_run(const RunArgs& args) {
   Expected<Plan> plan = read_plan(args.plan);
   if (!plan.ok()) return report(plan.status());
+  Expected<std::unique_ptr<comm::Communicator>> comm = job_communicator();
+  if (!comm.ok()) return report(comm.status());
+  return run_ranked(args, *plan, comm->get());
+}
+
+static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communicator* comm) {
+  RunArgs args = args_in;
+  args.options.comm = comm;
+  const int rank = comm ? comm->rank() : 0;
+  if (rank != 0) {  // rank 0 speaks for the job; the others report only their own failure
+    args.options.quiet = true;
+    args.json_report.clear();
+  }
+  const Plan* plan = &plan_in;
   if (args.options.data.empty() && args.options.eval.empty()) {
     return report(Status::BadInput("memc run: give --data to train and/or --eval to evaluate"));
   }
@@ -238,9 +279,15 @@ int run_run(const RunArgs& args) {
   }
   StateMap state;
   Expected<RunReport> result = run_plan(args.plan, *plan, args.options, &state);
-  if (!result.ok()) return report(result.status());
+  if (!result.ok()) {
+    const int code = rank == 0 ? report(result.status()) : report(result.status().with_context(str_cat("rank ", rank, " of ", comm->size(), ": ")));
+    // A rank that fails ends the whole job, so no peer waits in a collective for it.
+    if (comm && comm->size() > 1) comm->abort(code);
+    return code;
+  }
   const RunReport& r = *result;
   const bool diverged = r.status != "ok";
+  if (rank != 0) return diverged ? 2 : 0;
   if (!diverged) {  // --quiet drops the progress line, not the result; a diverged run reports its one line only
     if (r.steps) {
       std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
@@ -267,6 +314,14 @@ int run_run(const RunArgs& args) {
     j["status"] = r.status;
     if (diverged) j["error"] = r.error, j["diverged_step"] = r.diverged_step;
     j["process_peak_rss_bytes"] = process_peak_rss_bytes();
+    if (r.ranks > 1) {
+      j["devices"] = r.ranks;
+      json ranks = json::array();
+      for (size_t i = 0; i < r.rank_peak_bytes.size(); ++i) {
+        ranks.push_back({{"rank", i}, {"measured_peak_bytes", r.rank_peak_bytes[i]}, {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}});
+      }
+      j["ranks"] = ranks;
+    }
     const HostMemory& host = host_memory();
     j["host_memory"] = {{"address_limit_bytes", host.address_limit_bytes >= 0 ? json(host.address_limit_bytes) : json(nullptr)},
                         {"gemm_threads", host.gemm_threads}, {"gemm_buffer_bytes", host.gemm_buffer_bytes}};
@@ -289,8 +344,8 @@ int run_export(const ExportArgs& args) {
   Expected<SafetensorsFile> file = read_safetensors(weights_path);
   if (!file.ok()) return report(file.status());
   std::map<std::string, Tensor> weights;
-  for (ValueId a : plan->train.arguments()) {
-    const Value& v = plan->train.value(a);
+  for (ValueId a : plan->eval.arguments()) {  // the forward's parameters (the step's may be zero3 shards)
+    const Value& v = plan->eval.value(a);
     if (v.role != Role::kParam) continue;
     auto it = file->tensors.find(v.source_name);
     if (it == file->tensors.end()) return report(Status::BadInput(weights_path + ": no weights for parameter '" + v.source_name + "'"));

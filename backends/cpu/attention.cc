@@ -77,7 +77,7 @@ struct AttentionDropout {
     seed = ctx.seed;
     stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
     threshold = dropout_threshold(ratio);
-    offset = static_cast<uint64_t>(ctx.node.attrs.get_int("rng_offset", 0));
+    offset = random_draw_offset(ctx);
     inv_keep = 1.0 / (1.0 - ratio);
   }
   // factor[r, c] = kept ? 1/(1 - ratio) : 0 for one block of batch entry `batch_index`.

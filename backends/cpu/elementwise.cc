@@ -327,7 +327,7 @@ Status dropout_kernel(KernelContext& ctx) {
   const uint64_t stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
   const uint64_t threshold = dropout_threshold(ratio);
   // A micro-batch's copy draws the counters of its rows in the full batch (passes/microbatch.h).
-  const auto offset = static_cast<uint64_t>(ctx.node.attrs.get_int("rng_offset", 0));
+  const uint64_t offset = random_draw_offset(ctx);
   return dispatch_dtype(x.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsFloatStorage<T>) {
       return unsupported_dtype(ctx, x.dtype());

@@ -19,6 +19,7 @@ static const KernelTable& table() {
     register_misc_kernels(*table);
     register_training_kernels(*table);
     register_optimizer_kernels(*table);
+    register_collective_kernels(*table);
     return table;
   }();
   return *t;

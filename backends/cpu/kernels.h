@@ -35,6 +35,7 @@ void register_shape_kernels(KernelTable& t);
 void register_misc_kernels(KernelTable& t);
 void register_training_kernels(KernelTable& t);
 void register_optimizer_kernels(KernelTable& t);  // loss, fills, fused backward ops
+void register_collective_kernels(KernelTable& t);  // through the rank's Communicator
 
 struct KernelTable {
   struct Entry {

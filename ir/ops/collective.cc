@@ -4,6 +4,9 @@
 //   all_gather(x [n, …]) → [ranks·n, …]  block r of the result is rank r's x
 //   reduce_scatter(x [ranks·n, …]) → [n, …]  rank r gets Σ over ranks of block r
 //   all_reduce(x) → x's shape, Σ (or max) over ranks;  broadcast(x) → the root's x
+//   shard_block(x [ranks·n, …]) → [n, …]  block r of x on rank r (local: no communication)
+//   split_flat(x [n]) → [s_0], …, [s_k−1]  consecutive pieces of a unit's flat buffer {sizes},
+//                       Σ s_i ≤ n (the rest is padding); gradient: their concatenation, padded
 // Attributes: ranks (group size), group (a name; "world" when absent), reduce = "sum" | "max"
 // on the reducing ops, root on broadcast. kernels call backends/comm's Communicator.
 //
@@ -54,6 +57,51 @@ Status reduce_scatter_result(const Node& node, const TensorType& x, TensorType& 
   }
   out = x;
   out.shape[0] /= ranks;
+  return Status::Ok();
+}
+
+Status shard_block_result(const Node& node, const TensorType& x, TensorType& out) {
+  MEMC_RETURN_IF_ERROR(check_group(node));
+  const int64_t ranks = node.attrs.get_int("ranks", 1);
+  if (x.shape.empty() || x.shape[0] % ranks != 0) {
+    return Status::BadInput(str_cat("shard_block input [", shape_str(x.shape), "] dim 0 is not a multiple of ", ranks, " ranks"));
+  }
+  out = x;
+  out.shape[0] /= ranks;
+  return Status::Ok();
+}
+
+Status split_flat_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const TensorType& x = c.inputs[0];
+  const std::vector<int64_t> sizes = c.node.attrs.get_ints("sizes");
+  if (x.shape.size() != 1) return Status::BadInput(str_cat("split_flat input is [", shape_str(x.shape), "], not a flat buffer"));
+  if (sizes.empty()) return Status::BadInput("split_flat needs 'sizes'");
+  int64_t total = 0;
+  out.clear();
+  for (int64_t n : sizes) {
+    if (n < 1) return Status::BadInput(str_cat("split_flat size ", n, " is not positive"));
+    total += n;
+    out.push_back({x.dtype, {n}});
+  }
+  if (total > x.shape[0]) return Status::BadInput(str_cat("split_flat sizes add up to ", total, ", beyond the buffer's ", x.shape[0]));
+  return Status::Ok();
+}
+
+// d x = concat(d piece_0, …, zeros for the padding); a piece nobody read contributes zeros.
+Status split_flat_grad(GradBuilder& g) {
+  if (!g.needs_GI(0)) return Status::Ok();
+  const std::vector<int64_t> sizes = g.attrs().get_ints("sizes");
+  const DType dtype = g.dtype(g.I(0));
+  std::vector<ValueId> parts;
+  int64_t total = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const ValueId go = g.GO(static_cast<int>(i));
+    parts.push_back(go != kNoValue ? go : g.emit("constant", {}, make_attrs({{"value", Tensor::zeros(dtype, {sizes[i]})}})));
+    total += sizes[i];
+  }
+  const int64_t padding = g.shape(g.I(0))[0] - total;
+  if (padding > 0) parts.push_back(g.emit("constant", {}, make_attrs({{"value", Tensor::zeros(dtype, {padding})}})));
+  g.set_GI(0, parts.size() == 1 ? parts[0] : g.emit("concat", parts, make_attrs({{"axis", int64_t{0}}})));
   return Status::Ok();
 }
 
@@ -149,6 +197,12 @@ void register_collective_ops(OpRegistry& r) {
       {"all_reduce", all_reduce_result, all_reduce_grad, "x → the sum (or max) of x over ranks {ranks, group, reduce}", true},
       {"broadcast", broadcast_result, broadcast_grad, "x → the root's x on every rank {ranks, group, root}", false},
   };
+  // Local, but rank-dependent: a rank's shard of a flat buffer every rank holds whole.
+  r.add({.name = "shard_block", .min_inputs = 1, .max_inputs = 1, .flags = kOpNoGradient, .shape = sync_shape(shard_block_result),
+         .flops = [](const Node&, auto, auto) -> int64_t { return 0; }, .doc = "x [ranks·n, …] → [n, …], block r of x on rank r {ranks}"});
+  r.add({.name = "split_flat", .min_inputs = 1, .max_inputs = 1, .num_outputs = -1, .shape = split_flat_shape,
+         .flops = [](const Node&, auto, auto) -> int64_t { return 0; },
+         .doc = "x [n] → [s_0], …, [s_k−1]: consecutive pieces of a flat buffer {sizes}", .grad = split_flat_grad});
   for (const Collective& c : collectives) {
     const bool reduces = c.reduces;
     // Flops: a reduction adds ranks − 1 values into each element of its result; gathers and

@@ -1,0 +1,268 @@
+#include "passes/shard.h"
+
+#include <algorithm>
+
+#include "ir/grad.h"
+#include "passes/microbatch.h"
+
+namespace memc {
+namespace {
+
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}) {
+  auto out = m.add_node(op, std::move(inputs), std::move(attrs), "shard");
+  MEMC_CHECK(out.ok(), out.status().message());
+  return (*out)[0];
+}
+
+Attrs group(const ShardOptions& o) { return make_attrs({{"ranks", o.devices}}); }
+
+ValueId scalar_like(Module& m, DType dtype, double v) {
+  Tensor t = Tensor::zeros(DType::kF64, {});
+  t.data<double>()[0] = v;
+  return m.add_constant(t.cast(dtype), "c");
+}
+
+// Consecutive parameters of one dtype, up to kUnitBytes each (a larger parameter is a unit alone).
+std::vector<std::vector<size_t>> group_units(const Module& m, const std::vector<ValueId>& params) {
+  std::vector<std::vector<size_t>> units;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const TensorType& t = m.value(params[i]).type;
+    const bool same_dtype = !units.empty() && m.value(params[units.back().front()]).type.dtype == t.dtype;
+    if (units.empty() || !same_dtype || bytes + t.bytes() > kUnitBytes) {
+      units.emplace_back();
+      bytes = 0;
+    }
+    units.back().push_back(i);
+    bytes += t.bytes();
+  }
+  return units;
+}
+
+// concat(flatten(values)…, zeros) → [block·N]: one flat, padded buffer.
+ValueId flatten_padded(Module& m, const std::vector<ValueId>& values, int64_t padded) {
+  std::vector<ValueId> parts;
+  int64_t elements = 0;
+  for (ValueId v : values) {
+    const int64_t n = m.value(v).type.numel();
+    parts.push_back(emit(m, "reshape", {v}, make_attrs({{"shape", std::vector<int64_t>{n}}})));
+    elements += n;
+  }
+  if (padded > elements) parts.push_back(m.add_constant(Tensor::zeros(m.value(values[0]).type.dtype, {padded - elements}), "pad"));
+  return parts.size() == 1 ? parts[0] : emit(m, "concat", parts, make_attrs({{"axis", int64_t{0}}}));
+}
+
+// all_gather(shard) → split_flat → one view per parameter with its shape. Returns the views.
+std::vector<ValueId> gather_unit(Module& m, const ShardUnit& u, const std::vector<TensorType>& types, const ShardOptions& o) {
+  std::vector<int64_t> sizes;
+  for (const TensorType& t : types) sizes.push_back(t.numel());
+  const ValueId flat = emit(m, "all_gather", {u.weight}, group(o));
+  auto pieces = m.add_node("split_flat", {flat}, make_attrs({{"sizes", sizes}}), "shard", static_cast<int>(sizes.size()));
+  MEMC_CHECK(pieces.ok(), pieces.status().message());
+  std::vector<ValueId> views;
+  for (size_t i = 0; i < types.size(); ++i) views.push_back(emit(m, "reshape", {(*pieces)[i]}, make_attrs({{"shape", types[i].shape}})));
+  return views;
+}
+
+// Moves the nodes added since `first_new` to right before the first scheduled node that reads
+// any of `values` (the end when none does).
+void schedule_before_first_reader(Module& m, NodeId first_new, const std::vector<ValueId>& values) {
+  std::vector<NodeId> order = m.schedule(), added, rest;
+  for (NodeId n : order) (n >= first_new ? added : rest).push_back(n);
+  auto reads = [&](NodeId n) {
+    for (ValueId v : m.node(n).inputs) {
+      if (std::find(values.begin(), values.end(), v) != values.end()) return true;
+    }
+    return false;
+  };
+  auto at = std::find_if(rest.begin(), rest.end(), reads);
+  rest.insert(at, added.begin(), added.end());
+  m.set_schedule(rest);
+}
+
+}  // namespace
+
+std::string shard_stage_name(ShardStage stage) {
+  switch (stage) {
+    case ShardStage::kNone: return "none";
+    case ShardStage::kZero1: return "zero1";
+    case ShardStage::kZero2: return "zero2";
+    case ShardStage::kZero3: return "zero3";
+  }
+  return "?";
+}
+
+Expected<ShardOptions> parse_shard(const std::string& stage, int64_t devices) {
+  if (devices < 1 || devices > 4096) return Status::BadInput(str_cat("--devices ", devices, " must be between 1 and 4096"));
+  ShardOptions o{.devices = devices};
+  if (stage == "none") {
+    o.stage = ShardStage::kNone;
+  } else if (stage == "zero1") {
+    o.stage = ShardStage::kZero1;
+  } else if (stage == "zero2") {
+    o.stage = ShardStage::kZero2;
+  } else if (stage == "zero3") {
+    o.stage = ShardStage::kZero3;
+  } else {
+    return Status::BadInput("--shard '" + stage + "': none, zero1, zero2 or zero3");
+  }
+  if (devices > 1 && o.stage == ShardStage::kNone) o.stage = ShardStage::kZero1;  // data parallel shards the optimizer at least
+  if (devices == 1) o.stage = ShardStage::kNone;  // one rank: nothing to split
+  return o;
+}
+
+Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                                                 const ShardOptions& o) {
+  std::vector<ShardUnit> units;
+  for (const std::vector<size_t>& members : group_units(m, params)) {
+    ShardUnit u;
+    u.name = str_cat("shard.unit", units.size());
+    std::vector<ValueId> unit_grads;
+    for (size_t i : members) {
+      u.params.push_back(params[i]);
+      u.param_names.push_back(m.value(params[i]).source_name);
+      unit_grads.push_back(grads[i]);
+      u.elements += m.value(params[i]).type.numel();
+      if (m.value(grads[i]).type.dtype != m.value(params[i]).type.dtype) {
+        return Status::Internal(str_cat("gradient of ", m.value(params[i]).name, " is not in its parameter's dtype"));
+      }
+    }
+    u.block = (u.elements + o.devices - 1) / o.devices;
+    const int64_t padded = u.block * o.devices;
+    u.weight = emit(m, "shard_block", {flatten_padded(m, u.params, padded)}, group(o));
+    m.rename(u.weight, u.name);
+    const ValueId flat = flatten_padded(m, unit_grads, padded);
+    const ValueId reduced = o.stage == ShardStage::kZero2 ? emit(m, "reduce_scatter", {flat}, make_attrs({{"ranks", o.devices}, {"reduce", std::string("sum")}}))
+                                                          : emit(m, "shard_block", {all_reduce_value(m, flat, o)}, group(o));
+    u.grad = mean_over_ranks(m, reduced, o);
+    m.value(u.grad).role = Role::kGrad;
+    m.rename(u.grad, "grad." + u.name);
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
+Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const ShardOptions& o) {
+  std::vector<ShardUnit> units;
+  std::vector<ValueId> shards;
+  for (const std::vector<size_t>& members : group_units(m, params)) {
+    ShardUnit u;
+    u.name = str_cat("shard.unit", units.size());
+    std::vector<TensorType> types;
+    for (size_t i : members) {
+      u.params.push_back(params[i]);
+      types.push_back(m.value(params[i]).type);
+      u.param_names.push_back(m.value(params[i]).source_name);
+      u.elements += types.back().numel();
+    }
+    u.block = (u.elements + o.devices - 1) / o.devices;
+    u.weight = m.add_argument(u.name, {types[0].dtype, {u.block}}, Role::kParam);
+    const auto first_new = static_cast<NodeId>(m.nodes().size());
+    u.views = gather_unit(m, u, types, o);
+    schedule_before_first_reader(m, first_new, u.params);
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      m.replace_all_uses(u.params[k], u.views[k]);
+      MEMC_RETURN_IF_ERROR(m.remove_argument(u.params[k]));
+    }
+    shards.push_back(u.weight);
+    units.push_back(std::move(u));
+  }
+  params = shards;
+  return units;
+}
+
+Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions& o) {
+  for (const ShardUnit& u : units) {
+    std::vector<TensorType> types;
+    for (ValueId v : u.views) types.push_back(m.value(v).type);
+    const auto first_new = static_cast<NodeId>(m.nodes().size());
+    const std::vector<ValueId> again = gather_unit(m, u, types, o);
+    bool read = false;
+    for (NodeId n = backward_begin; n < first_new; ++n) {
+      Node& node = m.node(n);
+      if (node.dead) continue;
+      for (ValueId& v : node.inputs) {
+        auto it = std::find(u.views.begin(), u.views.end(), v);
+        if (it != u.views.end()) v = again[it - u.views.begin()], read = true;
+      }
+    }
+    if (!read) {  // backward never reads these parameters: no second gather
+      for (NodeId n = first_new; n < static_cast<NodeId>(m.nodes().size()); ++n) m.node(n).dead = true;
+      continue;
+    }
+    schedule_before_first_reader(m, first_new, again);
+  }
+  return Status::Ok();
+}
+
+ValueId all_reduce_value(Module& m, ValueId v, const ShardOptions& o, const std::string& reduce) {
+  if (o.devices == 1) return v;
+  Attrs a = group(o);
+  a.set("reduce", reduce);
+  return emit(m, "all_reduce", {v}, std::move(a));
+}
+
+ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& o) {
+  if (o.devices == 1) return v;
+  return emit(m, "mul", {v, scalar_like(m, m.value(v).type.dtype, 1.0 / static_cast<double>(o.devices))});
+}
+
+Status gather_updated_params(Module& m, const ShardUnit& u, ValueId updated, const ShardOptions& o) {
+  const ValueId flat = emit(m, "all_gather", {updated}, group(o));
+  int64_t offset = 0;
+  for (ValueId p : u.params) {
+    const TensorType t = m.value(p).type;
+    const int64_t n = t.numel();
+    const ValueId part = emit(m, "slice", {flat}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{offset}},
+                                                             {"ends", std::vector<int64_t>{offset + n}}, {"steps", std::vector<int64_t>{1}}}));
+    const ValueId next = emit(m, "reshape", {part}, make_attrs({{"shape", t.shape}}));
+    m.value(next).role = m.value(p).role;
+    m.rename(next, m.value(p).name + ".next");
+    m.add_update(p, next);
+    offset += n;
+  }
+  return Status::Ok();
+}
+
+void mark_rank_draws(Module& m, int64_t batch) {
+  for (NodeId n : m.schedule()) {
+    Node& node = m.node(n);
+    if (const int64_t per_sample = random_draws_per_sample(m, node, batch); per_sample > 0) node.attrs.set("rng_row_stride", per_sample);
+  }
+}
+
+void record_shard_layout(Module& m, const std::vector<ShardUnit>& units, const ShardOptions& o) {
+  m.metadata().set("memc.shard.devices", o.devices);
+  m.metadata().set("memc.shard.stage", static_cast<int64_t>(o.stage));
+  std::vector<std::string> names;
+  std::vector<int64_t> blocks;
+  for (const ShardUnit& u : units) {
+    names.push_back(u.name);
+    blocks.push_back(u.block);
+    m.metadata().set("memc.shard.params." + u.name, u.param_names);
+  }
+  m.metadata().set("memc.shard.units", names);
+  m.metadata().set("memc.shard.blocks", blocks);
+}
+
+Expected<ShardLayout> shard_layout(const Module& m) {
+  ShardLayout layout;
+  layout.devices = m.metadata().get_int("memc.shard.devices", 1);
+  const int64_t stage = m.metadata().get_int("memc.shard.stage", 0);
+  if (layout.devices < 1 || stage < 0 || stage > 3) return Status::BadInput(str_cat("shard layout: devices ", layout.devices, ", stage ", stage));
+  layout.stage = static_cast<ShardStage>(stage);
+  const Attr* names = m.metadata().find("memc.shard.units");
+  if (!names) return layout;
+  const auto* unit_names = std::get_if<std::vector<std::string>>(names);
+  const std::vector<int64_t> blocks = m.metadata().get_ints("memc.shard.blocks");
+  if (!unit_names || unit_names->size() != blocks.size()) return Status::BadInput("shard layout: units and blocks differ in number");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Attr* params = m.metadata().find("memc.shard.params." + (*unit_names)[i]);
+    const auto* list = params ? std::get_if<std::vector<std::string>>(params) : nullptr;
+    if (!list) return Status::BadInput("shard layout: no parameters for " + (*unit_names)[i]);
+    layout.units.push_back({(*unit_names)[i], *list, blocks[i]});
+  }
+  return layout;
+}
+
+}  // namespace memc

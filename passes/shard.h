@@ -1,0 +1,97 @@
+// shard: data parallelism over N ranks with ZeRO-sharded optimizer states (DESIGN.md, the shard
+// pass). Every rank runs the same training step (SPMD) on its slice of the global batch:
+//   rank r takes rows [r·b, (r+1)·b) of the global batch of N·b samples; random ops offset their
+//   draws by r·b samples (attribute rng_row_stride), so N ranks replay one device's masks.
+//   Parameters are grouped into units (consecutive parameters of one dtype, up to
+//   kUnitBytes each); a unit's gradients are flattened into one buffer padded to a multiple of N
+//   (so each collective is one call) and reduced across ranks:
+//     zero1  all_reduce of the flat gradient, then this rank's block of it;
+//     zero2  reduce_scatter of the flat gradient, as soon as the unit's gradient is complete.
+//   Each rank holds and updates the optimizer state of its block only ([⌈E/N⌉] per unit), then
+//   all_gathers the updated block so every rank holds the whole parameters again.
+//     zero3  the parameters themselves are sharded: a unit is one argument, this rank's block
+//            "shard.unitK", all-gathered and split into the parameters before the forward uses
+//            them and gathered again for backward, so whole parameters live only while a unit
+//            computes (FSDP); autodiff turns the gather into the gradient's reduce_scatter.
+//   The loss and gradients are the global batch's mean: the reduced gradient sum is scaled by
+//   1/N (exact for N a power of two), the loss is all-reduced and scaled likewise; global-norm
+//   clipping and loss scaling's found_inf all-reduce their sums of squares.
+// TrainingStep applies it between autodiff and the optimizer (passes/training_step.h).
+// Not yet: unequal slices (N must divide the batch), zero3 with micro-batches, overlap of
+// collectives with compute (the async pairs exist; the schedule does not use them yet), 8-bit
+// and factored optimizer states (their blocks and factors follow the parameter's shape).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace memc {
+
+enum class ShardStage : int { kNone = 0, kZero1 = 1, kZero2 = 2, kZero3 = 3 };
+
+struct ShardOptions {
+  int64_t devices = 1;
+  ShardStage stage = ShardStage::kNone;
+  bool active() const { return devices > 1 || stage != ShardStage::kNone; }
+};
+
+// "none" | "zero1" | "zero2" | "zero3" with --devices N.
+Expected<ShardOptions> parse_shard(const std::string& stage, int64_t devices);
+std::string shard_stage_name(ShardStage stage);
+
+// One unit as the optimizer sees it: the flat block of its parameters this rank updates.
+struct ShardUnit {
+  std::string name;              // "shard.unit3": its optimizer states are "<state>.shard.unit3"
+  std::vector<ValueId> params;   // in flat order (zero3: removed from the module's arguments)
+  std::vector<std::string> param_names;  // their source names
+  int64_t elements = 0;          // Σ numel of the parameters
+  int64_t block = 0;             // ⌈elements / N⌉: this rank's share, padding included
+  ValueId weight = kNoValue;     // this rank's block of the flat parameters [block]
+  ValueId grad = kNoValue;       // this rank's block of the mean gradient over ranks [block]
+  std::vector<ValueId> views;    // zero3: the gathered parameters forward reads, one per param
+};
+
+// Up to this many parameter bytes per unit (PyTorch DDP's default bucket, 25 MiB): large enough
+// that a collective's latency is amortized, small enough that a unit's flat gradient is a small
+// part of the peak.
+inline constexpr int64_t kUnitBytes = int64_t{25} << 20;
+
+// zero3, before autodiff: replaces each unit's parameter arguments by its shard argument and
+// the gather that rebuilds them before their first reader; `params` becomes the shards.
+Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const ShardOptions& options);
+// zero3, after autodiff: backward nodes (ids ≥ backward_begin) read a second gather of each
+// unit, so the forward's gathered parameters die when the forward is done with them.
+Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions& options);
+
+// zero1/zero2: groups `params` into units and emits each unit's gradient reduction and
+// parameter block.
+Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                                                 const ShardOptions& options);
+// The sum (or max) of a value over ranks; `v` itself on one rank.
+ValueId all_reduce_value(Module& m, ValueId v, const ShardOptions& options, const std::string& reduce = "sum");
+// v / N in v's dtype (the mean over ranks of an all-reduced sum).
+ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& options);
+// After the optimizer updated `unit.weight` to `updated`: all_gather the blocks and write each
+// parameter's slice back as its update.
+Status gather_updated_params(Module& m, const ShardUnit& unit, ValueId updated, const ShardOptions& options);
+// Sets rng_row_stride on the random ops whose outermost dimension is the rank's batch `batch`.
+void mark_rank_draws(Module& m, int64_t batch);
+
+// What the runtime needs to consolidate sharded optimizer states into per-parameter ones
+// (checkpoints) and back: recorded in the module's metadata.
+struct ShardLayout {
+  int64_t devices = 1;
+  ShardStage stage = ShardStage::kNone;
+  struct Unit {
+    std::string name;
+    std::vector<std::string> params;  // source names, in flat order
+    int64_t block = 0;
+  };
+  std::vector<Unit> units;
+};
+void record_shard_layout(Module& m, const std::vector<ShardUnit>& units, const ShardOptions& options);
+// The layout of a training step; devices 1 and no units when it is not sharded.
+Expected<ShardLayout> shard_layout(const Module& m);
+
+}  // namespace memc

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Data parallel over MPI ranks (passes/shard.h): a plan compiled with --devices N and run as N
+# ranks trains the same model as one device with the same global batch.
+#   - after 5 steps with dropout on, the losses match step for step and the parameters and
+#     optimizer states (the consolidated checkpoint) equal the one-device run's, relative to each
+#     tensor's largest value: with SGD+momentum every element within 1e-5 in fp32. AdamW's
+#     first update is lr·sign(g), so an element whose gradient is at the level of f32 summation
+#     noise moves ±lr whichever way the ranks' partial sums round: there, every element whose
+#     gradient is not identically zero (second moment > 1e-18; the attention key bias's is zero:
+#     softmax ignores it) must be within 1e-5 except at most 0.05% of them, and those within
+#     2·lr per step. bf16-mixed (bf16 GEMMs round the two splits' partial sums differently):
+#     losses within 2^-8 relative, SGD+momentum every parameter within 2^-7, AdamW 99% of the
+#     elements within 2^-8 and all within 2·lr per step, optimizer states (gradients from bf16
+#     GEMMs) within 8 times those;
+#   - every rank's measured device peak equals the plan's, in rank 0's report;
+#   - a checkpoint written by 2 ranks resumes on 1 and on 4, continuing the uninterrupted losses;
+#   - a sharded plan without mpirun, or a job of the wrong size, is one line and exit 2.
+source "$(dirname "$0")/common.bash" "$@"
+cd "$SRC"
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun (scripts/setup.sh installs OpenMPI)"; exit 77; }
+ranks() { local np=$1; shift; bash tests/comm/mpirun.sh "$np" "$@"; }
+DATA="--data data/digits_train.npz"
+COMMON="--batch 8 --lr 2e-3 --clip-grad-norm 1.0"
+
+# compare.py A.json B.json CKPT_A CKPT_B TOL MODE FRACTION: losses and every checkpoint tensor
+# within TOL relative to the tensor's largest value; MODE adamw lets FRACTION of the elements
+# (noise-level gradients) be farther, within 2·lr per step, and skips zero-gradient ones.
+COMPARE='
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__": continue
+        s, e = v["data_offsets"]; raw = b[8 + n + s:8 + n + e]
+        if v["dtype"] == "F32": out[k] = struct.unpack("<%df" % (len(raw) // 4), raw)
+        elif v["dtype"] == "BF16": out[k] = [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
+        else: out[k] = struct.unpack("<%dB" % len(raw), raw)
+    return out
+ra, rb = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+tol, mode, fraction = float(sys.argv[5]), sys.argv[6], float(sys.argv[7])
+loss_tol = max(tol, 2.0 ** -8) if tol > 1e-4 else tol
+la, lb = ra["losses"], rb["losses"]
+assert len(la) == len(lb) and len(la) > 0, (la, lb)
+for i, (x, y) in enumerate(zip(la, lb)):
+    assert abs(x - y) <= loss_tol * max(abs(x), 1e-3), "step %d loss %r vs %r" % (i + 1, x, y)
+ta, tb = tensors(sys.argv[3]), tensors(sys.argv[4])
+assert sorted(ta) == sorted(tb), set(ta) ^ set(tb)
+worst, counted, over, zero = 0.0, 0, 0, 0
+bound = 2 * 2e-3 * len(la)
+for k in ta:
+    a, b = ta[k], tb[k]
+    scale = max(max(abs(v) for v in a), 1e-6)
+    is_state = k.startswith(("exp_avg", "momentum_buffer"))
+    t = tol * 8 if is_state and tol > 1e-4 else tol
+    v = ta.get("exp_avg_sq." + k) if mode == "adamw" else None
+    for i, (x, y) in enumerate(zip(a, b)):
+        if v is not None and v[i] <= 1e-18:
+            zero += 1
+            continue
+        d = abs(x - y) / scale
+        counted += 1
+        if d <= t:
+            worst = max(worst, d)
+        elif mode == "adamw" and abs(x - y) <= bound:
+            over += 1
+        else:
+            raise AssertionError("%s[%d] differs by %.3g of its largest value (%r vs %r)" % (k, i, d, x, y))
+assert over <= fraction * counted, "%d of %d elements beyond %g" % (over, counted, tol)
+print("%d tensors, %d elements within %.3g relative (%d beyond, within 2 lr/step; %d with zero gradient)" % (len(ta), counted - over, worst, over, zero))
+'
+# peaks.py R.json N: rank 0 lists N ranks, each with measured = predicted.
+PEAKS='
+import json, sys
+r = json.load(open(sys.argv[1])); n = int(sys.argv[2])
+assert r["devices"] == n and len(r["ranks"]) == n, r.get("ranks")
+for e in r["ranks"]:
+    assert e["measured_peak_bytes"] == e["predicted_peak_bytes"] > 0, e
+print(" ".join(str(e["measured_peak_bytes"]) for e in r["ranks"]))
+'
+
+one_device() {  # precision optimizer → $TMP/one-$precision-$optimizer/{plan,ckpt,r.json}
+  local p=$1 o=$2 d=$TMP/one-$1-$2
+  mkdir -p "$d"
+  $MEMC compile models/vit_tiny.onnx $COMMON --optimizer "$o" --precision "$p" -o "$d/plan" >/dev/null 2>"$TMP/err" || { fail "compile $p: $(cat "$TMP/err")"; return; }
+  $MEMC run "$d/plan" $DATA --steps 5 --quiet --checkpoint "$d/ckpt" --json "$d/r.json" >/dev/null 2>"$TMP/err" || fail "run $p: $(cat "$TMP/err")"
+}
+
+check_case() {  # NP STAGE PRECISION OPTIMIZER TOL FRACTION
+  local np=$1 stage=$2 p=$3 o=$4 tol=$5 fraction=$6 d=$TMP/$1-$2-$3-$4
+  local one=$TMP/one-$p-$o
+  mkdir -p "$d"
+  $MEMC compile models/vit_tiny.onnx $COMMON --optimizer "$o" --precision "$p" --devices "$np" --shard "$stage" -o "$d/plan" >/dev/null 2>"$TMP/err" \
+    || { fail "compile $np $stage $p: $(cat "$TMP/err")"; return; }
+  ranks "$np" $MEMC run "$d/plan" $DATA --steps 5 --quiet --checkpoint "$d/ckpt" --json "$d/r.json" >"$d/out" 2>"$d/err" \
+    || { fail "$np ranks $stage $p: $(tail -3 "$d/err")"; return; }
+  local same peaks
+  same=$(python3 -c "$COMPARE" "$one/r.json" "$d/r.json" "$one/ckpt/checkpoint.safetensors" "$d/ckpt/checkpoint.safetensors" "$tol" "$o" "$fraction" 2>&1) \
+    && pass "$np ranks $stage $p $o = one device after 5 steps: losses and $same" || fail "$np ranks $stage $p $o vs one device: $same"
+  peaks=$(python3 -c "$PEAKS" "$d/r.json" "$np" 2>&1) && pass "$np ranks $stage $p $o: measured = planned on every rank ($peaks bytes)" \
+    || fail "$np ranks $stage $p $o peaks: $peaks"
+}
+
+one_device fp32 momentum
+one_device fp32 adamw
+one_device bf16-mixed momentum
+one_device bf16-mixed adamw
+for stage in zero1 zero2 zero3; do
+  check_case 2 $stage fp32 momentum 1e-5 0
+  check_case 2 $stage fp32 adamw 1e-5 0.0005
+  check_case 2 $stage bf16-mixed momentum 0.0078125 0
+  check_case 2 $stage bf16-mixed adamw 0.00390625 0.01
+done
+check_case 4 zero2 fp32 momentum 1e-5 0
+check_case 4 zero3 fp32 adamw 1e-5 0.0005
+
+# Resume with another number of ranks: 2 ranks for 3 steps, then 1 rank (the one-device plan) and
+# 4 ranks for the last 2, against the uninterrupted one-device losses.
+$MEMC compile models/vit_tiny.onnx $COMMON --optimizer adamw --devices 2 --shard zero2 -o "$TMP/r2.plan" >/dev/null 2>&1
+$MEMC compile models/vit_tiny.onnx $COMMON --optimizer adamw --devices 4 --shard zero3 -o "$TMP/r4.plan" >/dev/null 2>&1
+ranks 2 $MEMC run "$TMP/r2.plan" $DATA --steps 3 --quiet --checkpoint "$TMP/resume" >/dev/null 2>"$TMP/err" || fail "2-rank start: $(tail -2 "$TMP/err")"
+cp -r "$TMP/resume" "$TMP/resume4"
+$MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 2 --quiet --checkpoint "$TMP/resume" --resume --json "$TMP/res1.json" >/dev/null 2>"$TMP/err" \
+  || fail "resume on 1: $(cat "$TMP/err")"
+ranks 4 $MEMC run "$TMP/r4.plan" $DATA --steps 2 --quiet --checkpoint "$TMP/resume4" --resume --json "$TMP/res4.json" >/dev/null 2>"$TMP/err" \
+  || fail "resume on 4: $(tail -2 "$TMP/err")"
+for n in 1 4; do
+  python3 -c '
+import json, sys
+full, res = json.load(open(sys.argv[1]))["losses"], json.load(open(sys.argv[2]))["losses"]
+assert len(res) == 2, res
+for a, b in zip(full[3:], res):
+    assert abs(a - b) <= 1e-5 * abs(a), (full, res)
+' "$TMP/one-fp32-adamw/r.json" "$TMP/res$n.json" && pass "2 ranks → $n rank(s) resumes the uninterrupted losses (steps 4-5)" \
+    || fail "2 ranks → $n: losses $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["losses"])' "$TMP/res$n.json")"
+done
+
+# Wrong job sizes.
+expect_error 2 "mpirun -np 2" -- $MEMC run "$TMP/r2.plan" $DATA --steps 1 --quiet
+ranks 2 $MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet >"$TMP/out" 2>"$TMP/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "compile with --devices 2" "$TMP/err" && pass "a one-device plan as 2 ranks: exit 2, $(head -1 "$TMP/err")" \
+  || fail "one-device plan on 2 ranks: exit $rc, $(head -3 "$TMP/err")"
+expect_error 2 "does not split evenly" -- $MEMC compile models/vit_tiny.onnx --batch 9 --devices 2 -o "$TMP/x.plan"
+expect_error 2 "zero3 with --micro-batches" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --shard zero3 --micro-batches 2 -o "$TMP/x.plan"
+expect_error 2 "elementwise optimizer" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --optimizer adafactor -o "$TMP/x.plan"
+finish
