@@ -179,6 +179,10 @@ std::map<std::string, std::vector<Recipe>> explicit_recipes() {
   r["all_reduce_done"] = {{{f, f}, summed}};
   r["broadcast"] = r["broadcast_start"] = {{{i64}, make_attrs({{"ranks", int64_t{2}}, {"root", int64_t{1}}})}};
   r["broadcast_done"] = {{{i64, i64}, make_attrs({{"ranks", int64_t{2}}, {"root", int64_t{0}}})}};
+  // Flat-buffer ops of the shard pass: a rank's block, and a unit's pieces (with padding).
+  const TensorType flat{DType::kF32, {10}};
+  r["shard_block"] = {{{flat}, make_attrs({{"ranks", int64_t{2}}})}};
+  r["split_flat"] = {{{flat}, make_attrs({{"sizes", std::vector<int64_t>{6, 3}}}), 2}};
   return r;
 }
 

@@ -21,6 +21,7 @@
 #include "runtime/file_guard.h"
 #include "runtime/host_memory.h"
 #include "runtime/timeline.h"
+#include "ir/op_registry.h"
 #include "planner/calibrate.h"
 #include "planner/compile.h"
 #include "runtime/safetensors.h"
@@ -56,7 +57,7 @@ int64_t count_params(const Module& m, int64_t* bytes) {
 
 json plan_summary(const std::string& path, const Plan& plan) {
   int64_t param_bytes = 0;
-  const int64_t params = count_params(plan.train, &param_bytes);
+  const int64_t params = count_params(plan.eval, &param_bytes);  // the forward's: the step's may be zero3 shards
   return {{"plan", path},
           {"model", plan.model_path},
           {"batch", plan.batch},
@@ -70,12 +71,17 @@ json plan_summary(const std::string& path, const Plan& plan) {
           {"param_count", params},
           {"trainable_params", [&] {
              std::vector<std::string> names;  // the initializers trained (memc inspect MODEL explains them)
-             for (ValueId a : plan.train.arguments())
-               if (plan.train.value(a).role == Role::kParam) names.push_back(plan.train.value(a).source_name);
+             for (ValueId a : plan.eval.arguments())
+               if (plan.eval.value(a).role == Role::kParam) names.push_back(plan.eval.value(a).source_name);
              return names;
            }()},
           {"param_bytes", param_bytes},
           {"train_nodes", plan.train.schedule().size()},
+          {"comm_bytes_per_step", [&] {  // what one rank sends per step (ring collectives)
+             int64_t bytes = 0;
+             for (NodeId n : plan.train.schedule()) bytes += collective_wire_bytes(plan.train, plan.train.node(n));
+             return bytes;
+           }()},
           {"eval_nodes", plan.eval.schedule().size()},
           {"decisions", decisions_json(plan.decisions)},
           {"predicted_peak_bytes", plan.memory.predicted_peak_bytes},
