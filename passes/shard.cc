@@ -1,8 +1,11 @@
 #include "passes/shard.h"
 
 #include <algorithm>
+#include <climits>
+#include <map>
 
 #include "ir/grad.h"
+#include "ir/op_registry.h"
 #include "passes/microbatch.h"
 
 namespace memc {
@@ -171,27 +174,116 @@ Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId
   return units;
 }
 
-Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions& o) {
-  for (const ShardUnit& u : units) {
-    std::vector<TensorType> types;
-    for (ValueId v : u.views) types.push_back(m.value(v).type);
-    const auto first_new = static_cast<NodeId>(m.nodes().size());
-    const std::vector<ValueId> again = gather_unit(m, u, types, o);
-    bool read = false;
-    for (NodeId n = backward_begin; n < first_new; ++n) {
-      Node& node = m.node(n);
-      if (node.dead) continue;
-      for (ValueId& v : node.inputs) {
-        auto it = std::find(u.views.begin(), u.views.end(), v);
-        if (it != u.views.end()) v = again[it - u.views.begin()], read = true;
+// Backward's reads of values the forward computed from shards alone (the gathered parameters
+// and what was derived from them without data: casts to bf16, transposes, reshapes) are
+// recomputed for backward — a second gather — so none of it lives from forward to backward.
+class BackwardRegather {
+ public:
+  BackwardRegather(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin)
+      : m_(m), backward_begin_(backward_begin), derived_(m.values().size(), false) {
+    for (const ShardUnit& u : units) shards_.push_back(u.weight);
+    find_derived();
+  }
+
+  void run() {
+    const auto first_new = static_cast<NodeId>(m_.nodes().size());
+    for (NodeId n = backward_begin_; n < first_new; ++n) {
+      if (m_.node(n).dead) continue;
+      for (size_t i = 0; i < m_.node(n).inputs.size(); ++i) {
+        const ValueId v = m_.node(n).inputs[i];
+        if (v != kNoValue && v < static_cast<ValueId>(derived_.size()) && derived_[v]) {
+          const ValueId again = clone(v);
+          m_.node(n).inputs[i] = again;
+        }
       }
     }
-    if (!read) {  // backward never reads these parameters: no second gather
-      for (NodeId n = first_new; n < static_cast<NodeId>(m.nodes().size()); ++n) m.node(n).dead = true;
-      continue;
-    }
-    schedule_before_first_reader(m, first_new, again);
+    schedule_clones(first_new);
   }
+
+ private:
+  bool is_shard(ValueId v) const { return std::find(shards_.begin(), shards_.end(), v) != shards_.end(); }
+
+  // Forward values computed from shards and constants only, without randomness.
+  void find_derived() {
+    const OpRegistry& registry = OpRegistry::get();
+    for (NodeId n : m_.schedule()) {
+      const Node& node = m_.node(n);
+      if (n >= backward_begin_ || node.inputs.empty()) continue;
+      const OpDef* def = registry.find(node.op);
+      if (def == nullptr || (def->flags & kOpRandom)) continue;
+      bool from_shards = false, only = true;
+      for (ValueId v : node.inputs) {
+        if (v == kNoValue) continue;
+        if (is_shard(v) || derived_[v]) {
+          from_shards = true;
+        } else if (m_.value(v).role != Role::kConstant) {
+          only = false;
+        }
+      }
+      if (!from_shards || !only) continue;
+      for (ValueId out : node.outputs) derived_[out] = true;
+    }
+  }
+
+  // The value recomputed: its producer cloned over recomputed inputs (memoized).
+  ValueId clone(ValueId v) {
+    if (auto it = clones_.find(v); it != clones_.end()) return it->second;
+    const Node node = m_.node(m_.value(v).producer);  // a copy: cloning grows the node table
+    std::vector<ValueId> inputs;
+    for (ValueId in : node.inputs) inputs.push_back(in != kNoValue && in < static_cast<ValueId>(derived_.size()) && derived_[in] ? clone(in) : in);
+    std::vector<TensorType> types;
+    std::vector<std::string> names;
+    for (ValueId out : node.outputs) {
+      types.push_back(m_.value(out).type);
+      names.push_back(m_.value(out).name + ".bwd");
+    }
+    const NodeId copy = m_.add_node_typed(node.op, inputs, node.attrs, types, names, node.source);
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      const ValueId out = m_.node(copy).outputs[k];
+      m_.value(out).role = m_.value(node.outputs[k]).role;
+      clones_[node.outputs[k]] = out;
+    }
+    return clones_.at(v);
+  }
+
+  // Each clone right before the first node that reads it (its readers' earliest position), so
+  // a unit's second gather happens when backward reaches the unit.
+  void schedule_clones(NodeId first_new) {
+    std::vector<NodeId> old_order;
+    for (NodeId n : m_.schedule()) {
+      if (n < first_new) old_order.push_back(n);
+    }
+    std::vector<int64_t> position(m_.nodes().size(), INT64_MAX);
+    for (size_t i = 0; i < old_order.size(); ++i) position[old_order[i]] = static_cast<int64_t>(i);
+    const auto users = m_.users();
+    std::vector<int64_t> first_use(m_.nodes().size(), INT64_MAX);
+    for (NodeId n = static_cast<NodeId>(m_.nodes().size()) - 1; n >= first_new; --n) {  // users were made after
+      for (ValueId out : m_.node(n).outputs) {
+        for (NodeId u : users[out]) first_use[n] = std::min(first_use[n], u >= first_new ? first_use[u] : position[u]);
+      }
+    }
+    std::vector<std::pair<int64_t, NodeId>> added;
+    for (NodeId n = first_new; n < static_cast<NodeId>(m_.nodes().size()); ++n) added.push_back({first_use[n], n});
+    std::stable_sort(added.begin(), added.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<NodeId> order;
+    size_t k = 0;
+    for (size_t i = 0; i < old_order.size(); ++i) {
+      for (; k < added.size() && added[k].first <= static_cast<int64_t>(i); ++k) order.push_back(added[k].second);
+      order.push_back(old_order[i]);
+    }
+    for (; k < added.size(); ++k) order.push_back(added[k].second);
+    m_.set_schedule(order);
+  }
+
+  Module& m_;
+  NodeId backward_begin_;
+  std::vector<bool> derived_;
+  std::vector<ValueId> shards_;
+  std::map<ValueId, ValueId> clones_;
+};
+
+Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions&) {
+  BackwardRegather(m, units, backward_begin).run();
   return Status::Ok();
 }
 
