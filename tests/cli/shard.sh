@@ -19,6 +19,7 @@ source "$(dirname "$0")/common.bash" "$@"
 cd "$SRC"
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun (scripts/setup.sh installs OpenMPI)"; exit 77; }
 ranks() { local np=$1; shift; bash tests/comm/mpirun.sh "$np" "$@"; }
+MODEL=vit_tiny TAG=""  # the model of one_device and check_case ($TAG names their folders)
 DATA="--data data/digits_train.npz"
 COMMON="--batch 8 --lr 2e-3 --clip-grad-norm 1.0"
 
@@ -82,24 +83,24 @@ print(" ".join(str(e["measured_peak_bytes"]) for e in r["ranks"]))
 '
 
 one_device() {  # precision optimizer → $TMP/one-$precision-$optimizer/{plan,ckpt,r.json}
-  local p=$1 o=$2 d=$TMP/one-$1-$2
+  local p=$1 o=$2 d=$TMP/one$TAG-$1-$2
   mkdir -p "$d"
-  $MEMC compile models/vit_tiny.onnx $COMMON --optimizer "$o" --precision "$p" -o "$d/plan" >/dev/null 2>"$TMP/err" || { fail "compile $p: $(cat "$TMP/err")"; return; }
+  $MEMC compile models/$MODEL.onnx $COMMON --optimizer "$o" --precision "$p" -o "$d/plan" >/dev/null 2>"$TMP/err" || { fail "compile $p: $(cat "$TMP/err")"; return; }
   $MEMC run "$d/plan" $DATA --steps 5 --quiet --checkpoint "$d/ckpt" --json "$d/r.json" >/dev/null 2>"$TMP/err" || fail "run $p: $(cat "$TMP/err")"
 }
 
 check_case() {  # NP STAGE PRECISION OPTIMIZER TOL FRACTION
-  local np=$1 stage=$2 p=$3 o=$4 tol=$5 fraction=$6 d=$TMP/$1-$2-$3-$4
-  local one=$TMP/one-$p-$o
+  local np=$1 stage=$2 p=$3 o=$4 tol=$5 fraction=$6 d=$TMP/$1$TAG-$2-$3-$4
+  local one=$TMP/one$TAG-$p-$o
   mkdir -p "$d"
-  $MEMC compile models/vit_tiny.onnx $COMMON --optimizer "$o" --precision "$p" --devices "$np" --shard "$stage" -o "$d/plan" >/dev/null 2>"$TMP/err" \
+  $MEMC compile models/$MODEL.onnx $COMMON --optimizer "$o" --precision "$p" --devices "$np" --shard "$stage" -o "$d/plan" >/dev/null 2>"$TMP/err" \
     || { fail "compile $np $stage $p: $(cat "$TMP/err")"; return; }
   ranks "$np" $MEMC run "$d/plan" $DATA --steps 5 --quiet --checkpoint "$d/ckpt" --json "$d/r.json" >"$d/out" 2>"$d/err" \
     || { fail "$np ranks $stage $p: $(tail -3 "$d/err")"; return; }
   local same peaks
   same=$(python3 -c "$COMPARE" "$one/r.json" "$d/r.json" "$one/ckpt/checkpoint.safetensors" "$d/ckpt/checkpoint.safetensors" "$tol" "$o" "$fraction" 2>&1) \
-    && pass "$np ranks $stage $p $o = one device after 5 steps: losses and $same" || fail "$np ranks $stage $p $o vs one device: $same"
-  peaks=$(python3 -c "$PEAKS" "$d/r.json" "$np" 2>&1) && pass "$np ranks $stage $p $o: measured = planned on every rank ($peaks bytes)" \
+    && pass "$MODEL $np ranks $stage $p $o = one device after 5 steps: losses and $same" || fail "$MODEL $np ranks $stage $p $o vs one device: $same"
+  peaks=$(python3 -c "$PEAKS" "$d/r.json" "$np" 2>&1) && pass "$MODEL $np ranks $stage $p $o: measured = planned on every rank ($peaks bytes)" \
     || fail "$np ranks $stage $p $o peaks: $peaks"
 }
 
@@ -115,6 +116,12 @@ for stage in zero1 zero2 zero3; do
 done
 check_case 4 zero2 fp32 momentum 1e-5 0
 check_case 4 zero3 fp32 adamw 1e-5 0.0005
+# The text model (token embeddings, attention mask input).
+MODEL=text_encoder TAG=-text DATA="--data data/text_train.npz" COMMON="$COMMON --seq 32"
+one_device fp32 adamw
+check_case 2 zero2 fp32 adamw 1e-5 0.0005
+check_case 2 zero3 fp32 adamw 1e-5 0.0005
+MODEL=vit_tiny TAG="" DATA="--data data/digits_train.npz" COMMON="--batch 8 --lr 2e-3 --clip-grad-norm 1.0"
 
 # Resume with another number of ranks: 2 ranks for 3 steps, then 1 rank (the one-device plan) and
 # 4 ranks for the last 2, against the uninterrupted one-device losses.
