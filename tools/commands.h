@@ -46,6 +46,7 @@ struct CompileArgs {
   std::string dump_dir;             // each pass's output IR as DIR/NN-pass.mlir
   bool explain = false;             // the ladder and the Pareto front of the search
   SearchSpace search;               // what the budget search may choose (the rest is pinned)
+  bool search_shard = false;        // --devices N with --budget and no --shard: zero1/2/3 searched too
   bool auto_requested = false;      // some decision was spelled "auto"
   bool force = false;               // replace an existing plan file
 };

@@ -245,6 +245,7 @@ int run_main(int argc, char** argv) {
     if (!sharding.ok()) return report(sharding.status());
     if (devices == 1 && shard != "none") return report(Status::BadInput("--shard " + shard + " needs --devices N > 1"));
     compile.options.shard = *sharding;
+    compile.search_shard = budget && devices > 1 && compile_cmd->count("--shard") == 0;
     // zero3 runs one micro-batch per step (passes/shard.h): the search keeps it that way.
     if (sharding->stage == ShardStage::kZero3) compile.search.micro_batches = false;
     return run_compile(compile);

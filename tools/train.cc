@@ -137,6 +137,31 @@ static int64_t process_peak_rss_bytes() {
   return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_maxrss) * 1024 : 0;
 }
 
+// With --devices N and a budget, each shard stage's search in turn (zero3 at one micro-batch:
+// passes/shard.h); the fastest plan that fits wins, fewer sharded states on a tie. When no
+// stage fits, the last stage's error (zero3's: the smallest peak) is the answer.
+static Expected<SearchResult> search_shard_stages(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space) {
+  std::optional<SearchResult> best;
+  Status last = Status::Ok();
+  for (const ShardStage stage : {ShardStage::kZero1, ShardStage::kZero2, ShardStage::kZero3}) {
+    CompileOptions options = base;
+    options.shard.stage = stage;
+    SearchSpace stage_space = space;
+    if (stage == ShardStage::kZero3) stage_space.micro_batches = false, options.micro_batches = 1;
+    Expected<SearchResult> found = search_plan(compiler, options, stage_space);
+    if (!found.ok()) {
+      last = found.status();
+      log(1, str_cat("search --shard ", shard_stage_name(stage), ": ", last.message()));
+      continue;
+    }
+    log(1, str_cat("search --shard ", shard_stage_name(stage), ": ", found->best.label(), ", planned peak ", found->best.peak_bytes,
+                   " bytes, ", found->best.step_ms, " ms"));
+    if (!best || found->best.step_ms < best->best.step_ms) best = std::move(found).value();
+  }
+  if (!best) return last;
+  return std::move(*best);
+}
+
 int run_compile(const CompileArgs& args) {
   if (args.loss != "cross_entropy") return report(Status::BadInput("--loss " + args.loss + " is not supported (cross_entropy)"));
   if (args.schedule.kind != "constant" && args.schedule.kind != "cosine" && args.schedule.kind != "warmup-cosine") {
@@ -193,7 +218,7 @@ int run_compile(const CompileArgs& args) {
     SearchSpace space = args.search;
     if (!searching) space = {true, true, true, true, true};  // --explain alone: the whole space, no budget
     const auto start = std::chrono::steady_clock::now();
-    Expected<SearchResult> found = search_plan(compiler, options, space);
+    Expected<SearchResult> found = args.search_shard ? search_shard_stages(compiler, options, space) : search_plan(compiler, options, space);
     if (!found.ok()) return report(found.status());
     search = std::move(found).value();
     log(1, str_cat("search: ", search->compiles, " candidate plans compiled in ",
