@@ -157,6 +157,18 @@ psi=304326632
 [ -n "$edge" ] && [ "$edge" -le 1000000000 ] && pass "ViT-L/16 on 4 devices, zero3 + remat blocks + offload optimizer: $edge bytes <= 1.0 GB" \
   || fail "ViT-L/16 edge plan: $edge bytes"
 
+# The budget search over shard stages: a per-device budget, the plan fits it and runs as 2 ranks.
+$MEMC compile models/vit_tiny.onnx --batch 8 --optimizer adamw --devices 2 --budget 400KB -o "$TMP/s.plan" --json >"$TMP/s.json" 2>"$TMP/err" \
+  || fail "search over shard stages: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["devices"] == 2 and s["decisions"]["shard"] in (1, 2, 3) and s["predicted_peak_bytes"] <= 400000, s["decisions"]
+print("shard stage %d, %d bytes" % (s["decisions"]["shard"], s["predicted_peak_bytes"]))' "$TMP/s.json" >"$TMP/out" 2>&1 \
+  && pass "--devices 2 --budget 400KB searches the shard stages: $(cat "$TMP/out")" || fail "shard search: $(cat "$TMP/out")"
+ranks 2 $MEMC run "$TMP/s.plan" $DATA --steps 2 --quiet --json "$TMP/s_run.json" >/dev/null 2>"$TMP/err" \
+  && python3 -c "$PEAKS" "$TMP/s_run.json" 2 >/dev/null && pass "the searched plan runs as 2 ranks, measured = planned" || fail "searched plan run: $(tail -2 "$TMP/err")"
+
 # Wrong job sizes.
 expect_error 2 "mpirun -np 2" -- $MEMC run "$TMP/r2.plan" $DATA --steps 1 --quiet
 ranks 2 $MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet >"$TMP/out" 2>"$TMP/err"; rc=$?
