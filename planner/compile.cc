@@ -206,7 +206,50 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   plan.target = profile.name;
   plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
-  if (!quiet) MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
+  const RematReport& remat = step.remat_report();
+  plan.remat_outcome.has_limit = options.remat.policy == "limit" && options.remat.limit_bytes < std::numeric_limits<int64_t>::max() / 8;
+  plan.remat_outcome.limit_met = remat.limit_met;
+  plan.remat_outcome.held_tape_bytes = remat.held_tape_bytes;
+  if (!quiet) {
+    if (options.keep_lower) {
+      MEMC_ASSIGN_OR_RETURN(plan, keep_lower_without_passes(std::move(plan), options, main->attention.substituted > 0));
+    }
+    MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
+  }
+  return plan;
+}
+
+// No memory pass raises the peak of the plan to write: the step without remat, and with the
+// exported attention instead of the tiled op, are among the choices, planned too, and kept when
+// lower. Not for search candidates: the search compares peaks itself, and compiling each twice
+// would double it. Recompute pins are the user's order: obeyed as given.
+Expected<Plan> ModelCompiler::keep_lower_without_passes(Plan plan, const CompileOptions& options, bool attention_substituted) {
+  struct Alternative {
+    std::string pass;
+    CompileOptions options;
+  };
+  std::vector<Alternative> alternatives;
+  if (options.remat.policy != "none" && options.remat.must_recompute.empty()) {
+    alternatives.push_back({"--remat " + describe_remat(options.remat), options});
+    alternatives.back().options.remat = RematOptions{};
+  }
+  if (attention_substituted) {
+    alternatives.push_back({"tiled attention", options});
+    alternatives.back().options.attention = "naive";
+  }
+  for (Alternative& alt : alternatives) {
+    alt.options.after_pass = nullptr;
+    MEMC_ASSIGN_OR_RETURN(Plan other, compile(alt.options, /*quiet=*/true, /*schedule_quiet=*/options.reschedule));
+    if (other.memory.predicted_peak_bytes >= plan.memory.predicted_peak_bytes) continue;
+    warn(str_cat(alt.pass, " plans ", plan.memory.predicted_peak_bytes, " bytes, above the ", other.memory.predicted_peak_bytes,
+                 " bytes without it: kept the step without it"));
+    other.remat_outcome = plan.remat_outcome;
+    if (alt.options.remat.policy != options.remat.policy) {
+      other.remat_outcome.kept_without_remat = true;
+      other.remat_outcome.remat_peak_bytes = plan.memory.predicted_peak_bytes;
+    }
+    plan = std::move(other);
+  }
   return plan;
 }
 

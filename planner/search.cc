@@ -238,6 +238,7 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
   result.best = *best;
   result.chosen = s.options_for(*best);
   result.chosen.budget_bytes = base.budget_bytes;
+  result.chosen.keep_lower = false;  // the search compared the peaks: its choice is written as chosen
   result.chosen.after_pass = base.after_pass;
 
   // The ladder: from the unconstrained plan, each technique added in turn (the articles' order).

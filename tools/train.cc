@@ -187,11 +187,22 @@ int run_compile(const CompileArgs& args) {
   }
   Expected<Plan> plan = compiler.compile(options);
   if (!plan.ok()) return report(plan.status());
+  // A --remat size the solver cannot meet is answered with the least it can hold, and said so
+  // (a remat limit the search chose is judged by the plan's peak alone).
+  const Plan::RematOutcome& remat = plan->remat_outcome;
+  if (remat.has_limit && !remat.limit_met && !(searching && args.search.remat)) {
+    warn(str_cat("--remat ", describe_remat(options.remat), " is not met: the schedule holds ", format_size(remat.held_tape_bytes),
+                 " of tapes at once (", remat.held_tape_bytes, " bytes; the solver holds no less than the largest segment's tape)"));
+  }
   if (!dump_status.ok()) return report(dump_status.with_context("--dump-dir: "));
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
   if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
   json summary = plan_summary(args.output, *plan);
   summary["process_peak_rss_bytes"] = process_peak_rss_bytes();
+  // Compile-time only (the plan file does not keep them): whether the tapes held fit a --remat
+  // size (null without one), and whether remat planned higher so the step without it was kept.
+  summary["remat_limit_met"] = remat.has_limit ? json(remat.limit_met) : json(nullptr);
+  summary["remat_kept_without"] = remat.kept_without_remat;
   if (search) {
     auto row = [&](const Candidate& c) {
       return json{{"decisions", c.label()}, {"precision", c.precision}, {"micro_batches", c.micro_batches},
