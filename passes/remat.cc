@@ -24,6 +24,8 @@ class ChainSolver {
  public:
   ChainSolver(const Chain& chain, int64_t unit, int64_t limit_units) : c_(chain), unit_(unit), q_(limit_units) {
     n_ = static_cast<int>(chain.cost.size());
+    cost_before_.assign(n_ + 1, 0.0);
+    for (int s = 0; s < n_; ++s) cost_before_[s + 1] = cost_before_[s] + chain.cost[s];
     memo_.assign(static_cast<size_t>(n_) * (n_ + 1) * (q_ + 1), std::numeric_limits<float>::quiet_NaN());
     choice_.assign(memo_.size(), 0);
   }
@@ -48,10 +50,14 @@ class ChainSolver {
         const double part = c_.cost[s] + c_.cheap[s] + solve(s + 1, t, m - units(c_.heavy[s]) - keep_next);
         if (part < best) best = part, pick = -3;
       }
-      // checkpoint j: advance s..j-1 keeping only x_j
+      // checkpoint j: advance s..j-1 keeping only x_j. Every segment of s..t runs again after
+      // the advance, so advance + their cost bounds the move: once that cannot beat the best
+      // (less a margin for the memo's float rounding), no later j can.
+      const double rerun = cost_before_[t] - cost_before_[s];
       double advance = 0;
       for (int j = s + 1; j < t; ++j) {
         advance += c_.cost[j - 1];
+        if ((advance + rerun) * (1 - 1e-4) >= best) break;
         const double right = solve(j, t, m - held(j, t));
         if (right == kInf) continue;
         const double ck = advance + right + solve(s, j, m);
@@ -60,7 +66,7 @@ class ChainSolver {
     }
     slot = static_cast<float>(best);
     choice_[index(s, t, m)] = pick;
-    return best;
+    return slot;  // the memo's value, first call or not: choices do not depend on the order of calls
   }
 
   void actions(int s, int t, int64_t m, std::vector<ChainAction>& out) {
@@ -89,6 +95,7 @@ class ChainSolver {
   }
 
   const Chain& c_;
+  std::vector<double> cost_before_;  // cost_before_[s]: the cost of segments 0..s-1
   int64_t unit_, q_;
   int n_ = 0;
   std::vector<float> memo_;

@@ -253,6 +253,15 @@ Expected<Plan> ModelCompiler::keep_lower_without_passes(Plan plan, const Compile
   return plan;
 }
 
+Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options) const {
+  if (!options.reschedule) return plan;
+  if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
+  plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
+  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
+  return plan;
+}
+
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options) {
   return ModelCompiler(model_path, plan_path).compile(options);
 }

@@ -58,6 +58,9 @@ class ModelCompiler {
   // a plan whose peak is above the same step's without remat, or with the exported attention
   // instead of the tiled op, is replaced by that step (no memory pass raises the peak).
   Expected<Plan> compile(const CompileOptions& options, bool quiet = false, bool schedule_quiet = false);
+  // A plan compiled quietly without the schedule pass, scheduled now: the same plan as
+  // compile(options, true, true), without building the step again.
+  Expected<Plan> schedule(Plan plan, const CompileOptions& options) const;
   const std::string& model_path() const { return model_path_; }
   // The batch the export fixes (a static dim 0 on its inputs), or -1 when it is dynamic.
   Expected<int64_t> fixed_batch(const CompileOptions& options);
