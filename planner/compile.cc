@@ -212,45 +212,31 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   plan.remat_outcome.held_tape_bytes = remat.held_tape_bytes;
   if (!quiet) {
     if (options.keep_lower) {
-      MEMC_ASSIGN_OR_RETURN(plan, keep_lower_without_passes(std::move(plan), options, main->attention.substituted > 0));
+      MEMC_ASSIGN_OR_RETURN(plan, keep_lower_without_remat(std::move(plan), options));
     }
     MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
   }
   return plan;
 }
 
-// No memory pass raises the peak of the plan to write: the step without remat, and with the
-// exported attention instead of the tiled op, are among the choices, planned too, and kept when
-// lower. Not for search candidates: the search compares peaks itself, and compiling each twice
-// would double it. Recompute pins are the user's order: obeyed as given.
-Expected<Plan> ModelCompiler::keep_lower_without_passes(Plan plan, const CompileOptions& options, bool attention_substituted) {
-  struct Alternative {
-    std::string pass;
-    CompileOptions options;
-  };
-  std::vector<Alternative> alternatives;
-  if (options.remat.policy != "none" && options.remat.must_recompute.empty()) {
-    alternatives.push_back({"--remat " + describe_remat(options.remat), options});
-    alternatives.back().options.remat = RematOptions{};
-  }
-  if (attention_substituted) {
-    alternatives.push_back({"tiled attention", options});
-    alternatives.back().options.attention = "naive";
-  }
-  for (Alternative& alt : alternatives) {
-    alt.options.after_pass = nullptr;
-    MEMC_ASSIGN_OR_RETURN(Plan other, compile(alt.options, /*quiet=*/true, /*schedule_quiet=*/options.reschedule));
-    if (other.memory.predicted_peak_bytes >= plan.memory.predicted_peak_bytes) continue;
-    warn(str_cat(alt.pass, " plans ", plan.memory.predicted_peak_bytes, " bytes, above the ", other.memory.predicted_peak_bytes,
-                 " bytes without it: kept the step without it"));
-    other.remat_outcome = plan.remat_outcome;
-    if (alt.options.remat.policy != options.remat.policy) {
-      other.remat_outcome.kept_without_remat = true;
-      other.remat_outcome.remat_peak_bytes = plan.memory.predicted_peak_bytes;
-    }
-    plan = std::move(other);
-  }
-  return plan;
+// Remat never raises the peak of the plan to write: the step without it is among the choices,
+// planned too, and kept when lower (exact: gradients are bit-identical either way). Not for
+// search candidates: the search compares peaks itself, and compiling each twice would double
+// it. Recompute pins are the user's order: obeyed as given.
+Expected<Plan> ModelCompiler::keep_lower_without_remat(Plan plan, const CompileOptions& options) {
+  if (options.remat.policy == "none" || !options.remat.must_recompute.empty()) return plan;
+  CompileOptions plain = options;
+  plain.remat = RematOptions{};
+  plain.after_pass = nullptr;
+  MEMC_ASSIGN_OR_RETURN(Plan without, compile(plain, /*quiet=*/true, /*schedule_quiet=*/options.reschedule));
+  if (without.memory.predicted_peak_bytes >= plan.memory.predicted_peak_bytes) return plan;
+  warn(str_cat("--remat ", describe_remat(options.remat), " plans ", plan.memory.predicted_peak_bytes, " bytes, above the ",
+               without.memory.predicted_peak_bytes, " bytes without remat: kept the step without remat"));
+  without.remat_outcome = plan.remat_outcome;
+  without.remat_outcome.kept_without_remat = true;
+  without.remat_outcome.remat_peak_bytes = plan.memory.predicted_peak_bytes;
+  MEMC_RETURN_IF_ERROR(verify(without.train).with_context("training step: "));  // compiled quietly: checked here
+  return without;
 }
 
 Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options) const {

@@ -140,8 +140,9 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
     for (int64_t k = 2; fixed_batch < 0 && k < base.batch; k *= 2) ks.push_back(k);
     if (fixed_batch < 0 && base.batch > 1) ks.push_back(base.batch);
   }
-  // Attention kernel and offload level: tiled attention never needs more memory; offload is
-  // tried after the plans without it.
+  // Attention kernel and offload level: tiled attention (it can need more memory, as on the
+  // block-sparse BigBird export: bench/RESULTS.md §20); offload is tried after the plans
+  // without it.
   struct Variant {
     std::string attention, offload;
   };
@@ -215,8 +216,8 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
     }
   }
   std::stable_sort(order.begin(), order.end(), [](const Start& x, const Start& y) { return x.plain.step_ms < y.plain.step_ms; });
-  // The fastest of these that fits bounds everything from the start (each start's own loop
-  // would find it there first, so the choice is the same, with fewer slow plans compiled).
+  // The fastest of these that fits bounds everything from the start: the loop below would take
+  // it whenever it reached its start, so only plans slower than it are left uncompiled.
   for (const Start& start : order) {
     if (start.plain.peak_bytes <= budget && (!best || start.plain.step_ms < best->step_ms)) best = start.plain;
   }
