@@ -24,6 +24,8 @@ class ChainSolver {
  public:
   ChainSolver(const Chain& chain, int64_t unit, int64_t limit_units) : c_(chain), unit_(unit), q_(limit_units) {
     n_ = static_cast<int>(chain.cost.size());
+    cost_before_.assign(n_ + 1, 0.0);
+    for (int s = 0; s < n_; ++s) cost_before_[s + 1] = cost_before_[s] + chain.cost[s];
     memo_.assign(static_cast<size_t>(n_) * (n_ + 1) * (q_ + 1), std::numeric_limits<float>::quiet_NaN());
     choice_.assign(memo_.size(), 0);
   }
@@ -48,10 +50,14 @@ class ChainSolver {
         const double part = c_.cost[s] + c_.cheap[s] + solve(s + 1, t, m - units(c_.heavy[s]) - keep_next);
         if (part < best) best = part, pick = -3;
       }
-      // checkpoint j: advance s..j-1 keeping only x_j
+      // checkpoint j: advance s..j-1 keeping only x_j. Every segment of s..t runs again after
+      // the advance, so advance + their cost bounds the move: once that cannot beat the best
+      // (less a margin for the memo's float rounding), no later j can.
+      const double rerun = cost_before_[t] - cost_before_[s];
       double advance = 0;
       for (int j = s + 1; j < t; ++j) {
         advance += c_.cost[j - 1];
+        if ((advance + rerun) * (1 - 1e-4) >= best) break;
         const double right = solve(j, t, m - held(j, t));
         if (right == kInf) continue;
         const double ck = advance + right + solve(s, j, m);
@@ -60,7 +66,7 @@ class ChainSolver {
     }
     slot = static_cast<float>(best);
     choice_[index(s, t, m)] = pick;
-    return best;
+    return slot;  // the memo's value, first call or not: choices do not depend on the order of calls
   }
 
   void actions(int s, int t, int64_t m, std::vector<ChainAction>& out) {
@@ -89,6 +95,7 @@ class ChainSolver {
   }
 
   const Chain& c_;
+  std::vector<double> cost_before_;  // cost_before_[s]: the cost of segments 0..s-1
   int64_t unit_, q_;
   int n_ = 0;
   std::vector<float> memo_;
@@ -187,6 +194,39 @@ struct Analysis {
   std::vector<ValueId> boundary;          // boundary[s] = x_s (kNoValue for s = 0)
   std::vector<bool> tape;                 // by ValueId: read by backward
 };
+
+// Per-block checkpointing: keep x at every change of transformer block; recompute each block,
+// recording it whole, in one pass from its input (the last block: the originals).
+std::vector<ChainAction> block_actions(const Module& m, const Analysis& a) {
+  const int n = static_cast<int>(a.segments.size());
+  // A segment belongs to the block of its first node inside one. A cut rarely falls on a
+  // block's edge (one block's ln_2 and the next one's ln_1 share a segment); comparing edge
+  // nodes alone saw no change of block on torchvision's ViT and recomputed the whole encoder
+  // after the head, holding every tape again (a higher peak than no remat). Segments outside
+  // any block after one (the head) join it, so the last block is not recomputed.
+  std::vector<std::string> keys(n);
+  for (int s = 0; s < n; ++s) {
+    for (NodeId id : a.segments[s]) {
+      if (!(keys[s] = block_key(m.node(id).source)).empty()) break;
+    }
+    if (keys[s].empty() && s > 0) keys[s] = keys[s - 1];
+  }
+  std::vector<int> starts = {0};
+  for (int s = 1; s < n; ++s) {
+    if (keys[s] != keys[s - 1]) starts.push_back(s);
+  }
+  starts.push_back(n);
+  const size_t groups = starts.size() - 1;
+  std::vector<ChainAction> actions;
+  for (size_t g = 0; g + 1 < groups; ++g) {
+    for (int s = starts[g]; s < starts[g + 1]; ++s) actions.push_back({ChainAction::kAdvance, s});
+  }
+  for (size_t g = groups; g-- > 0;) {
+    for (int s = starts[g]; s < starts[g + 1]; ++s) actions.push_back({ChainAction::kRecord, s});
+    for (int s = starts[g + 1]; s-- > starts[g];) actions.push_back({ChainAction::kBackward, s});
+  }
+  return actions;
+}
 
 class Materializer {
  public:
@@ -518,23 +558,7 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
       return Status::Budget(str_cat("remat: no schedule keeps the activations within ", format_size(options_.limit_bytes)));
     }
   } else {
-    // blocks: keep x at every change of transformer block; recompute each block, recording it
-    // whole, in one pass from its input (the last block: the originals).
-    std::vector<int> starts = {0};
-    for (int s = 1; s < n; ++s) {
-      const std::string before = block_key(m.node(a.segments[s - 1].back()).source);
-      const std::string here = block_key(m.node(a.segments[s].front()).source);
-      if (here != before) starts.push_back(s);
-    }
-    starts.push_back(n);
-    const size_t groups = starts.size() - 1;
-    for (size_t g = 0; g + 1 < groups; ++g) {
-      for (int s = starts[g]; s < starts[g + 1]; ++s) actions.push_back({ChainAction::kAdvance, s});
-    }
-    for (size_t g = groups; g-- > 0;) {
-      for (int s = starts[g]; s < starts[g + 1]; ++s) actions.push_back({ChainAction::kRecord, s});
-      for (int s = starts[g + 1]; s-- > starts[g];) actions.push_back({ChainAction::kBackward, s});
-    }
+    actions = block_actions(m, a);
   }
 
   if (verbosity() >= 3) {
@@ -559,6 +583,8 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
       report.held_tape_bytes = std::max(report.held_tape_bytes, held);
     }
   }
+  const bool pins_only = options_.limit_bytes >= std::numeric_limits<int64_t>::max() / 8;
+  if (options_.policy == "limit" && !pins_only) report.limit_met = report.held_tape_bytes <= options_.limit_bytes;
 
   // Materialize: forward as is, then backward nodes in their order, each preceded by the
   // actions its inputs need.

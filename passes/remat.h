@@ -50,6 +50,10 @@ struct RematReport {
   int recomputed_nodes = 0;     // clone nodes added
   int64_t recompute_flops = 0;  // FLOPs of the clones
   int unresolved_pins = 0;      // pinned names that match no forward value
+  // A limit is met when held_tape_bytes is within it. The solver never holds less than the
+  // largest single segment's tape (recorded right before its backward), so a smaller limit is
+  // answered with the least it can do and reported here instead of refused.
+  bool limit_met = true;
 };
 
 // Parses --remat: none | blocks | SIZE | a comma list of SIZE or blocks, save=NAME, recompute=NAME.

@@ -223,6 +223,7 @@ Status TrainingStep::run(Module& module) {
     remat_report_.recomputed_nodes += r.recomputed_nodes;
     remat_report_.recompute_flops += r.recompute_flops;
     remat_report_.unresolved_pins = r.unresolved_pins;
+    remat_report_.limit_met = remat_report_.limit_met && r.limit_met;
     return Status::Ok();
   };
   if (micro_.k > 1) {

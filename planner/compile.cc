@@ -224,7 +224,45 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   plan.target = profile.name;
   plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
-  if (!quiet) MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
+  const RematReport& remat = step.remat_report();
+  plan.remat_outcome.has_limit = options.remat.policy == "limit" && options.remat.limit_bytes < std::numeric_limits<int64_t>::max() / 8;
+  plan.remat_outcome.limit_met = remat.limit_met;
+  plan.remat_outcome.held_tape_bytes = remat.held_tape_bytes;
+  if (!quiet) {
+    if (options.keep_lower) {
+      MEMC_ASSIGN_OR_RETURN(plan, keep_lower_without_remat(std::move(plan), options));
+    }
+    MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
+  }
+  return plan;
+}
+
+// Remat never raises the peak of the plan to write: the step without it is among the choices,
+// planned too, and kept when lower (exact: gradients are bit-identical either way). Not for
+// search candidates: the search compares peaks itself, and compiling each twice would double
+// it. Recompute pins are the user's order: obeyed as given.
+Expected<Plan> ModelCompiler::keep_lower_without_remat(Plan plan, const CompileOptions& options) {
+  if (options.remat.policy == "none" || !options.remat.must_recompute.empty()) return plan;
+  CompileOptions plain = options;
+  plain.remat = RematOptions{};
+  plain.after_pass = nullptr;
+  MEMC_ASSIGN_OR_RETURN(Plan without, compile(plain, /*quiet=*/true, /*schedule_quiet=*/options.reschedule));
+  if (without.memory.predicted_peak_bytes >= plan.memory.predicted_peak_bytes) return plan;
+  warn(str_cat("--remat ", describe_remat(options.remat), " plans ", plan.memory.predicted_peak_bytes, " bytes, above the ",
+               without.memory.predicted_peak_bytes, " bytes without remat: kept the step without remat"));
+  without.remat_outcome = plan.remat_outcome;
+  without.remat_outcome.kept_without_remat = true;
+  without.remat_outcome.remat_peak_bytes = plan.memory.predicted_peak_bytes;
+  MEMC_RETURN_IF_ERROR(verify(without.train).with_context("training step: "));  // compiled quietly: checked here
+  return without;
+}
+
+Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options) const {
+  if (!options.reschedule) return plan;
+  if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
+  plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
+  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
   return plan;
 }
 

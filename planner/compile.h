@@ -37,6 +37,9 @@ struct CompileOptions {
   std::function<void(const std::string& pass, const Module& module)> after_pass;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
   int64_t budget_bytes = 0;  // 0: no budget; else a plan whose device peak exceeds it fails (exit 3)
   bool reschedule = true;    // the peak-lowering schedule pass (off: import order, for tests)
+  // Plan the step without remat too, and keep the lower peak (compile's contract below). Off
+  // for a search's choice: the search judged those decisions.
+  bool keep_lower = true;
 };
 
 // The device/host memory of a training step, from passes/memory_plan, with the kernel
@@ -52,8 +55,12 @@ class ModelCompiler {
  public:
   ModelCompiler(std::string model_path, std::string plan_path);
   // quiet: no pass reports or dumps, no verification and no budget check (search candidates),
-  // and no schedule pass unless `schedule_quiet` (its peak is then an upper bound).
+  // and no schedule pass unless `schedule_quiet` (its peak is then an upper bound). Not quiet:
+  // a remat plan whose peak is above the same step's without remat is replaced by that step.
   Expected<Plan> compile(const CompileOptions& options, bool quiet = false, bool schedule_quiet = false);
+  // A plan compiled quietly without the schedule pass, scheduled now: the same plan as
+  // compile(options, true, true), without building the step again.
+  Expected<Plan> schedule(Plan plan, const CompileOptions& options) const;
   const std::string& model_path() const { return model_path_; }
   // The batch the export fixes (a static dim 0 on its inputs), or -1 when it is dynamic.
   Expected<int64_t> fixed_batch(const CompileOptions& options);
@@ -66,6 +73,7 @@ class ModelCompiler {
   };
   using Key = std::tuple<int64_t, int64_t, std::string, std::string, bool>;
   Expected<const Forward*> forward(const CompileOptions& options, int64_t batch);
+  Expected<Plan> keep_lower_without_remat(Plan plan, const CompileOptions& options);
 
   std::string model_path_, plan_path_;
   std::map<Key, Forward> cache_;

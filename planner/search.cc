@@ -1,6 +1,7 @@
 #include "planner/search.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <optional>
@@ -33,15 +34,17 @@ class Searcher {
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     CompileOptions o = options_for(c);
     o.budget_bytes = 0;
+    const auto start = std::chrono::steady_clock::now();
     MEMC_ASSIGN_OR_RETURN(Plan plan, compiler_.compile(o, /*quiet=*/true));
     ++compiles_;
     // Candidates skip the schedule pass (it never raises the peak). A near miss is compiled
     // again with it, so a plan that fits once scheduled is not refused.
     if (plan.memory.predicted_peak_bytes > budget_ && plan.memory.predicted_peak_bytes / 4 <= budget_ / 3) {
-      MEMC_ASSIGN_OR_RETURN(plan, compiler_.compile(o, /*quiet=*/true, /*schedule_quiet=*/true));
+      MEMC_ASSIGN_OR_RETURN(plan, compiler_.schedule(std::move(plan), o));
       ++compiles_;
     }
     c.peak_bytes = plan.memory.predicted_peak_bytes;
+    c.persistent_bytes = plan.memory.persistent_bytes;
     c.step_ms = plan.estimated_step_ms;
     if (auto it = plan.memory.category_peak_bytes.find("activations"); it != plan.memory.category_peak_bytes.end()) {
       c.activation_bytes = it->second;
@@ -49,7 +52,8 @@ class Searcher {
     for (const auto& [name, bytes] : plan.memory.breakdown) {
       if (bytes > c.largest_bytes) c.largest = name, c.largest_bytes = bytes;
     }
-    log(2, str_cat("search: ", key, ": peak ", format_size(c.peak_bytes), ", ", c.step_ms, " ms"));
+    const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    log(2, str_cat("search: ", key, ": peak ", format_size(c.peak_bytes), ", ", c.step_ms, " ms (compiled in ", compile_ms, " ms)"));
     explored_.push_back(c);
     memo_.emplace(key, c);
     return c;
@@ -136,8 +140,9 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
     for (int64_t k = 2; fixed_batch < 0 && k < base.batch; k *= 2) ks.push_back(k);
     if (fixed_batch < 0 && base.batch > 1) ks.push_back(base.batch);
   }
-  // Attention kernel and offload level: tiled attention never needs more memory; offload is
-  // tried after the plans without it.
+  // Attention kernel and offload level: tiled attention (it can need more memory, as on the
+  // block-sparse BigBird export: bench/RESULTS.md §20); offload is tried after the plans
+  // without it.
   struct Variant {
     std::string attention, offload;
   };
@@ -200,21 +205,26 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
   // Fastest first: each (precision, variant) plan without micro-batching or remat bounds the
   // time of everything that adds memory savings to it.
   struct Start {
-    double bound;
-    std::string precision;
+    Candidate plain;  // no micro-batches, no remat: the fastest plan of this precision and variant
     size_t variant;
   };
   std::vector<Start> order;
   for (const std::string& p : precisions) {
     for (size_t v = 0; v < variants.size(); ++v) {
       MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, ks.front(), no_remat, variants[v].attention, variants[v].offload));
-      order.push_back({c.step_ms, p, v});
+      order.push_back({c, v});
     }
   }
-  std::stable_sort(order.begin(), order.end(), [](const Start& x, const Start& y) { return x.bound < y.bound; });
+  std::stable_sort(order.begin(), order.end(), [](const Start& x, const Start& y) { return x.plain.step_ms < y.plain.step_ms; });
+  // The fastest of these that fits bounds everything from the start: the loop below would take
+  // it whenever it reached its start, so only plans slower than it are left uncompiled.
   for (const Start& start : order) {
-    if (best && start.bound >= best->step_ms) break;
-    const std::string& p = start.precision;
+    if (start.plain.peak_bytes <= budget && (!best || start.plain.step_ms < best->step_ms)) best = start.plain;
+  }
+  for (const Start& start : order) {
+    if (best && start.plain.step_ms >= best->step_ms) break;
+    if (start.plain.persistent_bytes > budget) continue;  // every plan of it holds at least these
+    const std::string& p = start.plain.precision;
     const Variant& var = variants[start.variant];
     for (int64_t k : ks) {
       MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, no_remat, var.attention, var.offload));
@@ -238,6 +248,7 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
   result.best = *best;
   result.chosen = s.options_for(*best);
   result.chosen.budget_bytes = base.budget_bytes;
+  result.chosen.keep_lower = false;  // the search compared the peaks: its choice is written as chosen
   result.chosen.after_pass = base.after_pass;
 
   // The ladder: from the unconstrained plan, each technique added in turn (the articles' order).

@@ -8,7 +8,10 @@
 // micro-batches never make a step faster in the model); the plan without remat is a lower bound
 // on the time of every remat plan at that count, so the remat limit is searched (binary, in
 // bytes held from forward to backward, for the largest limit that fits) only while that bound
-// beats the best plan found. Deterministic: the same model and options give the same plan.
+// beats the best plan found. The first bound is the fastest plan without micro-batches or remat
+// that fits, so slow many-micro-batch plans are not compiled when it already beats them; a
+// precision and offload level whose persistent bytes alone exceed the budget is skipped whole.
+// Deterministic: the same model and options give the same plan.
 #pragma once
 #include <string>
 #include <vector>
@@ -36,6 +39,7 @@ struct Candidate {
   std::string largest;  // the largest category at the peak
   int64_t largest_bytes = 0;
   int64_t activation_bytes = 0;  // the activations' own peak over the step
+  int64_t persistent_bytes = 0;  // live across steps (weights, optimizer state): the same at every micro-batch count and remat
   std::string label() const;  // "bf16-mixed, 4 micro-batches, remat 2 GB, tiled attention[, offload optimizer]"
 };
 

@@ -74,6 +74,14 @@ struct Plan {
   std::string target = "cpu";      // the device profile of the estimate (planner/cost_model.h)
   double estimated_step_ms = 0;    // the cost model's step time on `target`
   MemorySummary memory;
+  // What compiling saw of remat. Not written to the plan file: `memc compile --json` reports it.
+  struct RematOutcome {
+    bool has_limit = false;           // --remat gave a size
+    bool limit_met = true;            // the tapes held at once fit it (always true without one)
+    int64_t held_tape_bytes = 0;      // the most tape bytes held at once
+    bool kept_without_remat = false;  // remat planned a higher peak: the step without it was kept
+    int64_t remat_peak_bytes = 0;     // that higher peak
+  } remat_outcome;
   Module train;  // one training step (outputs: loss, logits, then updates)
   Module eval;   // forward pass (outputs: logits)
 };

@@ -211,6 +211,7 @@ int run_compile(const CompileArgs& args) {
   }
   ModelCompiler compiler(args.model, args.output);
   std::optional<SearchResult> search;
+  double search_s = 0;  // the search's own wall time (import, candidates, ladder)
   const SearchSpace& free = args.search;
   const bool any_free = free.precision || free.micro_batches || free.remat || free.attention || free.offload;
   const bool searching = (options.budget_bytes > 0 && any_free) || args.auto_requested;
@@ -221,17 +222,28 @@ int run_compile(const CompileArgs& args) {
     Expected<SearchResult> found = args.search_shard ? search_shard_stages(compiler, options, space) : search_plan(compiler, options, space);
     if (!found.ok()) return report(found.status());
     search = std::move(found).value();
-    log(1, str_cat("search: ", search->compiles, " candidate plans compiled in ",
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), " s; chosen: ", search->best.label()));
+    search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log(1, str_cat("search: ", search->compiles, " candidate plans compiled in ", search_s, " s; chosen: ", search->best.label()));
     if (searching) options = search->chosen;
   }
   Expected<Plan> plan = compiler.compile(options);
   if (!plan.ok()) return report(plan.status());
+  // A --remat size the solver cannot meet is answered with the least it can hold, and said so
+  // (a remat limit the search chose is judged by the plan's peak alone).
+  const Plan::RematOutcome& remat = plan->remat_outcome;
+  if (remat.has_limit && !remat.limit_met && !(searching && args.search.remat)) {
+    warn(str_cat("--remat ", describe_remat(options.remat), " is not met: the schedule holds ", format_size(remat.held_tape_bytes),
+                 " of tapes at once (", remat.held_tape_bytes, " bytes; the solver holds no less than the largest segment's tape)"));
+  }
   if (!dump_status.ok()) return report(dump_status.with_context("--dump-dir: "));
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
   if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
   json summary = plan_summary(args.output, *plan);
   summary["process_peak_rss_bytes"] = process_peak_rss_bytes();
+  // Compile-time only (the plan file does not keep them): whether the tapes held fit a --remat
+  // size (null without one), and whether remat planned higher so the step without it was kept.
+  summary["remat_limit_met"] = remat.has_limit ? json(remat.limit_met) : json(nullptr);
+  summary["remat_kept_without"] = remat.kept_without_remat;
   if (search) {
     auto row = [&](const Candidate& c) {
       return json{{"decisions", c.label()}, {"precision", c.precision}, {"micro_batches", c.micro_batches},
@@ -243,7 +255,8 @@ int run_compile(const CompileArgs& args) {
     json ladder = json::array(), pareto = json::array();
     for (const Candidate& c : search->ladder) ladder.push_back(row(c));
     for (const Candidate& c : search->pareto) pareto.push_back(row(c));
-    summary["search"] = {{"candidates_compiled", search->compiles}, {"chosen", row(search->best)}, {"ladder", ladder}, {"pareto", pareto}};
+    summary["search"] = {{"candidates_compiled", search->compiles}, {"search_seconds", search_s}, {"chosen", row(search->best)},
+                         {"ladder", ladder}, {"pareto", pareto}};
   }
   if (args.json) std::printf("%s\n", summary.dump(2).c_str());
   else print_summary(summary);
@@ -257,6 +270,7 @@ int run_compile(const CompileArgs& args) {
     for (const Candidate& c : search->ladder) line(c);
     std::printf("pareto     the (peak, time) front of the %d plans compiled:\n", search->compiles);
     for (const Candidate& c : search->pareto) line(c);
+    std::printf("search     %d candidate plans compiled in %.2f s\n", search->compiles, search_s);
   }
   return 0;
 }

@@ -36,6 +36,22 @@ assert d["measured_peak_bytes"] == d["predicted_peak_bytes"], d
 ' "$TMP/g_none.npz" "$TMP/g_r.npz" "$TMP/rr.json" && pass "--remat $r: bit-identical gradients, measured = planned peak" || fail "--remat $r"
 done
 expect_error 2 "--remat" -- $MEMC compile models/vit_tiny.onnx --batch 4 --remat sometimes -o "$TMP/x.plan"
+# A --remat size below what the solver can hold (the largest segment's tape): the least it can
+# do, one warning line, and remat_limit_met false in the JSON; a size it meets: true, no warning.
+$MEMC compile models/vit_tiny.onnx --batch 8 --optimizer sgd --remat 1KB -o "$TMP/u.plan" --json >"$TMP/u.json" 2>"$TMP/err" \
+  || fail "compile --remat 1KB: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/err")" = 1 ] && grep -q '^memc: warning: --remat 1 KB is not met' "$TMP/err" \
+  && pass "--remat 1KB: one warning line: $(cat "$TMP/err")" || fail "--remat 1KB warning: $(cat "$TMP/err")"
+$MEMC compile models/vit_tiny.onnx --batch 8 --optimizer sgd --remat 100MB -o "$TMP/m.plan" --json >"$TMP/m.json" 2>"$TMP/err" \
+  || fail "compile --remat 100MB: $(cat "$TMP/err")"
+[ ! -s "$TMP/err" ] && pass "--remat 100MB: no warning" || fail "--remat 100MB warned: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+unmet, met, none = (json.load(open(p)) for p in sys.argv[1:4])
+assert unmet["remat_limit_met"] is False, unmet["remat_limit_met"]
+assert met["remat_limit_met"] is True, met["remat_limit_met"]
+assert none["remat_limit_met"] is None, none["remat_limit_met"]
+' "$TMP/u.json" "$TMP/m.json" "$TMP/one.json" && pass "remat_limit_met: false, true, null (no --remat)" || fail "remat_limit_met json"
 
 # --attention naive keeps the exported MatMul→Softmax→MatMul: a higher planned peak.
 $MEMC compile models/bigbird_full.onnx --batch 8 --seq 32 --attention naive -o "$TMP/naive.plan" --json >"$TMP/naive.json" 2>"$TMP/err" || fail "naive: $(cat "$TMP/err")"

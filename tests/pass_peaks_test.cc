@@ -1,0 +1,106 @@
+// No memory pass raises the planned peak: on every committed model (each models/<name>.ref.npz,
+// at the reference's batch and sequence length), each pass is compiled against the same options
+// without it. A pass that cannot apply (micro-batches on an export that fixes its batch) is
+// skipped, saying so; one known exception is listed below and checked to still hold.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include "planner/compile.h"
+#include "runtime/npz.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> committed_models() {
+  std::vector<std::string> names;
+  const std::string suffix = ".ref.npz";
+  for (const auto& entry : fs::directory_iterator(testing::source_path("models"))) {
+    const std::string file = entry.path().filename().string();
+    if (file.size() > suffix.size() && file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0)
+      names.push_back(file.substr(0, file.size() - suffix.size()));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The reference's batch and sequence length (as tests/models_test.cc reads them).
+CompileOptions reference_options(const std::string& model) {
+  auto ref = read_npz(testing::source_path("models/" + model + ".ref.npz"));
+  MEMC_CHECK(ref.ok(), ref.status().message());
+  CompileOptions o;
+  o.batch = ref->at("logits").shape().at(0);
+  for (const auto& [key, t] : *ref)
+    if (t.rank() == 2 && !is_float(t.dtype()) && key != "labels") o.seq = t.shape()[1];
+  o.optimizer.kind = "adamw";
+  return o;
+}
+
+struct Pass {
+  std::string name;
+  std::function<void(CompileOptions&)> without, with;
+};
+
+std::vector<Pass> memory_passes(int64_t activation_bytes) {
+  auto nothing = [](CompileOptions&) {};
+  return {
+      {"remat blocks", nothing, [](CompileOptions& o) { o.remat.policy = "blocks"; }},
+      {"remat limit", nothing, [=](CompileOptions& o) { o.remat = {.policy = "limit", .limit_bytes = activation_bytes / 4}; }},
+      {"2 micro-batches", nothing, [](CompileOptions& o) { o.micro_batches = 2; }},
+      {"offload optimizer", nothing, [](CompileOptions& o) { o.offload = "optimizer"; }},
+      {"bf16-mixed", nothing, [](CompileOptions& o) { o.precision = "bf16-mixed"; }},
+      {"tiled attention", [](CompileOptions& o) { o.attention = "naive"; }, [](CompileOptions& o) { o.attention = "tiled"; }},
+  };
+}
+
+// Known: the tiled attention op plans above the exported MatMul→Softmax→MatMul on the
+// block-sparse BigBird export (2,914,624 B against 2,881,344 B). Not papered over by switching
+// kernels at compile time: that changes the numerics (summation order) of a plan the user did
+// not ask to change.
+bool known_above(const std::string& model, const std::string& pass) {
+  return model == "bigbird_sparse_t215" && pass == "tiled attention";
+}
+
+class PassPeaks : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PassPeaks, NoMemoryPassRaisesThePeak) {
+  const std::string path = testing::source_path("models/" + GetParam() + ".onnx");
+  ModelCompiler compiler(path, path + ".plan");
+  const CompileOptions base = reference_options(GetParam());
+  auto plain = compiler.compile(base);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  for (const Pass& pass : memory_passes(plain->memory.category_peak_bytes.at("activations"))) {
+    CompileOptions without = base, with = base;
+    pass.without(without);
+    pass.with(with);
+    auto before = compiler.compile(without);
+    auto after = compiler.compile(with);
+    ASSERT_TRUE(before.ok()) << pass.name << ": " << before.status().message();
+    if (!after.ok() && with.micro_batches > 1 && after.status().message().find("the export fixes") != std::string::npos) {
+      std::printf("[peaks] %s: %s skipped: %s\n", GetParam().c_str(), pass.name.c_str(), after.status().message().c_str());
+      continue;
+    }
+    ASSERT_TRUE(after.ok()) << pass.name << ": " << after.status().message();
+    std::printf("[peaks] %s: %s %lld B, without %lld B%s\n", GetParam().c_str(), pass.name.c_str(),
+                static_cast<long long>(after->memory.predicted_peak_bytes), static_cast<long long>(before->memory.predicted_peak_bytes),
+                after->remat_outcome.kept_without_remat ? " (remat planned higher: kept the step without it)" : "");
+    if (known_above(GetParam(), pass.name)) {
+      // Open (bench/RESULTS.md §20): a fix turns this into a failure, so the entry goes too.
+      EXPECT_GT(after->memory.predicted_peak_bytes, before->memory.predicted_peak_bytes) << pass.name << " no longer raises the peak";
+      continue;
+    }
+    EXPECT_LE(after->memory.predicted_peak_bytes, before->memory.predicted_peak_bytes) << pass.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Committed, PassPeaks, ::testing::ValuesIn(committed_models()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace memc
