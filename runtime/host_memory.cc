@@ -94,6 +94,10 @@ Expected<HostMemory> prepare_host_memory() {
   while (threads > 1 && threads * kGemmBufferBytes + kHeadroom > free_bytes) --threads;
   if (threads != hm.gemm_threads) openblas_set_num_threads(static_cast<int>(threads));
   hm.gemm_threads = threads;
+  if (hm.threads > threads) {  // oneDNN's threads too: each maps a stack and packing buffers
+    cpu::set_onednn_threads(static_cast<int>(threads));
+    hm.threads = threads;
+  }
   if (!can_map(threads * kGemmBufferBytes)) {
     const int64_t need = hm.address_limit_bytes - std::max<int64_t>(free_bytes, 0) + kGemmBufferBytes + kHeadroom;
     return Status::Internal("out of host memory: the address-space limit (ulimit -v " + std::to_string(hm.address_limit_bytes >> 10) +
