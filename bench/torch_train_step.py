@@ -129,11 +129,11 @@ def main():
     # both after building the model so the requested thread count holds)
     baseline = peak_rss_bytes()
     model, x, y = build(args.model, args.batch)
-    torch.use_deterministic_algorithms(False)
-    torch.set_num_threads(args.threads)
     if args.no_dropout:
         import export_models as E
         E.set_dropout(model, 0.0)
+    torch.use_deterministic_algorithms(False)
+    torch.set_num_threads(args.threads)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=args.weight_decay)
