@@ -19,6 +19,10 @@ Models (the same weights as the ONNX files memc trains):
   vit_small32  models/vit_small32.onnx (ViT 32x32, patch 4, 4 layers, hidden 128,
                mlp 512, 4 heads, 10 classes, 3 channels, 809k parameters);
                input: fixed N(0,1) images, random labels
+  vit_b_16     torchvision vit_b_16 (86.6M parameters) with the weights of --onnx (the
+               skeleton filled by bench/random_weights.py) wherever an initializer has a
+               parameter's name and shape (the rest keep torch's init: step time does not
+               depend on the values); input: the first `batch` rows of --data
 Dropout stays as exported (p = 0.1, module in train()) unless --no-dropout
 (all p = 0, matching `memc compile --no-dropout`).
 """
@@ -56,9 +60,35 @@ def build(name, batch):
         import export_vit_small32 as S
         model = S.build_vit_small32()
         x, y = S.synthetic_inputs(batch, seed=0)
+    elif name == "vit_b_16":
+        model = vit_b_16_from_onnx(ONNX_PATH)
+        d = np.load(DATA_PATH)
+        x, y = torch.from_numpy(d["x"][:batch]), torch.from_numpy(d["y"][:batch])
     else:
         raise SystemExit(f"unknown model {name}")
     return model, x, y
+
+
+ONNX_PATH = "/tmp/vit_b_16_random.onnx"
+DATA_PATH = "/tmp/vit_b_16_data.npz"
+
+
+def vit_b_16_from_onnx(path):
+    import onnx
+    import torch
+    import torchvision
+    from onnx import numpy_helper
+    model = torchvision.models.vit_b_16()
+    inits = {i.name: i for i in onnx.load(path).graph.initializer}
+    state = model.state_dict()
+    loaded = 0
+    for name, value in state.items():
+        if name in inits and tuple(inits[name].dims) == tuple(value.shape):
+            state[name] = torch.from_numpy(numpy_helper.to_array(inits[name]).copy())
+            loaded += 1
+    model.load_state_dict(state)
+    print(json.dumps({"vit_b_16_tensors_from_onnx": loaded, "of": len(state)}), file=sys.stderr)
+    return model
 
 
 def write_data(path, n, seed):
@@ -70,8 +100,11 @@ def write_data(path, n, seed):
 
 
 def main():
+    global ONNX_PATH, DATA_PATH
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="vit_tiny", choices=["vit_tiny", "vit_small32"])
+    ap.add_argument("--model", default="vit_tiny", choices=["vit_tiny", "vit_small32", "vit_b_16"])
+    ap.add_argument("--onnx", default=ONNX_PATH, help="vit_b_16: the weights (bench/random_weights.py)")
+    ap.add_argument("--data", default=DATA_PATH, help="vit_b_16: the data (.npz with x, y)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
@@ -84,6 +117,7 @@ def main():
     ap.add_argument("--n", type=int, default=2048, help="samples for --write-data")
     ap.add_argument("--seed", type=int, default=0, help="seed for --write-data")
     args = ap.parse_args()
+    ONNX_PATH, DATA_PATH = args.onnx, args.data
 
     if args.write_data:
         write_data(args.write_data, args.n, args.seed)
@@ -95,11 +129,11 @@ def main():
     # both after building the model so the requested thread count holds)
     baseline = peak_rss_bytes()
     model, x, y = build(args.model, args.batch)
-    torch.use_deterministic_algorithms(False)
-    torch.set_num_threads(args.threads)
     if args.no_dropout:
         import export_models as E
         E.set_dropout(model, 0.0)
+    torch.use_deterministic_algorithms(False)
+    torch.set_num_threads(args.threads)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=args.weight_decay)

@@ -6,9 +6,12 @@ backward + AdamW), same model, batch, optimizer, no dropout, same thread count.
     /work/venv/bin/python bench/train_step.py --reps 3 --threads 1 --models vit_tiny --json /tmp/r.json
 
 Cases: vit_tiny batch 64 (data/digits_train.npz), vit_small32 batch 32 (synthetic
-3x32x32 data written by `torch_train_step.py --write-data`), each with 1 and 2
-threads (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = MKL_NUM_THREADS = T for both
-processes, and torch.set_num_threads(T) inside torch_train_step.py).
+3x32x32 data written by `torch_train_step.py --write-data`), vit_b_16 batch 8 (the
+skeleton with bench/random_weights.py's weights in /tmp, torchvision's vit_b_16 loading
+the same tensors; 3 batches of N(0,1) images), each with 1 and 2 threads
+(OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = MKL_NUM_THREADS = T and OMP_WAIT_POLICY=passive
+for both processes, `memc run --threads T`, torch.set_num_threads(T) inside
+torch_train_step.py).
 
 Method
   memc: `memc compile MODEL --batch B --optimizer adamw --no-dropout --epochs 1000 -o PLAN`
@@ -42,7 +45,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMC = os.path.join(ROOT, "build", "memc")
 PY = sys.executable
-CASES = {"vit_tiny": 64, "vit_small32": 32}
+CASES = {"vit_tiny": 64, "vit_small32": 32, "vit_b_16": 8}
+VIT_B16_ONNX, VIT_B16_DATA = "/tmp/vit_b_16_random.onnx", "/tmp/vit_b_16_data.npz"
 STEP_RE = re.compile(r"step \d+/\d+ loss \S+ (\d+) samples/s")
 
 
@@ -50,6 +54,9 @@ def env_for(threads):
     e = dict(os.environ)
     for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         e[k] = str(threads)
+    # memc sets this itself (tools/preinit.cc); torch gets it too, so that neither spins at
+    # OpenMP barriers on cores that other processes are using
+    e["OMP_WAIT_POLICY"] = "passive"
     return e
 
 
@@ -103,14 +110,22 @@ def children_usage():
 def memc_rep(plan, data, batch, steps, warmup, threads, tmp):
     rj = os.path.join(tmp, "report.json")
     u0 = children_usage()
-    _, err, wall = run_child_pty_stderr([MEMC, "run", plan, "--data", data, "--steps", str(warmup + steps), "--json", rj],
+    _, err, wall = run_child_pty_stderr([MEMC, "run", plan, "--data", data, "--steps", str(warmup + steps), "--json", rj,
+                                         "--threads", str(threads), "--force"],
                              env_for(threads))
     u1 = children_usage()
     sps = [int(m.group(1)) for m in STEP_RE.finditer(err)]
     if len(sps) != warmup + steps:
         raise SystemExit(f"memc printed {len(sps)} step lines, expected {warmup + steps}:\n{err[-1000:]}")
-    ms = [batch * 1000.0 / s for s in sps]
     rep = json.load(open(rj))
+    if min(sps) >= 100:
+        ms = [batch * 1000.0 / s for s in sps]
+    else:  # `samples/s` (printed with %.0f) is too coarse: timed mean = difference of two runs' JSON means
+        run_child_pty_stderr([MEMC, "run", plan, "--data", data, "--steps", str(warmup), "--json", rj,
+                              "--threads", str(threads), "--force"], env_for(threads))
+        first_ms = json.load(open(rj))["step_ms"] * warmup
+        timed = (rep["step_ms"] * (warmup + steps) - first_ms) / steps
+        ms = [first_ms / warmup] * warmup + [timed] * steps
     return {
         "step_ms_all": [round(x, 3) for x in ms],
         "step_ms_timed": ms[warmup:],
@@ -118,24 +133,41 @@ def memc_rep(plan, data, batch, steps, warmup, threads, tmp):
         "parsed_mean_incl_warmup": statistics.fmean(ms),
         "wall_s": wall, "user_s": u1[0] - u0[0], "sys_s": u1[1] - u0[1], "minflt": u1[2] - u0[2],
         "last_loss": rep["loss"],
+        "host": rep.get("host_memory", {}),
+        "load_1min": os.getloadavg()[0],
     }
 
 
 def torch_rep(model, batch, steps, warmup, threads):
     out, _, _ = run_child([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--model", model, "--batch",
                            str(batch), "--threads", str(threads), "--no-dropout", "--warmup", str(warmup),
-                           "--runs", str(steps)], env_for(threads))
+                           "--runs", str(steps), "--onnx", VIT_B16_ONNX, "--data", VIT_B16_DATA], env_for(threads))
     d = json.loads(out.strip().splitlines()[-1])
     if d["torch_num_threads"] != threads:
         raise SystemExit(f"torch ran with {d['torch_num_threads']} threads, wanted {threads}")
-    return {"step_ms_timed": d["step_ms_all"], "last_loss": d["last_loss"], "torch_version": d["torch_version"]}
+    return {"step_ms_timed": d["step_ms_all"], "last_loss": d["last_loss"], "torch_version": d["torch_version"],
+            "load_1min": os.getloadavg()[0]}
+
+
+def prepare_vit_b_16(batch):
+    """The skeleton with seeded random weights, and 3 batches of N(0,1) images (numpy seed 0), once."""
+    if not os.path.exists(VIT_B16_ONNX):
+        subprocess.run([PY, os.path.join(ROOT, "bench", "random_weights.py"),
+                        os.path.join(ROOT, "models", "vit_b_16_skeleton.onnx"), VIT_B16_ONNX], check=True)
+    if not os.path.exists(VIT_B16_DATA):
+        import numpy as np
+        rng = np.random.default_rng(0)
+        n = 3 * batch
+        np.savez(VIT_B16_DATA, x=rng.standard_normal((n, 3, 224, 224), dtype=np.float32),
+                 y=rng.integers(0, 1000, n).astype(np.int64))
 
 
 def summarize(reps):
     pooled = [x for r in reps for x in r["step_ms_timed"]]
     per_rep = [statistics.median(r["step_ms_timed"]) for r in reps]
+    loads = [r["load_1min"] for r in reps]
     return {"median_ms": statistics.median(pooled), "rep_median_min": min(per_rep), "rep_median_max": max(per_rep),
-            "n_steps": len(pooled)}
+            "n_steps": len(pooled), "load_min": min(loads), "load_max": max(loads)}
 
 
 def main():
@@ -164,15 +196,19 @@ def main():
                                   "sha256": hashlib.sha256(open(private, "rb").read()).hexdigest()[:16]}
         for model in models:
             batch = CASES[model]
+            onnx_path = os.path.join(ROOT, "models", model + ".onnx")
             if model == "vit_tiny":
                 data = os.path.join(ROOT, "data", "digits_train.npz")
+            elif model == "vit_b_16":
+                onnx_path, data = VIT_B16_ONNX, VIT_B16_DATA
+                prepare_vit_b_16(batch)
             else:
                 data = os.path.join(tmp, "small32.npz")
                 n = batch * (args.steps + args.warmup + 1)
                 subprocess.run([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--write-data", data,
                                 "--n", str(n)], check=True, stdout=subprocess.DEVNULL)
             plan = os.path.join(tmp, model + ".plan")
-            subprocess.run([MEMC, "compile", os.path.join(ROOT, "models", model + ".onnx"), "--batch", str(batch),
+            subprocess.run([MEMC, "compile", onnx_path, "--batch", str(batch),
                             "--optimizer", "adamw", "--no-dropout", "--epochs", "1000", "-o", plan],
                            check=True, stdout=subprocess.DEVNULL)
             raw = {t: {"memc": [], "torch": []} for t in threads}
@@ -197,14 +233,15 @@ def main():
     print(f"nproc {results['nproc']}, load average at start {results['loadavg_start'][0]:.2f} "
           f"(1 min) / {results['loadavg_start'][1]:.2f} (5 min), at end {results['loadavg_end'][0]:.2f} / "
           f"{results['loadavg_end'][1]:.2f}; {args.reps} reps x {args.steps} timed steps after {args.warmup} warm-up")
-    hdr = f"| model | batch | threads | memc ms/step | (rep spread) | torch ms/step | (rep spread) | memc/torch |"
+    hdr = "| model | batch | threads | memc ms/step | (rep spread) | torch ms/step | (rep spread) | memc/torch | load (1 min) |"
     print(hdr)
-    print("|---|---:|---:|---:|---|---:|---|---:|")
+    print("|---|---:|---:|---:|---|---:|---|---:|---|")
     for c in results["cases"]:
         m, p = c["memc"], c["torch"]
         print(f"| {c['model']} | {c['batch']} | {c['threads']} | {m['median_ms']:.2f} | "
               f"{m['rep_median_min']:.2f}–{m['rep_median_max']:.2f} | {p['median_ms']:.2f} | "
-              f"{p['rep_median_min']:.2f}–{p['rep_median_max']:.2f} | {c['ratio']:.2f} |")
+              f"{p['rep_median_min']:.2f}–{p['rep_median_max']:.2f} | {c['ratio']:.2f} | "
+              f"{min(m['load_min'], p['load_min']):.1f}–{max(m['load_max'], p['load_max']):.1f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

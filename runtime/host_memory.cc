@@ -1,6 +1,7 @@
 #include "runtime/host_memory.h"
 
 #include <cblas.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -9,6 +10,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "backends/cpu/onednn_matmul.h"
 
 namespace memc {
 
@@ -39,13 +42,47 @@ bool can_map(int64_t bytes) {
 
 std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
+// OpenBLAS's names for its pre-AVX2 kernels, which it falls back to on a CPU model it does not know.
+bool generic_openblas_core(const std::string& core) {
+  for (const char* name : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Katmai", "Coppermine",
+                           "Northwood", "Banias", "Opteron", "Barcelona", "Generic", "Unknown"}) {
+    if (core == name) return true;
+  }
+  return false;
+}
+
+void warn_on_generic_openblas() {
+  const std::string core = openblas_get_corename();
+  if (!generic_openblas_core(core) || !__builtin_cpu_supports("avx2")) return;
+  std::fprintf(stderr, "memc: warning: OpenBLAS runs its generic '%s' kernels on a CPU with %s (f64 GEMMs are slow; "
+               "set OPENBLAS_CORETYPE=%s)\n", core.c_str(), __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
+               __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+}
+
 }  // namespace
 
 const HostMemory& host_memory() { return g_host_memory; }
 
+int64_t available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+void set_compute_threads(int64_t threads) {
+  cpu::set_onednn_threads(static_cast<int>(threads));
+  const int64_t openblas = std::min<int64_t>(threads, openblas_get_num_threads());
+  openblas_set_num_threads(static_cast<int>(openblas));
+  g_host_memory.threads = threads;
+}
+
 Expected<HostMemory> prepare_host_memory() {
+  warn_on_generic_openblas();
   HostMemory hm;
+  hm.threads = g_host_memory.threads ? g_host_memory.threads : cpu::onednn_threads();
   hm.gemm_threads = openblas_get_num_threads();
+  hm.gemm_library = cpu::onednn_description();
+  hm.openblas_core = openblas_get_corename();
   hm.gemm_buffer_bytes = hm.gemm_threads * kGemmBufferBytes;  // the bound: mapped lazily by OpenBLAS
   struct rlimit limit {};
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return g_host_memory = hm;
@@ -57,6 +94,10 @@ Expected<HostMemory> prepare_host_memory() {
   while (threads > 1 && threads * kGemmBufferBytes + kHeadroom > free_bytes) --threads;
   if (threads != hm.gemm_threads) openblas_set_num_threads(static_cast<int>(threads));
   hm.gemm_threads = threads;
+  if (hm.threads > threads) {  // oneDNN's threads too: each maps a stack and packing buffers
+    cpu::set_onednn_threads(static_cast<int>(threads));
+    hm.threads = threads;
+  }
   if (!can_map(threads * kGemmBufferBytes)) {
     const int64_t need = hm.address_limit_bytes - std::max<int64_t>(free_bytes, 0) + kGemmBufferBytes + kHeadroom;
     return Status::Internal("out of host memory: the address-space limit (ulimit -v " + std::to_string(hm.address_limit_bytes >> 10) +

@@ -6,6 +6,7 @@
 // GEMM allocates. Without a limit it changes nothing.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "support/status.h"
 
@@ -17,12 +18,23 @@ inline constexpr int64_t kGemmBufferBytes = int64_t{129} << 20;
 
 struct HostMemory {
   int64_t address_limit_bytes = -1;  // RLIMIT_AS; -1: unlimited
-  int64_t gemm_threads = 0;          // threads OpenBLAS may use
+  int64_t threads = 0;               // compute threads: oneDNN's (f32 GEMMs), set by set_compute_threads
+  int64_t gemm_threads = 0;          // threads OpenBLAS (f64 GEMMs) may use
+  std::string gemm_library;          // "oneDNN 2.6.3, ISA avx2": what runs the f32 GEMMs
+  std::string openblas_core;         // OpenBLAS's kernel choice ("Haswell", "SkylakeX", ...)
   int64_t gemm_buffer_bytes = 0;     // their buffers, outside the arena: threads × kGemmBufferBytes (mapped up
                                      // front under a limit, lazily by OpenBLAS without one)
 };
 
-// Exit 1 with one line when even one GEMM buffer does not fit under the limit.
+// The cores this process may run on (sched_getaffinity).
+int64_t available_cores();
+// One thread count for the GEMM libraries: oneDNN's OpenMP threads and OpenBLAS's (at most what
+// OpenBLAS started before main: tools/preinit.cc). Call before prepare_host_memory.
+void set_compute_threads(int64_t threads);
+
+// Exit 1 with one line when even one GEMM buffer does not fit under the limit. Warns in one
+// line when OpenBLAS picked generic kernels on a CPU with AVX2 (tools/preinit.cc fixes the
+// AVX-512 case before OpenBLAS starts).
 Expected<HostMemory> prepare_host_memory();
 // What prepare_host_memory() settled (for reports).
 const HostMemory& host_memory();

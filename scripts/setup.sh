@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake g++ make ninja-build pkg-config
           libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
-          libopenblas-dev libgtest-dev libgmock-dev libzip-dev zlib1g-dev
+          libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev libzip-dev zlib1g-dev
           libcli11-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin  # backends/comm: CPU ranks under mpirun
           chromium)  # headless: the timeline page's DOM test

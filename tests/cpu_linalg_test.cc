@@ -46,6 +46,8 @@ TEST(CpuLinalg, MatmulTransposesBatchesAndBroadcasts) {
       {{2, 3, 4}, {4, 5}},        {{2, 3, 4}, {5, 4}, false, true}, {{2, 4, 3}, {4, 5}, true},
       {{4}, {4, 5}},              {{3, 4}, {4}},                  {{4}, {4}},
       {{4}, {2, 4, 5}},           {{3, 4}, {2, 2, 4, 6}},         {{1, 3, 4}, {2, 4, 5}},
+      // One strided-batched gemm: both transposed over two batch dims; a shared with b transposed.
+      {{2, 3, 4, 3}, {2, 3, 5, 4}, true, true}, {{3, 4}, {2, 3, 5, 4}, false, true},
   };
   std::mt19937 rng(10);
   for (const MatmulCase& c : cases) {

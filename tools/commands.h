@@ -55,6 +55,7 @@ struct RunArgs {
   std::string plan;
   RunOptions options;
   std::string json_report;
+  int64_t threads = 0;  // compute threads (0: the cores this process may use)
   bool force = false;  // replace existing --json / --dump-grads files
 };
 

@@ -170,6 +170,8 @@ int run_main(int argc, char** argv) {
   run_cmd->add_option("--dump-grads", run.options.dump_grads, "Write the first step's gradients (.npz, by initializer name)");
   run_cmd->add_option("--json", run.json_report, "Write a JSON report");
   run_cmd->add_flag("--quiet", run.options.quiet, "No progress line");
+  run_cmd->add_option("--threads", run.threads, "Compute threads for memc and its GEMM libraries (default: the cores it may use)")
+      ->check(CLI::PositiveNumber);
   run_cmd->add_flag("--tf32", run.options.tf32, "Let f32 GEMMs on CUDA use TF32 (off by default, so fp32 matches the CPU)");
   run_cmd->add_option("--device", run.options.device,
                       "cpu | cuda | cuda:K (default: cuda when the plan targets a GPU and one is present with every kernel, else cpu)");
@@ -215,7 +217,9 @@ int run_main(int argc, char** argv) {
     return 2;
   }
   set_verbosity(verbose);
-  // Before any GEMM: bound the GEMM library's buffers under `ulimit -v` (runtime/host_memory.h).
+  // Before any GEMM: one thread count for every GEMM library, then bound their buffers under
+  // `ulimit -v` (runtime/host_memory.h).
+  set_compute_threads(run_cmd->parsed() && run.threads > 0 ? run.threads : available_cores());
   if (Expected<HostMemory> host = prepare_host_memory(); !host.ok()) return report(host.status());
   if (inspect_cmd->parsed()) return run_inspect(inspect);
   if (infer_cmd->parsed()) return run_infer(infer);

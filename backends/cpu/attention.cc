@@ -145,25 +145,47 @@ struct AttentionOperands {
 // s[rows, cols] = scale·q_blk·k_blkᵀ (+ bias) for queries q0.. and keys k0..
 template <typename C>
 void score_block(C* s, const AttentionOperands<C>& x, int64_t q0, int64_t k0, int64_t rows, int64_t cols,
-                 const AttentionGeometry& g) {
-  gemm(s, x.q + q0 * g.d, x.k + k0 * g.d, GemmShape{.m = rows, .n = cols, .k = g.d, .trans_b = true});
+                 const AttentionGeometry& g, float* gemm_scratch) {
+  gemm(s, x.q + q0 * g.d, x.k + k0 * g.d, GemmShape{.m = rows, .n = cols, .k = g.d, .trans_b = true}, gemm_scratch);
   for (int64_t i = 0; i < rows * cols; ++i) s[i] *= static_cast<C>(g.scale);
   if (x.bias) {
     add_bias_block(s, *x.bias, x.bias_base + q0 * g.bias_row() + k0 * g.bias_col(), g.bias_row(), g.bias_col(), rows, cols);
   }
 }
 
+// The gemm scratch of the block products, the most over every block shape (full and edge
+// blocks) of the forward and backward.
+template <typename C>
+int64_t block_gemm_scratch_floats(const AttentionGeometry& g) {
+  int64_t most = 0;
+  for (int64_t rows : {std::min(kQueryBlock, g.tq), g.tq % kQueryBlock}) {
+    for (int64_t cols : {std::min(kKeyBlock, g.tk), g.tk % kKeyBlock}) {
+      for (const GemmShape& s : {GemmShape{.m = rows, .n = cols, .k = g.d, .trans_b = true},
+                                 GemmShape{.m = rows, .n = g.dv, .k = cols, .accumulate = true},
+                                 GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true},
+                                 GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true},
+                                 GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true},
+                                 GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true}}) {
+        most = std::max(most, gemm_scratch_floats<C>(s));
+      }
+    }
+  }
+  return most;
+}
+
 // Per-query-block scratch: a block of scores and dropout factors (only when dropout is
-// possible), output rows, row max and sum. Blocks are at most [min(64, Tq), min(64, Tk)].
+// possible), output rows, row max and sum, and the block gemms' scratch. Blocks are at most
+// [min(64, Tq), min(64, Tk)].
 template <typename C>
 struct QueryBlockScratch {
   int64_t rows = 0;                // capacity in query rows
   C *scores, *factor, *out;        // [rows, cols], [rows, cols], [rows, Dv]
   C *row_max, *row_sum;            // [rows]
+  float* gemm_scratch;             // block_gemm_scratch_floats
   QueryBlockScratch(Workspace& ws, const AttentionGeometry& g, bool dropout_possible)
       : rows(std::min(kQueryBlock, g.tq)), scores(ws.take<C>(rows * std::min(kKeyBlock, g.tk))),
         factor(ws.take<C>(dropout_possible ? rows * std::min(kKeyBlock, g.tk) : 0)), out(ws.take<C>(rows * g.dv)),
-        row_max(ws.take<C>(rows)), row_sum(ws.take<C>(rows)) {}
+        row_max(ws.take<C>(rows)), row_sum(ws.take<C>(rows)), gemm_scratch(ws.take<float>(block_gemm_scratch_floats<C>(g))) {}
 };
 
 // The forward pass over all keys for queries q0..q0+rows: leaves the unnormalized output rows
@@ -177,14 +199,14 @@ void attend_query_block(QueryBlockScratch<C>& w, const AttentionOperands<C>& x, 
   std::fill(w.row_sum, w.row_sum + rows, C(0));
   for (int64_t k0 = 0; k0 < g.tk; k0 += kKeyBlock) {
     const int64_t cols = std::min(kKeyBlock, g.tk - k0);
-    score_block(w.scores, x, q0, k0, rows, cols, g);
+    score_block(w.scores, x, q0, k0, rows, cols, g, w.gemm_scratch);
     online_softmax_block(w.scores, w.out, w.row_max, w.row_sum, rows, cols, g.dv);
     if (dropout.active) {
       dropout.factors(w.factor, x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
       for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] *= w.factor[i];
     }
     // out[rows, Dv] += p[rows, cols] · v_blk[cols, Dv]
-    gemm(w.out, w.scores, x.v + k0 * g.dv, GemmShape{.m = rows, .n = g.dv, .k = cols, .accumulate = true});
+    gemm(w.out, w.scores, x.v + k0 * g.dv, GemmShape{.m = rows, .n = g.dv, .k = cols, .accumulate = true}, w.gemm_scratch);
   }
 }
 
@@ -299,7 +321,7 @@ template <typename C>
 void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
                           int64_t q0, int64_t rows, int64_t k0, int64_t cols, const AttentionGeometry& g,
                           const AttentionDropout& dropout) {  // dy: [Tq, Dv]
-  score_block(w.scores, x, q0, k0, rows, cols, g);
+  score_block(w.scores, x, q0, k0, rows, cols, g, w.gemm_scratch);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
@@ -314,8 +336,8 @@ void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const Atte
   }
   const C* dy_blk = dy + q0 * g.dv;
   // dv[cols, Dv] += P̃ᵀ[cols, rows]·dy[rows, Dv];  dP[rows, cols] = dy[rows, Dv]·v_blkᵀ
-  gemm(d.dv + k0 * g.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true});
-  gemm(w.dprob, dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true});
+  gemm(d.dv + k0 * g.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
+  gemm(w.dprob, dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true}, w.gemm_scratch);
   C* ds = w.dprob;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -332,8 +354,8 @@ void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const Atte
   }
   for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= static_cast<C>(g.scale);
   // dq[rows, D] += dS·k_blk;  dk[cols, D] += dSᵀ·q_blk
-  gemm(d.dq + q0 * g.d, ds, x.k + k0 * g.d, GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true});
-  gemm(d.dk + k0 * g.d, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true});
+  gemm(d.dq + q0 * g.d, ds, x.k + k0 * g.d, GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true}, w.gemm_scratch);
+  gemm(d.dk + k0 * g.d, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
 }
 
 // One batch entry; only one [kQueryBlock, kKeyBlock] block of probabilities exists at a time.

@@ -7,24 +7,43 @@
 
 namespace memc::cpu {
 
-// One row-major product c[m, n] (+)= op(a)[m, k] · op(b)[k, n] over contiguous matrices:
-// a is stored [m, k] ([k, m] when trans_a), b is [k, n] ([n, k] when trans_b).
+// `batch` row-major products c_i[m, n] (+)= op(a_i)[m, k] · op(b_i)[k, n] over contiguous
+// matrices: a_i is stored [m, k] ([k, m] when trans_a) at a + i·batch_stride_a, b_i [k, n]
+// ([n, k] when trans_b) at b + i·batch_stride_b, c_i at c + i·m·n. A batch stride of 0 shares
+// one matrix across the batch.
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   bool accumulate = false;  // c += product instead of c = product
+  int64_t batch = 1, batch_stride_a = 0, batch_stride_b = 0;  // in elements
 };
 
-// f32/f64 call OpenBLAS; f16/bf16 widen to f32 in `scratch`, multiply, and round once on store;
-// integer dtypes use a plain loop (wrapping like repeated multiply-add).
+// f32 calls oneDNN's matmul (backends/cpu/onednn_matmul.h), or a plain loop for products of at
+// most 32³ multiply-adds per matrix; f64 calls OpenBLAS; f16/bf16 widen
+// to f32 in `scratch`, multiply, and round once on store; integer dtypes use a plain loop
+// (wrapping like repeated multiply-add).
 template <typename T>
-void gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch = nullptr);  // c: [m, n], a, b: see GemmShape
+void gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch = nullptr);  // c: [batch, m, n], a, b: see GemmShape
 
-// Floats of `scratch` gemm<T> needs: the f32 copies of a, b and c for f16/bf16, none otherwise.
+int64_t onednn_scratchpad_bytes(const GemmShape& s);
+
+// Up to 32³ multiply-adds per matrix a plain loop beats a oneDNN primitive call, whose fixed
+// cost is ~8 µs (measured; attention's per-head blocks in small models are this size).
+inline bool small_gemm(const GemmShape& s) { return s.m * s.n * s.k <= 32 * 32 * 32; }
+
+// Floats of `scratch` gemm<T> needs: oneDNN's planned scratchpad for f32; for f16/bf16 that of
+// the f32 product plus the f32 copies of one batch's a, b and c; none otherwise.
 template <typename T>
 int64_t gemm_scratch_floats(const GemmShape& s) {
-  if constexpr (std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>) return s.m * s.k + s.k * s.n + s.m * s.n;
-  else return 0;
+  if constexpr (std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>) {
+    GemmShape one = s;
+    one.batch = 1;
+    return gemm_scratch_floats<float>(one) + s.m * s.k + s.k * s.n + s.m * s.n;
+  } else if constexpr (std::is_same_v<T, float>) {
+    return small_gemm(s) ? 0 : (onednn_scratchpad_bytes(s) + 63) / 64 * 16;  // whole cache lines, so what follows stays aligned
+  } else {
+    return 0;
+  }
 }
 
 }  // namespace memc::cpu

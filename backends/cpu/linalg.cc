@@ -16,11 +16,12 @@ namespace {
 
 // Numpy matmul: 1-D operands are promoted to matrices (and the dim dropped from the result),
 // batch dims broadcast. Matrices are contiguous, so each batch is one gemm; when b has no
-// batch and a is not transposed, all batches fold into one gemm of B·M rows.
+// batch and a is not transposed, all batches fold into one gemm of B·M rows; when each
+// operand's batches are all distinct or all shared, they are one strided-batched gemm.
 struct MatmulPlan {
-  GemmShape s;          // one gemm call (the folded one when folded)
+  GemmShape s;          // one gemm call (the folded or batched one when one call covers all)
   Shape batch;          // broadcast batch dims
-  bool folded = false;  // one gemm covers every batch
+  bool one_call = false;  // one gemm covers every batch
   std::vector<int64_t> a_strides, b_strides;  // batch strides in matrices; O(rank)
 
   MatmulPlan(Shape a_shape, Shape b_shape, bool trans_a, bool trans_b) {
@@ -40,23 +41,31 @@ struct MatmulPlan {
       const int64_t db = ib >= batch.size() ? b_batch[ib - batch.size()] : 1;
       batch[i] = std::max(da, db);
     }
-    folded = numel(b_batch) == 1 && numel(a_batch) == numel(batch) && !trans_a;
-    if (folded) {
+    one_call = numel(b_batch) == 1 && numel(a_batch) == numel(batch) && !trans_a;
+    if (one_call) {
       s.m *= numel(batch);
-    } else {
-      a_strides = broadcast_strides(a_batch, batch);
-      b_strides = broadcast_strides(b_batch, batch);
+      return;
+    }
+    a_strides = broadcast_strides(a_batch, batch);
+    b_strides = broadcast_strides(b_batch, batch);
+    const std::vector<int64_t> distinct = broadcast_strides(batch, batch);
+    const auto uniform = [&](const std::vector<int64_t>& st) { return st == distinct || st == std::vector<int64_t>(st.size(), 0); };
+    if (uniform(a_strides) && uniform(b_strides)) {
+      one_call = true;
+      s.batch = numel(batch);
+      s.batch_stride_a = a_strides == distinct && numel(a_batch) > 1 ? s.m * s.k : 0;
+      s.batch_stride_b = b_strides == distinct && numel(b_batch) > 1 ? s.k * s.n : 0;
     }
   }
   explicit MatmulPlan(const Node& node, const Shape& a, const Shape& b)
       : MatmulPlan(a, b, node.attrs.get_int("transpose_a", 0), node.attrs.get_int("transpose_b", 0)) {}
 };
 
-// Workspace: the 16-bit gemm's f32 copies for one call's shape, reused by every batch.
+// Workspace: the gemm's scratch for one call's shape, reused by every batch.
 template <typename T>
 void matmul(T* y, const T* a, const T* b, const MatmulPlan& p, Workspace& ws) {
   float* gemm_scratch = ws.take<float>(gemm_scratch_floats<T>(p.s));
-  if (p.folded) {
+  if (p.one_call) {
     gemm(y, a, b, p.s, gemm_scratch);
     return;
   }
@@ -333,9 +342,17 @@ void col2im_nd(T* x, const T* col, const ConvGeometry& g) {  // x: [Cg, in...], 
   }
 }
 
+// The gemms of the two conv backward ops, per image and group (see below).
+GemmShape conv_grad_input_gemm(const ConvGeometry& g) {
+  return GemmShape{.m = g.group_in() * numel(g.kernel), .n = numel(g.out), .k = g.group_out(), .trans_a = true};
+}
+GemmShape conv_grad_weight_gemm(const ConvGeometry& g) {
+  return GemmShape{.m = g.group_out(), .n = g.group_in() * numel(g.kernel), .k = numel(g.out), .trans_b = true, .accumulate = true};
+}
+
 // Per image and group: col[Cg·K, P] = w_gᵀ[Cg·K, Mg] · dy_g[Mg, P], then dx_g += col2im(col).
 template <typename C>
-void conv_grad_input(C* dx, const C* dy, const C* w, C* col, const ConvGeometry& g) {  // dx: [B, C, in...], col: [Cg·K, P]
+void conv_grad_input(C* dx, const C* dy, const C* w, C* col, float* gemm_scratch, const ConvGeometry& g) {  // dx: [B, C, in...], col: [Cg·K, P]
   const int64_t kernel_size = numel(g.kernel), positions = numel(g.out), in_size = numel(g.in);
   const int64_t rows = g.group_in() * kernel_size;
   const bool pointwise = g.pointwise();
@@ -345,12 +362,12 @@ void conv_grad_input(C* dx, const C* dy, const C* w, C* col, const ConvGeometry&
       C* dx_g = dx + (b * g.in_channels + grp * g.group_in()) * in_size;               // [Cg, in...]
       const C* dy_g = dy + (b * g.out_channels + grp * g.group_out()) * positions;    // [Mg, P]
       const C* w_g = w + grp * g.group_out() * rows;                                  // [Mg, Cg·K]
-      const GemmShape s{.m = rows, .n = positions, .k = g.group_out(), .trans_a = true};
+      const GemmShape s = conv_grad_input_gemm(g);
       if (pointwise) {  // col is dx_g itself (P = in_size, K = 1)
-        gemm(dx_g, w_g, dy_g, s);
+        gemm(dx_g, w_g, dy_g, s, gemm_scratch);
         continue;
       }
-      gemm(col, w_g, dy_g, s);
+      gemm(col, w_g, dy_g, s, gemm_scratch);
       if (g.in.size() == 2) col2im_2d(dx_g, col, g);
       else col2im_nd(dx_g, col, g);
     }
@@ -359,7 +376,7 @@ void conv_grad_input(C* dx, const C* dy, const C* w, C* col, const ConvGeometry&
 
 // Per group, summed over images: dw_g[Mg, Cg·K] += dy_g[Mg, P] · im2col(x_g)ᵀ[P, Cg·K].
 template <typename C>
-void conv_grad_weight(C* dw, const C* dy, const C* x, C* col, const ConvGeometry& g) {  // dw: [M, C/G, kernel...], col: [Cg·K, P]
+void conv_grad_weight(C* dw, const C* dy, const C* x, C* col, float* gemm_scratch, const ConvGeometry& g) {  // dw: [M, C/G, kernel...], col: [Cg·K, P]
   const int64_t kernel_size = numel(g.kernel), positions = numel(g.out), in_size = numel(g.in);
   const int64_t rows = g.group_in() * kernel_size;
   const bool pointwise = g.pointwise();
@@ -372,18 +389,19 @@ void conv_grad_weight(C* dw, const C* dy, const C* x, C* col, const ConvGeometry
         if (g.in.size() == 2) im2col_2d(col, x_g, g);
         else im2col_nd(col, x_g, g);
       }
-      gemm(dw + grp * g.group_out() * rows, dy_g, pointwise ? x_g : col,
-           GemmShape{.m = g.group_out(), .n = rows, .k = positions, .trans_b = true, .accumulate = true});
+      gemm(dw + grp * g.group_out() * rows, dy_g, pointwise ? x_g : col, conv_grad_weight_gemm(g), gemm_scratch);
     }
   }
 }
 
 // Workspace of both conv backward ops, in compute type C: f32 copies of (a, b, out) when T is
-// 16-bit (f32/f64 run in place), then the im2col buffer col [Cg·K, P] (none when pointwise).
+// 16-bit (f32/f64 run in place), then the im2col buffer col [Cg·K, P] (none when pointwise),
+// then the gemm's scratch (the more of the two ops').
 template <typename T>
 struct ConvGradScratch {
   using C = typename Compute<T>::type;
   C *a = nullptr, *b = nullptr, *out = nullptr, *col = nullptr;
+  float* gemm = nullptr;
   ConvGradScratch(Workspace& ws, int64_t a_count, int64_t b_count, int64_t out_count, const ConvGeometry& g) {
     if constexpr (!std::is_same_v<T, C>) {
       a = ws.take<C>(a_count);
@@ -391,6 +409,7 @@ struct ConvGradScratch {
       out = ws.take<C>(out_count);
     }
     col = ws.take<C>(g.col_rows() * numel(g.out));
+    gemm = ws.take<float>(std::max(gemm_scratch_floats<C>(conv_grad_input_gemm(g)), gemm_scratch_floats<C>(conv_grad_weight_gemm(g))));
   }
 };
 
@@ -421,7 +440,7 @@ Status conv_grad_input_kernel(KernelContext& ctx) {
     } else {
       const ConvGradScratch<T> scratch(ws, dy.numel(), w.numel(), dx.numel(), geometry);
       run_in_compute_type<T>(dx, dy, w, scratch, [&](auto* out, const auto* a, const auto* b, auto* col) {
-        conv_grad_input(out, a, b, col, geometry);
+        conv_grad_input(out, a, b, col, scratch.gemm, geometry);
       });
       return Status::Ok();
     }
@@ -440,7 +459,7 @@ Status conv_grad_weight_kernel(KernelContext& ctx) {
     } else {
       const ConvGradScratch<T> scratch(ws, dy.numel(), x.numel(), dw.numel(), geometry);
       run_in_compute_type<T>(dw, dy, x, scratch, [&](auto* out, const auto* a, const auto* b, auto* col) {
-        conv_grad_weight(out, a, b, col, geometry);
+        conv_grad_weight(out, a, b, col, scratch.gemm, geometry);
       });
       return Status::Ok();
     }
