@@ -13,7 +13,8 @@
 #     elements within 2^-8 and all within 2·lr per step, optimizer states (gradients from bf16
 #     GEMMs) within 8 times those;
 #   - every rank's measured device peak equals the plan's, in rank 0's report;
-#   - a checkpoint written by 2 ranks resumes on 1 and on 4, continuing the uninterrupted losses;
+#   - a checkpoint written by 2 ranks resumes on 1 and on 4, continuing the uninterrupted losses,
+#     and memc export reads a sharded checkpoint unchanged;
 #   - a sharded plan without mpirun, or a job of the wrong size, is one line and exit 2.
 source "$(dirname "$0")/common.bash" "$@"
 cd "$SRC"
@@ -143,6 +144,10 @@ for a, b in zip(full[3:], res):
 ' "$TMP/one-fp32-adamw/r.json" "$TMP/res$n.json" && pass "2 ranks → $n rank(s) resumes the uninterrupted losses (steps 4-5)" \
     || fail "2 ranks → $n: losses $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["losses"])' "$TMP/res$n.json")"
 done
+
+# A checkpoint written by sharded ranks is the one-device file: memc export reads it unchanged.
+$MEMC export "$TMP/r4.plan" --weights "$TMP/resume4" -o "$TMP/trained.onnx" >/dev/null 2>"$TMP/err" \
+  && pass "memc export reads the zero3 checkpoint of 4 ranks" || fail "export of a sharded checkpoint: $(cat "$TMP/err")"
 
 # Planned at the edge (compile only): ViT-L/16 at batch 16, AdamW, bf16-mixed, on h200 with 4
 # devices. zero3's backward regathers each unit (and recomputes its bf16 casts), so no copy of the
