@@ -42,6 +42,20 @@ std::vector<std::vector<size_t>> group_units(const Module& m, const std::vector<
   return units;
 }
 
+// Unit `index` of the parameters `members` (indices into `params`): names, sizes and block.
+ShardUnit make_unit(const Module& m, const std::vector<ValueId>& params, const std::vector<size_t>& members, size_t index,
+                    const ShardOptions& o) {
+  ShardUnit u;
+  u.name = str_cat("shard.unit", index);
+  for (size_t i : members) {
+    u.params.push_back(params[i]);
+    u.param_names.push_back(m.value(params[i]).source_name);
+    u.elements += m.value(params[i]).type.numel();
+  }
+  u.block = (u.elements + o.devices - 1) / o.devices;
+  return u;
+}
+
 // concat(flatten(values)…, zeros) → [block·N]: one flat, padded buffer.
 ValueId flatten_padded(Module& m, const std::vector<ValueId>& values, int64_t padded) {
   std::vector<ValueId> parts;
@@ -118,19 +132,14 @@ Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<Va
                                                  const ShardOptions& o) {
   std::vector<ShardUnit> units;
   for (const std::vector<size_t>& members : group_units(m, params)) {
-    ShardUnit u;
-    u.name = str_cat("shard.unit", units.size());
+    ShardUnit u = make_unit(m, params, members, units.size(), o);
     std::vector<ValueId> unit_grads;
     for (size_t i : members) {
-      u.params.push_back(params[i]);
-      u.param_names.push_back(m.value(params[i]).source_name);
       unit_grads.push_back(grads[i]);
-      u.elements += m.value(params[i]).type.numel();
       if (m.value(grads[i]).type.dtype != m.value(params[i]).type.dtype) {
         return Status::Internal(str_cat("gradient of ", m.value(params[i]).name, " is not in its parameter's dtype"));
       }
     }
-    u.block = (u.elements + o.devices - 1) / o.devices;
     const int64_t padded = u.block * o.devices;
     u.weight = emit(m, "shard_block", {flatten_padded(m, u.params, padded)}, group(o));
     m.rename(u.weight, u.name);
@@ -149,16 +158,9 @@ Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId
   std::vector<ShardUnit> units;
   std::vector<ValueId> shards;
   for (const std::vector<size_t>& members : group_units(m, params)) {
-    ShardUnit u;
-    u.name = str_cat("shard.unit", units.size());
+    ShardUnit u = make_unit(m, params, members, units.size(), o);
     std::vector<TensorType> types;
-    for (size_t i : members) {
-      u.params.push_back(params[i]);
-      types.push_back(m.value(params[i]).type);
-      u.param_names.push_back(m.value(params[i]).source_name);
-      u.elements += types.back().numel();
-    }
-    u.block = (u.elements + o.devices - 1) / o.devices;
+    for (size_t i : members) types.push_back(m.value(params[i]).type);
     u.weight = m.add_argument(u.name, {types[0].dtype, {u.block}}, Role::kParam);
     const auto first_new = static_cast<NodeId>(m.nodes().size());
     u.views = gather_unit(m, u, types, o);
