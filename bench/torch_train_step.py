@@ -3,10 +3,11 @@
 
     /work/venv/bin/python bench/torch_train_step.py --model vit_tiny --batch 64 --threads 1
     /work/venv/bin/python bench/torch_train_step.py --model vit_small32 --batch 64 --threads 4 --runs 20
+    /work/venv/bin/python bench/torch_train_step.py --model vit_tiny --batch 64 --precision bf16-mixed
     /work/venv/bin/python bench/torch_train_step.py --write-data /tmp/small32.npz --n 2048   # data for memc
 
 Prints one JSON line:
-  {model, batch, threads, step_ms_median, step_ms_all, peak_rss_bytes,
+  {model, batch, threads, precision, step_ms_median, step_ms_all, peak_rss_bytes,
    baseline_peak_rss_bytes, torch_version, ...}
 peak_rss_bytes is resource.getrusage(RUSAGE_SELF).ru_maxrss (KiB on Linux, x1024):
 the process high-water mark, so it includes the Python interpreter, torch and
@@ -25,7 +26,16 @@ Models (the same weights as the ONNX files memc trains):
                depend on the values); input: the first `batch` rows of --data
 Dropout stays as exported (p = 0.1, module in train()) unless --no-dropout
 (all p = 0, matching `memc compile --no-dropout`).
+
+Precision (--precision, the counterpart of `memc compile --precision`):
+  fp32        everything in f32 (default)
+  bf16-mixed  PyTorch's usual CPU mixed-precision recipe: parameters, gradients and the
+              AdamW state stay f32; the forward and the loss run under
+              torch.autocast(device_type="cpu", dtype=torch.bfloat16) (GEMMs, attention in
+              bf16, autocast's f32 list in f32), backward outside autocast; no GradScaler
+              (bf16 has f32's exponent range)
 """
+import contextlib
 import argparse
 import json
 import os
@@ -112,6 +122,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--no-dropout", action="store_true", help="set every dropout p to 0")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed"],
+                    help="bf16-mixed: forward + loss under CPU autocast to bf16, f32 parameters and AdamW state")
     ap.add_argument("--write-data", metavar="NPZ", help="only write a synthetic vit_small32 data set "
                     "(x f32 N x 3 x 32 x 32, y i64 N) for memc and exit")
     ap.add_argument("--n", type=int, default=2048, help="samples for --write-data")
@@ -138,9 +150,15 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=args.weight_decay)
 
+    def autocast():
+        if args.precision == "bf16-mixed":
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with autocast():
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         return float(loss)
@@ -154,7 +172,7 @@ def main():
         loss = step()
         times.append((time.perf_counter() - t0) * 1e3)
     out = {
-        "model": args.model, "batch": args.batch, "threads": args.threads,
+        "model": args.model, "batch": args.batch, "threads": args.threads, "precision": args.precision,
         "step_ms_median": statistics.median(times),
         "step_ms_all": [round(t, 3) for t in times],
         "peak_rss_bytes": peak_rss_bytes(),
@@ -164,6 +182,7 @@ def main():
         "warmup": args.warmup, "runs": args.runs, "optimizer": "adamw",
         "dropout": 0.0 if args.no_dropout else "as exported (0.1)",
         "params": sum(p.numel() for p in model.parameters()),
+        "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()}),
         "last_loss": loss,
         "cpu_count": os.cpu_count(),
         "loadavg_1min": os.getloadavg()[0],

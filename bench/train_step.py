@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """memc vs PyTorch: wall time of one training step (forward + cross-entropy +
-backward + AdamW), same model, batch, optimizer, no dropout, same thread count.
+backward + AdamW), same model, batch, optimizer, no dropout, same thread count, same
+precision.
 
     /work/venv/bin/python bench/train_step.py                 # defaults below, ~3-5 min on 2 cores
     /work/venv/bin/python bench/train_step.py --reps 3 --threads 1 --models vit_tiny --json /tmp/r.json
+    /work/venv/bin/python bench/train_step.py --precisions fp32,bf16-mixed   # twice the time
 
 Cases: vit_tiny batch 64 (data/digits_train.npz), vit_small32 batch 32 (synthetic
 3x32x32 data written by `torch_train_step.py --write-data`), vit_b_16 batch 8 (the
@@ -13,9 +15,18 @@ the same tensors; 3 batches of N(0,1) images), each with 1 and 2 threads
 for both processes, `memc run --threads T`, torch.set_num_threads(T) inside
 torch_train_step.py).
 
+Precisions (--precisions, default fp32; a comma list of fp32 and bf16-mixed): each case is
+run in each. fp32: memc's plan compiled without --precision (its default, fp32), torch all
+f32. bf16-mixed: `memc compile ... --precision bf16-mixed` (everything else identical), and
+`torch_train_step.py --precision bf16-mixed`: f32 parameters and AdamW state, forward + loss
+under torch.autocast(device_type="cpu", dtype=torch.bfloat16), backward outside it, no
+GradScaler. Same weights, data, batch and optimizer in both. Each table row and JSON case
+names its precision; memc's run report's decisions.precision is checked against it.
+
 Method
   memc: `memc compile MODEL --batch B --optimizer adamw --no-dropout --epochs 1000 -o PLAN`
-        (the --epochs only makes sure --steps is not capped at one epoch), then per rep
+        (the --epochs only makes sure --steps is not capped at one epoch; bf16-mixed adds
+        `--precision bf16-mixed`, one plan per precision), then per rep
         `memc run PLAN --data D --steps WARMUP+STEPS --json R.json` WITHOUT --quiet:
         memc prints one line per step, `... loss L <B*1000/ms> samples/s`, where ms is
         the wall time of that step's execute() call (runtime/trainer.cc; batch
@@ -25,10 +36,12 @@ Method
         mean of all parsed steps is compared with the JSON `step_ms` (mean over all
         steps, warm-up included).
   torch: `bench/torch_train_step.py --model M --batch B --threads T --no-dropout
-        --warmup WARMUP --runs STEPS`; its `step_ms_all` (timed steps only) is used.
-  Reps alternate memc and torch runs (and thread counts) so that load from other
-  processes hits both alike. Reported: median over all post-warm-up steps of all
-  reps, and the min..max of the per-rep medians (spread), plus load averages.
+        --warmup WARMUP --runs STEPS --precision P`; its `step_ms_all` (timed steps only)
+        is used.
+  Reps alternate memc and torch runs (and the order of the (threads, precision) pairs)
+  so that load from other processes hits both alike. Reported: median over all
+  post-warm-up steps of all reps, and the min..max of the per-rep medians (spread), plus
+  load averages.
 """
 import argparse
 import hashlib
@@ -48,6 +61,7 @@ PY = sys.executable
 CASES = {"vit_tiny": 64, "vit_small32": 32, "vit_b_16": 8}
 VIT_B16_ONNX, VIT_B16_DATA = "/tmp/vit_b_16_random.onnx", "/tmp/vit_b_16_data.npz"
 STEP_RE = re.compile(r"step \d+/\d+ loss \S+ (\d+) samples/s")
+PRECISIONS = ("fp32", "bf16-mixed")
 
 
 def env_for(threads):
@@ -107,7 +121,7 @@ def children_usage():
     return r.ru_utime, r.ru_stime, r.ru_minflt
 
 
-def memc_rep(plan, data, batch, steps, warmup, threads, tmp):
+def memc_rep(plan, data, batch, steps, warmup, threads, tmp, precision):
     rj = os.path.join(tmp, "report.json")
     u0 = children_usage()
     _, err, wall = run_child_pty_stderr([MEMC, "run", plan, "--data", data, "--steps", str(warmup + steps), "--json", rj,
@@ -118,6 +132,9 @@ def memc_rep(plan, data, batch, steps, warmup, threads, tmp):
     if len(sps) != warmup + steps:
         raise SystemExit(f"memc printed {len(sps)} step lines, expected {warmup + steps}:\n{err[-1000:]}")
     rep = json.load(open(rj))
+    planned = rep.get("decisions", {}).get("precision")
+    if planned is not None and planned != precision:
+        raise SystemExit(f"memc ran the plan in {planned}, wanted {precision}: {plan}")
     if min(sps) >= 100:
         ms = [batch * 1000.0 / s for s in sps]
     else:  # `samples/s` (printed with %.0f) is too coarse: timed mean = difference of two runs' JSON means
@@ -133,20 +150,24 @@ def memc_rep(plan, data, batch, steps, warmup, threads, tmp):
         "parsed_mean_incl_warmup": statistics.fmean(ms),
         "wall_s": wall, "user_s": u1[0] - u0[0], "sys_s": u1[1] - u0[1], "minflt": u1[2] - u0[2],
         "last_loss": rep["loss"],
+        "precision": planned,
         "host": rep.get("host_memory", {}),
         "load_1min": os.getloadavg()[0],
     }
 
 
-def torch_rep(model, batch, steps, warmup, threads):
+def torch_rep(model, batch, steps, warmup, threads, precision):
     out, _, _ = run_child([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--model", model, "--batch",
                            str(batch), "--threads", str(threads), "--no-dropout", "--warmup", str(warmup),
-                           "--runs", str(steps), "--onnx", VIT_B16_ONNX, "--data", VIT_B16_DATA], env_for(threads))
+                           "--runs", str(steps), "--onnx", VIT_B16_ONNX, "--data", VIT_B16_DATA,
+                           "--precision", precision], env_for(threads))
     d = json.loads(out.strip().splitlines()[-1])
     if d["torch_num_threads"] != threads:
         raise SystemExit(f"torch ran with {d['torch_num_threads']} threads, wanted {threads}")
+    if d.get("precision", "fp32") != precision:
+        raise SystemExit(f"torch ran in {d.get('precision', 'fp32')}, wanted {precision}")
     return {"step_ms_timed": d["step_ms_all"], "last_loss": d["last_loss"], "torch_version": d["torch_version"],
-            "load_1min": os.getloadavg()[0]}
+            "precision": d.get("precision", "fp32"), "param_dtypes": d.get("param_dtypes"), "load_1min": os.getloadavg()[0]}
 
 
 def prepare_vit_b_16(batch):
@@ -175,13 +196,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="vit_tiny,vit_small32")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--reps", type=int, default=5, help="processes per (model, threads, framework)")
+    ap.add_argument("--precisions", default="fp32", help="comma list of fp32, bf16-mixed")
+    ap.add_argument("--reps", type=int, default=5, help="processes per (model, threads, precision, framework)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per process")
     ap.add_argument("--warmup", type=int, default=3, help="untimed first steps per process")
     ap.add_argument("--json", help="write all raw figures here")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
     threads = [int(t) for t in args.threads.split(",") if t]
+    precisions = [p for p in args.precisions.split(",") if p]
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise SystemExit(f"--precisions: unknown '{p}' (one of {', '.join(PRECISIONS)})")
+    if not precisions or len(set(precisions)) != len(precisions):
+        raise SystemExit(f"--precisions: need one or more distinct precisions, got '{args.precisions}'")
     if not os.access(MEMC, os.X_OK):
         raise SystemExit(f"{MEMC} not built (cmake --build {ROOT}/build)")
 
@@ -207,38 +235,46 @@ def main():
                 n = batch * (args.steps + args.warmup + 1)
                 subprocess.run([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--write-data", data,
                                 "--n", str(n)], check=True, stdout=subprocess.DEVNULL)
-            plan = os.path.join(tmp, model + ".plan")
-            subprocess.run([MEMC, "compile", onnx_path, "--batch", str(batch),
-                            "--optimizer", "adamw", "--no-dropout", "--epochs", "1000", "-o", plan],
-                           check=True, stdout=subprocess.DEVNULL)
-            raw = {t: {"memc": [], "torch": []} for t in threads}
+            plans = {}
+            for prec in precisions:
+                plans[prec] = os.path.join(tmp, f"{model}.{prec}.plan")
+                # fp32 is memc's default: its compile line stays as it always was
+                extra = [] if prec == "fp32" else ["--precision", prec]
+                subprocess.run([MEMC, "compile", onnx_path, "--batch", str(batch),
+                                "--optimizer", "adamw", "--no-dropout", "--epochs", "1000"] + extra + ["-o", plans[prec]],
+                               check=True, stdout=subprocess.DEVNULL)
+            pairs = [(t, prec) for t in threads for prec in precisions]
+            raw = {tp: {"memc": [], "torch": []} for tp in pairs}
             for rep in range(args.reps):
-                for t in (threads if rep % 2 == 0 else threads[::-1]):
+                for t, prec in (pairs if rep % 2 == 0 else pairs[::-1]):
                     order = ("memc", "torch") if rep % 2 == 0 else ("torch", "memc")
+                    r = raw[(t, prec)]
                     for fw in order:
                         if fw == "memc":
-                            raw[t][fw].append(memc_rep(plan, data, batch, args.steps, args.warmup, t, tmp))
+                            r[fw].append(memc_rep(plans[prec], data, batch, args.steps, args.warmup, t, tmp, prec))
                         else:
-                            raw[t][fw].append(torch_rep(model, batch, args.steps, args.warmup, t))
-                    print(f"  {model} b{batch} T={t} rep {rep + 1}/{args.reps}: memc "
-                          f"{statistics.median(raw[t]['memc'][-1]['step_ms_timed']):.2f} ms, torch "
-                          f"{statistics.median(raw[t]['torch'][-1]['step_ms_timed']):.2f} ms, "
+                            r[fw].append(torch_rep(model, batch, args.steps, args.warmup, t, prec))
+                    print(f"  {model} b{batch} T={t} {prec} rep {rep + 1}/{args.reps}: memc "
+                          f"{statistics.median(r['memc'][-1]['step_ms_timed']):.2f} ms, torch "
+                          f"{statistics.median(r['torch'][-1]['step_ms_timed']):.2f} ms, "
                           f"load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
-            for t in threads:
-                m, p = summarize(raw[t]["memc"]), summarize(raw[t]["torch"])
-                results["cases"].append({"model": model, "batch": batch, "threads": t, "memc": m, "torch": p,
-                                         "ratio": m["median_ms"] / p["median_ms"], "raw": raw[t]})
+            for t, prec in pairs:
+                m, p = summarize(raw[(t, prec)]["memc"]), summarize(raw[(t, prec)]["torch"])
+                results["cases"].append({"model": model, "batch": batch, "threads": t, "precision": prec,
+                                         "memc": m, "torch": p, "ratio": m["median_ms"] / p["median_ms"],
+                                         "raw": raw[(t, prec)]})
     results["loadavg_end"] = os.getloadavg()
 
     print(f"nproc {results['nproc']}, load average at start {results['loadavg_start'][0]:.2f} "
           f"(1 min) / {results['loadavg_start'][1]:.2f} (5 min), at end {results['loadavg_end'][0]:.2f} / "
           f"{results['loadavg_end'][1]:.2f}; {args.reps} reps x {args.steps} timed steps after {args.warmup} warm-up")
-    hdr = "| model | batch | threads | memc ms/step | (rep spread) | torch ms/step | (rep spread) | memc/torch | load (1 min) |"
+    hdr = ("| model | batch | threads | precision | memc ms/step | (rep spread) | torch ms/step | (rep spread) "
+           "| memc/torch | load (1 min) |")
     print(hdr)
-    print("|---|---:|---:|---:|---|---:|---|---:|---|")
+    print("|---|---:|---:|---|---:|---|---:|---|---:|---|")
     for c in results["cases"]:
         m, p = c["memc"], c["torch"]
-        print(f"| {c['model']} | {c['batch']} | {c['threads']} | {m['median_ms']:.2f} | "
+        print(f"| {c['model']} | {c['batch']} | {c['threads']} | {c['precision']} | {m['median_ms']:.2f} | "
               f"{m['rep_median_min']:.2f}–{m['rep_median_max']:.2f} | {p['median_ms']:.2f} | "
               f"{p['rep_median_min']:.2f}–{p['rep_median_max']:.2f} | {c['ratio']:.2f} | "
               f"{min(m['load_min'], p['load_min']):.1f}–{max(m['load_max'], p['load_max']):.1f} |")

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/onednn_matmul.h"
+#include "backends/cpu/vector_math.h"
 
 namespace memc {
 
@@ -82,6 +83,7 @@ Expected<HostMemory> prepare_host_memory() {
   hm.threads = g_host_memory.threads ? g_host_memory.threads : cpu::onednn_threads();
   hm.gemm_threads = openblas_get_num_threads();
   hm.gemm_library = cpu::onednn_description();
+  hm.vector_math = cpu::vector_math_isa();
   hm.openblas_core = openblas_get_corename();
   hm.gemm_buffer_bytes = hm.gemm_threads * kGemmBufferBytes;  // the bound: mapped lazily by OpenBLAS
   struct rlimit limit {};

@@ -118,6 +118,7 @@ Status write_plan(const std::string& path, const Plan& plan_in) {
       {"model", {{"path", plan.model_path}, {"bytes", recorded.model_bytes}, {"crc32c", recorded.model_crc32c}, {"external_data", external}}},
       {"batch", plan.batch},
       {"devices", plan.devices},
+      {"threads", plan.threads},
       {"seq", plan.seq},
       {"num_classes", plan.num_classes},
       {"epochs", plan.epochs},
@@ -248,6 +249,7 @@ Expected<Plan> read_plan(const std::string& path) {
   }
   MEMC_RETURN_IF_ERROR(get(doc, "batch", plan.batch, path));
   if (doc.contains("devices")) MEMC_RETURN_IF_ERROR(get(doc, "devices", plan.devices, path));
+  if (doc.contains("threads")) MEMC_RETURN_IF_ERROR(get(doc, "threads", plan.threads, path));
   MEMC_RETURN_IF_ERROR(get(doc, "seq", plan.seq, path));
   MEMC_RETURN_IF_ERROR(get(doc, "num_classes", plan.num_classes, path));
   MEMC_RETURN_IF_ERROR(get(doc, "epochs", plan.epochs, path));

@@ -70,6 +70,9 @@ struct Plan {
   ScheduleOptions schedule;
   Decisions decisions;
   int64_t devices = 1;       // ranks the step is sharded over (passes/shard.h); `batch` is their global batch
+  // Compute threads the CPU kernels' workspaces were sized for (the GEMM library's scratchpad
+  // grows with its threads); `memc run` uses no more by default. 0: not recorded (older plans).
+  int64_t threads = 0;
   int64_t budget_bytes = 0;  // 0: none given (per device)
   std::string target = "cpu";      // the device profile of the estimate (planner/cost_model.h)
   double estimated_step_ms = 0;    // the cost model's step time on `target`

@@ -1,9 +1,11 @@
 #include "runtime/planned_executor.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "ir/op_registry.h"
+#include "runtime/op_profile.h"
 
 namespace memc {
 
@@ -95,7 +97,13 @@ Status PlannedExecutor::run(const ExecOptions& options) {
     ctx.workspace = workspace_.get();
     ctx.workspace_bytes = step.workspace_bytes;
     ctx.stream = stream.handle;
+    const bool timed = op_profile_enabled();
+    const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = (*step.kernel)(ctx);
+    if (timed && st.ok()) {
+      MEMC_RETURN_IF_ERROR(backend_->synchronize(stream));
+      record_op_time(node.op, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
     if (!st.ok()) return st.with_context(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", ": "));
   }
   return backend_->synchronize(stream);

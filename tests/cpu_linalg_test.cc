@@ -48,6 +48,10 @@ TEST(CpuLinalg, MatmulTransposesBatchesAndBroadcasts) {
       {{4}, {2, 4, 5}},           {{3, 4}, {2, 2, 4, 6}},         {{1, 3, 4}, {2, 4, 5}},
       // One strided-batched gemm: both transposed over two batch dims; a shared with b transposed.
       {{2, 3, 4, 3}, {2, 3, 5, 4}, true, true}, {{3, 4}, {2, 3, 5, 4}, false, true},
+      // Above 32³ multiply-adds: the library's GEMMs (bf16 natively where the CPU has bf16 dot
+      // products: onednn_bf16_gemm), batched, folded, transposed and shared.
+      {{2, 40, 48}, {2, 48, 36}}, {{48, 40}, {36, 48}, true, true}, {{3, 40, 48}, {48, 36}},
+      {{2, 48, 40}, {36, 48}, true, true},
   };
   std::mt19937 rng(10);
   for (const MatmulCase& c : cases) {

@@ -56,6 +56,7 @@ struct RunArgs {
   RunOptions options;
   std::string json_report;
   int64_t threads = 0;  // compute threads (0: the cores this process may use)
+  bool profile = false;  // time every kernel: a table by category and op, and "op_profile" in --json
   bool force = false;  // replace existing --json / --dump-grads files
 };
 

@@ -1,6 +1,9 @@
 // memc-gemm-bench: f32 GEMM speed of memc's gemm (oneDNN) against OpenBLAS's sgemm on this CPU,
-// and the heap that oneDNN takes outside its planned scratchpad (malloc is counted here).
+// memc's bf16 GEMM (native oneDNN bf16 where the CPU has bf16 dot products, else widened), and
+// the heap that oneDNN takes outside its planned scratchpad (malloc is counted here).
 //   memc-gemm-bench [N=1536] [THREADS=1]   → one JSON line (bench/cpu_speed.sh)
+//   memc-gemm-bench vit_b16 [THREADS=1]    → one JSON line per GEMM shape of a ViT-B/16 step at
+//                                            batch 8 (forward, input and weight gradients)
 #include <cblas.h>
 #include <malloc.h>
 
@@ -14,6 +17,7 @@
 #include "backends/cpu/blas.h"
 #include "runtime/host_memory.h"
 
+extern "C" void memc_preinit_anchor();  // tools/preinit.cc names OpenBLAS's kernels before it starts
 extern "C" void* __libc_malloc(size_t);
 extern "C" void* __libc_memalign(size_t, size_t);
 extern "C" void __libc_free(void*);
@@ -80,7 +84,46 @@ std::string cpu_model() {
 
 }  // namespace
 
+// The linear layers of ViT-B/16 at batch 8 (1576 tokens): qkv 768→2304, proj 768→768, MLP
+// 768→3072→768, as y = x·Wᵀ; their input gradients dx = dy·W and weight gradients dW = dyᵀ·x.
+void vit_b16_shapes(int64_t threads) {
+  const int64_t rows = 8 * 197;
+  const int64_t layers[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};  // {in, out}
+  std::vector<std::pair<const char*, memc::cpu::GemmShape>> shapes;
+  for (const auto& l : layers) {
+    shapes.push_back({"forward", {.m = rows, .n = l[1], .k = l[0], .trans_b = true}});
+    shapes.push_back({"grad_input", {.m = rows, .n = l[0], .k = l[1]}});
+    shapes.push_back({"grad_weight", {.m = l[1], .n = l[0], .k = rows, .trans_a = true}});
+  }
+  for (const auto& [role, s] : shapes) {
+    std::vector<float> a(s.m * s.k, 0.5f), b(s.k * s.n, 0.25f), c(s.m * s.n);
+    std::vector<memc::bf16_t> a16(a.size(), memc::store<memc::bf16_t>(0.5f)), b16(b.size(), memc::store<memc::bf16_t>(0.25f)),
+        c16(c.size());
+    std::vector<float> scratch(memc::cpu::gemm_scratch_floats<float>(s) + 16), scratch16(memc::cpu::gemm_scratch_floats<memc::bf16_t>(s) + 16);
+    const double flop = 2.0 * s.m * s.n * s.k;
+    const auto rate = [&](auto&& fn) { return gflops(1, 5, fn) / 2.0 * flop; };  // gflops() counts 2·1³ flop per call
+    const double onednn = rate([&] { memc::cpu::gemm(c.data(), a.data(), b.data(), s, scratch.data()); });
+    const double openblas = rate([&] {
+      cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f,
+                  a.data(), s.trans_a ? s.m : s.k, b.data(), s.trans_b ? s.k : s.n, 0.0f, c.data(), s.n);
+    });
+    const double bf16 = rate([&] { memc::cpu::gemm(c16.data(), a16.data(), b16.data(), s, scratch16.data()); });
+    std::printf("{\"threads\": %lld, \"role\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, \"trans_b\": %d, "
+                "\"onednn_f32_gflops\": %.1f, \"openblas_f32_gflops\": %.1f, \"bf16_gflops\": %.1f}\n",
+                static_cast<long long>(threads), role, static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+                s.trans_a, s.trans_b, onednn, openblas, bf16);
+  }
+}
+
 int main(int argc, char** argv) {
+  memc_preinit_anchor();
+  if (argc > 1 && std::string(argv[1]) == "vit_b16") {
+    const int64_t threads = argc > 2 ? std::atoll(argv[2]) : 1;
+    memc::set_compute_threads(threads);
+    (void)*memc::prepare_host_memory();
+    vit_b16_shapes(threads);
+    return 0;
+  }
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : 1536;
   const int64_t threads = argc > 2 ? std::atoll(argv[2]) : 1;
   memc::set_compute_threads(threads);
@@ -97,11 +140,14 @@ int main(int argc, char** argv) {
   g_counting = true;
   const double onednn = gflops(n, reps, onednn_run);
   g_counting = false;
-  std::printf("{\"n\": %lld, \"threads\": %lld, \"cpu\": \"%s\", \"gemm_library\": \"%s\", \"onednn_gflops\": %.1f, "
+  std::vector<memc::bf16_t> a16(n * n, memc::store<memc::bf16_t>(0.5f)), b16(n * n, memc::store<memc::bf16_t>(0.25f)), c16(n * n);
+  std::vector<float> scratch16(memc::cpu::gemm_scratch_floats<memc::bf16_t>(s) + 16);
+  const double bf16 = gflops(n, reps, [&] { memc::cpu::gemm(c16.data(), a16.data(), b16.data(), s, scratch16.data()); });
+  std::printf("{\"n\": %lld, \"threads\": %lld, \"cpu\": \"%s\", \"gemm_library\": \"%s\", \"onednn_gflops\": %.1f, \"bf16_gflops\": %.1f, "
               "\"openblas_core\": \"%s\", \"openblas_threads\": %lld, \"openblas_gflops\": %.1f, "
               "\"onednn_scratchpad_bytes\": %lld, \"onednn_malloc_peak_bytes\": %lld, \"onednn_malloc_calls\": %lld}\n",
-              static_cast<long long>(n), static_cast<long long>(threads), cpu_model().c_str(), host.gemm_library.c_str(), onednn,
+              static_cast<long long>(n), static_cast<long long>(threads), cpu_model().c_str(), host.gemm_library.c_str(), onednn, bf16,
               host.openblas_core.c_str(), static_cast<long long>(host.gemm_threads), openblas,
-              static_cast<long long>(memc::cpu::onednn_scratchpad_bytes(s)), g_peak_bytes, g_calls / (reps + 1));
+              static_cast<long long>(memc::cpu::onednn_scratchpad_bytes(s, memc::cpu::GemmType::kF32)), g_peak_bytes, g_calls / (reps + 1));
   return 0;
 }

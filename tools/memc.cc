@@ -139,6 +139,11 @@ int run_main(int argc, char** argv) {
                           "none (default) | optimizer: optimizer state (and master weights under mixed precision) in host memory, "
                           "updated on the host | auto (with --budget: searched unless given)")
       ->check(CLI::IsMember({"none", "optimizer", "auto"}));
+  int64_t compile_threads = 0;
+  compile_cmd->add_option("--threads", compile_threads,
+                          "Compute threads to size the CPU kernels' workspaces for; memc run uses no more by default "
+                          "(default: the cores it may use)")
+      ->check(CLI::PositiveNumber);
   int64_t devices = 1;
   std::string shard = "none";
   compile_cmd->add_option("--devices", devices, "Data-parallel ranks (run the plan with mpirun -np N); --batch is their global batch")
@@ -172,6 +177,7 @@ int run_main(int argc, char** argv) {
   run_cmd->add_flag("--quiet", run.options.quiet, "No progress line");
   run_cmd->add_option("--threads", run.threads, "Compute threads for memc and its GEMM libraries (default: the cores it may use)")
       ->check(CLI::PositiveNumber);
+  run_cmd->add_flag("--profile", run.profile, "Time every kernel: print the step's time by category and op (and \"op_profile\" in --json)");
   run_cmd->add_flag("--tf32", run.options.tf32, "Let f32 GEMMs on CUDA use TF32 (off by default, so fp32 matches the CPU)");
   run_cmd->add_option("--device", run.options.device,
                       "cpu | cuda | cuda:K (default: cuda when the plan targets a GPU and one is present with every kernel, else cpu)");
@@ -219,7 +225,9 @@ int run_main(int argc, char** argv) {
   set_verbosity(verbose);
   // Before any GEMM: one thread count for every GEMM library, then bound their buffers under
   // `ulimit -v` (runtime/host_memory.h).
-  set_compute_threads(run_cmd->parsed() && run.threads > 0 ? run.threads : available_cores());
+  set_compute_threads(run_cmd->parsed() && run.threads > 0           ? run.threads
+                      : compile_cmd->parsed() && compile_threads > 0 ? compile_threads
+                                                                      : available_cores());
   if (Expected<HostMemory> host = prepare_host_memory(); !host.ok()) return report(host.status());
   if (inspect_cmd->parsed()) return run_inspect(inspect);
   if (infer_cmd->parsed()) return run_infer(infer);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <sys/resource.h>
 
@@ -20,6 +21,7 @@
 #include "runtime/atomic_file.h"
 #include "runtime/file_guard.h"
 #include "runtime/host_memory.h"
+#include "runtime/op_profile.h"
 #include "runtime/timeline.h"
 #include "ir/op_registry.h"
 #include "planner/calibrate.h"
@@ -228,6 +230,7 @@ int run_compile(const CompileArgs& args) {
   }
   Expected<Plan> plan = compiler.compile(options);
   if (!plan.ok()) return report(plan.status());
+  plan->threads = host_memory().threads;  // what the kernel workspaces were just sized for
   // A --remat size the solver cannot meet is answered with the least it can hold, and said so
   // (a remat limit the search chose is judged by the plan's peak alone).
   const Plan::RematOutcome& remat = plan->remat_outcome;
@@ -293,9 +296,47 @@ static Expected<std::unique_ptr<comm::Communicator>> job_communicator() {
 
 static int run_ranked(const RunArgs& args, const Plan& plan, comm::Communicator* comm);
 
+// --profile: kernel time per training step (every call of the run, evaluation included, divided
+// by the steps trained), by category and by op.
+static std::map<std::string, double> op_category_ms(const std::vector<OpTime>& ops) {
+  std::map<std::string, double> by_category;
+  for (const OpTime& t : ops) by_category[t.category] += t.ms;
+  return by_category;
+}
+
+static void print_op_profile(int64_t steps) {
+  const std::vector<OpTime> ops = op_profile();
+  double total = 0;
+  for (const OpTime& t : ops) total += t.ms;
+  std::printf("kernel time per step (--profile, %lld steps): %.1f ms\n", static_cast<long long>(steps), total / steps);
+  for (const auto& [category, ms] : op_category_ms(ops)) {
+    std::printf("  %-14s %10.2f ms  %5.1f%%\n", category.c_str(), ms / steps, total > 0 ? 100.0 * ms / total : 0.0);
+  }
+  for (size_t i = 0; i < ops.size() && i < 12; ++i) {
+    std::printf("    %-26s %10.2f ms  %6.1f calls  (%s)\n", ops[i].op.c_str(), ops[i].ms / steps,
+                static_cast<double>(ops[i].calls) / steps, ops[i].category.c_str());
+  }
+}
+
+static json op_profile_json(int64_t steps) {
+  const std::vector<OpTime> ops = op_profile();
+  const double per = steps > 0 ? 1.0 / steps : 0.0;
+  json by_category = json::object(), by_op = json::array();
+  for (const auto& [category, ms] : op_category_ms(ops)) by_category[category] = ms * per;
+  for (const OpTime& t : ops) by_op.push_back({{"op", t.op}, {"category", t.category}, {"ms_per_step", t.ms * per}, {"calls", t.calls}});
+  return {{"steps", steps}, {"category_ms_per_step", by_category}, {"ops", by_op}};
+}
+
 int run_run(const RunArgs& args) {
   Expected<Plan> plan = read_plan(args.plan);
   if (!plan.ok()) return report(plan.status());
+  // Kernel workspaces grow with the threads (oneDNN's scratchpads): by default no more threads
+  // than the plan was sized for, so the measured peak is the planned one.
+  if (args.threads == 0 && plan->threads > 0 && plan->threads < host_memory().threads) set_compute_threads(plan->threads);
+  if (args.threads > 0 && plan->threads > 0 && args.threads > plan->threads) {
+    warn(str_cat("--threads ", args.threads, " is more than the ", plan->threads, " the plan's kernel workspaces were sized for: "
+                 "the GEMM scratchpads may exceed the planned peak (compile with --threads ", args.threads, ")"));
+  }
   Expected<std::unique_ptr<comm::Communicator>> comm = job_communicator();
   if (!comm.ok()) return report(comm.status());
   return run_ranked(args, *plan, comm->get());
@@ -323,6 +364,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
     if (Status st = check_outputs(inputs, outputs, args.force); !st.ok()) return report(st);
   }
   StateMap state;
+  if (args.profile) enable_op_profile();
   Expected<RunReport> result = run_plan(args.plan, *plan, args.options, &state);
   if (!result.ok()) {
     const int code = rank == 0 ? report(result.status()) : report(result.status().with_context(str_cat("rank ", rank, " of ", comm->size(), ": ")));
@@ -343,6 +385,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
                   with_commas(plan->memory.predicted_peak_bytes).c_str(), plan->target.c_str(),
                   elsewhere ? " (kernel workspaces differ between the two)" : "");
     }
+    if (args.profile && r.steps) print_op_profile(r.steps);
     if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
   }
   if (!args.json_report.empty()) {
@@ -370,7 +413,9 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
     const HostMemory& host = host_memory();
     j["host_memory"] = {{"address_limit_bytes", host.address_limit_bytes >= 0 ? json(host.address_limit_bytes) : json(nullptr)},
                         {"gemm_threads", host.gemm_threads}, {"gemm_buffer_bytes", host.gemm_buffer_bytes},
-                        {"threads", host.threads}, {"gemm_library", host.gemm_library}, {"openblas_core", host.openblas_core}};
+                        {"threads", host.threads}, {"gemm_library", host.gemm_library}, {"vector_math", host.vector_math},
+                        {"openblas_core", host.openblas_core}};
+    if (args.profile) j["op_profile"] = op_profile_json(r.steps);
     if (Status st = write_file_atomic(args.json_report, j.dump(2) + "\n"); !st.ok()) return report(st.with_context("--json: "));
   }
   if (diverged) return report(Status::BadInput(r.error));

@@ -10,6 +10,8 @@
 #include "backends/cpu/attention.h"
 #include "backends/cpu/blas.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/vector_math.h"
 #include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
@@ -53,6 +55,12 @@ struct AttentionGeometry {
   // Bias element of batch i's score [0, 0], and the strides along Tq and Tk.
   int64_t bias_offset(int64_t i) const {
     return strided_offset(i, batch, bias_batch_strides);
+  }
+  // Whether every batch entry has its own q, k and v (none broadcast), so entries' gradients
+  // land in disjoint matrices and entries can run on different threads.
+  bool entries_disjoint() const {
+    const std::vector<int64_t> own = broadcast_strides(batch, batch);
+    return q_strides == own && k_strides == own && v_strides == own;
   }
   int64_t bias_row() const { return bias_strides[bias_strides.size() - 2]; }
   int64_t bias_col() const { return bias_strides.back(); }
@@ -106,6 +114,16 @@ void add_bias_block(C* scores, const Tensor& bias, int64_t base, int64_t row_str
   });
 }
 
+// s[i] = e^s[i]: libmvec's vector exp for f32, std::exp for f64.
+template <typename C>
+void exp_row(C* s, int64_t n) {
+  if constexpr (std::is_same_v<C, float>) {
+    exp_in_place(s, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) s[i] = std::exp(s[i]);
+  }
+}
+
 // Online-softmax update of one block: turns scores into unnormalized weights e^(s - m_new),
 // rescales the running output rows by e^(m_old - m_new) and folds the block's sum into l.
 template <typename C>
@@ -122,11 +140,10 @@ void online_softmax_block(C* scores, C* out, C* row_max, C* row_sum, int64_t row
       continue;
     }
     const C rescale = std::exp(row_max[r] - new_max);
+    for (int64_t c = 0; c < cols; ++c) s[c] -= new_max;
+    exp_row(s, cols);
     C block_sum = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      s[c] = std::exp(s[c] - new_max);
-      block_sum += s[c];
-    }
+    for (int64_t c = 0; c < cols; ++c) block_sum += s[c];
     row_sum[r] = row_sum[r] * rescale + block_sum;
     row_max[r] = new_max;
     C* o = out + r * dv;
@@ -323,10 +340,11 @@ void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const Atte
                           const AttentionDropout& dropout) {  // dy: [Tq, Dv]
   score_block(w.scores, x, q0, k0, rows, cols, g, w.gemm_scratch);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t i = r * cols + c;
-      w.prob[i] = w.inv_sum[r] > C(0) ? std::exp(w.scores[i] - w.row_max[r]) * w.inv_sum[r] : C(0);
-    }
+    for (int64_t c = 0; c < cols; ++c) w.prob[r * cols + c] = w.scores[r * cols + c] - w.row_max[r];
+  }
+  exp_row(w.prob, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) w.prob[r * cols + c] = w.inv_sum[r] > C(0) ? w.prob[r * cols + c] * w.inv_sum[r] : C(0);
   }
   const C* dropped = w.prob;  // P̃[rows, cols]
   if (dropout.active) {
@@ -377,14 +395,23 @@ void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const Att
   }
 }
 
-// Everything the backward carves besides BackwardScratch: dy widened (one batch entry), the
-// dq, dk, dv accumulators (16-bit only) and dbias in the bias layout (when dbias is wanted).
+// One thread's backward scratch: a batch entry's operands and dy widened (16-bit only), and the
+// block scratch.
+template <typename T, typename C>
+struct BackwardSlot {
+  OperandLoader<T, C> load_operands;
+  BackwardScratch<C> scratch;
+  C* dy;  // [Tq, Dv] or null
+};
+
+// What the backward carves after its slots: the dq, dk, dv accumulators (16-bit only) and dbias
+// in the bias layout (when dbias is wanted).
 template <typename T, typename C>
 struct GradBuffers {
-  C *dy, *dq, *dk, *dv, *dbias;
-  GradBuffers(Workspace& ws, const AttentionGeometry& g, int64_t dq_count, int64_t dk_count, int64_t dv_count, int64_t dbias_count)
-      : dy(take_widened<T>(ws, g.tq * g.dv)), dq(take_widened<T>(ws, dq_count)), dk(take_widened<T>(ws, dk_count)),
-        dv(take_widened<T>(ws, dv_count)), dbias(ws.take<C>(dbias_count)) {}
+  C *dq, *dk, *dv, *dbias;
+  GradBuffers(Workspace& ws, int64_t dq_count, int64_t dk_count, int64_t dv_count, int64_t dbias_count)
+      : dq(take_widened<T>(ws, dq_count)), dk(take_widened<T>(ws, dk_count)), dv(take_widened<T>(ws, dv_count)),
+        dbias(ws.take<C>(dbias_count)) {}
 };
 
 // The geometry for sizing: the bias only adds strides, never scratch, so it is left out.
@@ -392,9 +419,57 @@ AttentionGeometry geometry_of(std::span<const TensorType> in, size_t first, cons
   return AttentionGeometry(in[first].shape, in[first + 1].shape, in[first + 2].shape, nullptr, out, attrs);
 }
 
+// Batch entries run in parallel, one slot of scratch per thread. The slot count depends only on
+// shapes, never on --threads, so a plan's workspace (and peak) is the same at any thread count:
+// at most kMaxKernelSlots (backends/cpu/parallel.h), and only as many as keep the extra slots'
+// scratch within a quarter of the bytes the kernel writes anyway, so that small models (whose
+// per-slot scratch rivals their activations) stay on one slot.
+template <typename T, typename SlotLayout>
+int64_t entry_slots(const AttentionGeometry& g, int64_t output_bytes, SlotLayout&& slot_layout) {
+  Workspace counter;
+  slot_layout.template operator()<T>(counter);
+  const int64_t per_slot = std::max<int64_t>(counter.used_bytes(), 1);
+  return std::max<int64_t>(1, std::min({numel(g.batch), kMaxKernelSlots, 1 + output_bytes / 4 / per_slot}));
+}
+
+// One forward slot's scratch: a batch entry's q, k, v widened (16-bit only), one query block's.
+template <typename T>
+int64_t forward_slots(const AttentionGeometry& g, bool dropout_possible, int64_t output_bytes) {
+  return entry_slots<T>(g, output_bytes, [&]<typename U>(Workspace& ws) {
+    take_widened<U>(ws, g.tq * g.d);
+    take_widened<U>(ws, g.tk * g.d);
+    take_widened<U>(ws, g.tk * g.dv);
+    const QueryBlockScratch<typename Compute<U>::type> scratch(ws, g, dropout_possible);
+    (void)scratch;
+  });
+}
+
+// Backward slots: entries run in parallel only when their gradients are disjoint matrices and
+// no dbias is summed across them; otherwise one slot, in entry order. A slot adds dy widened.
+template <typename T>
+int64_t backward_slots(const AttentionGeometry& g, bool dropout_possible, bool dbias_wanted, int64_t output_bytes) {
+  if (!g.entries_disjoint() || dbias_wanted) return 1;
+  return entry_slots<T>(g, output_bytes, [&]<typename U>(Workspace& ws) {
+    take_widened<U>(ws, g.tq * g.d);
+    take_widened<U>(ws, g.tk * g.d);
+    take_widened<U>(ws, g.tk * g.dv);
+    const BackwardScratch<typename Compute<U>::type> scratch(ws, g, dropout_possible);
+    take_widened<U>(ws, g.tq * g.dv);
+    (void)scratch;
+  });
+}
+
+// One thread's forward scratch: a batch entry's operands widened (16-bit only) and one query
+// block's scratch.
+template <typename T, typename C>
+struct ForwardSlot {
+  OperandLoader<T, C> load_operands;
+  QueryBlockScratch<C> scratch;
+};
+
 }  // namespace
 
-// Workspace: q, k, v widened per batch entry (16-bit only), then one query block's scratch.
+// Workspace: per slot, q, k, v widened per batch entry (16-bit only), then one query block's scratch.
 Status attention_kernel(KernelContext& ctx) {
   const Tensor &q = *ctx.inputs[0], &k = *ctx.inputs[1], &v = *ctx.inputs[2];
   const Tensor* bias = ctx.inputs.size() >= 4 ? ctx.inputs[3] : nullptr;
@@ -407,11 +482,18 @@ Status attention_kernel(KernelContext& ctx) {
       return unsupported_dtype(ctx, q.dtype());
     } else {
       using C = typename Compute<T>::type;
-      OperandLoader<T, C> load_operands(q, k, v, bias, g, ws);
-      QueryBlockScratch<C> scratch(ws, g, AttentionDropout::possible(ctx.node));
-      for (int64_t i = 0, batches = numel(g.batch); i < batches; ++i) {
-        attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, load_operands(i), scratch, g, dropout);
+      const int64_t slot_count = forward_slots<T>(g, AttentionDropout::possible(ctx.node), static_cast<int64_t>(y.nbytes()));
+      std::vector<ForwardSlot<T, C>> slots;
+      slots.reserve(slot_count);
+      for (int64_t s = 0; s < slot_count; ++s) {
+        OperandLoader<T, C> loader(q, k, v, bias, g, ws);
+        slots.push_back({loader, QueryBlockScratch<C>(ws, g, AttentionDropout::possible(ctx.node))});
       }
+      parallel_ranges(numel(g.batch), 1, slot_count, [&](int64_t s, int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, slots[s].load_operands(i), slots[s].scratch, g, dropout);
+        }
+      });
       return Status::Ok();
     }
   });
@@ -423,11 +505,14 @@ int64_t attention_workspace(const Node& node, std::span<const TensorType> in, st
   return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) {
     if constexpr (kIsFloatStorage<T>) {
       using C = typename Compute<T>::type;
-      take_widened<T>(ws, g.tq * g.d);
-      take_widened<T>(ws, g.tk * g.d);
-      take_widened<T>(ws, g.tk * g.dv);
-      const QueryBlockScratch<C> scratch(ws, g, AttentionDropout::possible(node));
-      (void)scratch;
+      const int64_t y_bytes = numel(out[0].shape) * static_cast<int64_t>(dtype_size(out[0].dtype));
+      for (int64_t s = 0, slot_count = forward_slots<T>(g, AttentionDropout::possible(node), y_bytes); s < slot_count; ++s) {
+        take_widened<T>(ws, g.tq * g.d);
+        take_widened<T>(ws, g.tk * g.d);
+        take_widened<T>(ws, g.tk * g.dv);
+        const QueryBlockScratch<C> scratch(ws, g, AttentionDropout::possible(node));
+        (void)scratch;
+      }
     }
   });
 }
@@ -446,18 +531,27 @@ Status attention_grad_kernel(KernelContext& ctx) {
       return unsupported_dtype(ctx, q.dtype());
     } else {
       using C = typename Compute<T>::type;
-      OperandLoader<T, C> load_operands(q, k, v, bias, g, ws);
-      BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(ctx.node));
-      const GradBuffers<T, C> buffers(ws, g, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(),
+      const int64_t grad_bytes = static_cast<int64_t>(ctx.outputs[0]->nbytes() + ctx.outputs[1]->nbytes() + ctx.outputs[2]->nbytes());
+      const int64_t slot_count = backward_slots<T>(g, AttentionDropout::possible(ctx.node), dbias_out != nullptr, grad_bytes);
+      std::vector<BackwardSlot<T, C>> slots;
+      slots.reserve(slot_count);
+      for (int64_t s = 0; s < slot_count; ++s) {
+        OperandLoader<T, C> loader(q, k, v, bias, g, ws);
+        BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(ctx.node));
+        slots.push_back({loader, scratch, take_widened<T>(ws, g.tq * g.dv)});
+      }
+      const GradBuffers<T, C> buffers(ws, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(),
                                       dbias_out ? dbias_out->numel() : 0);
       GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq), dk(*ctx.outputs[1], buffers.dk), dv(*ctx.outputs[2], buffers.dv);
       if (dbias_out) std::fill(buffers.dbias, buffers.dbias + dbias_out->numel(), C(0));  // bias layout
-      for (int64_t i = 0, batches = numel(g.batch); i < batches; ++i) {
-        const C* dy_c = as_compute(dy.data<T>() + i * g.tq * g.dv, g.tq * g.dv, buffers.dy);
-        const AttentionGrads<C> d{dq.data() + g.q_offset(i), dk.data() + g.k_offset(i), dv.data() + g.v_offset(i),
-                                  buffers.dbias};
-        attention_grad_matrix(dy_c, load_operands(i), d, scratch, g, dropout);
-      }
+      parallel_ranges(numel(g.batch), 1, slot_count, [&](int64_t s, int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const C* dy_c = as_compute(dy.data<T>() + i * g.tq * g.dv, g.tq * g.dv, slots[s].dy);
+          const AttentionGrads<C> d{dq.data() + g.q_offset(i), dk.data() + g.k_offset(i), dv.data() + g.v_offset(i),
+                                    buffers.dbias};
+          attention_grad_matrix(dy_c, slots[s].load_operands(i), d, slots[s].scratch, g, dropout);
+        }
+      });
       dq.finish();
       dk.finish();
       dv.finish();
@@ -473,12 +567,18 @@ int64_t attention_grad_workspace(const Node& node, std::span<const TensorType> i
   return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
     if constexpr (kIsFloatStorage<T>) {
       using C = typename Compute<T>::type;
-      take_widened<T>(ws, g.tq * g.d);
-      take_widened<T>(ws, g.tk * g.d);
-      take_widened<T>(ws, g.tk * g.dv);
-      const BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(node));
-      const GradBuffers<T, C> buffers(ws, g, out[0].numel(), out[1].numel(), out[2].numel(), out.size() >= 4 ? out[3].numel() : 0);
-      (void)scratch;
+      int64_t grad_bytes = 0;
+      for (size_t i = 0; i < 3; ++i) grad_bytes += numel(out[i].shape) * static_cast<int64_t>(dtype_size(out[i].dtype));
+      const int64_t slot_count = backward_slots<T>(g, AttentionDropout::possible(node), out.size() >= 4, grad_bytes);
+      for (int64_t s = 0; s < slot_count; ++s) {
+        take_widened<T>(ws, g.tq * g.d);
+        take_widened<T>(ws, g.tk * g.d);
+        take_widened<T>(ws, g.tk * g.dv);
+        const BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(node));
+        take_widened<T>(ws, g.tq * g.dv);
+        (void)scratch;
+      }
+      const GradBuffers<T, C> buffers(ws, out[0].numel(), out[1].numel(), out[2].numel(), out.size() >= 4 ? out[3].numel() : 0);
       (void)buffers;
     }
   });

@@ -79,7 +79,7 @@ void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s, f
     for_each_batch(c, a, b, s, [&](float* c_i, const float* a_i, const float* b_i) { small_sgemm(c_i, a_i, b_i, s); });
     return;
   }
-  onednn_sgemm(c, a, b, s, scratch);
+  onednn_gemm(GemmType::kF32, c, a, b, s, scratch);
 }
 
 namespace {
@@ -121,7 +121,14 @@ void half_gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch)
 template <>
 void gemm<f16_t>(f16_t* c, const f16_t* a, const f16_t* b, const GemmShape& s, float* scratch) { half_gemm(c, a, b, s, scratch); }
 template <>
-void gemm<bf16_t>(bf16_t* c, const bf16_t* a, const bf16_t* b, const GemmShape& s, float* scratch) { half_gemm(c, a, b, s, scratch); }
+void gemm<bf16_t>(bf16_t* c, const bf16_t* a, const bf16_t* b, const GemmShape& s, float* scratch) {
+  if (s.m == 0 || s.n == 0 || s.batch == 0) return;
+  if (onednn_bf16_gemm() && s.k > 0 && !small_gemm(s)) {
+    onednn_gemm(GemmType::kBf16, c, a, b, s, scratch);
+    return;
+  }
+  half_gemm(c, a, b, s, scratch);
+}
 
 template <>
 void gemm<int64_t>(int64_t* c, const int64_t* a, const int64_t* b, const GemmShape& s, float*) { batched_naive_gemm(c, a, b, s); }

@@ -19,28 +19,40 @@ struct GemmShape {
 };
 
 // f32 calls oneDNN's matmul (backends/cpu/onednn_matmul.h), or a plain loop for products of at
-// most 32³ multiply-adds per matrix; f64 calls OpenBLAS; f16/bf16 widen
-// to f32 in `scratch`, multiply, and round once on store; integer dtypes use a plain loop
-// (wrapping like repeated multiply-add).
+// most 32³ multiply-adds per matrix; f64 calls OpenBLAS; bf16 calls oneDNN's bf16 matmul
+// (f32 accumulation, one rounding on store) where the CPU has bf16 dot products
+// (onednn_bf16_gemm); otherwise f16/bf16 widen to f32 in `scratch`, multiply, and round once on
+// store; integer dtypes use a plain loop (wrapping like repeated multiply-add).
 template <typename T>
 void gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch = nullptr);  // c: [batch, m, n], a, b: see GemmShape
 
-int64_t onednn_scratchpad_bytes(const GemmShape& s);
+enum class GemmType { kF32, kBf16 };  // a, b and c all of this type; bf16 accumulates in f32
+
+// Bytes of user scratchpad oneDNN's matmul needs for this shape and type on this CPU (often 0).
+int64_t onednn_scratchpad_bytes(const GemmShape& s, GemmType type);
+// Whether bf16 GEMMs run natively in oneDNN: the CPU's own CPUID reports bf16 dot products
+// (avx512_bf16 or amx_bf16), oneDNN's effective ISA agrees (avx512_core_bf16 or
+// avx512_core_amx), and the environment does not say MEMC_BF16_GEMM=0.
+bool onednn_bf16_gemm();
 
 // Up to 32³ multiply-adds per matrix a plain loop beats a oneDNN primitive call, whose fixed
 // cost is ~8 µs (measured; attention's per-head blocks in small models are this size).
 inline bool small_gemm(const GemmShape& s) { return s.m * s.n * s.k <= 32 * 32 * 32; }
 
-// Floats of `scratch` gemm<T> needs: oneDNN's planned scratchpad for f32; for f16/bf16 that of
-// the f32 product plus the f32 copies of one batch's a, b and c; none otherwise.
+// Floats of `scratch` gemm<T> needs: oneDNN's planned scratchpad for f32 and native bf16; for
+// widened f16/bf16 that of the f32 product plus the f32 copies of one batch's a, b and c; none
+// otherwise. Whole cache lines, so what follows stays aligned.
 template <typename T>
 int64_t gemm_scratch_floats(const GemmShape& s) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (onednn_bf16_gemm() && !small_gemm(s)) return (onednn_scratchpad_bytes(s, GemmType::kBf16) + 63) / 64 * 16;
+  }
   if constexpr (std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>) {
     GemmShape one = s;
     one.batch = 1;
     return gemm_scratch_floats<float>(one) + s.m * s.k + s.k * s.n + s.m * s.n;
   } else if constexpr (std::is_same_v<T, float>) {
-    return small_gemm(s) ? 0 : (onednn_scratchpad_bytes(s) + 63) / 64 * 16;  // whole cache lines, so what follows stays aligned
+    return small_gemm(s) ? 0 : (onednn_scratchpad_bytes(s, GemmType::kF32) + 63) / 64 * 16;
   } else {
     return 0;
   }

@@ -7,13 +7,17 @@
 #include <type_traits>
 
 #include "backends/cpu/loops.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/vector_math.h"
 
 namespace memc::cpu {
 namespace {
 
 // ---- unary ----------------------------------------------------------------------------------
 
-// Ops marked kFloatOnly reject integer and bool inputs; the others reject only bool.
+// Ops marked kFloatOnly reject integer and bool inputs; the others reject only bool. Ops with a
+// floats(buf, n) member also map a chunk of f32 values in place in vectors (vector_math.h);
+// map_unary uses it for every dtype that computes in f32.
 struct Neg {
   static constexpr bool kFloatOnly = false;
   explicit Neg(const Node&) {}
@@ -58,8 +62,28 @@ struct Gelu {
     }
     return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));  // x·Φ(x)
   }
+  void floats(float* x, int64_t n) const {  // the same formulas, the erf or tanh in vectors
+    float t[kVectorChunk];
+    for (int64_t i = 0; i < n; ++i) t[i] = tanh_form ? 0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i]) : x[i] * 0.7071067811865476f;
+    if (tanh_form) tanh_in_place(t, n);
+    else erf_in_place(t, n);
+    for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + t[i]);
+  }
   bool tanh_form;
 };
+
+// exp, erf and tanh: std:: for f64, vectors for f32.
+#define MEMC_VECTOR_UNARY(Name, std_fn, vector_fn)                      \
+  struct Name {                                                         \
+    static constexpr bool kFloatOnly = true;                            \
+    explicit Name(const Node&) {}                                       \
+    template <typename C> C operator()(C x) const { return std_fn(x); } \
+    void floats(float* x, int64_t n) const { vector_fn(x, n); }         \
+  };
+MEMC_VECTOR_UNARY(Exp, std::exp, exp_in_place)
+MEMC_VECTOR_UNARY(Erf, std::erf, erf_in_place)
+MEMC_VECTOR_UNARY(Tanh, std::tanh, tanh_in_place)
+#undef MEMC_VECTOR_UNARY
 
 // Float-only math without attributes: one functor type per std function.
 #define MEMC_FLOAT_UNARY(Name, expr)                              \
@@ -68,15 +92,12 @@ struct Gelu {
     explicit Name(const Node&) {}                                 \
     template <typename C> C operator()(C x) const { return expr; } \
   };
-MEMC_FLOAT_UNARY(Exp, std::exp(x))
 MEMC_FLOAT_UNARY(Log, std::log(x))
 MEMC_FLOAT_UNARY(Sqrt, std::sqrt(x))
 MEMC_FLOAT_UNARY(Rsqrt, C(1) / std::sqrt(x))
 MEMC_FLOAT_UNARY(Reciprocal, C(1) / x)
-MEMC_FLOAT_UNARY(Tanh, std::tanh(x))
 // Stable for large |x|: never evaluates e^x for large positive x.
 MEMC_FLOAT_UNARY(Sigmoid, x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
-MEMC_FLOAT_UNARY(Erf, std::erf(x))
 MEMC_FLOAT_UNARY(Floor, std::floor(x))
 MEMC_FLOAT_UNARY(Ceil, std::ceil(x))
 MEMC_FLOAT_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
@@ -86,10 +107,23 @@ MEMC_FLOAT_UNARY(Cos, std::cos(x))
 MEMC_FLOAT_UNARY(Softplus, std::max(x, C(0)) + std::log1p(std::exp(-std::abs(x))))
 #undef MEMC_FLOAT_UNARY
 
-// y[i] = op(x[i]) over n contiguous elements.
+// y[i] = op(x[i]) over n contiguous elements, in parallel ranges; through op.floats in chunks
+// when the op has one and T computes in f32.
 template <typename T, typename Op>
 void map_unary(T* y, const T* x, int64_t n, const Op& op) {  // y, x: [n]
-  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(op(load<T>(x[i])));
+  parallel_elementwise(n, [&](int64_t begin, int64_t end) {
+    if constexpr (std::is_same_v<typename Compute<T>::type, float> && requires(float* b) { op.floats(b, int64_t{1}); }) {
+      float chunk[kVectorChunk];
+      for (int64_t i = begin; i < end; i += kVectorChunk) {
+        const int64_t len = std::min(kVectorChunk, end - i);
+        for (int64_t j = 0; j < len; ++j) chunk[j] = load<T>(x[i + j]);
+        op.floats(chunk, len);
+        for (int64_t j = 0; j < len; ++j) y[i + j] = store<T>(chunk[j]);
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) y[i] = store<T>(op(load<T>(x[i])));
+    }
+  });
 }
 
 template <typename Op>
@@ -193,24 +227,29 @@ void broadcast_binary(Tensor& out, const Tensor& a, const Tensor& b, const Op& o
   const T* pb = b.data<T>();         // [b shape], broadcast to out
   auto apply = [&](T x0, T x1) { return store<Y>(op(load<T>(x0), load<T>(x1))); };
   if (a.shape() == out.shape() && b.shape() == out.shape()) {  // same-shape contiguous fast path
-    for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = apply(pa[i], pb[i]);
+    parallel_elementwise(out.numel(), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y[i] = apply(pa[i], pb[i]);
+    });
     return;
   }
   const Shape& shape = out.shape();
+  // A long run (a scalar or a row operand merged into one run) is split across threads too.
   for_each_row<3>(shape, {row_major_strides(shape), broadcast_strides(a.shape(), shape), broadcast_strides(b.shape(), shape)},
                   [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
-                    Y* yr = y + off[0];
-                    const T* ar = pa + off[1];
-                    const T* br = pb + off[2];
-                    if (st[1] == 1 && st[2] == 1) {
-                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[i], br[i]);
-                    } else if (st[1] == 1 && st[2] == 0) {
-                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[i], br[0]);
-                    } else if (st[1] == 0 && st[2] == 1) {
-                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[0], br[i]);
-                    } else {
-                      for (int64_t i = 0; i < n; ++i) yr[i] = apply(ar[i * st[1]], br[i * st[2]]);
-                    }
+                    parallel_elementwise(n, [&](int64_t begin, int64_t end) {
+                      Y* yr = y + off[0];
+                      const T* ar = pa + off[1];
+                      const T* br = pb + off[2];
+                      if (st[1] == 1 && st[2] == 1) {
+                        for (int64_t i = begin; i < end; ++i) yr[i] = apply(ar[i], br[i]);
+                      } else if (st[1] == 1 && st[2] == 0) {
+                        for (int64_t i = begin; i < end; ++i) yr[i] = apply(ar[i], br[0]);
+                      } else if (st[1] == 0 && st[2] == 1) {
+                        for (int64_t i = begin; i < end; ++i) yr[i] = apply(ar[0], br[i]);
+                      } else {
+                        for (int64_t i = begin; i < end; ++i) yr[i] = apply(ar[i * st[1]], br[i * st[2]]);
+                      }
+                    });
                   });
 }
 
@@ -299,7 +338,9 @@ Status cast_kernel(KernelContext& ctx) {
     dispatch_dtype(y.dtype(), [&]<typename D>() {
       const S* src = x.data<S>();  // [n]
       D* dst = y.data<D>();        // [n]
-      for (int64_t i = 0; i < n; ++i) dst[i] = convert<D>(src[i]);
+      parallel_elementwise(n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) dst[i] = convert<D>(src[i]);
+      });
     });
   });
   return Status::Ok();
@@ -336,11 +377,13 @@ Status dropout_kernel(KernelContext& ctx) {
       const C scale = static_cast<C>(1.0 / (1.0 - ratio));
       const T* px = x.data<T>();  // [n]
       T* py = y.data<T>();        // [n]
-      for (int64_t i = 0; i < n; ++i) {
-        const bool kept = counter_random(ctx.seed, stream, offset + static_cast<uint64_t>(i)) < threshold;
-        py[i] = store<T>(kept ? load<T>(px[i]) * scale : C(0));
-        if (keep) keep[i] = kept;
-      }
+      parallel_elementwise(n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const bool kept = counter_random(ctx.seed, stream, offset + static_cast<uint64_t>(i)) < threshold;
+          py[i] = store<T>(kept ? load<T>(px[i]) * scale : C(0));
+          if (keep) keep[i] = kept;
+        }
+      });
       return Status::Ok();
     }
   });

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/parallel.h"
 
 namespace memc::cpu {
 namespace {
@@ -35,11 +36,13 @@ Status sgd_kernel(KernelContext& ctx) {
     const T* w = ctx.inputs[0]->data<T>();
     const T* g = ctx.inputs[1]->data<T>();
     T* out = ctx.outputs[0]->data<T>();
-    for (int64_t i = 0, count = ctx.outputs[0]->numel(); i < count; ++i) {
-      const C wi = load(w[i]);
-      const C gi = load(g[i]) + static_cast<C>(wd) * wi;
-      out[i] = store<T, C>(wi - static_cast<C>(lr) * gi);
-    }
+    parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
+      for (int64_t i = begin; i < end; ++i) {
+        const C wi = load(w[i]);
+        const C gi = load(g[i]) + static_cast<C>(wd) * wi;
+        out[i] = store<T, C>(wi - static_cast<C>(lr) * gi);
+      }
+    });
   });
 }
 
@@ -59,14 +62,16 @@ Status momentum_kernel(KernelContext& ctx) {
     const T* buf = ctx.inputs[2]->data<T>();
     T* w_out = ctx.outputs[0]->data<T>();
     T* buf_out = ctx.outputs[1]->data<T>();
-    for (int64_t i = 0, count = ctx.outputs[0]->numel(); i < count; ++i) {
-      const C wi = load(w[i]);
-      const C gi = load(g[i]) + static_cast<C>(wd) * wi;
-      const C b = first ? gi : static_cast<C>(mu) * load(buf[i]) + static_cast<C>(1.0 - damp) * gi;
-      const C step_dir = nesterov ? gi + static_cast<C>(mu) * b : b;
-      buf_out[i] = store<T, C>(b);
-      w_out[i] = store<T, C>(wi - static_cast<C>(lr) * step_dir);
-    }
+    parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
+      for (int64_t i = begin; i < end; ++i) {
+        const C wi = load(w[i]);
+        const C gi = load(g[i]) + static_cast<C>(wd) * wi;
+        const C b = first ? gi : static_cast<C>(mu) * load(buf[i]) + static_cast<C>(1.0 - damp) * gi;
+        const C step_dir = nesterov ? gi + static_cast<C>(mu) * b : b;
+        buf_out[i] = store<T, C>(b);
+        w_out[i] = store<T, C>(wi - static_cast<C>(lr) * step_dir);
+      }
+    });
   });
 }
 
@@ -90,17 +95,19 @@ Status adam_kernel(KernelContext& ctx) {
     T* w_out = ctx.outputs[0]->data<T>();
     T* m_out = ctx.outputs[1]->data<T>();
     T* v_out = ctx.outputs[2]->data<T>();
-    for (int64_t i = 0, count = ctx.outputs[0]->numel(); i < count; ++i) {
-      C wi = load(w[i]), gi = load(g[i]);
-      if (decoupled) wi *= static_cast<C>(1.0 - lr * wd);
-      else gi += static_cast<C>(wd) * wi;
-      const C mi = static_cast<C>(b1) * load(m[i]) + static_cast<C>(1.0 - b1) * gi;
-      const C vi = static_cast<C>(b2) * load(v[i]) + static_cast<C>(1.0 - b2) * gi * gi;
-      const C denom = std::sqrt(vi) / static_cast<C>(bc2_sqrt) + static_cast<C>(eps);
-      m_out[i] = store<T, C>(mi);
-      v_out[i] = store<T, C>(vi);
-      w_out[i] = store<T, C>(wi - static_cast<C>(step_size) * mi / denom);
-    }
+    parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
+      for (int64_t i = begin; i < end; ++i) {
+        C wi = load(w[i]), gi = load(g[i]);
+        if (decoupled) wi *= static_cast<C>(1.0 - lr * wd);
+        else gi += static_cast<C>(wd) * wi;
+        const C mi = static_cast<C>(b1) * load(m[i]) + static_cast<C>(1.0 - b1) * gi;
+        const C vi = static_cast<C>(b2) * load(v[i]) + static_cast<C>(1.0 - b2) * gi * gi;
+        const C denom = std::sqrt(vi) / static_cast<C>(bc2_sqrt) + static_cast<C>(eps);
+        m_out[i] = store<T, C>(mi);
+        v_out[i] = store<T, C>(vi);
+        w_out[i] = store<T, C>(wi - static_cast<C>(step_size) * mi / denom);
+      }
+    });
   });
 }
 

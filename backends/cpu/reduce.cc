@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/loops.h"
+#include "backends/cpu/parallel.h"
 #include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
@@ -231,23 +232,26 @@ void layernorm(T* y, float* mean_out, float* inv_std_out, const T* x, const type
                const typename Compute<T>::type* bias, int64_t rows, int64_t n, double eps) {
   // y, x: [rows, n], mean_out, inv_std_out: [rows] or null, scale, bias: [n]
   using C = typename Compute<T>::type;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * n;
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += load<T>(xr[i]);
-    const double mean = n ? sum / n : 0;
-    double square_sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double centered = load<T>(xr[i]) - mean;
-      square_sum += centered * centered;
+  parallel_ranges(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(n, 1)), INT64_MAX,
+                  [&](int64_t, int64_t begin, int64_t end) {  // rows are independent
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * n;
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += load<T>(xr[i]);
+      const double mean = n ? sum / n : 0;
+      double square_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double centered = load<T>(xr[i]) - mean;
+        square_sum += centered * centered;
+      }
+      const double inv_std = 1.0 / std::sqrt((n ? square_sum / n : 0) + eps);
+      const C mean_c = static_cast<C>(mean), inv_std_c = static_cast<C>(inv_std);
+      T* yr = y + r * n;
+      for (int64_t i = 0; i < n; ++i) yr[i] = store<T>((load<T>(xr[i]) - mean_c) * inv_std_c * scale[i] + bias[i]);
+      if (mean_out) mean_out[r] = static_cast<float>(mean);
+      if (inv_std_out) inv_std_out[r] = static_cast<float>(inv_std);
     }
-    const double inv_std = 1.0 / std::sqrt((n ? square_sum / n : 0) + eps);
-    const C mean_c = static_cast<C>(mean), inv_std_c = static_cast<C>(inv_std);
-    T* yr = y + r * n;
-    for (int64_t i = 0; i < n; ++i) yr[i] = store<T>((load<T>(xr[i]) - mean_c) * inv_std_c * scale[i] + bias[i]);
-    if (mean_out) mean_out[r] = static_cast<float>(mean);
-    if (inv_std_out) inv_std_out[r] = static_cast<float>(inv_std);
-  }
+  });
 }
 
 Status layernorm_kernel(KernelContext& ctx) {

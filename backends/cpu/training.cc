@@ -4,6 +4,8 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/parallel.h"
+#include "backends/cpu/vector_math.h"
 #include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
@@ -99,18 +101,44 @@ Status gelu_grad_kernel(KernelContext& ctx) {
     const T* x = ctx.inputs[1]->data<T>();
     T* dx = ctx.outputs[0]->data<T>();
     const int64_t n = ctx.outputs[0]->numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const C v = load(x[i]);
-      C d;
-      if (tanh_form) {
-        const C k = C(0.7978845608028654), a = C(0.044715);
-        const C t = std::tanh(k * (v + a * v * v * v));
-        d = C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3) * a * v * v);
+    const C k = C(0.7978845608028654), a = C(0.044715);
+    parallel_elementwise(n, [&](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<C, float>) {  // the same formulas, tanh or erf and exp in vectors
+        float t[kVectorChunk], e[kVectorChunk];
+        for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
+          const int64_t len = std::min(kVectorChunk, end - i0);
+          for (int64_t j = 0; j < len; ++j) {
+            const float v = load(x[i0 + j]);
+            t[j] = tanh_form ? k * (v + a * v * v * v) : v * 0.7071067811865476f;
+            e[j] = -0.5f * v * v;
+          }
+          if (tanh_form) {
+            tanh_in_place(t, len);
+          } else {
+            erf_in_place(t, len);
+            exp_in_place(e, len);
+          }
+          for (int64_t j = 0; j < len; ++j) {
+            const float v = load(x[i0 + j]);
+            const float d = tanh_form ? 0.5f * (1.0f + t[j]) + 0.5f * v * (1.0f - t[j] * t[j]) * k * (1.0f + 3.0f * a * v * v)
+                                      : 0.5f * (1.0f + t[j]) + v * e[j] * 0.3989422804014327f;
+            dx[i0 + j] = store<T, C>(load(dy[i0 + j]) * d);
+          }
+        }
       } else {
-        d = C(0.5) * (C(1) + std::erf(v * C(0.7071067811865476))) + v * std::exp(C(-0.5) * v * v) * C(0.3989422804014327);
+        for (int64_t i = begin; i < end; ++i) {
+          const C v = load(x[i]);
+          C d;
+          if (tanh_form) {
+            const C t = std::tanh(k * (v + a * v * v * v));
+            d = C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3) * a * v * v);
+          } else {
+            d = C(0.5) * (C(1) + std::erf(v * C(0.7071067811865476))) + v * std::exp(C(-0.5) * v * v) * C(0.3989422804014327);
+          }
+          dx[i] = store<T, C>(load(dy[i]) * d);
+        }
       }
-      dx[i] = store<T, C>(load(dy[i]) * d);
-    }
+    });
   });
 }
 

@@ -1,0 +1,45 @@
+// Threads for memc's own CPU kernels: OpenMP (libgomp, the runtime oneDNN already uses), with the
+// thread count that `memc run --threads` sets for both (runtime/host_memory.h).
+//
+// Work is split into contiguous index ranges whose results land in disjoint outputs, so what a
+// kernel computes does not depend on how many threads ran it. Kernels that need per-thread
+// scratch size it for kMaxKernelSlots slots, a constant, so that a plan's workspace (and so its
+// peak) is the same whatever --threads the run is given.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace memc::cpu {
+
+// Most per-thread scratch slots a kernel plans; kernels with per-thread scratch use at most this
+// many threads.
+inline constexpr int64_t kMaxKernelSlots = 8;
+
+// Elements of streaming elementwise work below which one thread is faster than waking others
+// (a parallel region costs a few microseconds).
+inline constexpr int64_t kElementwiseGrain = 1 << 15;
+
+// Calls body(slot, begin, end) for contiguous ranges covering [0, n), each at least `grain`
+// long, on at most `max_slots` threads (slot < max_slots names the range's thread). One thread
+// when the work is too small or we are already inside a parallel region.
+template <typename Body>
+void parallel_ranges(int64_t n, int64_t grain, int64_t max_slots, Body&& body) {
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t slots = std::max<int64_t>(1, std::min({threads, max_slots, grain > 0 ? n / grain : n}));
+  if (slots <= 1) {
+    if (n > 0) body(int64_t{0}, int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel for num_threads(slots) schedule(static, 1)
+  for (int64_t s = 0; s < slots; ++s) body(s, n * s / slots, n * (s + 1) / slots);
+}
+
+// body(begin, end) over [0, n) for independent elementwise work.
+template <typename Body>
+void parallel_elementwise(int64_t n, Body&& body) {
+  parallel_ranges(n, kElementwiseGrain, INT64_MAX, [&](int64_t, int64_t begin, int64_t end) { body(begin, end); });
+}
+
+}  // namespace memc::cpu
