@@ -24,7 +24,7 @@ GradScaler. Same weights, data, batch and optimizer in both. Each table row and 
 names its precision; memc's run report's decisions.precision is checked against it.
 
 Method
-  memc: `memc compile MODEL --batch B --optimizer adamw --no-dropout --epochs 1000 -o PLAN`
+  memc: `memc compile MODEL --batch B --optimizer adamw --no-dropout --epochs 1000 --threads T -o PLAN`
         (the --epochs only makes sure --steps is not capped at one epoch; bf16-mixed adds
         `--precision bf16-mixed`, one plan per precision), then per rep
         `memc run PLAN --data D --steps WARMUP+STEPS --json R.json` WITHOUT --quiet:
@@ -135,6 +135,9 @@ def memc_rep(plan, data, batch, steps, warmup, threads, tmp, precision):
     planned = rep.get("decisions", {}).get("precision")
     if planned is not None and planned != precision:
         raise SystemExit(f"memc ran the plan in {planned}, wanted {precision}: {plan}")
+    if rep.get("measured_peak_bytes") != rep.get("predicted_peak_bytes"):
+        print(f"  note: measured peak {rep.get('measured_peak_bytes')} != planned {rep.get('predicted_peak_bytes')} ({plan})",
+              file=sys.stderr, flush=True)
     if min(sps) >= 100:
         ms = [batch * 1000.0 / s for s in sps]
     else:  # `samples/s` (printed with %.0f) is too coarse: timed mean = difference of two runs' JSON means
@@ -151,6 +154,8 @@ def memc_rep(plan, data, batch, steps, warmup, threads, tmp, precision):
         "wall_s": wall, "user_s": u1[0] - u0[0], "sys_s": u1[1] - u0[1], "minflt": u1[2] - u0[2],
         "last_loss": rep["loss"],
         "precision": planned,
+        "measured_peak_bytes": rep.get("measured_peak_bytes"),
+        "predicted_peak_bytes": rep.get("predicted_peak_bytes"),
         "host": rep.get("host_memory", {}),
         "load_1min": os.getloadavg()[0],
     }
@@ -237,12 +242,15 @@ def main():
                                 "--n", str(n)], check=True, stdout=subprocess.DEVNULL)
             plans = {}
             for prec in precisions:
-                plans[prec] = os.path.join(tmp, f"{model}.{prec}.plan")
-                # fp32 is memc's default: its compile line stays as it always was
-                extra = [] if prec == "fp32" else ["--precision", prec]
-                subprocess.run([MEMC, "compile", onnx_path, "--batch", str(batch),
-                                "--optimizer", "adamw", "--no-dropout", "--epochs", "1000"] + extra + ["-o", plans[prec]],
-                               check=True, stdout=subprocess.DEVNULL)
+                for t in threads:
+                    # one plan per thread count: its kernel workspaces (oneDNN's scratchpads grow
+                    # with threads) are sized for the threads it runs with, so measured = planned
+                    plans[(t, prec)] = os.path.join(tmp, f"{model}.{prec}.t{t}.plan")
+                    # fp32 is memc's default: no --precision on its compile line
+                    extra = [] if prec == "fp32" else ["--precision", prec]
+                    subprocess.run([MEMC, "compile", onnx_path, "--batch", str(batch), "--optimizer", "adamw",
+                                    "--no-dropout", "--epochs", "1000", "--threads", str(t)] + extra + ["-o", plans[(t, prec)]],
+                                   check=True, stdout=subprocess.DEVNULL)
             pairs = [(t, prec) for t in threads for prec in precisions]
             raw = {tp: {"memc": [], "torch": []} for tp in pairs}
             for rep in range(args.reps):
@@ -251,7 +259,7 @@ def main():
                     r = raw[(t, prec)]
                     for fw in order:
                         if fw == "memc":
-                            r[fw].append(memc_rep(plans[prec], data, batch, args.steps, args.warmup, t, tmp, prec))
+                            r[fw].append(memc_rep(plans[(t, prec)], data, batch, args.steps, args.warmup, t, tmp, prec))
                         else:
                             r[fw].append(torch_rep(model, batch, args.steps, args.warmup, t, prec))
                     print(f"  {model} b{batch} T={t} {prec} rep {rep + 1}/{args.reps}: memc "

@@ -1,5 +1,6 @@
 // Matrix multiply used by matmul, linear, conv and attention.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -39,20 +40,30 @@ bool onednn_bf16_gemm();
 // cost is ~8 µs (measured; attention's per-head blocks in small models are this size).
 inline bool small_gemm(const GemmShape& s) { return s.m * s.n * s.k <= 32 * 32 * 32; }
 
-// Floats of `scratch` gemm<T> needs: oneDNN's planned scratchpad for f32 and native bf16; for
-// widened f16/bf16 that of the f32 product plus the f32 copies of one batch's a, b and c; none
-// otherwise. Whole cache lines, so what follows stays aligned.
+// Bytes of oneDNN scratchpad for s with or without accumulation, whichever is more: a kernel
+// that decides to accumulate at run time (a linear or conv with a bias written first) then
+// never needs more than a workspace function sized without knowing.
+inline int64_t onednn_scratch_either_way(GemmShape s, GemmType type) {
+  s.accumulate = false;
+  const int64_t plain = onednn_scratchpad_bytes(s, type);
+  s.accumulate = true;
+  return std::max(plain, onednn_scratchpad_bytes(s, type));
+}
+
+// Floats of `scratch` gemm<T> needs: oneDNN's planned scratchpad for f32 and native bf16
+// (accumulating or not); for widened f16/bf16 that of the f32 product plus the f32 copies of
+// one batch's a, b and c; none otherwise. Whole cache lines, so what follows stays aligned.
 template <typename T>
 int64_t gemm_scratch_floats(const GemmShape& s) {
   if constexpr (std::is_same_v<T, bf16_t>) {
-    if (onednn_bf16_gemm() && !small_gemm(s)) return (onednn_scratchpad_bytes(s, GemmType::kBf16) + 63) / 64 * 16;
+    if (onednn_bf16_gemm() && !small_gemm(s)) return (onednn_scratch_either_way(s, GemmType::kBf16) + 63) / 64 * 16;
   }
   if constexpr (std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>) {
     GemmShape one = s;
     one.batch = 1;
     return gemm_scratch_floats<float>(one) + s.m * s.k + s.k * s.n + s.m * s.n;
   } else if constexpr (std::is_same_v<T, float>) {
-    return small_gemm(s) ? 0 : (onednn_scratchpad_bytes(s, GemmType::kF32) + 63) / 64 * 16;
+    return small_gemm(s) ? 0 : (onednn_scratch_either_way(s, GemmType::kF32) + 63) / 64 * 16;
   } else {
     return 0;
   }

@@ -133,7 +133,7 @@ Status linear_kernel(KernelContext& ctx) {
   });
 }
 
-// The bias only changes accumulate, not the scratch, so an absent one needs no special case.
+// The bias only changes accumulate, which gemm_scratch_floats covers either way.
 int64_t linear_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
   const GemmShape s = linear_shape(node, in[0].shape, in[1].shape, false);
   return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) { ws.take<float>(gemm_scratch_floats<T>(s)); });
