@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/blas.h"
 #include "ir/op_registry.h"
 #include "passes/offload.h"
 #include "runtime/atomic_file.h"
@@ -18,7 +19,10 @@ DeviceProfile cpu_default() {
   DeviceProfile p;
   p.name = "cpu";
   p.f32_flops = 1.2e11;
-  p.low_flops = 1.0e11;  // 16-bit storage, f32 compute: conversions cost a little
+  // 16-bit GEMMs: widened to f32 (conversions cost a little) unless the CPU has bf16 dot products
+  // that oneDNN uses (backends/cpu/blas.h); then they run 2–4× the f32 rate (AMX on a Xeon:
+  // 183–600 GFLOP/s against 93–149 f32 on one core, bench/RESULTS.md §23), counted as 3×.
+  p.low_flops = cpu::onednn_bf16_gemm() ? 3.0 * p.f32_flops : 1.0e11;
   p.mem_bandwidth = 1.2e10;
   p.host_bandwidth = 1.2e10;
   p.link_bandwidth = 0;  // host and device are one memory
