@@ -195,9 +195,10 @@ TEST(Workspace, SizesFollowTheFormulas) {
   // copies w[3,18] + col[18,9] + y[3,9] = 54 + 162 + 27 = 243 floats = 972 → 1024, col in f16 = 324 → 384.
   EXPECT_EQ(declared("conv", DType::kF32, {{1, 2, 5, 5}, {3, 2, 3, 3}}), 704);
   EXPECT_EQ(declared("conv", DType::kF16, {{1, 2, 5, 5}, {3, 2, 3, 3}}), 384 + 1024);
-  // attention f32, Tq = Tk = 100, D = 8, Dv = 4, no dropout: scores [64, 64] = 16384 bytes,
-  // out [64, 4] = 1024, row max and sum [64] = 256 each.
-  EXPECT_EQ(declared("attention", DType::kF32, {{100, 8}, {100, 8}, {100, 4}}), 16384 + 1024 + 256 + 256);
+  // attention f32, Tq = Tk = 300, D = Dv = 1, no dropout: blocks of 128 queries × 256 keys, whose
+  // products (≤ 128·256·1 multiply-adds) run in the plain loop, without library scratch:
+  // scores [128, 256] = 131072 bytes, out [128, 1] = 512, row max and sum [128] = 512 each.
+  EXPECT_EQ(declared("attention", DType::kF32, {{300, 1}, {300, 1}, {300, 1}}), 131072 + 512 + 512 + 512);
   // softmax over 33 f64: 264 → 320 bytes. gather_grad f16 into [10, 4]: f32 accumulator 160 → 192.
   EXPECT_EQ(declared("softmax", DType::kF64, {{4, 33}}), 320);
   const Tensor dy = random_tensor(DType::kF16, {2, 4}, rng), idx = make(DType::kI64, {2}, {1, 7});
