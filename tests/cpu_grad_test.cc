@@ -204,6 +204,10 @@ TEST(CpuGrad, AttentionGradMatchesWholeMatrixReference) {
       {"dropout", {2, 2, 9, 8}, {2, 2, 70, 8}, {2, 2, 70, 4}, {2, 1, 9, 70}, 0.3},
       {"dropout_no_dbias", {3, 66, 4}, {3, 5, 4}, {3, 5, 4}, {5}, 0.5, false},
       {"dropout_no_bias", {1, 3, 4}, {2, 5, 4}, {1, 5, 4}, {}, 0.2},
+      // Short sequences over many heads: strided-batched groups of entries (groups of several
+      // entries and a smaller last one in f32), with and without dropout and a read-only bias.
+      {"grouped", {8, 4, 20, 16}, {8, 4, 20, 16}, {8, 4, 20, 16}, {}},
+      {"grouped_dropout_bias", {8, 4, 20, 16}, {8, 4, 20, 16}, {8, 4, 20, 16}, {1, 4, 20, 20}, 0.3, false},
   };
   std::mt19937 rng(22);
   const double scale = 0.4;

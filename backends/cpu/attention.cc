@@ -463,6 +463,187 @@ int64_t backward_slots(const AttentionGeometry& g, bool dropout_possible, bool d
   });
 }
 
+// ---- short sequences: groups of entries, one strided-batched product each -------------------
+// When a whole entry fits one block (Tq ≤ kQueryBlock, Tk ≤ kKeyBlock) and entries are
+// disjoint, G entries at a time share each product: one oneDNN call for G heads instead of G
+// calls, whose fixed cost (≈8 µs) exceeds a short head's arithmetic (vit_small32, T = 50: 22 % of
+// its step was attention). Groups are fixed, [0, G), [G, 2G), …, whatever the thread count, so
+// the products' batch sizes (G and the remainder) and the workspace do not depend on --threads.
+// G keeps a group's scores within one block's (kQueryBlock·kKeyBlock), and a group's scratch
+// within a quarter of the bytes the kernel writes, as entry_slots does for slots; with G = 1
+// the entries run one by one instead.
+
+bool groupable(const AttentionGeometry& g, bool dbias_wanted) {
+  return g.tq <= kQueryBlock && g.tk <= kKeyBlock && g.entries_disjoint() && !dbias_wanted && numel(g.batch) > 1;
+}
+
+// The products of a group of `n` entries, all strided-batched over contiguous entries.
+struct GroupGemms {
+  GemmShape scores, out, grad_v, grad_p, grad_q, grad_k;
+  GroupGemms(const AttentionGeometry& g, int64_t n) {
+    const int64_t tq = g.tq, tk = g.tk, d = g.d, dv = g.dv;
+    scores = {.m = tq, .n = tk, .k = d, .trans_b = true, .batch = n, .batch_stride_a = tq * d, .batch_stride_b = tk * d};
+    out = {.m = tq, .n = dv, .k = tk, .batch = n, .batch_stride_a = tq * tk, .batch_stride_b = tk * dv};
+    grad_v = {.m = tk, .n = dv, .k = tq, .trans_a = true, .accumulate = true, .batch = n, .batch_stride_a = tq * tk, .batch_stride_b = tq * dv};
+    grad_p = {.m = tq, .n = tk, .k = dv, .trans_b = true, .batch = n, .batch_stride_a = tq * dv, .batch_stride_b = tk * dv};
+    grad_q = {.m = tq, .n = d, .k = tk, .accumulate = true, .batch = n, .batch_stride_a = tq * tk, .batch_stride_b = tk * d};
+    grad_k = {.m = tk, .n = d, .k = tq, .trans_a = true, .accumulate = true, .batch = n, .batch_stride_a = tq * tk, .batch_stride_b = tq * d};
+  }
+};
+
+// Gemm scratch of every group product, for both batch sizes a group of `size` can have.
+template <typename C>
+int64_t group_gemm_scratch_floats(const AttentionGeometry& g, int64_t size) {
+  int64_t most = 0;
+  const int64_t rest = numel(g.batch) % size;
+  for (int64_t n : {size, rest}) {
+    if (n == 0) continue;
+    const GroupGemms p(g, n);
+    for (const GemmShape& s : {p.scores, p.out, p.grad_v, p.grad_p, p.grad_q, p.grad_k}) most = std::max(most, gemm_scratch_floats<C>(s));
+  }
+  return most;
+}
+
+// One thread's scratch for a group of G entries: operands widened (16-bit only), probabilities,
+// dropout factors (when dropout is possible) and outputs; the backward adds dy widened, dP and
+// the row deltas.
+template <typename T, typename C>
+struct GroupScratch {
+  C *q, *k, *v, *dy;            // [G, Tq, D], [G, Tk, D], [G, Tk, Dv], [G, Tq, Dv] or null (T is C)
+  C *scores, *factor, *out;     // [G, Tq, Tk], [G, Tq, Tk] or null, [G, Tq, Dv]
+  C *dprob, *delta;             // [G, Tq, Tk], [G, Tq] (backward only)
+  float* gemm_scratch;
+  GroupScratch(Workspace& ws, const AttentionGeometry& g, bool dropout_possible, bool backward, int64_t n) {
+    q = take_widened<T>(ws, n * g.tq * g.d);
+    k = take_widened<T>(ws, n * g.tk * g.d);
+    v = take_widened<T>(ws, n * g.tk * g.dv);
+    dy = backward ? take_widened<T>(ws, n * g.tq * g.dv) : nullptr;
+    scores = ws.take<C>(n * g.tq * g.tk);
+    factor = ws.take<C>(dropout_possible ? n * g.tq * g.tk : 0);
+    out = ws.take<C>(n * g.tq * g.dv);
+    dprob = backward ? ws.take<C>(n * g.tq * g.tk) : nullptr;
+    delta = backward ? ws.take<C>(n * g.tq) : nullptr;
+    gemm_scratch = ws.take<float>(group_gemm_scratch_floats<C>(g, n));
+  }
+};
+
+// Entries per group (1: do not group), from the shapes alone.
+template <typename T>
+int64_t group_size(const AttentionGeometry& g, bool dropout_possible, bool backward, bool dbias_wanted, int64_t output_bytes) {
+  if (!groupable(g, dbias_wanted)) return 1;
+  Workspace counter;
+  const GroupScratch<T, typename Compute<T>::type> one(counter, g, dropout_possible, backward, 1);
+  (void)one;
+  const int64_t per_entry = std::max<int64_t>(counter.used_bytes(), 1);
+  const int64_t by_scores = kQueryBlock * kKeyBlock / std::max<int64_t>(g.tq * g.tk, 1);
+  return std::clamp<int64_t>(std::min(by_scores, output_bytes / 4 / per_entry), 1, numel(g.batch));
+}
+
+// Slots for the grouped path: as entry_slots, over groups rather than entries.
+template <typename T>
+int64_t group_slots(const AttentionGeometry& g, bool dropout_possible, bool backward, int64_t size, int64_t output_bytes) {
+  Workspace counter;
+  const GroupScratch<T, typename Compute<T>::type> one(counter, g, dropout_possible, backward, size);
+  (void)one;
+  const int64_t groups = (numel(g.batch) + size - 1) / size;
+  const int64_t per_slot = std::max<int64_t>(counter.used_bytes(), 1);
+  return std::max<int64_t>(1, std::min({groups, kMaxKernelSlots, 1 + output_bytes / 4 / per_slot}));
+}
+
+// Entries [i0, i0 + n) of a 16-bit operand widened into `buffer`, or the f32/f64 data itself.
+template <typename T, typename C>
+const C* group_operand(const Tensor& t, int64_t first_element, int64_t count, C* buffer) {
+  return as_compute(t.data<T>() + first_element, count, buffer);
+}
+
+// Scores of entries [i0, i0 + n) → softmax probabilities P in w.scores (a row whose every key
+// is masked gets P = 0, not NaN), and the dropout factors in w.factor when dropout is on.
+template <typename T, typename C>
+void group_probabilities(GroupScratch<T, C>& w, const C* q, const C* k, const Tensor* bias, int64_t i0, int64_t n,
+                         const AttentionGeometry& g, const AttentionDropout& dropout, const GroupGemms& p) {
+  gemm(w.scores, q, k, p.scores, w.gemm_scratch);
+  const int64_t per = g.tq * g.tk;
+  for (int64_t i = 0; i < n * per; ++i) w.scores[i] *= static_cast<C>(g.scale);
+  for (int64_t e = 0; bias && e < n; ++e) {
+    add_bias_block(w.scores + e * per, *bias, g.bias_offset(i0 + e), g.bias_row(), g.bias_col(), g.tq, g.tk);
+  }
+  const C neg_inf = -std::numeric_limits<C>::infinity();
+  for (int64_t r = 0; r < n * g.tq; ++r) {
+    C* s = w.scores + r * g.tk;
+    C m = neg_inf;
+    for (int64_t c = 0; c < g.tk; ++c) m = std::max(m, s[c]);
+    if (m == neg_inf) {
+      std::fill(s, s + g.tk, C(0));
+      continue;
+    }
+    for (int64_t c = 0; c < g.tk; ++c) s[c] -= m;
+    exp_row(s, g.tk);
+    C l = 0;
+    for (int64_t c = 0; c < g.tk; ++c) l += s[c];
+    const C inv = C(1) / l;
+    for (int64_t c = 0; c < g.tk; ++c) s[c] *= inv;
+  }
+  for (int64_t e = 0; dropout.active && e < n; ++e) dropout.factors(w.factor + e * per, i0 + e, 0, 0, g.tq, g.tk, g.tq, g.tk);
+}
+
+// P̃ = P∘factor into `out` (P itself when dropout is off: no copy).
+template <typename T, typename C>
+const C* dropped_probabilities(const GroupScratch<T, C>& w, C* out, int64_t count, const AttentionDropout& dropout) {
+  if (!dropout.active) return w.scores;
+  for (int64_t i = 0; i < count; ++i) out[i] = w.scores[i] * w.factor[i];
+  return out;
+}
+
+// y for entries [i0, i0 + n): y = P̃·v.
+template <typename T, typename C>
+void attention_group(T* y, GroupScratch<T, C>& w, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* bias,
+                     int64_t i0, int64_t n, const AttentionGeometry& g, const AttentionDropout& dropout) {
+  const GroupGemms p(g, n);
+  const C* qc = group_operand<T>(q, i0 * g.tq * g.d, n * g.tq * g.d, w.q);
+  const C* kc = group_operand<T>(k, i0 * g.tk * g.d, n * g.tk * g.d, w.k);
+  const C* vc = group_operand<T>(v, i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
+  group_probabilities(w, qc, kc, bias, i0, n, g, dropout, p);
+  const C* dropped = dropped_probabilities(w, w.scores, n * g.tq * g.tk, dropout);  // in place: P is not needed again
+  gemm(w.out, dropped, vc, p.out, w.gemm_scratch);
+  T* yg = y + i0 * g.tq * g.dv;
+  for (int64_t i = 0; i < n * g.tq * g.dv; ++i) yg[i] = store<T>(w.out[i]);
+}
+
+// Gradients for entries [i0, i0 + n) with P = softmax(s), P̃ = P∘factor, o = P̃·v:
+// D = rowsum(dy∘o), dv += P̃ᵀ·dy, dP = (dy·vᵀ)∘factor, dS = P∘(dP - D),
+// dq += scale·dS·k, dk += scale·dSᵀ·q. dq, dk, dv point at entry i0's matrices.
+template <typename T, typename C>
+void attention_grad_group(GroupScratch<T, C>& w, const Tensor& dy, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor* bias, C* dq, C* dk, C* dv, int64_t i0, int64_t n, const AttentionGeometry& g,
+                          const AttentionDropout& dropout) {
+  const GroupGemms p(g, n);
+  const C* qc = group_operand<T>(q, i0 * g.tq * g.d, n * g.tq * g.d, w.q);
+  const C* kc = group_operand<T>(k, i0 * g.tk * g.d, n * g.tk * g.d, w.k);
+  const C* vc = group_operand<T>(v, i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
+  const C* dyc = group_operand<T>(dy, i0 * g.tq * g.dv, n * g.tq * g.dv, w.dy);
+  group_probabilities(w, qc, kc, bias, i0, n, g, dropout, p);  // w.scores = P
+  const int64_t count = n * g.tq * g.tk;
+  const C* dropped = dropped_probabilities(w, w.dprob, count, dropout);  // P̃ (w.dprob is free until dP)
+  gemm(w.out, dropped, vc, p.out, w.gemm_scratch);  // o
+  for (int64_t r = 0; r < n * g.tq; ++r) {
+    C dot = 0;
+    for (int64_t j = 0; j < g.dv; ++j) dot += dyc[r * g.dv + j] * w.out[r * g.dv + j];
+    w.delta[r] = dot;
+  }
+  gemm(dv, dropped, dyc, p.grad_v, w.gemm_scratch);  // dv += P̃ᵀ·dy
+  gemm(w.dprob, dyc, vc, p.grad_p, w.gemm_scratch);  // dy·vᵀ (P̃ is no longer needed)
+  const C scale = static_cast<C>(g.scale);
+  for (int64_t r = 0; r < n * g.tq; ++r) {
+    for (int64_t c = 0; c < g.tk; ++c) {
+      const int64_t i = r * g.tk + c;
+      const C dp = dropout.active ? w.dprob[i] * w.factor[i] : w.dprob[i];
+      w.dprob[i] = w.scores[i] * (dp - w.delta[r]) * scale;
+    }
+  }
+  gemm(dq, w.dprob, kc, p.grad_q, w.gemm_scratch);  // dq += scale·dS·k
+  gemm(dk, w.dprob, qc, p.grad_k, w.gemm_scratch);  // dk += scale·dSᵀ·q
+}
+
 // One thread's forward scratch: a batch entry's operands widened (16-bit only) and one query
 // block's scratch.
 template <typename T, typename C>
@@ -486,7 +667,22 @@ Status attention_kernel(KernelContext& ctx) {
       return unsupported_dtype(ctx, q.dtype());
     } else {
       using C = typename Compute<T>::type;
-      const int64_t slot_count = forward_slots<T>(g, AttentionDropout::possible(ctx.node), static_cast<int64_t>(y.nbytes()));
+      const bool dropout_possible = AttentionDropout::possible(ctx.node);
+      const int64_t size = group_size<T>(g, dropout_possible, false, false, static_cast<int64_t>(y.nbytes()));
+      if (size > 1) {
+        std::vector<GroupScratch<T, C>> groups;
+        for (int64_t s = 0, n = group_slots<T>(g, dropout_possible, false, size, static_cast<int64_t>(y.nbytes())); s < n; ++s) {
+          groups.emplace_back(ws, g, dropout_possible, false, size);
+        }
+        const int64_t batches = numel(g.batch);
+        parallel_ranges((batches + size - 1) / size, 1, static_cast<int64_t>(groups.size()), [&](int64_t s, int64_t begin, int64_t end) {
+          for (int64_t gi = begin; gi < end; ++gi) {
+            attention_group(y.data<T>(), groups[s], q, k, v, bias, gi * size, std::min(size, batches - gi * size), g, dropout);
+          }
+        });
+        return Status::Ok();
+      }
+      const int64_t slot_count = forward_slots<T>(g, dropout_possible, static_cast<int64_t>(y.nbytes()));
       std::vector<ForwardSlot<T, C>> slots;
       slots.reserve(slot_count);
       for (int64_t s = 0; s < slot_count; ++s) {
@@ -510,6 +706,14 @@ int64_t attention_workspace(const Node& node, std::span<const TensorType> in, st
     if constexpr (kIsFloatStorage<T>) {
       using C = typename Compute<T>::type;
       const int64_t y_bytes = numel(out[0].shape) * static_cast<int64_t>(dtype_size(out[0].dtype));
+      const bool dropout_possible = AttentionDropout::possible(node);
+      if (const int64_t size = group_size<T>(g, dropout_possible, false, false, y_bytes); size > 1) {
+        for (int64_t s = 0, n = group_slots<T>(g, dropout_possible, false, size, y_bytes); s < n; ++s) {
+          const GroupScratch<T, C> scratch(ws, g, dropout_possible, false, size);
+          (void)scratch;
+        }
+        return;
+      }
       for (int64_t s = 0, slot_count = forward_slots<T>(g, AttentionDropout::possible(node), y_bytes); s < slot_count; ++s) {
         take_widened<T>(ws, g.tq * g.d);
         take_widened<T>(ws, g.tk * g.d);
@@ -536,7 +740,29 @@ Status attention_grad_kernel(KernelContext& ctx) {
     } else {
       using C = typename Compute<T>::type;
       const int64_t grad_bytes = static_cast<int64_t>(ctx.outputs[0]->nbytes() + ctx.outputs[1]->nbytes() + ctx.outputs[2]->nbytes());
-      const int64_t slot_count = backward_slots<T>(g, AttentionDropout::possible(ctx.node), dbias_out != nullptr, grad_bytes);
+      const bool dropout_possible = AttentionDropout::possible(ctx.node);
+      const int64_t size = group_size<T>(g, dropout_possible, true, dbias_out != nullptr, grad_bytes);
+      if (size > 1) {
+        std::vector<GroupScratch<T, C>> groups;
+        for (int64_t s = 0, n = group_slots<T>(g, dropout_possible, true, size, grad_bytes); s < n; ++s) {
+          groups.emplace_back(ws, g, dropout_possible, true, size);
+        }
+        const GradBuffers<T, C> buffers(ws, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(), 0);
+        GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq), dk(*ctx.outputs[1], buffers.dk), dv(*ctx.outputs[2], buffers.dv);
+        const int64_t batches = numel(g.batch);
+        parallel_ranges((batches + size - 1) / size, 1, static_cast<int64_t>(groups.size()), [&](int64_t s, int64_t begin, int64_t end) {
+          for (int64_t gi = begin; gi < end; ++gi) {
+            const int64_t i0 = gi * size;
+            attention_grad_group(groups[s], dy, q, k, v, bias, dq.data() + g.q_offset(i0), dk.data() + g.k_offset(i0),
+                                 dv.data() + g.v_offset(i0), i0, std::min(size, batches - i0), g, dropout);
+          }
+        });
+        dq.finish();
+        dk.finish();
+        dv.finish();
+        return Status::Ok();
+      }
+      const int64_t slot_count = backward_slots<T>(g, dropout_possible, dbias_out != nullptr, grad_bytes);
       std::vector<BackwardSlot<T, C>> slots;
       slots.reserve(slot_count);
       for (int64_t s = 0; s < slot_count; ++s) {
@@ -573,6 +799,16 @@ int64_t attention_grad_workspace(const Node& node, std::span<const TensorType> i
       using C = typename Compute<T>::type;
       int64_t grad_bytes = 0;
       for (size_t i = 0; i < 3; ++i) grad_bytes += numel(out[i].shape) * static_cast<int64_t>(dtype_size(out[i].dtype));
+      const bool dropout_possible = AttentionDropout::possible(node);
+      if (const int64_t size = group_size<T>(g, dropout_possible, true, out.size() >= 4, grad_bytes); size > 1) {
+        for (int64_t s = 0, n = group_slots<T>(g, dropout_possible, true, size, grad_bytes); s < n; ++s) {
+          const GroupScratch<T, C> scratch(ws, g, dropout_possible, true, size);
+          (void)scratch;
+        }
+        const GradBuffers<T, C> buffers(ws, out[0].numel(), out[1].numel(), out[2].numel(), 0);
+        (void)buffers;
+        return;
+      }
       const int64_t slot_count = backward_slots<T>(g, AttentionDropout::possible(node), out.size() >= 4, grad_bytes);
       for (int64_t s = 0; s < slot_count; ++s) {
         take_widened<T>(ws, g.tq * g.d);
