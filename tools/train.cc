@@ -18,7 +18,6 @@
 #include "frontend/onnx_weights.h"
 #include "ir/printer.h"
 #include "passes/memory_plan.h"
-#include "runtime/atomic_file.h"
 #include "runtime/file_guard.h"
 #include "runtime/host_memory.h"
 #include "runtime/op_profile.h"
@@ -31,6 +30,7 @@
 #if MEMC_HAVE_MPI
 #include "backends/comm/mpi_communicator.h"
 #endif
+#include "support/atomic_file.h"
 #include "support/log.h"
 #include "support/size.h"
 #include "tools/commands.h"
