@@ -23,8 +23,8 @@
 #include "runtime/op_profile.h"
 #include "runtime/timeline.h"
 #include "ir/op_registry.h"
-#include "planner/calibrate.h"
 #include "planner/compile.h"
+#include "runtime/calibrate.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 #if MEMC_HAVE_MPI
