@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "frontend/onnx_tensor.h"
-#include "runtime/atomic_file.h"
+#include "support/atomic_file.h"
 
 namespace memc {
 

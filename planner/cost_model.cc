@@ -7,7 +7,7 @@
 #include "backends/cpu/blas.h"
 #include "ir/op_registry.h"
 #include "passes/offload.h"
-#include "runtime/atomic_file.h"
+#include "support/atomic_file.h"
 
 namespace memc {
 namespace {

@@ -12,7 +12,7 @@
 #include "frontend/onnx_weights.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
-#include "runtime/atomic_file.h"
+#include "support/atomic_file.h"
 #include "support/crc32c.h"
 
 namespace memc {

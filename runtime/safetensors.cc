@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/atomic_file.h"
+#include "support/atomic_file.h"
 #include "support/crc32c.h"
 
 namespace memc {

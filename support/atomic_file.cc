@@ -1,4 +1,4 @@
-#include "runtime/atomic_file.h"
+#include "support/atomic_file.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "planner/calibrate.h"
+#include "runtime/calibrate.h"
 
 #include <algorithm>
 #include <chrono>
