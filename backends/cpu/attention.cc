@@ -2,6 +2,9 @@
 // block of queries it walks the keys in blocks, keeping a running max m and sum l per query
 // row (online softmax), so only a [kQueryBlock, kKeyBlock] block of scores ever exists. The
 // backward (attention_grad) replays that forward per query block and keeps the same bound.
+// Batch entries (batch × heads) run on parallel threads, each with its own scratch slot; short
+// sequences, whose whole head fits one block, run G heads per strided-batched product instead
+// (the grouped section). Slot and group counts come from shapes alone, never from --threads.
 // Dimension letters: Tq queries, Tk keys, D head dim, Dv value dim.
 #include <algorithm>
 #include <cmath>
