@@ -94,10 +94,10 @@ decltype(auto) dispatch_element_size(DType t, Fn&& fn) {
   }
 }
 
-// out[i] = in[base + Σ index_d·in_strides_d] over `shape` row-major; `out` is contiguous.
-// Transpose, slice, expand and tile are this copy with different strides.
+// out[out_base + i] = in[in_base + Σ index_d·in_strides_d] over `shape` row-major; `out` is
+// contiguous. Transpose, slice, expand and tile are this copy with different strides.
 inline void strided_copy(Tensor& out, const Tensor& in, const Shape& shape, const std::vector<int64_t>& in_strides,
-                         int64_t in_base = 0) {
+                         int64_t in_base = 0, int64_t out_base = 0) {
   dispatch_element_size(in.dtype(), [&]<typename E>() {
     E* y = static_cast<E*>(out.raw());               // [numel(shape)]
     const E* x = static_cast<const E*>(in.raw());    // strided view
@@ -108,7 +108,7 @@ inline void strided_copy(Tensor& out, const Tensor& in, const Shape& shape, cons
       } else {
         for (int64_t i = 0; i < n; ++i) y[off[0] + i] = x[off[1] + i * st[1]];
       }
-    }, {0, in_base});
+    }, {out_base, in_base});
   });
 }
 

@@ -45,6 +45,17 @@ std::vector<int64_t> reduced_strides(const Shape& in, const std::vector<int64_t>
   return broadcast_strides(kept, in);
 }
 
+// How many leading dims `axes` reduces when it is exactly {0, 1, ..., k-1} with k < rank and
+// something left to keep; 0 otherwise.
+int64_t leading_axes(const Shape& in, std::vector<int64_t> axes) {
+  if (axes.empty() || axes.size() >= in.size()) return 0;
+  std::sort(axes.begin(), axes.end());
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] != static_cast<int64_t>(i)) return 0;
+  }
+  return static_cast<int64_t>(axes.size());
+}
+
 // Accumulator type: f64 for floats, i64 for integers.
 template <typename T>
 using ReduceAcc = std::conditional_t<kIsFloatStorage<T>, double, int64_t>;
@@ -56,18 +67,31 @@ void reduce(T* y, const T* x, const Shape& in_shape, const std::vector<int64_t>&
   using A = ReduceAcc<T>;
   A* acc = ws.take<A>(out_count);
   std::fill(acc, acc + out_count, reduction_identity<R, A>());
-  for_each_row<2>(in_shape, {reduced_strides(in_shape, axes), row_major_strides(in_shape)},
-                  [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
-                    A* a = acc + off[0];
-                    const T* xr = x + off[1];
-                    if (st[0] == 0) {  // reducing along the run: one accumulator
-                      A total = a[0];
-                      for (int64_t i = 0; i < n; ++i) total = reduction_combine<R>(total, static_cast<A>(load<T>(xr[i * st[1]])));
-                      a[0] = total;
-                    } else {
-                      for (int64_t i = 0; i < n; ++i) a[i * st[0]] = reduction_combine<R>(a[i * st[0]], static_cast<A>(load<T>(xr[i * st[1]])));
-                    }
-                  });
+  if (const int64_t lead = leading_axes(in_shape, axes); lead > 0) {
+    // Reducing the leading dims ([rows, cols] → [cols], e.g. a bias gradient): columns split over
+    // threads, each column summed in row order as the walk below would.
+    const int64_t cols = out_count, rows = cols ? numel(in_shape) / cols : 0;
+    parallel_ranges(cols, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(rows, 1)), INT64_MAX,
+                    [&](int64_t, int64_t begin, int64_t end) {
+                      for (int64_t r = 0; r < rows; ++r) {
+                        const T* xr = x + r * cols;
+                        for (int64_t c = begin; c < end; ++c) acc[c] = reduction_combine<R>(acc[c], static_cast<A>(load<T>(xr[c])));
+                      }
+                    });
+  } else {
+    for_each_row<2>(in_shape, {reduced_strides(in_shape, axes), row_major_strides(in_shape)},
+                    [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                      A* a = acc + off[0];
+                      const T* xr = x + off[1];
+                      if (st[0] == 0) {  // reducing along the run: one accumulator
+                        A total = a[0];
+                        for (int64_t i = 0; i < n; ++i) total = reduction_combine<R>(total, static_cast<A>(load<T>(xr[i * st[1]])));
+                        a[0] = total;
+                      } else {
+                        for (int64_t i = 0; i < n; ++i) a[i * st[0]] = reduction_combine<R>(a[i * st[0]], static_cast<A>(load<T>(xr[i * st[1]])));
+                      }
+                    });
+  }
   const int64_t count = out_count ? numel(in_shape) / out_count : 0;
   for (int64_t i = 0; i < out_count; ++i) {
     A v = acc[i];

@@ -6,10 +6,28 @@
 #include <vector>
 
 #include "backends/cpu/loops.h"
+#include "backends/cpu/parallel.h"
 #include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
 namespace {
+
+// strided_copy with the output's first dim split over threads: each copies whole output rows, so
+// the bytes written do not depend on the thread count.
+void parallel_strided_copy(Tensor& out, const Tensor& in, const Shape& shape, const std::vector<int64_t>& in_strides,
+                           int64_t in_base = 0) {
+  if (shape.empty() || shape[0] < 2) {
+    strided_copy(out, in, shape, in_strides, in_base);
+    return;
+  }
+  const int64_t row = numel(shape) / shape[0];
+  parallel_ranges(shape[0], std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row, 1)), INT64_MAX,
+                  [&](int64_t, int64_t begin, int64_t end) {
+                    Shape part = shape;
+                    part[0] = end - begin;
+                    strided_copy(out, in, part, in_strides, in_base + begin * in_strides[0], begin * row);
+                  });
+}
 
 Status copy_bytes(Tensor& out, const void* src) {
   if (out.nbytes()) std::memcpy(out.raw(), src, out.nbytes());
@@ -32,7 +50,7 @@ Status transpose_kernel(KernelContext& ctx) {
   const std::vector<int64_t> x_strides = row_major_strides(x.shape());
   std::vector<int64_t> strides;
   for (int64_t p : perm) strides.push_back(x_strides[p]);
-  strided_copy(*ctx.outputs[0], x, ctx.outputs[0]->shape(), strides);
+  parallel_strided_copy(*ctx.outputs[0], x, ctx.outputs[0]->shape(), strides);
   return Status::Ok();
 }
 
@@ -50,7 +68,7 @@ Status slice_kernel(KernelContext& ctx) {
     base += starts[i] * strides[axes[i]];
     strides[axes[i]] *= steps[i];
   }
-  strided_copy(y, x, y.shape(), strides, base);
+  parallel_strided_copy(y, x, y.shape(), strides, base);
   return Status::Ok();
 }
 
@@ -78,7 +96,7 @@ Status concat_kernel(KernelContext& ctx) {
 Status expand_kernel(KernelContext& ctx) {
   const Tensor& x = *ctx.inputs[0];
   Tensor& y = *ctx.outputs[0];
-  strided_copy(y, x, y.shape(), broadcast_strides(x.shape(), y.shape()));
+  parallel_strided_copy(y, x, y.shape(), broadcast_strides(x.shape(), y.shape()));
   return Status::Ok();
 }
 
@@ -228,7 +246,7 @@ Status tile_kernel(KernelContext& ctx) {
     view.insert(view.end(), {repeats[d], x.shape()[d]});
     strides.insert(strides.end(), {0, x_strides[d]});
   }
-  strided_copy(*ctx.outputs[0], x, view, strides);
+  parallel_strided_copy(*ctx.outputs[0], x, view, strides);
   return Status::Ok();
 }
 
