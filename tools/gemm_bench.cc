@@ -51,16 +51,17 @@ extern "C" void free(void* p) {
 
 namespace {
 
-// Median GFLOP/s of `reps` runs of an n³ product, after one warm-up run.
+// Median GFLOP/s of `reps` runs of a product of `flop` floating-point operations, after one
+// warm-up run.
 template <typename Fn>
-double gflops(int64_t n, int reps, Fn&& fn) {
+double gflops(double flop, int reps, Fn&& fn) {
   fn();
   std::vector<double> rates;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(2.0 * n * n * n / s / 1e9);
+    rates.push_back(flop / s / 1e9);
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
@@ -101,7 +102,7 @@ void vit_b16_shapes(int64_t threads) {
         c16(c.size());
     std::vector<float> scratch(memc::cpu::gemm_scratch_floats<float>(s) + 16), scratch16(memc::cpu::gemm_scratch_floats<memc::bf16_t>(s) + 16);
     const double flop = 2.0 * s.m * s.n * s.k;
-    const auto rate = [&](auto&& fn) { return gflops(1, 5, fn) / 2.0 * flop; };  // gflops() counts 2·1³ flop per call
+    const auto rate = [&](auto&& fn) { return gflops(flop, 5, fn); };
     const double onednn = rate([&] { memc::cpu::gemm(c.data(), a.data(), b.data(), s, scratch.data()); });
     const double openblas = rate([&] {
       cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f,
@@ -132,17 +133,17 @@ int main(int argc, char** argv) {
   const memc::cpu::GemmShape s{.m = n, .n = n, .k = n};
   std::vector<float> scratch(memc::cpu::gemm_scratch_floats<float>(s) + 16);
   const int reps = 5;
-  const double openblas = gflops(n, reps, [&] {
+  const double openblas = gflops(2.0 * n * n * n, reps, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   });
   const auto onednn_run = [&] { memc::cpu::gemm(c.data(), a.data(), b.data(), s, scratch.data()); };
   onednn_run();
   g_counting = true;
-  const double onednn = gflops(n, reps, onednn_run);
+  const double onednn = gflops(2.0 * n * n * n, reps, onednn_run);
   g_counting = false;
   std::vector<memc::bf16_t> a16(n * n, memc::store<memc::bf16_t>(0.5f)), b16(n * n, memc::store<memc::bf16_t>(0.25f)), c16(n * n);
   std::vector<float> scratch16(memc::cpu::gemm_scratch_floats<memc::bf16_t>(s) + 16);
-  const double bf16 = gflops(n, reps, [&] { memc::cpu::gemm(c16.data(), a16.data(), b16.data(), s, scratch16.data()); });
+  const double bf16 = gflops(2.0 * n * n * n, reps, [&] { memc::cpu::gemm(c16.data(), a16.data(), b16.data(), s, scratch16.data()); });
   std::printf("{\"n\": %lld, \"threads\": %lld, \"cpu\": \"%s\", \"gemm_library\": \"%s\", \"onednn_gflops\": %.1f, \"bf16_gflops\": %.1f, "
               "\"openblas_core\": \"%s\", \"openblas_threads\": %lld, \"openblas_gflops\": %.1f, "
               "\"onednn_scratchpad_bytes\": %lld, \"onednn_malloc_peak_bytes\": %lld, \"onednn_malloc_calls\": %lld}\n",

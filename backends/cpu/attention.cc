@@ -268,24 +268,27 @@ const C* as_compute(const T* x, int64_t count, C* buffer) {
   }
 }
 
-// Batch entry i's q, k, v (widened into workspace buffers when T is 16-bit) and bias position.
+// One batch entry's q, k, v in compute type C: workspace buffers when T is 16-bit, else null.
+template <typename T, typename C>
+struct WidenedOperands {
+  C *q, *k, *v;  // [Tq, D], [Tk, D], [Tk, Dv] or null
+  WidenedOperands(Workspace& ws, const AttentionGeometry& g)
+      : q(take_widened<T>(ws, g.tq * g.d)), k(take_widened<T>(ws, g.tk * g.d)), v(take_widened<T>(ws, g.tk * g.dv)) {}
+};
+
+// Batch entry i's q, k, v (widened into `buf` when T is 16-bit) and bias position.
 template <typename T, typename C>
 struct OperandLoader {
   const Tensor &q, &k, &v;
   const Tensor* bias;
   const AttentionGeometry& g;
-  C *q_buf, *k_buf, *v_buf;  // [Tq, D], [Tk, D], [Tk, Dv] or null
+  const WidenedOperands<T, C>& buf;
 
-  OperandLoader(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor* bias_t, const AttentionGeometry& geometry,
-                Workspace& ws)
-      : q(q_t), k(k_t), v(v_t), bias(bias_t), g(geometry), q_buf(take_widened<T>(ws, g.tq * g.d)),
-        k_buf(take_widened<T>(ws, g.tk * g.d)), v_buf(take_widened<T>(ws, g.tk * g.dv)) {}
-
-  AttentionOperands<C> operator()(int64_t i) {
+  AttentionOperands<C> operator()(int64_t i) const {
     AttentionOperands<C> x;
-    x.q = as_compute(q.data<T>() + g.q_offset(i), g.tq * g.d, q_buf);
-    x.k = as_compute(k.data<T>() + g.k_offset(i), g.tk * g.d, k_buf);
-    x.v = as_compute(v.data<T>() + g.v_offset(i), g.tk * g.dv, v_buf);
+    x.q = as_compute(q.data<T>() + g.q_offset(i), g.tq * g.d, buf.q);
+    x.k = as_compute(k.data<T>() + g.k_offset(i), g.tk * g.d, buf.k);
+    x.v = as_compute(v.data<T>() + g.v_offset(i), g.tk * g.dv, buf.v);
     x.bias = bias;
     x.bias_base = bias ? g.bias_offset(i) : 0;
     x.batch_index = i;
@@ -406,9 +409,11 @@ void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const Att
 // block scratch.
 template <typename T, typename C>
 struct BackwardSlot {
-  OperandLoader<T, C> load_operands;
+  WidenedOperands<T, C> operands;
   BackwardScratch<C> scratch;
   C* dy;  // [Tq, Dv] or null
+  BackwardSlot(Workspace& ws, const AttentionGeometry& g, bool dropout_possible)
+      : operands(ws, g), scratch(ws, g, dropout_possible), dy(take_widened<T>(ws, g.tq * g.dv)) {}
 };
 
 // What the backward carves after its slots: the dq, dk, dv accumulators (16-bit only) and dbias
@@ -431,39 +436,35 @@ AttentionGeometry geometry_of(std::span<const TensorType> in, size_t first, cons
 // at most kMaxKernelSlots (backends/cpu/parallel.h), and only as many as keep the extra slots'
 // scratch within a quarter of the bytes the kernel writes anyway, so that small models (whose
 // per-slot scratch rivals their activations) stay on one slot.
-template <typename T, typename SlotLayout>
-int64_t entry_slots(const AttentionGeometry& g, int64_t output_bytes, SlotLayout&& slot_layout) {
+template <typename Slot>
+int64_t entry_slots(const AttentionGeometry& g, int64_t output_bytes, bool dropout_possible) {
   Workspace counter;
-  slot_layout.template operator()<T>(counter);
+  const Slot one(counter, g, dropout_possible);
+  (void)one;
   const int64_t per_slot = std::max<int64_t>(counter.used_bytes(), 1);
   return std::max<int64_t>(1, std::min({numel(g.batch), kMaxKernelSlots, 1 + output_bytes / 4 / per_slot}));
 }
 
-// One forward slot's scratch: a batch entry's q, k, v widened (16-bit only), one query block's.
+// One thread's forward scratch: a batch entry's operands widened (16-bit only) and one query
+// block's scratch.
+template <typename T, typename C>
+struct ForwardSlot {
+  WidenedOperands<T, C> operands;
+  QueryBlockScratch<C> scratch;
+  ForwardSlot(Workspace& ws, const AttentionGeometry& g, bool dropout_possible) : operands(ws, g), scratch(ws, g, dropout_possible) {}
+};
+
 template <typename T>
 int64_t forward_slots(const AttentionGeometry& g, bool dropout_possible, int64_t output_bytes) {
-  return entry_slots<T>(g, output_bytes, [&]<typename U>(Workspace& ws) {
-    take_widened<U>(ws, g.tq * g.d);
-    take_widened<U>(ws, g.tk * g.d);
-    take_widened<U>(ws, g.tk * g.dv);
-    const QueryBlockScratch<typename Compute<U>::type> scratch(ws, g, dropout_possible);
-    (void)scratch;
-  });
+  return entry_slots<ForwardSlot<T, typename Compute<T>::type>>(g, output_bytes, dropout_possible);
 }
 
 // Backward slots: entries run in parallel only when their gradients are disjoint matrices and
-// no dbias is summed across them; otherwise one slot, in entry order. A slot adds dy widened.
+// no dbias is summed across them; otherwise one slot, in entry order.
 template <typename T>
 int64_t backward_slots(const AttentionGeometry& g, bool dropout_possible, bool dbias_wanted, int64_t output_bytes) {
   if (!g.entries_disjoint() || dbias_wanted) return 1;
-  return entry_slots<T>(g, output_bytes, [&]<typename U>(Workspace& ws) {
-    take_widened<U>(ws, g.tq * g.d);
-    take_widened<U>(ws, g.tk * g.d);
-    take_widened<U>(ws, g.tk * g.dv);
-    const BackwardScratch<typename Compute<U>::type> scratch(ws, g, dropout_possible);
-    take_widened<U>(ws, g.tq * g.dv);
-    (void)scratch;
-  });
+  return entry_slots<BackwardSlot<T, typename Compute<T>::type>>(g, output_bytes, dropout_possible);
 }
 
 // ---- short sequences: groups of entries, one strided-batched product each -------------------
@@ -553,12 +554,6 @@ int64_t group_slots(const AttentionGeometry& g, bool dropout_possible, bool back
   return std::max<int64_t>(1, std::min({groups, kMaxKernelSlots, 1 + output_bytes / 4 / per_slot}));
 }
 
-// Entries [i0, i0 + n) of a 16-bit operand widened into `buffer`, or the f32/f64 data itself.
-template <typename T, typename C>
-const C* group_operand(const Tensor& t, int64_t first_element, int64_t count, C* buffer) {
-  return as_compute(t.data<T>() + first_element, count, buffer);
-}
-
 // Scores of entries [i0, i0 + n) → softmax probabilities P in w.scores (a row whose every key
 // is masked gets P = 0, not NaN), and the dropout factors in w.factor when dropout is on.
 template <typename T, typename C>
@@ -602,9 +597,9 @@ template <typename T, typename C>
 void attention_group(T* y, GroupScratch<T, C>& w, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* bias,
                      int64_t i0, int64_t n, const AttentionGeometry& g, const AttentionDropout& dropout) {
   const GroupGemms p(g, n);
-  const C* qc = group_operand<T>(q, i0 * g.tq * g.d, n * g.tq * g.d, w.q);
-  const C* kc = group_operand<T>(k, i0 * g.tk * g.d, n * g.tk * g.d, w.k);
-  const C* vc = group_operand<T>(v, i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
+  const C* qc = as_compute(q.data<T>() + i0 * g.tq * g.d, n * g.tq * g.d, w.q);
+  const C* kc = as_compute(k.data<T>() + i0 * g.tk * g.d, n * g.tk * g.d, w.k);
+  const C* vc = as_compute(v.data<T>() + i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
   group_probabilities(w, qc, kc, bias, i0, n, g, dropout, p);
   const C* dropped = dropped_probabilities(w, w.scores, n * g.tq * g.tk, dropout);  // in place: P is not needed again
   gemm(w.out, dropped, vc, p.out, w.gemm_scratch);
@@ -620,10 +615,10 @@ void attention_grad_group(GroupScratch<T, C>& w, const Tensor& dy, const Tensor&
                           const Tensor* bias, C* dq, C* dk, C* dv, int64_t i0, int64_t n, const AttentionGeometry& g,
                           const AttentionDropout& dropout) {
   const GroupGemms p(g, n);
-  const C* qc = group_operand<T>(q, i0 * g.tq * g.d, n * g.tq * g.d, w.q);
-  const C* kc = group_operand<T>(k, i0 * g.tk * g.d, n * g.tk * g.d, w.k);
-  const C* vc = group_operand<T>(v, i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
-  const C* dyc = group_operand<T>(dy, i0 * g.tq * g.dv, n * g.tq * g.dv, w.dy);
+  const C* qc = as_compute(q.data<T>() + i0 * g.tq * g.d, n * g.tq * g.d, w.q);
+  const C* kc = as_compute(k.data<T>() + i0 * g.tk * g.d, n * g.tk * g.d, w.k);
+  const C* vc = as_compute(v.data<T>() + i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
+  const C* dyc = as_compute(dy.data<T>() + i0 * g.tq * g.dv, n * g.tq * g.dv, w.dy);
   group_probabilities(w, qc, kc, bias, i0, n, g, dropout, p);  // w.scores = P
   const int64_t count = n * g.tq * g.tk;
   const C* dropped = dropped_probabilities(w, w.dprob, count, dropout);  // P̃ (w.dprob is free until dP)
@@ -646,14 +641,6 @@ void attention_grad_group(GroupScratch<T, C>& w, const Tensor& dy, const Tensor&
   gemm(dq, w.dprob, kc, p.grad_q, w.gemm_scratch);  // dq += scale·dS·k
   gemm(dk, w.dprob, qc, p.grad_k, w.gemm_scratch);  // dk += scale·dSᵀ·q
 }
-
-// One thread's forward scratch: a batch entry's operands widened (16-bit only) and one query
-// block's scratch.
-template <typename T, typename C>
-struct ForwardSlot {
-  OperandLoader<T, C> load_operands;
-  QueryBlockScratch<C> scratch;
-};
 
 }  // namespace
 
@@ -687,14 +674,11 @@ Status attention_kernel(KernelContext& ctx) {
       }
       const int64_t slot_count = forward_slots<T>(g, dropout_possible, static_cast<int64_t>(y.nbytes()));
       std::vector<ForwardSlot<T, C>> slots;
-      slots.reserve(slot_count);
-      for (int64_t s = 0; s < slot_count; ++s) {
-        OperandLoader<T, C> loader(q, k, v, bias, g, ws);
-        slots.push_back({loader, QueryBlockScratch<C>(ws, g, AttentionDropout::possible(ctx.node))});
-      }
+      for (int64_t s = 0; s < slot_count; ++s) slots.emplace_back(ws, g, dropout_possible);
       parallel_ranges(numel(g.batch), 1, slot_count, [&](int64_t s, int64_t begin, int64_t end) {
+        const OperandLoader<T, C> load_operands{q, k, v, bias, g, slots[s].operands};
         for (int64_t i = begin; i < end; ++i) {
-          attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, slots[s].load_operands(i), slots[s].scratch, g, dropout);
+          attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, load_operands(i), slots[s].scratch, g, dropout);
         }
       });
       return Status::Ok();
@@ -717,12 +701,9 @@ int64_t attention_workspace(const Node& node, std::span<const TensorType> in, st
         }
         return;
       }
-      for (int64_t s = 0, slot_count = forward_slots<T>(g, AttentionDropout::possible(node), y_bytes); s < slot_count; ++s) {
-        take_widened<T>(ws, g.tq * g.d);
-        take_widened<T>(ws, g.tk * g.d);
-        take_widened<T>(ws, g.tk * g.dv);
-        const QueryBlockScratch<C> scratch(ws, g, AttentionDropout::possible(node));
-        (void)scratch;
+      for (int64_t s = 0, slot_count = forward_slots<T>(g, dropout_possible, y_bytes); s < slot_count; ++s) {
+        const ForwardSlot<T, C> slot(ws, g, dropout_possible);
+        (void)slot;
       }
     }
   });
@@ -767,22 +748,18 @@ Status attention_grad_kernel(KernelContext& ctx) {
       }
       const int64_t slot_count = backward_slots<T>(g, dropout_possible, dbias_out != nullptr, grad_bytes);
       std::vector<BackwardSlot<T, C>> slots;
-      slots.reserve(slot_count);
-      for (int64_t s = 0; s < slot_count; ++s) {
-        OperandLoader<T, C> loader(q, k, v, bias, g, ws);
-        BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(ctx.node));
-        slots.push_back({loader, scratch, take_widened<T>(ws, g.tq * g.dv)});
-      }
+      for (int64_t s = 0; s < slot_count; ++s) slots.emplace_back(ws, g, dropout_possible);
       const GradBuffers<T, C> buffers(ws, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(),
                                       dbias_out ? dbias_out->numel() : 0);
       GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq), dk(*ctx.outputs[1], buffers.dk), dv(*ctx.outputs[2], buffers.dv);
       if (dbias_out) std::fill(buffers.dbias, buffers.dbias + dbias_out->numel(), C(0));  // bias layout
       parallel_ranges(numel(g.batch), 1, slot_count, [&](int64_t s, int64_t begin, int64_t end) {
+        const OperandLoader<T, C> load_operands{q, k, v, bias, g, slots[s].operands};
         for (int64_t i = begin; i < end; ++i) {
           const C* dy_c = as_compute(dy.data<T>() + i * g.tq * g.dv, g.tq * g.dv, slots[s].dy);
           const AttentionGrads<C> d{dq.data() + g.q_offset(i), dk.data() + g.k_offset(i), dv.data() + g.v_offset(i),
                                     buffers.dbias};
-          attention_grad_matrix(dy_c, slots[s].load_operands(i), d, slots[s].scratch, g, dropout);
+          attention_grad_matrix(dy_c, load_operands(i), d, slots[s].scratch, g, dropout);
         }
       });
       dq.finish();
@@ -812,14 +789,9 @@ int64_t attention_grad_workspace(const Node& node, std::span<const TensorType> i
         (void)buffers;
         return;
       }
-      const int64_t slot_count = backward_slots<T>(g, AttentionDropout::possible(node), out.size() >= 4, grad_bytes);
-      for (int64_t s = 0; s < slot_count; ++s) {
-        take_widened<T>(ws, g.tq * g.d);
-        take_widened<T>(ws, g.tk * g.d);
-        take_widened<T>(ws, g.tk * g.dv);
-        const BackwardScratch<C> scratch(ws, g, AttentionDropout::possible(node));
-        take_widened<T>(ws, g.tq * g.dv);
-        (void)scratch;
+      for (int64_t s = 0, slot_count = backward_slots<T>(g, dropout_possible, out.size() >= 4, grad_bytes); s < slot_count; ++s) {
+        const BackwardSlot<T, C> slot(ws, g, dropout_possible);
+        (void)slot;
       }
       const GradBuffers<T, C> buffers(ws, out[0].numel(), out[1].numel(), out[2].numel(), out.size() >= 4 ? out[3].numel() : 0);
       (void)buffers;
