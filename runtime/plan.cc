@@ -201,6 +201,7 @@ Status validate_fields(const Plan& plan, const std::string& path) {
   }
   if (plan.decisions.shard < 0 || plan.decisions.shard > 3) return bad("decisions.shard", plan.decisions.shard, "0 to 3");
   if (plan.devices < 1 || plan.devices > 4096 || plan.batch % plan.devices != 0) return bad("devices", plan.devices, "1 to 4096, dividing the batch");
+  if (plan.threads < 0 || plan.threads > 4096) return bad("threads", plan.threads, "0 to 4096");
   if (plan.budget_bytes < 0) return bad("budget_bytes", plan.budget_bytes, "non-negative");
   const MemorySummary& m = plan.memory;
   for (auto [name, v] : {std::pair{"predicted_peak_bytes", m.predicted_peak_bytes}, std::pair{"lower_bound_bytes", m.lower_bound_bytes},
