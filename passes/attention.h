@@ -7,10 +7,19 @@
 // block-sparse gathers) is left as it is, keeping its sparsity.
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 
 namespace memc {
+
+// Which attention kernel a plan uses: memc's tiled one (this pass) or the exported
+// MatMul→Softmax→MatMul as it stands.
+enum class AttentionKernel { kTiled, kNaive };
+// "tiled" | "naive"; anything else is bad input.
+Expected<AttentionKernel> parse_attention_kernel(std::string_view name);
+std::string_view attention_kernel_name(AttentionKernel kernel);
 
 struct AttentionReport {
   int substituted = 0;         // patterns replaced by the attention op
@@ -18,10 +27,15 @@ struct AttentionReport {
   int64_t bytes_after = 0;     // ... and after (the score/probability matrices are gone)
 };
 
-class AttentionPass {
+class AttentionPass : public Pass {
  public:
-  std::string name() const { return "attention"; }
-  Expected<AttentionReport> run(Module& forward) const;
+  std::string_view name() const override { return "attention"; }
+  // Statistics: substituted, activation_bytes_before, activation_bytes_after.
+  Expected<PassReport> run(Module& forward) override;
+  const AttentionReport& details() const { return details_; }
+
+ private:
+  AttentionReport details_;
 };
 
 }  // namespace memc

@@ -1,5 +1,7 @@
 #include "passes/offload.h"
 
+#include "support/size.h"
+
 #include <unordered_map>
 #include <unordered_set>
 
@@ -86,10 +88,18 @@ int insert_transfers(Module& m) {
 
 }  // namespace
 
-Expected<OffloadReport> Offload::run(Module& m) const {
-  OffloadReport r;
-  if (level_ == "none") return r;
-  if (level_ != "optimizer") return Status::BadInput("--offload '" + level_ + "': none or optimizer");
+Expected<OffloadLevel> parse_offload_level(std::string_view name) {
+  if (name == "none") return OffloadLevel::kNone;
+  if (name == "optimizer") return OffloadLevel::kOptimizer;
+  return Status::BadInput(str_cat("--offload '", name, "': none or optimizer"));
+}
+
+std::string_view offload_level_name(OffloadLevel level) { return level == OffloadLevel::kOptimizer ? "optimizer" : "none"; }
+
+Expected<PassReport> Offload::run(Module& m) {
+  OffloadReport& r = details_;
+  r = {};
+  if (level_ == OffloadLevel::kNone) return PassReport{};
   // Master weights: f32 parameters whose every use is a cast (to the compute dtype) or an
   // optimizer update; under fp32 the parameters are the compute weights and stay.
   auto users = m.users();
@@ -120,8 +130,18 @@ Expected<OffloadReport> Offload::run(Module& m) const {
   const HostTraffic traffic = host_traffic(m);
   r.link_bytes = traffic.link_bytes;
   r.host_update_bytes = traffic.host_update_bytes;
-  m.metadata().set("memc.offload", level_);
-  return r;
+  m.metadata().set("memc.offload", std::string(offload_level_name(level_)));
+  PassReport report;
+  report.changed = r.values > 0;
+  report.set("values", r.values);
+  report.set("transfers", r.transfers);
+  report.set("bytes", r.bytes);
+  report.set("link_bytes", r.link_bytes);
+  report.set("host_update_bytes", r.host_update_bytes);
+  report.lines.push_back(str_cat("offload ", offload_level_name(level_), ": ", r.values, " values (", format_size(r.bytes), ") to host memory; ",
+                                 r.transfers, " transfers move ", format_size(r.link_bytes), " per step over the host link, the update reads and writes ",
+                                 format_size(r.host_update_bytes), " on the host"));
+  return report;
 }
 
 }  // namespace memc

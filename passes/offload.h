@@ -16,10 +16,18 @@
 // Run on the training step after TrainingStep (and remat), before scheduling.
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 
 namespace memc {
+
+// What lives in host memory: nothing, or the optimizer state (and master weights).
+enum class OffloadLevel { kNone, kOptimizer };
+// "none" | "optimizer"; anything else is bad input.
+Expected<OffloadLevel> parse_offload_level(std::string_view name);
+std::string_view offload_level_name(OffloadLevel level);
 
 struct OffloadReport {
   int values = 0;               // values moved to host memory
@@ -29,14 +37,17 @@ struct OffloadReport {
   int64_t host_update_bytes = 0;  // bytes the host update reads and writes
 };
 
-class Offload {
+class Offload : public Pass {
  public:
-  explicit Offload(std::string level) : level_(std::move(level)) {}
-  std::string name() const { return "offload"; }
-  Expected<OffloadReport> run(Module& train) const;
+  explicit Offload(OffloadLevel level) : level_(level) {}
+  std::string_view name() const override { return "offload"; }
+  // Statistics: values, transfers, bytes, link_bytes, host_update_bytes.
+  Expected<PassReport> run(Module& train) override;
+  const OffloadReport& details() const { return details_; }
 
  private:
-  std::string level_;
+  OffloadLevel level_;
+  OffloadReport details_;
 };
 
 // Whether `node` runs on the host under offload: an optimizer update (kOpOptimizerUpdate)

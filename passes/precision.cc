@@ -161,35 +161,70 @@ Status restore_outputs(Module& m, PrecisionReport& report) {
 
 }  // namespace
 
-Expected<std::optional<PrecisionMode>> parse_precision(const std::string& mode) {
-  if (mode == "fp32") return std::optional<PrecisionMode>();
-  if (mode == "bf16-true") return std::optional<PrecisionMode>(PrecisionMode{DType::kBF16, true});
-  if (mode == "fp16-true") return std::optional<PrecisionMode>(PrecisionMode{DType::kF16, true});
-  if (mode == "bf16-mixed") return std::optional<PrecisionMode>(PrecisionMode{DType::kBF16, false});
-  if (mode == "fp16-mixed") return std::optional<PrecisionMode>(PrecisionMode{DType::kF16, false});
-  return Status::BadInput("unknown --precision '" + mode + "' (fp32, bf16-mixed, fp16-mixed, bf16-true, fp16-true)");
+namespace {
+struct PrecisionSpelling {
+  PrecisionKind kind;
+  std::string_view name;
+};
+constexpr PrecisionSpelling kPrecisions[] = {{PrecisionKind::kFp32, "fp32"},
+                                             {PrecisionKind::kBf16Mixed, "bf16-mixed"},
+                                             {PrecisionKind::kFp16Mixed, "fp16-mixed"},
+                                             {PrecisionKind::kBf16True, "bf16-true"},
+                                             {PrecisionKind::kFp16True, "fp16-true"}};
+}  // namespace
+
+Expected<PrecisionKind> parse_precision(std::string_view name) {
+  for (const PrecisionSpelling& p : kPrecisions) {
+    if (p.name == name) return p.kind;
+  }
+  return Status::BadInput(str_cat("unknown --precision '", name, "' (fp32, bf16-mixed, fp16-mixed, bf16-true, fp16-true)"));
 }
 
-std::string precision_summary(const std::string& mode, const PrecisionReport& r) {
-  return str_cat("precision ", mode, ": ", r.casts_inserted, " casts inserted, ", r.values_retyped, " values retyped, float values ",
+std::string_view precision_name(PrecisionKind kind) {
+  for (const PrecisionSpelling& p : kPrecisions) {
+    if (p.kind == kind) return p.name;
+  }
+  return "?";
+}
+
+std::optional<PrecisionMode> precision_mode(PrecisionKind kind) {
+  switch (kind) {
+    case PrecisionKind::kFp32: return std::nullopt;
+    case PrecisionKind::kBf16True: return PrecisionMode{DType::kBF16, true};
+    case PrecisionKind::kFp16True: return PrecisionMode{DType::kF16, true};
+    case PrecisionKind::kBf16Mixed: return PrecisionMode{DType::kBF16, false};
+    case PrecisionKind::kFp16Mixed: return PrecisionMode{DType::kF16, false};
+  }
+  return std::nullopt;
+}
+
+std::string precision_summary(PrecisionKind kind, const PrecisionReport& r) {
+  return str_cat("precision ", precision_name(kind), ": ", r.casts_inserted, " casts inserted, ", r.values_retyped, " values retyped, float values ",
                  format_size(r.float_bytes_before), " -> ", format_size(r.float_bytes_after));
 }
 
-Expected<bool> Precision::run(Module& module, PrecisionReport* report_out) const {
-  MEMC_ASSIGN_OR_RETURN(std::optional<PrecisionMode> mode, parse_precision(options_.mode));
-  PrecisionReport report;
-  report.float_bytes_before = report.float_bytes_after = float_bytes(module);
+Expected<PassReport> Precision::run(Module& module) {
+  const std::optional<PrecisionMode> mode = precision_mode(options_.mode);
+  PrecisionReport& r = details_;
+  r = {};
+  r.float_bytes_before = r.float_bytes_after = float_bytes(module);
   if (mode) {
     if (mode->pure) {
-      MEMC_RETURN_IF_ERROR(make_pure(module, mode->low, report));
+      MEMC_RETURN_IF_ERROR(make_pure(module, mode->low, r));
     } else {
-      MEMC_RETURN_IF_ERROR(make_mixed(module, mode->low, report));
+      MEMC_RETURN_IF_ERROR(make_mixed(module, mode->low, r));
     }
-    MEMC_RETURN_IF_ERROR(restore_outputs(module, report));
-    report.float_bytes_after = float_bytes(module);
+    MEMC_RETURN_IF_ERROR(restore_outputs(module, r));
+    r.float_bytes_after = float_bytes(module);
   }
-  if (report_out) *report_out = report;
-  return report.casts_inserted > 0 || report.values_retyped > 0;
+  PassReport report;
+  report.changed = r.casts_inserted > 0 || r.values_retyped > 0;
+  report.set("casts_inserted", r.casts_inserted);
+  report.set("values_retyped", r.values_retyped);
+  report.set("float_bytes_before", r.float_bytes_before);
+  report.set("float_bytes_after", r.float_bytes_after);
+  report.lines.push_back(precision_summary(options_.mode, r));
+  return report;
 }
 
 }  // namespace memc

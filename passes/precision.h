@@ -25,8 +25,10 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 
 namespace memc {
 
@@ -36,28 +38,37 @@ struct PrecisionReport {
   int64_t float_bytes_before = 0;  // bytes of every float value (arguments and node results)
   int64_t float_bytes_after = 0;   // the same afterwards, casts included
 };
-std::string precision_summary(const std::string& mode, const PrecisionReport& report);
+// The training precisions, spelled as in Lightning Fabric's `precision=`.
+enum class PrecisionKind { kFp32, kBf16Mixed, kFp16Mixed, kBf16True, kFp16True };
+// "fp32" | "bf16-mixed" | "fp16-mixed" | "bf16-true" | "fp16-true"; anything else is bad input.
+Expected<PrecisionKind> parse_precision(std::string_view name);
+std::string_view precision_name(PrecisionKind kind);
 
-// The 16-bit dtype of a mode and whether it is a *-true mode; nullopt for fp32 or unknown.
+std::string precision_summary(PrecisionKind kind, const PrecisionReport& report);
+
+// The 16-bit dtype of a mode and whether it is a *-true mode; nullopt for fp32.
 struct PrecisionMode {
   DType low = DType::kF32;
   bool pure = false;  // *-true: everything in `low`; else mixed
 };
-Expected<std::optional<PrecisionMode>> parse_precision(const std::string& mode);
+std::optional<PrecisionMode> precision_mode(PrecisionKind kind);
 
-class Precision {
+class Precision : public Pass {
  public:
   struct Options {
-    std::string mode = "fp32";  // fp32 | bf16-true | fp16-true | bf16-mixed | fp16-mixed
+    PrecisionKind mode = PrecisionKind::kFp32;
   };
   explicit Precision(Options options) : options_(std::move(options)) {}
-  std::string name() const { return "precision"; }
-  // Returns whether the module changed; fails on an unknown or unavailable mode, or when an op
+  std::string_view name() const override { return "precision"; }
+  // Returns whether the module changed; fails when an op
   // rejects the new types (the message names the node).
-  Expected<bool> run(Module& module, PrecisionReport* report = nullptr) const;
+  // Statistics: casts_inserted, values_retyped, float_bytes_before, float_bytes_after.
+  Expected<PassReport> run(Module& module) override;
+  const PrecisionReport& details() const { return details_; }
 
  private:
   Options options_;
+  PrecisionReport details_;
 };
 
 }  // namespace memc

@@ -647,4 +647,10 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
   return report;
 }
 
+std::string describe_remat(const RematOptions& r) {
+  if (r.policy != "limit") return r.policy;
+  if (r.limit_bytes >= std::numeric_limits<int64_t>::max() / 8) return "pins";
+  return format_size(r.limit_bytes);
+}
+
 }  // namespace memc

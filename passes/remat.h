@@ -58,6 +58,8 @@ struct RematReport {
 
 // Parses --remat: none | blocks | SIZE | a comma list of SIZE or blocks, save=NAME, recompute=NAME.
 Expected<RematOptions> parse_remat(const std::string& spec);
+// "none", "blocks", "pins" (pins only) or the limit as a size.
+std::string describe_remat(const RematOptions& remat);
 
 class Remat {
  public:

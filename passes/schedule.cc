@@ -277,11 +277,10 @@ std::string schedule_summary(const ScheduleReport& r) {
                  r.schedule_ms, " ms)");
 }
 
-Expected<bool> Schedule::run(Module& module, ScheduleReport* report) const {
+Expected<PassReport> Schedule::run(Module& module) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<NodeId> original = module.schedule();
-  ScheduleReport local;
-  ScheduleReport& r = report != nullptr ? *report : local;
+  ScheduleReport& r = details_;
   r = ScheduleReport{};
   MEMC_ASSIGN_OR_RETURN(ScheduleReport::Candidate before, measure(module, "original", options_.alignment_bytes));
   r.candidates.push_back(before);
@@ -303,8 +302,15 @@ Expected<bool> Schedule::run(Module& module, ScheduleReport* report) const {
   }
   module.set_schedule(orders[r.chosen]);
   r.schedule_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  log(1, schedule_summary(r));
-  return r.chosen != 0 && orders[r.chosen] != original;
+  PassReport report;
+  report.changed = r.chosen != 0 && orders[r.chosen] != original;
+  report.peak_before = r.before().arena_bytes;
+  report.peak_after = r.after().arena_bytes;
+  report.set("candidates", static_cast<int64_t>(r.candidates.size()));
+  report.set("lower_bound_before", r.before().lower_bound_bytes);
+  report.set("lower_bound_after", r.after().lower_bound_bytes);
+  report.lines.push_back(schedule_summary(r));
+  return report;
 }
 
 }  // namespace memc

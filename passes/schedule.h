@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 
 namespace memc {
 
@@ -50,7 +51,7 @@ struct ScheduleReport {
 };
 std::string schedule_summary(const ScheduleReport& report);
 
-class Schedule {
+class Schedule : public Pass {
  public:
   struct Options {
     std::vector<SchedulePolicy> policies = {SchedulePolicy::kEagerFree, SchedulePolicy::kLazy, SchedulePolicy::kMinDelta};
@@ -58,13 +59,16 @@ class Schedule {
   };
   Schedule() = default;
   explicit Schedule(Options options) : options_(std::move(options)) {}
-  std::string name() const { return "schedule"; }
-  // Returns whether the schedule changed. Fails when the given order does not pass liveness (an
-  // update that cannot be in place); `report` (optional) receives what was measured.
-  Expected<bool> run(Module& module, ScheduleReport* report = nullptr) const;
+  std::string_view name() const override { return "schedule"; }
+  // `changed`: whether the schedule changed; the peaks are the device arena of the given order
+  // and of the chosen one. Fails when the given order does not pass liveness (an update that
+  // cannot be in place). details() holds every candidate measured.
+  Expected<PassReport> run(Module& module) override;
+  const ScheduleReport& details() const { return details_; }
 
  private:
   Options options_;
+  ScheduleReport details_;
 };
 
 // One list schedule of `module`'s live nodes under `policy` (the pass's candidate; exposed for

@@ -4,7 +4,9 @@
 
 #include "ir/grad.h"
 #include "passes/autodiff.h"
+#include "passes/optimizers.h"
 #include "passes/shard.h"
+#include "support/size.h"
 
 namespace memc {
 namespace {
@@ -85,216 +87,233 @@ struct UpdateScalars {
   ValueId lr = kNoValue, step = kNoValue, skip = kNoValue;  // skip: kNoValue without loss scaling
 };
 
-// The update node of `kind` for one target, with its optimizer states as new arguments; each
-// state's next value updates it in place, and the weight's next value too when `update_weight`
-// (a parameter argument). Returns the weight's next value.
-Expected<ValueId> add_optimizer_update(Module& module, const OptimizerOptions& o, const UpdateTarget& target,
+// The optimizer's update node for one target (passes/optimizers.h); each state's next value
+// updates it in place, and the weight's next value too when `update_weight` (a parameter
+// argument). Returns the weight's next value.
+Expected<ValueId> add_optimizer_update(Module& module, const OptimizerDef& optimizer, const OptimizerOptions& o, const UpdateTarget& target,
                                        const UpdateScalars& s, bool update_weight) {
-  const ValueId w = target.weight, g = target.grad;
-  const TensorType t = module.value(w).type;
-  auto state = [&](const std::string& prefix, TensorType type) {
-    return module.add_argument(prefix + "." + target.name, std::move(type), Role::kOptimizerState);
-  };
-  auto with_skip = [&](std::vector<ValueId> in) {
-    if (s.skip != kNoValue) in.push_back(s.skip);
-    return in;
-  };
-  Attrs a;
-  a.set("weight_decay", o.weight_decay);
-  std::vector<ValueId> updated = {w};
-  std::string op;
-  std::vector<ValueId> in;
-  int outputs = -1;
-  if (o.kind == "sgd") {
-    op = "sgd_update";
-    in = with_skip({w, g, s.lr});
-  } else if (o.kind == "momentum") {
-    a.set("momentum", o.momentum);
-    a.set("dampening", o.dampening);
-    a.set("nesterov", int64_t{o.nesterov});
-    const ValueId buf = state("momentum_buffer", t);
-    updated.push_back(buf);
-    op = "momentum_update";
-    in = with_skip({w, g, buf, s.lr, s.step});
-  } else if (o.kind == "adam8bit") {
-    // AdamW with block-wise 8-bit moments: u8 codes like the parameter, an f32 absmax per block.
-    constexpr int64_t kBlock = 2048;
-    const int64_t blocks = (t.numel() + kBlock - 1) / kBlock;
-    a.set("beta1", o.beta1);
-    a.set("beta2", o.beta2);
-    a.set("eps", o.eps);
-    a.set("decoupled", int64_t{1});
-    a.set("block", kBlock);
-    const TensorType codes{DType::kU8, t.shape}, maxima{DType::kF32, {blocks}};
-    const ValueId mq = state("exp_avg.q8", codes), mm = state("exp_avg.absmax", maxima);
-    const ValueId vq = state("exp_avg_sq.q8", codes), vm = state("exp_avg_sq.absmax", maxima);
-    updated.insert(updated.end(), {mq, mm, vq, vm});
-    op = "adam8bit_update";
-    in = with_skip({w, g, mq, mm, vq, vm, s.lr, s.step});
-  } else if (o.kind == "adafactor") {
-    // Factored second moment over the last two dims for rank ≥ 2; no first moment.
-    a.set("decay_rate", -0.8);
-    a.set("eps1", 1e-30);
-    a.set("clip_threshold", 1.0);
-    const bool factored = t.shape.size() >= 2;
-    a.set("factored", int64_t{factored});
-    in = {w, g};
-    if (factored) {
-      Shape rows(t.shape.begin(), t.shape.end() - 1), cols(t.shape.begin(), t.shape.end() - 2);
-      cols.push_back(t.shape.back());
-      const ValueId r = state("exp_avg_sq_row", {DType::kF32, rows}), c = state("exp_avg_sq_col", {DType::kF32, cols});
-      updated.insert(updated.end(), {r, c});
-      in.insert(in.end(), {r, c});
-    } else {
-      const ValueId v = state("exp_avg_sq", {DType::kF32, t.shape});
-      updated.push_back(v);
-      in.push_back(v);
-    }
-    in = with_skip(in);
-    in.insert(in.end() - (s.skip != kNoValue ? 1 : 0), {s.lr, s.step});
-    op = "adafactor_update";
-    outputs = factored ? 3 : 2;
-  } else {
-    a.set("beta1", o.beta1);
-    a.set("beta2", o.beta2);
-    a.set("eps", o.eps);
-    a.set("decoupled", int64_t{o.kind == "adamw"});
-    const ValueId m = state("exp_avg", t), v = state("exp_avg_sq", t);
-    updated.push_back(m);
-    updated.push_back(v);
-    op = "adam_update";
-    in = with_skip({w, g, m, v, s.lr, s.step});
-  }
-  MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> outs, module.add_node(op, in, a, "optimizer", outputs));
+  const UpdateContext context{module, o, target.weight, target.grad, target.name, s.lr, s.step, s.skip};
+  const UpdateNode u = optimizer.build(context);
+  MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> outs, module.add_node(u.op, u.inputs, u.attrs, "optimizer", u.outputs));
   for (size_t k = 0; k < outs.size(); ++k) {
     if (k == 0 && !update_weight) continue;
-    module.value(outs[k]).role = module.value(updated[k]).role;
-    module.rename(outs[k], module.value(updated[k]).name + ".next");
-    module.add_update(updated[k], outs[k]);
+    module.value(outs[k]).role = module.value(u.updated[k]).role;
+    module.rename(outs[k], module.value(u.updated[k]).name + ".next");
+    module.add_update(u.updated[k], outs[k]);
   }
   return outs[0];
 }
 
+// The values the step is built from, filled in order by the steps of TrainingStep::run.
+struct StepValues {
+  ValueId logits = kNoValue;            // the forward's, [N, C]
+  ValueId labels = kNoValue;            // new i64 [N] input
+  ValueId scale = kNoValue;             // loss scaling's "loss_scale" argument, or kNoValue
+  std::vector<ValueId> params;          // zero3: the shards
+  std::vector<ShardUnit> units;         // zero3: from shard_parameters; zero1/2: shard_gradients
+  ValueId loss = kNoValue, logits_out = kNoValue;
+  std::vector<ValueId> grads;           // one per params entry
+};
+
+// The optimizer named in `o`, known, and elementwise when its states are sharded.
+Expected<const OptimizerDef*> checked_optimizer(const OptimizerOptions& o, const ShardOptions& shard) {
+  const OptimizerDef* def = find_optimizer(o.kind);
+  if (!def) return Status::BadInput("unknown optimizer '" + o.kind + "' (" + optimizer_names() + ")");
+  if (shard.active() && !def->elementwise) {
+    return Status::BadInput(str_cat("--shard ", shard_stage_name(shard.stage), " needs an elementwise optimizer (", optimizer_names(true), "); ",
+                                    o.kind, "'s states follow each parameter's shape"));
+  }
+  return def;
+}
+
+// The forward's first output as float logits [N, C], the labels argument, the parameters (in
+// argument order) and, under loss scaling, the scale argument.
+Expected<StepValues> step_inputs(Module& module, bool loss_scaling) {
+  if (module.outputs().empty()) return Status::BadInput("the model has no outputs");
+  StepValues v;
+  v.logits = module.outputs()[0];
+  const TensorType logits_type = module.value(v.logits).type;
+  if (logits_type.shape.size() != 2 || !is_float(logits_type.dtype)) {
+    return Status::BadInput(str_cat("the first output '", module.value(v.logits).source_name, "' is ", dtype_name(logits_type.dtype), "[",
+                                    shape_str(logits_type.shape), "]; cross-entropy training needs float logits [N, C]"));
+  }
+  v.labels = module.add_argument(kLabelsArg, TensorType{DType::kI64, {logits_type.shape[0]}}, Role::kInput);
+  for (ValueId a : module.arguments()) {
+    if (module.value(a).role == Role::kParam) v.params.push_back(a);
+  }
+  if (v.params.empty()) return Status::BadInput("the model has no trainable parameters");
+  if (loss_scaling) v.scale = module.add_argument(kLossScaleArg, TensorType{DType::kF32, {}}, Role::kScalar);
+  v.logits_out = v.logits;
+  return v;
+}
+
+// One batch's loss and gradients: softmax cross-entropy (times the loss scale), autodiff, then
+// `after_autodiff` (remat) on the new forward and backward; zero3 regathers for backward.
+Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodiff& after_autodiff, const ShardOptions& shard) {
+  MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> loss_out, module.add_node("softmax_cross_entropy", {v.logits, v.labels}, {}, "loss"));
+  v.loss = loss_out[0];
+  ValueId loss_for_grad = v.loss;
+  if (v.scale != kNoValue) {
+    loss_for_grad = emit(module, "mul", {v.loss, v.scale});
+    module.rename(loss_for_grad, "scaled_loss");
+  }
+  const auto backward_begin = static_cast<NodeId>(module.nodes().size());
+  MEMC_ASSIGN_OR_RETURN(v.grads, Autodiff().run(module, loss_for_grad, v.params));
+  MEMC_RETURN_IF_ERROR(after_autodiff(module, 0, backward_begin, static_cast<NodeId>(module.nodes().size())));
+  if (shard.stage == ShardStage::kZero3) MEMC_RETURN_IF_ERROR(regather_for_backward(module, v.units, backward_begin, shard));
+  return Status::Ok();
+}
+
+// Data parallel: each rank's gradients and loss are its slice's, reduced here to the global
+// batch's; the optimizer then acts on this rank's blocks of flat units (passes/shard.h).
+// Without sharding, each parameter is its own target.
+Expected<std::vector<UpdateTarget>> update_targets(Module& module, StepValues& v, const ShardOptions& shard) {
+  std::vector<UpdateTarget> targets;
+  if (!shard.active()) {
+    for (size_t i = 0; i < v.params.size(); ++i) targets.push_back({v.params[i], v.grads[i], module.value(v.params[i]).source_name});
+    return targets;
+  }
+  module.rename(v.loss, "rank_loss");
+  mark_rank_draws(module, module.value(v.logits).type.shape[0]);
+  if (shard.stage == ShardStage::kZero3) {  // each shard's gradient is reduce-scattered already (the gather's gradient)
+    for (size_t i = 0; i < v.units.size(); ++i) {
+      const ValueId g = mean_over_ranks(module, v.grads[i], shard);
+      module.value(g).role = Role::kGrad;
+      module.rename(g, "grad." + v.units[i].name);
+      targets.push_back({v.units[i].weight, g, v.units[i].name});
+    }
+  } else {
+    MEMC_ASSIGN_OR_RETURN(v.units, shard_gradients(module, v.params, v.grads, shard));
+    for (const ShardUnit& u : v.units) targets.push_back({u.weight, u.grad, u.name});
+  }
+  v.loss = mean_over_ranks(module, all_reduce_value(module, v.loss, shard), shard);
+  module.rename(v.loss, "loss");
+  return targets;
+}
+
+// Loss scaling unscales the targets' gradients and returns found_inf (else kNoValue); clipping
+// then sees the unscaled gradients.
+ValueId finish_gradients(Module& module, const StepValues& v, std::vector<UpdateTarget>& targets, const OptimizerOptions& o,
+                         const ShardOptions& shard) {
+  std::vector<ValueId> grads;
+  for (const UpdateTarget& t : targets) grads.push_back(t.grad);
+  ValueId skip = kNoValue;
+  if (o.loss_scaling) {
+    grads = unscale(module, grads, v.scale);
+    skip = found_inf(module, grads, shard);
+    module.rename(skip, kFoundInfOutput);
+  }
+  if (o.clip_grad_norm > 0) grads = clip_by_global_norm(module, grads, o.clip_grad_norm, shard);
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].grad = grads[i];
+  return skip;
+}
+
+// Remat's reports of each micro-batch, folded into one: the largest segment count and held
+// tapes, the sums of what was added, the last pin count, and whether every limit was met.
+void merge_remat_report(RematReport& total, const RematReport& r) {
+  total.segments = std::max(total.segments, r.segments);
+  total.tape_bytes += r.tape_bytes;
+  total.held_tape_bytes = std::max(total.held_tape_bytes, r.held_tape_bytes);
+  total.recomputed_nodes += r.recomputed_nodes;
+  total.recompute_flops += r.recompute_flops;
+  total.unresolved_pins = r.unresolved_pins;
+  total.limit_met = total.limit_met && r.limit_met;
+}
+
+// The loss and gradients of the whole batch, in one pass or accumulated over micro-batches,
+// with remat applied to each (micro-)batch right after its autodiff; `report` sums remat's.
+Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, const RematOptions& remat_options, const ShardOptions& shard,
+                     RematReport& report) {
+  report = {};
+  const AfterAutodiff remat = [&](Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) -> Status {
+    MEMC_ASSIGN_OR_RETURN(RematReport r, Remat(remat_options).run(m, forward_begin, backward_begin, backward_end));
+    merge_remat_report(report, r);
+    return Status::Ok();
+  };
+  if (micro.k == 1) return differentiate_one_batch(module, v, remat, shard);
+  for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
+  MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale, remat));
+  v.loss = acc.loss;
+  v.logits_out = acc.logits;
+  v.grads = std::move(acc.grads);
+  return Status::Ok();
+}
+
 }  // namespace
 
-Status TrainingStep::run(Module& module) {
-  const auto& kind = options_.kind;
-  if (kind != "sgd" && kind != "momentum" && kind != "adam" && kind != "adamw" && kind != "adam8bit" && kind != "adafactor") {
-    return Status::BadInput("unknown optimizer '" + kind + "' (sgd, momentum, adam, adamw, adam8bit, adafactor)");
-  }
-  if (shard_.active() && kind != "sgd" && kind != "momentum" && kind != "adam" && kind != "adamw") {
-    return Status::BadInput(str_cat("--shard ", shard_stage_name(shard_.stage), " needs an elementwise optimizer (sgd, momentum, adam, adamw); ", kind,
-                                    "'s states follow each parameter's shape"));
-  }
-  if (module.outputs().empty()) return Status::BadInput("the model has no outputs");
-  const ValueId logits = module.outputs()[0];
-  const TensorType logits_type = module.value(logits).type;
-  if (logits_type.shape.size() != 2 || !is_float(logits_type.dtype)) {
-    return Status::BadInput(str_cat("the first output '", module.value(logits).source_name, "' is ",
-                                    dtype_name(logits_type.dtype), "[", shape_str(logits_type.shape),
-                                    "]; cross-entropy training needs float logits [N, C]"));
-  }
-  const ValueId labels = module.add_argument(kLabelsArg, TensorType{DType::kI64, {logits_type.shape[0]}}, Role::kInput);
-  std::vector<ValueId> params;
-  for (ValueId a : module.arguments()) {
-    if (module.value(a).role == Role::kParam) params.push_back(a);
-  }
-  if (params.empty()) return Status::BadInput("the model has no trainable parameters");
-  ValueId scale = kNoValue, skip = kNoValue;
-  if (options_.loss_scaling) scale = module.add_argument(kLossScaleArg, TensorType{DType::kF32, {}}, Role::kScalar);
+Expected<PassReport> TrainingStep::run(Module& module) {
+  const int64_t rank_batch = module.outputs().empty() ? 0 : module.value(module.outputs()[0]).type.shape.at(0);
+  MEMC_RETURN_IF_ERROR(build(module));
+  return report(rank_batch);
+}
 
-  ValueId loss = kNoValue, logits_out = logits;
-  std::vector<ValueId> grads;
-  remat_report_ = {};
+// The -v lines of micro-batching, remat and sharding, and remat's figures as statistics.
+PassReport TrainingStep::report(int64_t rank_batch) const {
+  PassReport report;
+  report.changed = true;
+  if (micro_.k > 1) {
+    const int64_t batch = rank_batch * shard_.devices;  // the global batch
+    report.lines.push_back(str_cat("microbatch: ", micro_.k, " micro-batches of ", batch / micro_.k,
+                                   batch % micro_.k ? "-" + std::to_string(batch / micro_.k + 1) : std::string(),
+                                   " samples; gradients accumulated in the parameters' dtype"));
+  }
+  const RematReport& r = remat_report_;
+  if (remat_.policy != "none") {
+    report.lines.push_back(str_cat("remat ", describe_remat(remat_), ": ", r.segments, " segments; activations read by backward ",
+                                   format_size(r.tape_bytes), ", tapes held at once ", format_size(r.held_tape_bytes), "; ", r.recomputed_nodes,
+                                   " nodes recomputed (", r.recompute_flops, " FLOP)"));
+    if (r.unresolved_pins > 0) report.warnings.push_back(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
+  }
+  report.set("remat.segments", r.segments);
+  report.set("remat.tape_bytes", r.tape_bytes);
+  report.set("remat.held_tape_bytes", r.held_tape_bytes);
+  report.set("remat.recomputed_nodes", r.recomputed_nodes);
+  report.set("remat.recompute_flops", r.recompute_flops);
+  report.set("remat.limit_met", r.limit_met);
+  if (shard_.active()) {
+    report.lines.push_back(str_cat("shard ", shard_stage_name(shard_.stage), ": ", shard_.devices, " ranks of ", rank_batch,
+                                   " samples; optimizer states in blocks of ", units_, " flat units"));
+  }
+  return report;
+}
+
+Status TrainingStep::build(Module& module) {
+  MEMC_ASSIGN_OR_RETURN(const OptimizerDef* optimizer, checked_optimizer(options_, shard_));
+  MEMC_ASSIGN_OR_RETURN(StepValues v, step_inputs(module, options_.loss_scaling));
   // zero3: the parameters become per-unit shards, gathered before use; autodiff differentiates
   // the shards (passes/shard.h).
   const bool zero3 = shard_.stage == ShardStage::kZero3;
-  std::vector<ShardUnit> units;
   if (zero3) {
     if (micro_.k > 1) return Status::BadInput("--shard zero3 with --micro-batches is not supported yet (zero2 is)");
-    MEMC_ASSIGN_OR_RETURN(units, shard_parameters(module, params, shard_));
+    MEMC_ASSIGN_OR_RETURN(v.units, shard_parameters(module, v.params, shard_));
   }
-  // Rematerialization acts on each (micro-)batch's forward and backward right after autodiff.
-  const AfterAutodiff remat = [this](Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) -> Status {
-    MEMC_ASSIGN_OR_RETURN(RematReport r, Remat(remat_).run(m, forward_begin, backward_begin, backward_end));
-    remat_report_.segments = std::max(remat_report_.segments, r.segments);
-    remat_report_.tape_bytes += r.tape_bytes;
-    remat_report_.held_tape_bytes = std::max(remat_report_.held_tape_bytes, r.held_tape_bytes);
-    remat_report_.recomputed_nodes += r.recomputed_nodes;
-    remat_report_.recompute_flops += r.recompute_flops;
-    remat_report_.unresolved_pins = r.unresolved_pins;
-    remat_report_.limit_met = remat_report_.limit_met && r.limit_met;
-    return Status::Ok();
-  };
-  if (micro_.k > 1) {
-    for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
-    MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro_.forward, micro_.k, labels, params, scale, remat));
-    loss = acc.loss;
-    logits_out = acc.logits;
-    grads = std::move(acc.grads);
-  } else {
-    auto loss_out = module.add_node("softmax_cross_entropy", {logits, labels}, {}, "loss");
-    if (!loss_out.ok()) return loss_out.status();
-    loss = (*loss_out)[0];
-    ValueId loss_for_grad = loss;
-    if (scale != kNoValue) {
-      loss_for_grad = emit(module, "mul", {loss, scale});
-      module.rename(loss_for_grad, "scaled_loss");
-    }
-    const auto backward_begin = static_cast<NodeId>(module.nodes().size());
-    MEMC_ASSIGN_OR_RETURN(grads, Autodiff().run(module, loss_for_grad, params));
-    MEMC_RETURN_IF_ERROR(remat(module, 0, backward_begin, static_cast<NodeId>(module.nodes().size())));
-    if (zero3) MEMC_RETURN_IF_ERROR(regather_for_backward(module, units, backward_begin, shard_));
-  }
-  module.rename(loss, "loss");
-  // Data parallel: each rank's gradients and loss are its slice's; reduced here to the global
-  // batch's, with the optimizer acting on this rank's blocks of flat units (passes/shard.h).
-  std::vector<UpdateTarget> targets;
-  if (shard_.active()) {
-    module.rename(loss, "rank_loss");
-    mark_rank_draws(module, logits_type.shape[0]);
-    if (zero3) {  // each shard's gradient is reduce-scattered already (the gather's gradient)
-      for (size_t i = 0; i < units.size(); ++i) {
-        const ValueId g = mean_over_ranks(module, grads[i], shard_);
-        module.value(g).role = Role::kGrad;
-        module.rename(g, "grad." + units[i].name);
-        targets.push_back({units[i].weight, g, units[i].name});
-      }
-    } else {
-      MEMC_ASSIGN_OR_RETURN(units, shard_gradients(module, params, grads, shard_));
-      for (const ShardUnit& u : units) targets.push_back({u.weight, u.grad, u.name});
-    }
-    loss = mean_over_ranks(module, all_reduce_value(module, loss, shard_), shard_);
-    module.rename(loss, "loss");
-  } else {
-    for (size_t i = 0; i < params.size(); ++i) targets.push_back({params[i], grads[i], module.value(params[i]).source_name});
-  }
-  std::vector<ValueId> target_grads;
-  for (const UpdateTarget& t : targets) target_grads.push_back(t.grad);
-  if (options_.loss_scaling) {
-    target_grads = unscale(module, target_grads, scale);
-    skip = found_inf(module, target_grads, shard_);
-    module.rename(skip, kFoundInfOutput);
-  }
-  // Clipping sees the unscaled gradients.
-  if (options_.clip_grad_norm > 0) target_grads = clip_by_global_norm(module, target_grads, options_.clip_grad_norm, shard_);
-  for (size_t i = 0; i < targets.size(); ++i) targets[i].grad = target_grads[i];
-
+  MEMC_RETURN_IF_ERROR(differentiate(module, v, micro_, remat_, shard_, remat_report_));
+  module.rename(v.loss, "loss");
+  MEMC_ASSIGN_OR_RETURN(std::vector<UpdateTarget> targets, update_targets(module, v, shard_));
+  const ValueId skip = finish_gradients(module, v, targets, options_, shard_);
   const UpdateScalars scalars{.lr = module.add_argument(kLrArg, TensorType{DType::kF32, {}}, Role::kScalar),
                               .step = module.add_argument(kStepArg, TensorType{DType::kF32, {}}, Role::kScalar),
                               .skip = skip};
   if (skip != kNoValue) {
-    module.set_outputs({loss, logits_out, skip});
+    module.set_outputs({v.loss, v.logits_out, skip});
   } else {
-    module.set_outputs({loss, logits_out});
+    module.set_outputs({v.loss, v.logits_out});
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     const bool whole = !shard_.active() || zero3;  // the target is an argument: updated in place
-    MEMC_ASSIGN_OR_RETURN(const ValueId next, add_optimizer_update(module, options_, targets[i], scalars, whole));
-    if (!whole) MEMC_RETURN_IF_ERROR(gather_updated_params(module, units[i], next, shard_));
+    MEMC_ASSIGN_OR_RETURN(const ValueId next, add_optimizer_update(module, *optimizer, options_, targets[i], scalars, whole));
+    if (!whole) MEMC_RETURN_IF_ERROR(gather_updated_params(module, v.units[i], next, shard_));
   }
-  if (shard_.active()) record_shard_layout(module, units, shard_);
-  module.metadata().set("memc.optimizer", kind);
+  if (shard_.active()) record_shard_layout(module, v.units, shard_);
+  units_ = static_cast<int64_t>(v.units.size());
+  record_metadata(module);
+  return Status::Ok();
+}
+
+// What the runtime and reports read back from the step: the optimizer, loss scaling, remat's
+// recompute, the micro-batch count; micro-batching's full-batch forward goes.
+void TrainingStep::record_metadata(Module& module) const {
+  module.metadata().set("memc.optimizer", options_.kind);
   if (options_.loss_scaling) module.metadata().set("memc.loss_scaling", int64_t{1});
   if (remat_.policy != "none") {
     module.metadata().set("memc.remat_recomputed_nodes", int64_t{remat_report_.recomputed_nodes});
@@ -304,7 +323,6 @@ Status TrainingStep::run(Module& module) {
     module.metadata().set("memc.micro_batches", micro_.k);
     module.compact();  // drops the full-batch forward
   }
-  return Status::Ok();
 }
 
 }  // namespace memc

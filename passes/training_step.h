@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 #include "passes/microbatch.h"
 #include "passes/remat.h"
 #include "passes/shard.h"
@@ -17,7 +18,7 @@
 namespace memc {
 
 struct OptimizerOptions {
-  std::string kind = "adamw";  // sgd | momentum | adam | adamw
+  std::string kind = "adamw";  // a registered optimizer (passes/optimizers.h)
   double weight_decay = 0.0;   // AdamW's default is set by the CLI (0.01)
   double momentum = 0.9;
   double dampening = 0.0;
@@ -39,24 +40,30 @@ struct MicroBatching {
   ForwardFactory forward;
 };
 
-class TrainingStep {
+class TrainingStep : public Pass {
  public:
   using Options = OptimizerOptions;
   // `shard`: data parallel over ranks, the optimizer on blocks of flat units (passes/shard.h);
   // the module is then one rank's step, its batch the rank's slice of the global batch.
   explicit TrainingStep(Options options, MicroBatching micro = {}, RematOptions remat = {}, ShardOptions shard = {})
       : options_(std::move(options)), micro_(std::move(micro)), remat_(std::move(remat)), shard_(shard) {}
-  std::string name() const { return "training_step"; }
-  Status run(Module& module);
+  std::string_view name() const override { return "training_step"; }
+  // Reports micro-batching, remat (statistics "remat.*") and sharding when they act.
+  Expected<PassReport> run(Module& module) override;
   // What remat did (summed over micro-batches); zero when remat is off.
   const RematReport& remat_report() const { return remat_report_; }
 
  private:
+  Status build(Module& module);
+  PassReport report(int64_t rank_batch) const;
+  void record_metadata(Module& module) const;
+
   Options options_;
   MicroBatching micro_;
   RematOptions remat_;
   ShardOptions shard_;
   RematReport remat_report_;
+  int64_t units_ = 0;  // shard units built
 };
 
 // Names of the runtime scalar arguments a training step reads.

@@ -2,33 +2,18 @@
 
 #include <filesystem>
 #include <limits>
+#include <optional>
 
-#include "ir/verifier.h"
-#include "passes/attention.h"
-#include "passes/memory_plan.h"
-#include "passes/offload.h"
-#include "support/log.h"
-#include "passes/precision.h"
-#include "passes/schedule.h"
 #include "backends/backend.h"
-#include "passes/training_step.h"
+#include "ir/verifier.h"
+#include "passes/memory_plan.h"
+#include "passes/schedule.h"
+#include "support/log.h"
 #include "support/size.h"
 
 namespace memc {
 
 namespace {
-
-// Replaces every dropout by its input (inference semantics) for runs that must match a
-// framework whose random masks memc cannot reproduce.
-void remove_dropout(Module& m) {
-  for (NodeId n : m.schedule()) {
-    Node& node = m.node(n);
-    if (node.op != "dropout") continue;
-    m.replace_all_uses(node.outputs[0], node.inputs[0]);
-    node.dead = true;
-  }
-  m.compact();
-}
 
 std::string relative_model_path(const std::string& model_path, const std::string& plan_path) {
   namespace fs = std::filesystem;
@@ -79,18 +64,19 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
 ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
     : model_path_(std::move(model_path)), plan_path_(std::move(plan_path)) {}
 
-Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch) {
-  const Key key{batch, options.seq, options.precision, options.attention, options.dropout};
-  if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
-  Forward f;
+// Import, keep the logits [N, C] as the only output, then the forward pipeline.
+Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptions& options, int64_t batch,
+                                                               const PassInstrumentation& instrumentation) const {
   ImportOptions import;
   import.batch = batch;
   import.seq = options.seq;
   import.load_weights = false;
-  import.fuse_attention = false;  // the attention pass below
-  MEMC_ASSIGN_OR_RETURN(f.imported, import_onnx(model_path_, import));
-  Module forward = f.imported;
-  if (!options.dropout) remove_dropout(forward);
+  import.fuse_attention = false;  // the attention pass
+  Forward f;
+  MEMC_ASSIGN_OR_RETURN(f.module, import_onnx(model_path_, import));
+  Module& forward = f.module;
+  f.fixed_batch = forward.metadata().get_int("fixed_batch", -1);
+  if (instrumentation.after_pass) instrumentation.after_pass("import", forward);
   if (forward.outputs().empty()) return Status::BadInput(model_path_ + ": the model has no outputs");
   const TensorType logits = forward.value(forward.outputs()[0]).type;
   if (logits.shape.size() != 2) {
@@ -99,30 +85,31 @@ Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOpti
   forward.set_outputs({forward.outputs()[0]});
   forward.eliminate_dead_nodes();
   forward.compact();
-  if (options.attention == "tiled") {
-    MEMC_ASSIGN_OR_RETURN(f.attention, AttentionPass().run(forward));
-    f.after_attention = forward;
+  // Precision runs before TrainingStep: autodiff differentiates its casts, so f32 parameters
+  // get f32 gradients.
+  if (auto ran = PassPipeline::build(PassStage::kForward, options).run(forward, instrumentation); !ran.ok()) {
+    return ran.status().with_context(model_path_ + ": ");
   }
-  // Before TrainingStep: autodiff differentiates the casts, so f32 parameters get f32 gradients.
-  if (auto changed = Precision({.mode = options.precision}).run(forward, &f.precision); !changed.ok()) {
-    return changed.status().with_context(model_path_ + ": ");
-  }
-  f.module = std::move(forward);
+  return f;
+}
+
+Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch) {
+  const Key key{batch, options.seq, options.precision, options.attention, options.dropout};
+  if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
+  MEMC_ASSIGN_OR_RETURN(Forward f, build_forward(options, batch, PassInstrumentation{}));
   return &cache_.emplace(key, std::move(f)).first->second;
 }
 
 Expected<int64_t> ModelCompiler::fixed_batch(const CompileOptions& options) {
   MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, options.batch));
-  return f->imported.metadata().get_int("fixed_batch", -1);
+  return f->fixed_batch;
 }
 
-Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet, bool schedule_quiet) {
+namespace {
+
+// The batch splits evenly over the ranks, and each rank's slice into 1..slice micro-batches.
+Status check_batch(const CompileOptions& options) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
-  // fp32, bf16-true, fp16-true, bf16-mixed, fp16-mixed; an unknown mode is refused here, before importing.
-  MEMC_RETURN_IF_ERROR(parse_precision(options.precision).status());
-  if (options.attention != "tiled" && options.attention != "naive") {
-    return Status::BadInput("--attention '" + options.attention + "': tiled (memory-efficient, the default) or naive");
-  }
   const int64_t devices = options.shard.devices;
   if (options.batch % devices != 0) {
     return Status::BadInput(str_cat("--batch ", options.batch, " does not split evenly over --devices ", devices,
@@ -133,25 +120,52 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
     return Status::BadInput(str_cat("--micro-batches ", options.micro_batches, " must be between 1 and the batch size ", rank_batch,
                                     devices > 1 ? str_cat(" of each of the ", devices, " ranks") : std::string()));
   }
-  MEMC_ASSIGN_OR_RETURN(const Forward* main, forward(options, rank_batch));
-  const bool report = !quiet;
-  if (report && options.after_pass) options.after_pass("import", main->imported);
-  if (report && options.attention == "tiled") {
-    log(1, str_cat("pass attention: ", main->attention.substituted, " MatMul→Softmax→MatMul patterns → tiled attention; forward activations ",
-                   format_size(main->attention.bytes_before), " → ", format_size(main->attention.bytes_after)));
-    if (options.after_pass) options.after_pass("attention", main->after_attention);
-  }
-  if (report) {
-    log(1, "pass " + precision_summary(options.precision, main->precision));
-    if (options.after_pass) options.after_pass("precision", main->module);
-  }
-  // Micro-batching asks for the forward again at the micro-batch sizes.
-  ForwardFactory build_forward = [&](int64_t batch) -> Expected<Module> {
-    MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, batch));
+  return Status::Ok();
+}
+
+// A reporting compile prints pass reports at -v and dumps; every compile verifies.
+PassInstrumentation instrumentation_for(const CompileOptions& options, bool quiet) {
+  PassInstrumentation instrumentation;
+  if (quiet) return instrumentation;
+  instrumentation.report = true;
+  instrumentation.after_pass = options.after_pass;
+  return instrumentation;
+}
+
+}  // namespace
+
+// The training step of `forward`: the training pipeline, with micro-batches' forwards from the
+// cache; returns the pipeline's reports.
+Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& options, const Module& forward, Plan& plan, bool quiet,
+                                                        bool schedule_quiet) {
+  PipelineOptions pipeline = options;
+  pipeline.forward = [this, &options](int64_t batch) -> Expected<Module> {
+    MEMC_ASSIGN_OR_RETURN(const Forward* f, this->forward(options, batch));
     return f->module;
   };
-  const int64_t num_classes = main->module.value(main->module.outputs()[0]).type.shape[1];
+  // fp16-mixed: dynamic loss scaling (a "loss_scale" argument, a "found_inf" output; runtime/trainer.cc).
+  pipeline.optimizer.loss_scaling = options.optimizer.loss_scaling || options.precision == PrecisionKind::kFp16Mixed;
+  // The schedule pass is the last transforming pass, right before memory planning: a lower peak,
+  // never a higher one. Search candidates skip it: their peak is then an upper bound of the
+  // final plan's.
+  pipeline.reschedule = options.reschedule && (!quiet || schedule_quiet);
+  plan.train = forward;
+  auto reports = PassPipeline::build(PassStage::kTraining, pipeline).run(plan.train, instrumentation_for(options, quiet));
+  if (!reports.ok()) return reports.status().with_context(model_path_ + ": ");
+  return reports;
+}
 
+Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet, bool schedule_quiet) {
+  MEMC_RETURN_IF_ERROR(check_batch(options));
+  const int64_t devices = options.shard.devices, rank_batch = options.batch / devices;
+  const Forward* main = nullptr;
+  std::optional<Forward> reported;  // a reporting compile runs the forward pipeline again, for its reports and dumps
+  if (quiet) {
+    MEMC_ASSIGN_OR_RETURN(main, forward(options, rank_batch));
+  } else {
+    MEMC_ASSIGN_OR_RETURN(reported, build_forward(options, rank_batch, instrumentation_for(options, quiet)));
+    main = &*reported;
+  }
   Plan plan;
   if (devices > 1) {
     MEMC_ASSIGN_OR_RETURN(const Forward* whole, forward(options, options.batch));  // evaluation runs whole batches
@@ -159,48 +173,27 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   } else {
     plan.eval = main->module;
   }
-  plan.train = main->module;
-  // fp16-mixed: dynamic loss scaling (a "loss_scale" argument, a "found_inf" output; runtime/trainer.cc).
-  OptimizerOptions optimizer = options.optimizer;
-  optimizer.loss_scaling = optimizer.loss_scaling || options.precision == "fp16-mixed";
-  TrainingStep step(optimizer, {.k = options.micro_batches, .forward = build_forward}, options.remat, options.shard);
-  MEMC_RETURN_IF_ERROR(step.run(plan.train).with_context(model_path_ + ": "));
-  if (report && options.micro_batches > 1) {
-    log(1, str_cat("pass microbatch: ", options.micro_batches, " micro-batches of ", options.batch / options.micro_batches,
-                   options.batch % options.micro_batches ? "-" + std::to_string(options.batch / options.micro_batches + 1) : std::string(),
-                   " samples; gradients accumulated in the parameters' dtype"));
-  }
-  if (report && options.remat.policy != "none") {
-    const RematReport& r = step.remat_report();
-    log(1, str_cat("pass remat ", describe_remat(options.remat), ": ", r.segments, " segments; activations read by backward ",
-                   format_size(r.tape_bytes), ", tapes held at once ", format_size(r.held_tape_bytes), "; ", r.recomputed_nodes,
-                   " nodes recomputed (", r.recompute_flops, " FLOP)"));
-    if (r.unresolved_pins > 0) warn(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
-  }
-  if (report && options.shard.active()) {
-    log(1, str_cat("pass shard ", shard_stage_name(options.shard.stage), ": ", devices, " ranks of ", rank_batch,
-                   " samples; optimizer states in blocks of ", plan.train.metadata().get_ints("memc.shard.blocks").size(), " flat units"));
-  }
-  if (report && options.after_pass) options.after_pass("training_step", plan.train);
-  MEMC_ASSIGN_OR_RETURN(OffloadReport offloaded, Offload(options.offload).run(plan.train));
-  if (report && options.offload != "none") {
-    log(1, str_cat("pass offload ", options.offload, ": ", offloaded.values, " values (", format_size(offloaded.bytes),
-                   ") to host memory; ", offloaded.transfers, " transfers move ", format_size(offloaded.link_bytes),
-                   " per step over the host link, the update reads and writes ",
-                   format_size(offloaded.host_update_bytes), " on the host"));
-    if (options.after_pass) options.after_pass("offload", plan.train);
-  }
-  // Last transforming pass, right before memory planning: a lower peak, never a higher one.
-  // Search candidates skip it: their peak is then an upper bound of the final plan's.
-  if (options.reschedule && (!quiet || schedule_quiet)) {
-    if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
-    if (report && options.after_pass) options.after_pass("schedule", plan.train);
+  MEMC_ASSIGN_OR_RETURN(const std::vector<PassReport> reports, train(options, main->module, plan, quiet, schedule_quiet));
+  const int64_t num_classes = main->module.value(main->module.outputs()[0]).type.shape[1];
+  MEMC_RETURN_IF_ERROR(describe_plan(plan, options, num_classes));
+  for (const PassReport& r : reports) {
+    if (r.pass != "training_step") continue;
+    plan.remat_outcome.has_limit = options.remat.policy == "limit" && options.remat.limit_bytes < std::numeric_limits<int64_t>::max() / 8;
+    plan.remat_outcome.limit_met = r.get("remat.limit_met", 1) != 0;
+    plan.remat_outcome.held_tape_bytes = r.get("remat.held_tape_bytes");
   }
   if (!quiet) {
-    MEMC_RETURN_IF_ERROR(verify(plan.train).with_context("training step: "));
-    MEMC_RETURN_IF_ERROR(verify(plan.eval).with_context("forward: "));
+    if (options.keep_lower) {
+      MEMC_ASSIGN_OR_RETURN(plan, keep_lower_without_remat(std::move(plan), options));
+    }
+    MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
   }
+  return plan;
+}
 
+// The plan's fields other than its modules: the run's settings, the decisions, the estimate
+// and the memory summary of the training step.
+Status ModelCompiler::describe_plan(Plan& plan, const CompileOptions& options, int64_t num_classes) const {
   std::error_code ec;
   plan.model_path = relative_model_path(model_path_, plan_path_);
   plan.model_bytes = static_cast<int64_t>(std::filesystem::file_size(model_path_, ec));
@@ -212,29 +205,19 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   plan.dropout = options.dropout;
   plan.optimizer = options.optimizer;
   plan.schedule = options.schedule;
-  plan.decisions.precision = options.precision;
+  plan.decisions.precision = std::string(precision_name(options.precision));
   plan.decisions.micro_batches = options.micro_batches;
   plan.decisions.remat = describe_remat(options.remat);
-  plan.decisions.attention = options.attention;
-  plan.decisions.offload = options.offload;
+  plan.decisions.attention = std::string(attention_kernel_name(options.attention));
+  plan.decisions.offload = std::string(offload_level_name(options.offload));
   plan.decisions.shard = static_cast<int64_t>(options.shard.stage);
-  plan.devices = devices;
+  plan.devices = options.shard.devices;
   plan.budget_bytes = options.budget_bytes;
   MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
   plan.target = profile.name;
   plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
-  const RematReport& remat = step.remat_report();
-  plan.remat_outcome.has_limit = options.remat.policy == "limit" && options.remat.limit_bytes < std::numeric_limits<int64_t>::max() / 8;
-  plan.remat_outcome.limit_met = remat.limit_met;
-  plan.remat_outcome.held_tape_bytes = remat.held_tape_bytes;
-  if (!quiet) {
-    if (options.keep_lower) {
-      MEMC_ASSIGN_OR_RETURN(plan, keep_lower_without_remat(std::move(plan), options));
-    }
-    MEMC_RETURN_IF_ERROR(check_budget(plan.memory, options.budget_bytes));
-  }
-  return plan;
+  return Status::Ok();
 }
 
 // Remat never raises the peak of the plan to write: the step without it is among the choices,
@@ -247,19 +230,22 @@ Expected<Plan> ModelCompiler::keep_lower_without_remat(Plan plan, const CompileO
   plain.remat = RematOptions{};
   plain.after_pass = nullptr;
   MEMC_ASSIGN_OR_RETURN(Plan without, compile(plain, /*quiet=*/true, /*schedule_quiet=*/options.reschedule));
+  log(1, str_cat("pass remat ", describe_remat(options.remat), ": planned peak ", format_size(without.memory.predicted_peak_bytes),
+                 " without remat → ", format_size(plan.memory.predicted_peak_bytes), " with it"));
   if (without.memory.predicted_peak_bytes >= plan.memory.predicted_peak_bytes) return plan;
   warn(str_cat("--remat ", describe_remat(options.remat), " plans ", plan.memory.predicted_peak_bytes, " bytes, above the ",
                without.memory.predicted_peak_bytes, " bytes without remat: kept the step without remat"));
   without.remat_outcome = plan.remat_outcome;
   without.remat_outcome.kept_without_remat = true;
   without.remat_outcome.remat_peak_bytes = plan.memory.predicted_peak_bytes;
-  MEMC_RETURN_IF_ERROR(verify(without.train).with_context("training step: "));  // compiled quietly: checked here
   return without;
 }
 
 Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options) const {
   if (!options.reschedule) return plan;
-  if (auto scheduled = Schedule().run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
+  Schedule pass;
+  if (auto scheduled = pass.run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
+  if (Status st = verify(plan.train); !st.ok()) return Status::Internal("after pass 'schedule': " + st.message());
   MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
   plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
@@ -268,12 +254,6 @@ Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options)
 
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options) {
   return ModelCompiler(model_path, plan_path).compile(options);
-}
-
-std::string describe_remat(const RematOptions& r) {
-  if (r.policy != "limit") return r.policy;
-  if (r.limit_bytes >= std::numeric_limits<int64_t>::max() / 8) return "pins";
-  return format_size(r.limit_bytes);
 }
 
 }  // namespace memc

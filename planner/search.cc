@@ -12,11 +12,11 @@
 namespace memc {
 
 std::string Candidate::label() const {
-  std::string s = precision;
+  std::string s(precision_name(precision));
   s += micro_batches > 1 ? str_cat(", ", micro_batches, " micro-batches") : std::string(", 1 micro-batch");
   s += ", remat " + describe_remat(remat);
-  s += ", " + attention + " attention";
-  if (offload != "none") s += ", offload " + offload;
+  s += str_cat(", ", attention_kernel_name(attention), " attention");
+  if (offload != OffloadLevel::kNone) s += str_cat(", offload ", offload_level_name(offload));
   return s;
 }
 
@@ -27,8 +27,8 @@ class Searcher {
   Searcher(ModelCompiler& compiler, const CompileOptions& base, int64_t budget) : compiler_(compiler), base_(base), budget_(budget) {}
 
   // Compiles (memoized) and records a candidate.
-  Expected<Candidate> evaluate(const std::string& precision, int64_t k, const RematOptions& remat, const std::string& attention,
-                               const std::string& offload) {
+  Expected<Candidate> evaluate(PrecisionKind precision, int64_t k, const RematOptions& remat, AttentionKernel attention,
+                               OffloadLevel offload) {
     Candidate c{precision, k, remat, attention, offload};
     const std::string key = c.label();
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
@@ -73,7 +73,7 @@ class Searcher {
   // The largest remat limit (least recompute) whose plan fits `budget`; nullopt if none does.
   // The search goes no lower than per-block checkpointing (one extra forward): below it the
   // binomial schedules recompute each block many times, and more micro-batches are cheaper.
-  Expected<std::optional<Candidate>> fit_remat(const std::string& p, int64_t k, const std::string& a, const std::string& off,
+  Expected<std::optional<Candidate>> fit_remat(PrecisionKind p, int64_t k, AttentionKernel a, OffloadLevel off,
                                                int64_t budget, int64_t activation_bytes) {
     RematOptions r = base_.remat;  // keeps the user's pins
     r.policy = "blocks";
@@ -118,116 +118,129 @@ class Searcher {
   int compiles_ = 0;
 };
 
-}  // namespace
+// An attention kernel and offload level tried together.
+struct Variant {
+  AttentionKernel attention;
+  OffloadLevel offload;
+};
 
-Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space) {
-  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(base.target));
-  const int64_t budget = base.budget_bytes > 0 ? base.budget_bytes : std::numeric_limits<int64_t>::max();
-  Searcher s(compiler, base, budget);
+// What the search ranges over; each axis pinned to the base options when the user gave it.
+struct SearchAxes {
+  std::vector<PrecisionKind> precisions;
+  std::vector<int64_t> ks;        // micro-batch counts, increasing
+  std::vector<Variant> variants;  // the last one saves the most memory
+  RematOptions no_remat;          // the remat of plans "without remat" (the user's, when pinned)
+  RematOptions least_remat;       // per-block checkpointing, with the user's pins
+};
 
-  std::vector<std::string> precisions = {base.precision};
+Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space, const DeviceProfile& profile) {
+  SearchAxes axes;
+  axes.precisions = {base.precision};
   if (space.precision) {
-    precisions = {"fp32"};
-    if (profile.bf16) precisions.push_back("bf16-mixed");
-    if (profile.fp16) precisions.push_back("fp16-mixed");
+    axes.precisions = {PrecisionKind::kFp32};
+    if (profile.bf16) axes.precisions.push_back(PrecisionKind::kBf16Mixed);
+    if (profile.fp16) axes.precisions.push_back(PrecisionKind::kFp16Mixed);
   }
-  std::vector<int64_t> ks = {base.micro_batches};
+  axes.ks = {base.micro_batches};
   if (space.micro_batches) {
     // Micro-batches re-import the model at smaller batches: an export that fixes its batch
     // allows none, and no count exceeds the batch.
     MEMC_ASSIGN_OR_RETURN(const int64_t fixed_batch, compiler.fixed_batch(base));
-    ks = {1};
-    for (int64_t k = 2; fixed_batch < 0 && k < base.batch; k *= 2) ks.push_back(k);
-    if (fixed_batch < 0 && base.batch > 1) ks.push_back(base.batch);
+    axes.ks = {1};
+    for (int64_t k = 2; fixed_batch < 0 && k < base.batch; k *= 2) axes.ks.push_back(k);
+    if (fixed_batch < 0 && base.batch > 1) axes.ks.push_back(base.batch);
   }
   // Attention kernel and offload level: tiled attention (it can need more memory, as on the
   // block-sparse BigBird export: bench/RESULTS.md §20); offload is tried after the plans
   // without it.
-  struct Variant {
-    std::string attention, offload;
-  };
-  std::vector<Variant> variants;
-  for (const std::string& off : space.offload ? std::vector<std::string>{"none", "optimizer"} : std::vector<std::string>{base.offload}) {
-    variants.push_back({space.attention ? "tiled" : base.attention, off});
-  }
-  const RematOptions no_remat = space.remat ? RematOptions{} : base.remat;
+  const std::vector<OffloadLevel> levels =
+      space.offload ? std::vector<OffloadLevel>{OffloadLevel::kNone, OffloadLevel::kOptimizer} : std::vector<OffloadLevel>{base.offload};
+  for (OffloadLevel off : levels) axes.variants.push_back({space.attention ? AttentionKernel::kTiled : base.attention, off});
+  axes.no_remat = space.remat ? RematOptions{} : base.remat;
+  axes.least_remat = base.remat;
+  if (space.remat) axes.least_remat.policy = "blocks";
+  return axes;
+}
 
-  // The floor: the least-memory settings (per-block checkpointing, the last offload level) at
-  // every precision and micro-batch count — more micro-batches do not always save memory, their
-  // f32 gradient accumulators cost some — and everything compiled on the way, scheduled.
-  auto compute_floor = [&]() -> Expected<Candidate> {
-    for (const std::string& p : precisions) {
-      int64_t previous = std::numeric_limits<int64_t>::max();
-      for (int64_t k : ks) {
-        RematOptions least = base.remat;
-        if (space.remat) least.policy = "blocks";
-        MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, least, variants.back().attention, variants.back().offload));
-        if (c.peak_bytes >= previous) break;  // more micro-batches stopped saving memory
-        previous = c.peak_bytes;
-      }
-    }
-    std::optional<Candidate> floor;
-    for (const Candidate& c : s.explored()) {
-      if (!floor || c.peak_bytes < floor->peak_bytes) floor = c;
-    }
-    return s.scheduled(*floor);  // the figure the written plan would have
-  };
-  auto floor_error = [&](const Candidate& floor) -> Status {
-    const bool pinned = !(space.precision || space.micro_batches || space.remat || space.attention || space.offload);
-    if (pinned) {
-      return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes, " bytes) is below the peak of the pinned plan (",
-                                    floor.label(), "): ", format_size(floor.peak_bytes), " (", floor.peak_bytes, " bytes); largest at the peak: ",
-                                    floor.largest, " ", format_size(floor.largest_bytes), "; leave a decision unpinned to let memc search"));
-    }
-    return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes,
-                                  " bytes) is below the smallest peak memc can plan for this model, batch and optimizer: ",
-                                  format_size(floor.peak_bytes), " (", floor.peak_bytes, " bytes) with ", floor.label(),
-                                  "; largest at that peak: ", floor.largest, " ", format_size(floor.largest_bytes)));
-  };
-  // A quick check first: when even the least-memory setting without micro-batches misses the
-  // budget by more than a third at every precision, the floor is computed before the search,
-  // and a budget below it is refused at once.
-  if (base.budget_bytes > 0 && (space.remat || space.offload)) {
-    bool hopeless = true;
-    for (const std::string& p : precisions) {
-      RematOptions least = base.remat;
-      if (space.remat) least.policy = "blocks";
-      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, ks.front(), least, variants.back().attention, variants.back().offload));
-      if (c.peak_bytes / 4 <= budget / 3) hopeless = false;
-    }
-    if (hopeless) {
-      MEMC_ASSIGN_OR_RETURN(Candidate floor, compute_floor());
-      if (floor.peak_bytes > budget) return floor_error(floor);
+// The floor: the least-memory settings (per-block checkpointing, the last offload level) at
+// every precision and micro-batch count — more micro-batches do not always save memory, their
+// f32 gradient accumulators cost some — and everything compiled on the way, scheduled.
+Expected<Candidate> compute_floor(Searcher& s, const SearchAxes& axes) {
+  const Variant& least = axes.variants.back();
+  for (PrecisionKind p : axes.precisions) {
+    int64_t previous = std::numeric_limits<int64_t>::max();
+    for (int64_t k : axes.ks) {
+      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.least_remat, least.attention, least.offload));
+      if (c.peak_bytes >= previous) break;  // more micro-batches stopped saving memory
+      previous = c.peak_bytes;
     }
   }
+  std::optional<Candidate> floor;
+  for (const Candidate& c : s.explored()) {
+    if (!floor || c.peak_bytes < floor->peak_bytes) floor = c;
+  }
+  return s.scheduled(*floor);  // the figure the written plan would have
+}
 
-  std::optional<Candidate> best;
-  // Fastest first: each (precision, variant) plan without micro-batching or remat bounds the
-  // time of everything that adds memory savings to it.
+// The budget error below the floor: names the least peak and what dominates it.
+Status floor_error(const Candidate& floor, const CompileOptions& base, const SearchSpace& space) {
+  const bool pinned = !(space.precision || space.micro_batches || space.remat || space.attention || space.offload);
+  if (pinned) {
+    return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes, " bytes) is below the peak of the pinned plan (",
+                                  floor.label(), "): ", format_size(floor.peak_bytes), " (", floor.peak_bytes, " bytes); largest at the peak: ",
+                                  floor.largest, " ", format_size(floor.largest_bytes), "; leave a decision unpinned to let memc search"));
+  }
+  return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes,
+                                " bytes) is below the smallest peak memc can plan for this model, batch and optimizer: ", format_size(floor.peak_bytes),
+                                " (", floor.peak_bytes, " bytes) with ", floor.label(), "; largest at that peak: ", floor.largest, " ",
+                                format_size(floor.largest_bytes)));
+}
+
+// A quick check first: when even the least-memory setting without micro-batches misses the
+// budget by more than a third at every precision, the floor is computed before the search, and
+// a budget below it is refused at once.
+Status refuse_hopeless_budget(Searcher& s, const SearchAxes& axes, const CompileOptions& base, const SearchSpace& space, int64_t budget) {
+  if (base.budget_bytes <= 0 || !(space.remat || space.offload)) return Status::Ok();
+  const Variant& least = axes.variants.back();
+  bool hopeless = true;
+  for (PrecisionKind p : axes.precisions) {  // each compiled: the floor and the Pareto front see them all
+    MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, axes.ks.front(), axes.least_remat, least.attention, least.offload));
+    if (c.peak_bytes / 4 <= budget / 3) hopeless = false;
+  }
+  if (!hopeless) return Status::Ok();
+  MEMC_ASSIGN_OR_RETURN(Candidate floor, compute_floor(s, axes));
+  return floor.peak_bytes > budget ? floor_error(floor, base, space) : Status::Ok();
+}
+
+// Branch and bound, fastest first: each (precision, variant) plan without micro-batching or
+// remat bounds the time of everything that adds memory savings to it. Returns the fastest
+// plan that fits, if any.
+Expected<std::optional<Candidate>> fastest_fitting(Searcher& s, const SearchAxes& axes, const SearchSpace& space, int64_t budget) {
   struct Start {
     Candidate plain;  // no micro-batches, no remat: the fastest plan of this precision and variant
     size_t variant;
   };
   std::vector<Start> order;
-  for (const std::string& p : precisions) {
-    for (size_t v = 0; v < variants.size(); ++v) {
-      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, ks.front(), no_remat, variants[v].attention, variants[v].offload));
+  for (PrecisionKind p : axes.precisions) {
+    for (size_t v = 0; v < axes.variants.size(); ++v) {
+      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, axes.ks.front(), axes.no_remat, axes.variants[v].attention, axes.variants[v].offload));
       order.push_back({c, v});
     }
   }
   std::stable_sort(order.begin(), order.end(), [](const Start& x, const Start& y) { return x.plain.step_ms < y.plain.step_ms; });
   // The fastest of these that fits bounds everything from the start: the loop below would take
   // it whenever it reached its start, so only plans slower than it are left uncompiled.
+  std::optional<Candidate> best;
   for (const Start& start : order) {
     if (start.plain.peak_bytes <= budget && (!best || start.plain.step_ms < best->step_ms)) best = start.plain;
   }
   for (const Start& start : order) {
     if (best && start.plain.step_ms >= best->step_ms) break;
     if (start.plain.persistent_bytes > budget) continue;  // every plan of it holds at least these
-    const std::string& p = start.plain.precision;
-    const Variant& var = variants[start.variant];
-    for (int64_t k : ks) {
-      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, no_remat, var.attention, var.offload));
+    const PrecisionKind p = start.plain.precision;
+    const Variant& var = axes.variants[start.variant];
+    for (int64_t k : axes.ks) {
+      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.no_remat, var.attention, var.offload));
       if (best && c.step_ms >= best->step_ms) break;  // larger k is slower still
       if (c.peak_bytes <= budget) {
         best = c;
@@ -238,58 +251,78 @@ Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions
       if (fitted && (!best || fitted->step_ms < best->step_ms)) best = fitted;
     }
   }
+  return best;
+}
 
-  SearchResult result;
+// The ladder: from the unconstrained plan, each technique added in turn (the articles' order).
+Expected<std::vector<Candidate>> technique_ladder(Searcher& s, const SearchAxes& axes, const CompileOptions& base, const SearchSpace& space,
+                                                  const DeviceProfile& profile, const Candidate& best) {
+  std::vector<Candidate> ladder;
+  PrecisionKind p = axes.precisions.front();
+  int64_t k = axes.ks.front();
+  RematOptions r = axes.no_remat;
+  const AttentionKernel a = axes.variants.front().attention;
+  OffloadLevel off = axes.variants.front().offload;
+  MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, r, a, off));
+  ladder.push_back(c);
+  if (space.precision && axes.precisions.size() > 1) {
+    p = profile.bf16 ? PrecisionKind::kBf16Mixed : axes.precisions[1];
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    ladder.push_back(c);
+  }
+  if (space.micro_batches && axes.ks.size() > 1 && base.batch >= 4) {
+    k = std::min<int64_t>(std::max<int64_t>(4, best.micro_batches), axes.ks.back());
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    ladder.push_back(c);
+  }
+  if (space.remat) {
+    r = RematOptions{.policy = "blocks"};
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    ladder.push_back(c);
+  }
+  if (space.offload) {
+    off = OffloadLevel::kOptimizer;
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    ladder.push_back(c);
+  }
+  return ladder;
+}
+
+// The (peak, time) front: no other candidate has both a lower peak and a lower time.
+std::vector<Candidate> pareto_front(std::vector<Candidate> all) {
+  std::sort(all.begin(), all.end(), [](const Candidate& x, const Candidate& y) {
+    return x.peak_bytes != y.peak_bytes ? x.peak_bytes < y.peak_bytes : x.step_ms < y.step_ms;
+  });
+  std::vector<Candidate> front;
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : all) {
+    if (c.step_ms < fastest) front.push_back(c), fastest = c.step_ms;
+  }
+  return front;
+}
+
+}  // namespace
+
+Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space) {
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(base.target));
+  const int64_t budget = base.budget_bytes > 0 ? base.budget_bytes : std::numeric_limits<int64_t>::max();
+  Searcher s(compiler, base, budget);
+  MEMC_ASSIGN_OR_RETURN(const SearchAxes axes, search_axes(compiler, base, space, profile));
+  MEMC_RETURN_IF_ERROR(refuse_hopeless_budget(s, axes, base, space, budget));
+  MEMC_ASSIGN_OR_RETURN(std::optional<Candidate> best, fastest_fitting(s, axes, space, budget));
   if (!best) {
-    MEMC_ASSIGN_OR_RETURN(Candidate floor, compute_floor());
-    if (floor.peak_bytes > budget) return floor_error(floor);
+    MEMC_ASSIGN_OR_RETURN(Candidate floor, compute_floor(s, axes));
+    if (floor.peak_bytes > budget) return floor_error(floor, base, space);
     best = floor;  // only the scheduled least-memory plan fits
   }
+  SearchResult result;
   result.best = *best;
   result.chosen = s.options_for(*best);
   result.chosen.budget_bytes = base.budget_bytes;
   result.chosen.keep_lower = false;  // the search compared the peaks: its choice is written as chosen
   result.chosen.after_pass = base.after_pass;
-
-  // The ladder: from the unconstrained plan, each technique added in turn (the articles' order).
-  {
-    std::string p = precisions.front();
-    int64_t k = ks.front();
-    RematOptions r = no_remat;
-    const std::string a = variants.front().attention;
-    std::string off = variants.front().offload;
-    MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, r, a, off));
-    result.ladder.push_back(c);
-    if (space.precision && precisions.size() > 1) {
-      p = profile.bf16 ? "bf16-mixed" : precisions[1];
-      MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
-      result.ladder.push_back(c);
-    }
-    if (space.micro_batches && ks.size() > 1 && base.batch >= 4) {
-      k = std::min<int64_t>(std::max<int64_t>(4, best->micro_batches), ks.back());
-      MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
-      result.ladder.push_back(c);
-    }
-    if (space.remat) {
-      r = RematOptions{.policy = "blocks"};
-      MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
-      result.ladder.push_back(c);
-    }
-    if (space.offload) {
-      off = "optimizer";
-      MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
-      result.ladder.push_back(c);
-    }
-  }
-  // Pareto front over everything compiled: no other candidate has both a lower peak and a lower time.
-  std::vector<Candidate> all = s.explored();
-  std::sort(all.begin(), all.end(), [](const Candidate& x, const Candidate& y) {
-    return x.peak_bytes != y.peak_bytes ? x.peak_bytes < y.peak_bytes : x.step_ms < y.step_ms;
-  });
-  double fastest = std::numeric_limits<double>::infinity();
-  for (const Candidate& c : all) {
-    if (c.step_ms < fastest) result.pareto.push_back(c), fastest = c.step_ms;
-  }
+  MEMC_ASSIGN_OR_RETURN(result.ladder, technique_ladder(s, axes, base, space, profile, *best));
+  result.pareto = pareto_front(s.explored());
   result.explored = s.explored();
   result.compiles = s.compiles();
   return result;

@@ -29,11 +29,11 @@ struct SearchSpace {  // true: the search chooses; false: pinned to the base opt
 };
 
 struct Candidate {
-  std::string precision;
+  PrecisionKind precision = PrecisionKind::kFp32;
   int64_t micro_batches = 1;
   RematOptions remat;
-  std::string attention;
-  std::string offload = "none";
+  AttentionKernel attention = AttentionKernel::kTiled;
+  OffloadLevel offload = OffloadLevel::kNone;
   int64_t peak_bytes = 0;
   double step_ms = 0;
   std::string largest;  // the largest category at the peak

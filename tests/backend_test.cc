@@ -81,7 +81,7 @@ Plan compile_vit(const std::string& offload, const std::string& target = "cpu") 
   CompileOptions options;
   options.batch = 8;
   options.optimizer.kind = "adamw";
-  options.offload = offload;
+  options.offload = *parse_offload_level(offload);
   options.target = target;
   const std::string model = source_path("models/vit_tiny.onnx");
   auto plan = compile_model(model, model + ".plan", options);

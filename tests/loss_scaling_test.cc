@@ -27,7 +27,7 @@ Plan compile(const std::string& precision, int64_t batch = 16) {
   options.schedule.lr = 1e-3;
   options.dropout = false;
   options.optimizer.kind = "adamw";
-  options.precision = precision;
+  options.precision = *parse_precision(precision);
   const std::string plan_path = (fs::temp_directory_path() / ("vit_tiny.ls." + precision + ".plan")).string();
   auto plan = compile_model(source_path("models/vit_tiny.onnx"), plan_path, options);
   MEMC_CHECK(plan.ok(), plan.status().message());

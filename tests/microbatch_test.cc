@@ -25,7 +25,7 @@ CompileOptions options_for(int64_t batch, int64_t seq, int64_t k, const std::str
   o.batch = batch;
   o.seq = seq;
   o.micro_batches = k;
-  o.precision = precision;
+  o.precision = *parse_precision(precision);
   o.optimizer.kind = "adamw";
   return o;
 }

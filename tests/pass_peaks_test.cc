@@ -53,9 +53,9 @@ std::vector<Pass> memory_passes(int64_t activation_bytes) {
       {"remat blocks", nothing, [](CompileOptions& o) { o.remat.policy = "blocks"; }},
       {"remat limit", nothing, [=](CompileOptions& o) { o.remat = {.policy = "limit", .limit_bytes = activation_bytes / 4}; }},
       {"2 micro-batches", nothing, [](CompileOptions& o) { o.micro_batches = 2; }},
-      {"offload optimizer", nothing, [](CompileOptions& o) { o.offload = "optimizer"; }},
-      {"bf16-mixed", nothing, [](CompileOptions& o) { o.precision = "bf16-mixed"; }},
-      {"tiled attention", [](CompileOptions& o) { o.attention = "naive"; }, [](CompileOptions& o) { o.attention = "tiled"; }},
+      {"offload optimizer", nothing, [](CompileOptions& o) { o.offload = OffloadLevel::kOptimizer; }},
+      {"bf16-mixed", nothing, [](CompileOptions& o) { o.precision = PrecisionKind::kBf16Mixed; }},
+      {"tiled attention", [](CompileOptions& o) { o.attention = AttentionKernel::kNaive; }, [](CompileOptions& o) { o.attention = AttentionKernel::kTiled; }},
   };
 }
 

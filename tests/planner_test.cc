@@ -66,7 +66,7 @@ TEST(CostModel, MoreMicroBatchesAndRecomputeCostTimeAndTensorCoresFavorBf16) {
   CompileOptions b = vit_options(8);
   b.target = "h200";
   const double f32 = testing::compile_committed("vit_b_16_skeleton", b).estimated_step_ms;
-  b.precision = "bf16-mixed";
+  b.precision = PrecisionKind::kBf16Mixed;
   const double bf16 = testing::compile_committed("vit_b_16_skeleton", b).estimated_step_ms;
   std::printf("[planner] vit_tiny b32 h200: %.3f ms, 4 micro-batches %.3f, remat blocks %.3f; vit_b_16 b8: fp32 %.2f, bf16-mixed %.2f ms\n",
               base, micro, remat, f32, bf16);
@@ -107,14 +107,14 @@ TEST(Search, PinsAreKeptAndTheFloorIsNamed) {
   const std::string path = testing::source_path("models/vit_tiny.onnx");
   ModelCompiler compiler(path, path + ".plan");
   CompileOptions o = vit_options(32);
-  o.precision = "bf16-true";  // pinned by the user: allowed, and kept
+  o.precision = PrecisionKind::kBf16True;  // pinned by the user: allowed, and kept
   o.budget_bytes = 600'000;
   SearchSpace space;
   space.precision = false;
   auto found = search_plan(compiler, o, space);
   ASSERT_TRUE(found.ok()) << found.status().message();
-  EXPECT_EQ(found->chosen.precision, "bf16-true");
-  o.precision = "fp32";
+  EXPECT_EQ(found->chosen.precision, PrecisionKind::kBf16True);
+  o.precision = PrecisionKind::kFp32;
   o.budget_bytes = 10'000;
   auto refused = search_plan(compiler, o, SearchSpace{});
   ASSERT_FALSE(refused.ok());
@@ -128,9 +128,9 @@ class OffloadVsNone : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OffloadVsNone, BitIdenticalAfterTenStepsAndPredictedDeviceDrop) {
   CompileOptions o = vit_options(16);
-  o.precision = GetParam();
+  o.precision = *parse_precision(GetParam());
   const Plan none = testing::compile_committed("vit_tiny", o);
-  o.offload = "optimizer";
+  o.offload = OffloadLevel::kOptimizer;
   const Plan off = testing::compile_committed("vit_tiny", o);
   int64_t moved = 0;
   for (ValueId a : off.train.arguments()) moved += off.train.value(a).space == MemSpace::kHost ? off.train.value(a).type.bytes() : 0;

@@ -36,10 +36,12 @@ using testing::count_op;
 TEST(PrecisionPass, Bf16MixedCastsMatmulInputsDownAndLayernormInputUp) {
   auto m = parse_module(kFixture);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  PrecisionReport report;
-  auto changed = Precision({.mode = "bf16-mixed"}).run(*m, &report);
+  Precision pass({.mode = PrecisionKind::kBf16Mixed});
+  auto changed = pass.run(*m);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
-  EXPECT_TRUE(*changed);
+  EXPECT_TRUE(changed->changed);
+  const PrecisionReport& report = pass.details();
+  EXPECT_EQ(changed->get("casts_inserted"), 4);
   ASSERT_TRUE(verify(*m).ok()) << verify(*m).message();
   // x, w, b down to bf16 for the linear; its result back up to f32 for layernorm.
   EXPECT_EQ(report.casts_inserted, 4);
@@ -51,8 +53,9 @@ TEST(PrecisionPass, Bf16MixedCastsMatmulInputsDownAndLayernormInputUp) {
 TEST(PrecisionPass, Bf16TrueRetypesEverythingAndKeepsF32Outputs) {
   auto m = parse_module(kFixture);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  PrecisionReport report;
-  ASSERT_TRUE(Precision({.mode = "bf16-true"}).run(*m, &report).ok());
+  Precision pass({.mode = PrecisionKind::kBf16True});
+  ASSERT_TRUE(pass.run(*m).ok());
+  const PrecisionReport& report = pass.details();
   ASSERT_TRUE(verify(*m).ok()) << verify(*m).message();
   // 4 arguments + 3 results retyped; one cast of the softmax back to f32 for the output.
   EXPECT_EQ(report.values_retyped, 7);
@@ -67,8 +70,9 @@ TEST(PrecisionPass, Bf16TrueRetypesEverythingAndKeepsF32Outputs) {
 TEST(PrecisionPass, Fp16MixedIsBf16MixedWithF16AndUnknownModesAreRefused) {
   auto m = parse_module(kFixture);
   ASSERT_TRUE(m.ok());
-  PrecisionReport report;
-  auto fp16 = Precision({.mode = "fp16-mixed"}).run(*m, &report);
+  Precision pass({.mode = PrecisionKind::kFp16Mixed});
+  auto fp16 = pass.run(*m);
+  const PrecisionReport& report = pass.details();
   ASSERT_TRUE(fp16.ok()) << fp16.status().message();
   ASSERT_TRUE(verify(*m).ok()) << verify(*m).message();
   EXPECT_EQ(report.casts_inserted, 4);  // the same split as bf16-mixed
@@ -77,10 +81,11 @@ TEST(PrecisionPass, Fp16MixedIsBf16MixedWithF16AndUnknownModesAreRefused) {
   EXPECT_EQ(m->value(m->find_value("w.f16")).type.dtype, DType::kF16);
   auto fresh = parse_module(kFixture);
   ASSERT_TRUE(fresh.ok());
-  EXPECT_FALSE(Precision({.mode = "int4"}).run(*fresh).ok());
-  auto fp32 = Precision({.mode = "fp32"}).run(*fresh);
+  EXPECT_FALSE(parse_precision("int4").ok());
+  Precision fp32_pass({.mode = PrecisionKind::kFp32});
+  auto fp32 = fp32_pass.run(*fresh);
   ASSERT_TRUE(fp32.ok());
-  EXPECT_FALSE(*fp32);
+  EXPECT_FALSE(fp32->changed);
 }
 
 struct Case {
@@ -100,7 +105,7 @@ Plan compile(const Case& c, const std::string& precision, int64_t batch = 16, in
   options.seq = c.seq;
   options.dropout = false;
   options.optimizer.kind = "adamw";
-  options.precision = precision;
+  options.precision = *parse_precision(precision);
   return testing::compile_committed(c.model, options);
 }
 

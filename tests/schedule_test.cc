@@ -88,10 +88,13 @@ TEST(Schedule, FinishesOneChainBeforeStartingTheNext) {
   Module m = parse_ok(kTwoChains);
   const Module before = m;
   EXPECT_EQ(lower_bound(m), 132 * kKiB);
-  ScheduleReport report;
-  auto changed = Schedule().run(m, &report);
+  Schedule pass;
+  auto changed = pass.run(m);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
-  EXPECT_TRUE(*changed);
+  const ScheduleReport& report = pass.details();
+  EXPECT_TRUE(changed->changed);
+  EXPECT_EQ(changed->peak_before, report.before().arena_bytes);
+  EXPECT_EQ(changed->peak_after, report.after().arena_bytes);
   expect_valid_reorder(before, m);
   EXPECT_EQ(order_names(m), (std::vector<std::string>{"a1", "a2", "b1", "b2", "c"}));
   EXPECT_EQ(lower_bound(m), 72 * kKiB);
@@ -100,7 +103,7 @@ TEST(Schedule, FinishesOneChainBeforeStartingTheNext) {
   // Already good: a second run keeps the order and says so.
   auto again = Schedule().run(m);
   ASSERT_TRUE(again.ok());
-  EXPECT_FALSE(*again);
+  EXPECT_FALSE(again->changed);
 }
 
 // An optimizer step: g = w·x is w's gradient, y = w + x reads w through a view, and the update
@@ -221,9 +224,10 @@ TEST(ScheduleProperty, RandomGraphsStayValidAndNeverGetWorse) {
       if (::testing::Test::HasFatalFailure()) return;
     }
     const Module before = m;
-    ScheduleReport report;
-    auto changed = Schedule().run(m, &report);
+    Schedule pass;
+    auto changed = pass.run(m);
     ASSERT_TRUE(changed.ok()) << changed.status().message();
+    const ScheduleReport& report = pass.details();
     expect_valid_reorder(before, m);
     auto plan_before = MemoryPlan().run(before), plan_after = MemoryPlan().run(m);
     ASSERT_TRUE(plan_before.ok() && plan_after.ok());
@@ -231,7 +235,7 @@ TEST(ScheduleProperty, RandomGraphsStayValidAndNeverGetWorse) {
     const int64_t arena_after = plan_after->space(MemSpace::kDevice).arena_bytes;
     EXPECT_LE(arena_after, arena_before);
     EXPECT_EQ(arena_after, report.after().arena_bytes);
-    EXPECT_EQ(*changed, arena_after < arena_before || report.after().lower_bound_bytes < report.before().lower_bound_bytes);
+    EXPECT_EQ(changed->changed, arena_after < arena_before || report.after().lower_bound_bytes < report.before().lower_bound_bytes);
     improved += arena_after < arena_before;
     if (::testing::Test::HasFatalFailure()) return;
   }
@@ -304,9 +308,10 @@ TEST_P(RealModels, PeakNeverWorseAndTrainingBitIdentical) {
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   plan->model_path = model;
   Plan rescheduled = *plan;
-  ScheduleReport report;
-  auto changed = Schedule().run(rescheduled.train, &report);
+  Schedule pass;
+  auto changed = pass.run(rescheduled.train);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
+  const ScheduleReport& report = pass.details();
   expect_valid_reorder(plan->train, rescheduled.train);
   const auto &b = report.before(), &a = report.after();
   std::printf("[schedule] %-13s %-8s lower bound %9lld -> %9lld  arena %9lld -> %9lld  (%+.1f%%)  %-10s %6.1f ms\n",
@@ -366,9 +371,10 @@ TEST_P(ScheduleVitL16, FastAndNeverWorse) {
   auto plan = compile_model(source_path("models/vit_l_16_skeleton.onnx"), "/tmp/vit_l_16_schedule.plan", options);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   const Module before = plan->train;
-  ScheduleReport report;
-  auto changed = Schedule().run(plan->train, &report);
+  Schedule pass;
+  auto changed = pass.run(plan->train);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
+  const ScheduleReport& report = pass.details();
   expect_valid_reorder(before, plan->train);
   const auto start = std::chrono::steady_clock::now();
   for (SchedulePolicy p : {SchedulePolicy::kEagerFree, SchedulePolicy::kLazy, SchedulePolicy::kMinDelta}) {

@@ -164,13 +164,116 @@ static Expected<SearchResult> search_shard_stages(ModelCompiler& compiler, const
   return std::move(*best);
 }
 
-int run_compile(const CompileArgs& args) {
-  if (args.loss != "cross_entropy") return report(Status::BadInput("--loss " + args.loss + " is not supported (cross_entropy)"));
+// Refuses what the compile flags spell wrong before anything is imported.
+Status check_compile_args(const CompileArgs& args) {
+  if (args.loss != "cross_entropy") return Status::BadInput("--loss " + args.loss + " is not supported (cross_entropy)");
   if (args.schedule.kind != "constant" && args.schedule.kind != "cosine" && args.schedule.kind != "warmup-cosine") {
-    return report(Status::BadInput("--schedule " + args.schedule.kind + " is not one of constant, cosine, warmup-cosine"));
+    return Status::BadInput("--schedule " + args.schedule.kind + " is not one of constant, cosine, warmup-cosine");
   }
-  if (!std::filesystem::exists(args.model)) return report(Status::BadInput(args.model + ": no such file"));
-  if (Status st = check_outputs(model_files(args.model), {{"-o", args.output}}, args.force); !st.ok()) return report(st);
+  if (!std::filesystem::exists(args.model)) return Status::BadInput(args.model + ": no such file");
+  MEMC_RETURN_IF_ERROR(check_outputs(model_files(args.model), {{"-o", args.output}}, args.force));
+  const std::vector<std::string> points = ir_dump_points();
+  if (!args.print_ir_after.empty() && std::find(points.begin(), points.end(), args.print_ir_after) == points.end()) {
+    std::string names;
+    for (const std::string& p : points) names += (names.empty() ? "" : ", ") + p;
+    return Status::BadInput("--print-ir-after " + args.print_ir_after + ": passes are " + names);
+  }
+  return Status::Ok();
+}
+
+// --dump-dir: refuses a folder that holds dumps already (unless --force), creates it.
+Status prepare_dump_dir(const CompileArgs& args) {
+  if (args.dump_dir.empty()) return Status::Ok();
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(args.dump_dir, ec), end; !ec && it != end && !args.force; it.increment(ec)) {
+    const std::string name = it->path().filename().string();  // NN-pass.mlir, as IrDumper writes them
+    if (name.size() > 8 && std::isdigit(static_cast<unsigned char>(name[0])) && std::isdigit(static_cast<unsigned char>(name[1])) && name[2] == '-' &&
+        name.ends_with(".mlir")) {
+      return Status::BadInput("--dump-dir " + args.dump_dir + ": holds IR dumps already (" + name + "); pass --force to replace them");
+    }
+  }
+  ec.clear();
+  std::filesystem::create_directories(args.dump_dir, ec);
+  if (ec) return Status::BadInput("--dump-dir " + args.dump_dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+// The IR after each pass: on stderr under MLIR's banner (--print-ir-after-all, --print-ir-after
+// PASS) and as DIR/NN-pass.mlir (--dump-dir). The first failed write is kept in `status`.
+struct IrDumper {
+  const CompileArgs& args;
+  int dumped = 0;
+  Status status = Status::Ok();
+
+  bool wanted() const { return args.print_ir_after_all || !args.print_ir_after.empty() || !args.dump_dir.empty(); }
+  void operator()(std::string_view pass, const Module& module) {
+    const bool print = args.print_ir_after_all || args.print_ir_after == pass;
+    if (!print && args.dump_dir.empty()) return;
+    const std::string text = print_module(module);
+    if (print) std::fprintf(stderr, "%s\n%s", ir_dump_banner(pass).c_str(), text.c_str());
+    if (args.dump_dir.empty()) return;
+    char name[64];
+    std::snprintf(name, sizeof(name), "%02d-%.*s.mlir", dumped++, static_cast<int>(pass.size()), pass.data());
+    const Status st = write_file_atomic((std::filesystem::path(args.dump_dir) / name).string(), text);
+    if (!st.ok() && status.ok()) status = st;
+  }
+};
+
+// The budget search (or --explain's whole space) when it is asked for; `options` becomes its choice.
+Expected<std::optional<SearchResult>> run_search(const CompileArgs& args, ModelCompiler& compiler, CompileOptions& options, double& seconds) {
+  const SearchSpace& free = args.search;
+  const bool any_free = free.precision || free.micro_batches || free.remat || free.attention || free.offload;
+  const bool searching = (options.budget_bytes > 0 && any_free) || args.auto_requested;
+  if (!searching && !args.explain) return std::optional<SearchResult>();
+  SearchSpace space = args.search;
+  if (!searching) space = {true, true, true, true, true};  // --explain alone: the whole space, no budget
+  const auto start = std::chrono::steady_clock::now();
+  Expected<SearchResult> found = args.search_shard ? search_shard_stages(compiler, options, space) : search_plan(compiler, options, space);
+  if (!found.ok()) return found.status();
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log(1, str_cat("search: ", found->compiles, " candidate plans compiled in ", seconds, " s; chosen: ", found->best.label()));
+  if (searching) options = found->chosen;
+  return std::optional<SearchResult>(std::move(found).value());
+}
+
+// A search candidate's row in --json.
+json candidate_json(const Candidate& c, const CompileOptions& options, const SearchResult& search) {
+  return json{{"decisions", c.label()},
+              {"precision", precision_name(c.precision)},
+              {"micro_batches", c.micro_batches},
+              {"remat", describe_remat(c.remat)},
+              {"attention", attention_kernel_name(c.attention)},
+              {"offload", offload_level_name(c.offload)},
+              {"planned_peak_bytes", c.peak_bytes},
+              {"estimated_step_ms", c.step_ms},
+              {"fits", options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes},
+              {"chosen", c.label() == search.best.label()}};
+}
+
+json search_json(const SearchResult& search, const CompileOptions& options, double seconds) {
+  json ladder = json::array(), pareto = json::array();
+  for (const Candidate& c : search.ladder) ladder.push_back(candidate_json(c, options, search));
+  for (const Candidate& c : search.pareto) pareto.push_back(candidate_json(c, options, search));
+  return {{"candidates_compiled", search.compiles}, {"search_seconds", seconds}, {"chosen", candidate_json(search.best, options, search)},
+          {"ladder", ladder}, {"pareto", pareto}};
+}
+
+// --explain's text: the ladder, the Pareto front and the search time.
+void print_explanation(const SearchResult& search, const CompileOptions& options, const std::string& target, double seconds) {
+  auto line = [&](const Candidate& c) {
+    const bool fits = options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes;
+    std::printf("  %-82s %12s %12.1f ms  %s%s\n", c.label().c_str(), human_bytes(c.peak_bytes).c_str(), c.step_ms, fits ? "fits" : "over",
+                c.label() == search.best.label() ? "  <- chosen" : "");
+  };
+  std::printf("ladder     each technique added in turn (planned peak, estimated step time on %s):\n", target.c_str());
+  for (const Candidate& c : search.ladder) line(c);
+  std::printf("pareto     the (peak, time) front of the %d plans compiled:\n", search.compiles);
+  for (const Candidate& c : search.pareto) line(c);
+  std::printf("search     %d candidate plans compiled in %.2f s\n", search.compiles, seconds);
+}
+
+int run_compile(const CompileArgs& args) {
+  if (Status st = check_compile_args(args); !st.ok()) return report(st);
   CompileOptions options = args.options;
   options.schedule = args.schedule;
   if (!args.budget.empty()) {
@@ -178,67 +281,25 @@ int run_compile(const CompileArgs& args) {
     if (!budget.ok()) return report(budget.status().with_context("--budget: "));
     options.budget_bytes = *budget;
   }
-  static const std::vector<std::string> kPasses = {"import", "attention", "precision", "training_step", "offload", "schedule"};
-  if (!args.print_ir_after.empty() && std::find(kPasses.begin(), kPasses.end(), args.print_ir_after) == kPasses.end()) {
-    return report(Status::BadInput("--print-ir-after " + args.print_ir_after + ": passes are import, attention, precision, training_step, offload, schedule"));
-  }
-  if (!args.dump_dir.empty()) {
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(args.dump_dir, ec), end; !ec && it != end && !args.force; it.increment(ec)) {
-      const std::string name = it->path().filename().string();  // NN-pass.mlir, as written below
-      if (name.size() > 8 && std::isdigit(static_cast<unsigned char>(name[0])) && std::isdigit(static_cast<unsigned char>(name[1])) &&
-          name[2] == '-' && name.ends_with(".mlir")) {
-        return report(Status::BadInput("--dump-dir " + args.dump_dir + ": holds IR dumps already (" + name + "); pass --force to replace them"));
-      }
-    }
-    ec.clear();
-    std::filesystem::create_directories(args.dump_dir, ec);
-    if (ec) return report(Status::BadInput("--dump-dir " + args.dump_dir + ": " + ec.message()));
-  }
-  int dumped = 0;
-  Status dump_status = Status::Ok();
-  if (args.print_ir_after_all || !args.print_ir_after.empty() || !args.dump_dir.empty()) {
-    options.after_pass = [&](const std::string& pass, const Module& module) {
-      const bool print = args.print_ir_after_all || args.print_ir_after == pass;
-      if (!print && args.dump_dir.empty()) return;
-      const std::string text = print_module(module);
-      if (print) std::fprintf(stderr, "// ----- IR after %s -----\n%s", pass.c_str(), text.c_str());
-      if (!args.dump_dir.empty()) {
-        char name[64];
-        std::snprintf(name, sizeof(name), "%02d-%s.mlir", dumped++, pass.c_str());
-        const Status st = write_file_atomic((std::filesystem::path(args.dump_dir) / name).string(), text);
-        if (!st.ok() && dump_status.ok()) dump_status = st;
-      }
-    };
-  }
+  if (Status st = prepare_dump_dir(args); !st.ok()) return report(st);
+  IrDumper dumper{args};
+  if (dumper.wanted()) options.after_pass = std::ref(dumper);
   ModelCompiler compiler(args.model, args.output);
-  std::optional<SearchResult> search;
   double search_s = 0;  // the search's own wall time (import, candidates, ladder)
-  const SearchSpace& free = args.search;
-  const bool any_free = free.precision || free.micro_batches || free.remat || free.attention || free.offload;
-  const bool searching = (options.budget_bytes > 0 && any_free) || args.auto_requested;
-  if (searching || args.explain) {
-    SearchSpace space = args.search;
-    if (!searching) space = {true, true, true, true, true};  // --explain alone: the whole space, no budget
-    const auto start = std::chrono::steady_clock::now();
-    Expected<SearchResult> found = args.search_shard ? search_shard_stages(compiler, options, space) : search_plan(compiler, options, space);
-    if (!found.ok()) return report(found.status());
-    search = std::move(found).value();
-    search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    log(1, str_cat("search: ", search->compiles, " candidate plans compiled in ", search_s, " s; chosen: ", search->best.label()));
-    if (searching) options = search->chosen;
-  }
+  Expected<std::optional<SearchResult>> search = run_search(args, compiler, options, search_s);
+  if (!search.ok()) return report(search.status());
   Expected<Plan> plan = compiler.compile(options);
   if (!plan.ok()) return report(plan.status());
   plan->threads = host_memory().threads;  // what the kernel workspaces were just sized for
   // A --remat size the solver cannot meet is answered with the least it can hold, and said so
   // (a remat limit the search chose is judged by the plan's peak alone).
   const Plan::RematOutcome& remat = plan->remat_outcome;
-  if (remat.has_limit && !remat.limit_met && !(searching && args.search.remat)) {
-    warn(str_cat("--remat ", describe_remat(options.remat), " is not met: the schedule holds ", format_size(remat.held_tape_bytes),
-                 " of tapes at once (", remat.held_tape_bytes, " bytes; the solver holds no less than the largest segment's tape)"));
+  const bool searched_remat = *search && (options.budget_bytes > 0 || args.auto_requested) && args.search.remat;
+  if (remat.has_limit && !remat.limit_met && !searched_remat) {
+    warn(str_cat("--remat ", describe_remat(options.remat), " is not met: the schedule holds ", format_size(remat.held_tape_bytes), " of tapes at once (",
+                 remat.held_tape_bytes, " bytes; the solver holds no less than the largest segment's tape)"));
   }
-  if (!dump_status.ok()) return report(dump_status.with_context("--dump-dir: "));
+  if (!dumper.status.ok()) return report(dumper.status.with_context("--dump-dir: "));
   if (args.print_ir) std::fputs(print_module(plan->train).c_str(), stdout);
   if (Status st = write_plan(args.output, *plan); !st.ok()) return report(st);
   json summary = plan_summary(args.output, *plan);
@@ -247,34 +308,10 @@ int run_compile(const CompileArgs& args) {
   // size (null without one), and whether remat planned higher so the step without it was kept.
   summary["remat_limit_met"] = remat.has_limit ? json(remat.limit_met) : json(nullptr);
   summary["remat_kept_without"] = remat.kept_without_remat;
-  if (search) {
-    auto row = [&](const Candidate& c) {
-      return json{{"decisions", c.label()}, {"precision", c.precision}, {"micro_batches", c.micro_batches},
-                  {"remat", describe_remat(c.remat)}, {"attention", c.attention}, {"offload", c.offload},
-                  {"planned_peak_bytes", c.peak_bytes},
-                  {"estimated_step_ms", c.step_ms}, {"fits", options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes},
-                  {"chosen", c.label() == search->best.label()}};
-    };
-    json ladder = json::array(), pareto = json::array();
-    for (const Candidate& c : search->ladder) ladder.push_back(row(c));
-    for (const Candidate& c : search->pareto) pareto.push_back(row(c));
-    summary["search"] = {{"candidates_compiled", search->compiles}, {"search_seconds", search_s}, {"chosen", row(search->best)},
-                         {"ladder", ladder}, {"pareto", pareto}};
-  }
+  if (*search) summary["search"] = search_json(**search, options, search_s);
   if (args.json) std::printf("%s\n", summary.dump(2).c_str());
   else print_summary(summary);
-  if (search && args.explain && !args.json) {
-    auto line = [&](const Candidate& c) {
-      const bool fits = options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes;
-      std::printf("  %-82s %12s %12.1f ms  %s%s\n", c.label().c_str(), human_bytes(c.peak_bytes).c_str(), c.step_ms,
-                  fits ? "fits" : "over", c.label() == search->best.label() ? "  <- chosen" : "");
-    };
-    std::printf("ladder     each technique added in turn (planned peak, estimated step time on %s):\n", plan->target.c_str());
-    for (const Candidate& c : search->ladder) line(c);
-    std::printf("pareto     the (peak, time) front of the %d plans compiled:\n", search->compiles);
-    for (const Candidate& c : search->pareto) line(c);
-    std::printf("search     %d candidate plans compiled in %.2f s\n", search->compiles, search_s);
-  }
+  if (*search && args.explain && !args.json) print_explanation(**search, options, plan->target, search_s);
   return 0;
 }
 

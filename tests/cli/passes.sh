@@ -70,14 +70,14 @@ $MEMC -v compile models/vit_tiny.onnx --batch 8 --micro-batches 2 --remat blocks
   --dump-dir "$TMP/dump" -o "$TMP/d.plan" >/dev/null 2>"$TMP/err" || fail "dump compile: $(head -c 300 "$TMP/err")"
 [ "$(ls "$TMP/dump" | tr '\n' ' ')" = "00-import.mlir 01-attention.mlir 02-precision.mlir 03-training_step.mlir 04-schedule.mlir " ] \
   && pass "--dump-dir writes one file per pass" || fail "dump files: $(ls "$TMP/dump")"
-[ "$(grep -c '^// ----- IR after' "$TMP/err")" = 5 ] && pass "--print-ir-after-all prints five dumps" || fail "print-ir-after-all"
+[ "$(grep -c "^// -----// IR Dump After" "$TMP/err")" = 5 ] && pass "--print-ir-after-all prints five dumps" || fail "print-ir-after-all"
 for p in "pass attention: 2 " "pass precision bf16-mixed" "pass microbatch: 2 micro-batches of 4" "pass remat blocks:"; do
   grep -q "$p" "$TMP/err" && pass "-v reports '$p'" || fail "-v lacks '$p'"
 done
 grep -q 'memc.attention' "$TMP/dump/01-attention.mlir" && ! grep -q 'memc.attention' "$TMP/dump/00-import.mlir" \
   && pass "attention appears after the attention pass, not before" || fail "attention dump contents"
 $MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after schedule -o "$TMP/s.plan" >/dev/null 2>"$TMP/err"
-[ "$(grep -c '^// ----- IR after schedule' "$TMP/err")" = 1 ] && pass "--print-ir-after schedule" || fail "print-ir-after"
+[ "$(grep -c '^// -----// IR Dump After schedule //----- //$' "$TMP/err")" = 1 ] && pass "--print-ir-after schedule" || fail "print-ir-after"
 expect_error 2 "passes are import" -- $MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after autodiff -o "$TMP/x.plan"
 
 # --offload optimizer: the device peak drops by the optimizer state moved to the host arena (which

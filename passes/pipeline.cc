@@ -1,0 +1,113 @@
+#include "passes/pipeline.h"
+
+#include <algorithm>
+
+#include "ir/verifier.h"
+#include "passes/schedule.h"
+#include "passes/strip_dropout.h"
+#include "support/log.h"
+#include "support/size.h"
+
+namespace memc {
+
+void PassReport::set(std::string name, int64_t value) {
+  for (PassStatistic& s : statistics) {
+    if (s.name == name) {
+      s.value = value;
+      return;
+    }
+  }
+  statistics.push_back({std::move(name), value});
+}
+
+int64_t PassReport::get(std::string_view name, int64_t fallback) const {
+  for (const PassStatistic& s : statistics) {
+    if (s.name == name) return s.value;
+  }
+  return fallback;
+}
+
+// The registry: one line per pass, in pipeline order.
+const std::vector<PassInfo>& registered_passes() {
+  using O = const PipelineOptions&;
+  static const std::vector<PassInfo> kPasses = {
+      {"strip_dropout", "dropout becomes identity (--no-dropout)", PassStage::kForward, [](O o) { return !o.dropout; },
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<StripDropout>(); }},
+      {"attention", "MatMul→Softmax→MatMul becomes tiled attention (--attention tiled)", PassStage::kForward,
+       [](O o) { return o.attention == AttentionKernel::kTiled; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AttentionPass>(); }},
+      {"precision", "retypes the forward for --precision", PassStage::kForward, [](O) { return true; },
+       [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Precision>(Precision::Options{.mode = o.precision}); }},
+      {"training_step", "loss, autodiff, micro-batching, remat, sharding and the optimizer", PassStage::kTraining, [](O) { return true; },
+       [](O o) -> std::unique_ptr<Pass> {
+         return std::make_unique<TrainingStep>(o.optimizer, MicroBatching{.k = o.micro_batches, .forward = o.forward}, o.remat, o.shard);
+       }},
+      {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
+       [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},
+      {"schedule", "the node order with the lowest planned peak", PassStage::kTraining, [](O o) { return o.reschedule; },
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<Schedule>(); }},
+  };
+  return kPasses;
+}
+
+const PassInfo* find_pass(std::string_view name) {
+  for (const PassInfo& p : registered_passes()) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> ir_dump_points() {
+  std::vector<std::string> names = {"import"};
+  for (const PassInfo& p : registered_passes()) names.emplace_back(p.name);
+  return names;
+}
+
+std::string ir_dump_banner(std::string_view pass) { return str_cat("// -----// IR Dump After ", pass, " //----- //"); }
+
+PassPipeline PassPipeline::build(PassStage stage, const PipelineOptions& options) {
+  PassPipeline pipeline;
+  for (const PassInfo& p : registered_passes()) {
+    if (p.stage == stage && p.enabled(options)) pipeline.add(p.create(options));
+  }
+  return pipeline;
+}
+
+std::vector<std::string> PassPipeline::names() const {
+  std::vector<std::string> names;
+  for (const auto& p : passes_) names.emplace_back(p->name());
+  return names;
+}
+
+void print_pass_report(const PassReport& report) {
+  for (const std::string& line : report.lines) log(1, "pass " + line);
+  for (const std::string& w : report.warnings) warn(w);
+}
+
+Expected<std::vector<PassReport>> PassPipeline::run(Module& module, const PassInstrumentation& inst) const {
+  std::vector<PassReport> reports;
+  for (const auto& pass : passes_) {
+    int64_t before = -1;
+    if (inst.peak) {
+      MEMC_ASSIGN_OR_RETURN(before, inst.peak(module));
+    }
+    MEMC_ASSIGN_OR_RETURN(PassReport report, pass->run(module));
+    if (inst.verify) {
+      if (Status st = verify(module); !st.ok()) return Status::Internal(str_cat("after pass '", pass->name(), "': ", st.message()));
+    }
+    report.pass = std::string(pass->name());
+    const bool measure = inst.peak && report.peak_before < 0;  // the pass did not measure them itself
+    if (measure) {
+      report.peak_before = before;
+      MEMC_ASSIGN_OR_RETURN(report.peak_after, inst.peak(module));
+    }
+    if (inst.report) {
+      print_pass_report(report);
+      if (measure) log(1, str_cat("pass ", pass->name(), ": device arena ", format_size(report.peak_before), " → ", format_size(report.peak_after)));
+    }
+    if (inst.after_pass) inst.after_pass(pass->name(), module);
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+}  // namespace memc

@@ -1,0 +1,86 @@
+// The pass pipeline as data. Each registered pass (passes/pipeline.cc, one line each) names
+// its stage, when the options enable it, and how it is built from them; a pipeline is the
+// enabled passes of a stage in registry order. The forward stage turns the imported model into
+// the forward pass that training and evaluation start from; the training stage turns that
+// forward into one training step.
+//
+// Running a pipeline verifies the module after every pass (ir/verifier.h) and names the pass
+// whose output fails; it prints -v reports and IR dumps (MLIR's "// -----// IR Dump After X
+// //----- //" banner) from one place.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "passes/attention.h"
+#include "passes/offload.h"
+#include "passes/pass.h"
+#include "passes/precision.h"
+#include "passes/remat.h"
+#include "passes/shard.h"
+#include "passes/training_step.h"
+
+namespace memc {
+
+// Every decision the passes act on, as types.
+struct PipelineOptions {
+  bool dropout = true;  // false: dropout nodes become identities (strip_dropout)
+  AttentionKernel attention = AttentionKernel::kTiled;
+  PrecisionKind precision = PrecisionKind::kFp32;
+  OptimizerOptions optimizer;
+  int64_t micro_batches = 1;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
+  ForwardFactory forward;     // the forward at a micro-batch's size (set by the planner)
+  RematOptions remat;         // policy "none" by default
+  ShardOptions shard;         // --devices N --shard zero1|zero2|zero3
+  OffloadLevel offload = OffloadLevel::kNone;
+  bool reschedule = true;     // the peak-lowering schedule pass (off: import order)
+};
+
+enum class PassStage { kForward, kTraining };
+
+struct PassInfo {
+  std::string_view name;  // --print-ir-after NAME, --dump-dir's NN-NAME.mlir
+  std::string_view description;
+  PassStage stage;
+  bool (*enabled)(const PipelineOptions& options);
+  std::unique_ptr<Pass> (*create)(const PipelineOptions& options);
+};
+
+// In pipeline order.
+const std::vector<PassInfo>& registered_passes();
+const PassInfo* find_pass(std::string_view name);
+// What --print-ir-after accepts: "import" (the imported module) and every registered pass.
+std::vector<std::string> ir_dump_points();
+
+// "// -----// IR Dump After NAME //----- //"
+std::string ir_dump_banner(std::string_view pass);
+
+struct PassInstrumentation {
+  bool verify = true;   // verify after every pass
+  bool report = false;  // print each pass's -v lines and its warnings
+  // Called with each pass's name and the module after it (dumps).
+  std::function<void(std::string_view pass, const Module& module)> after_pass;
+  // When set: fills a report's peak_before/peak_after that its pass left unmeasured.
+  std::function<Expected<int64_t>(const Module& module)> peak;
+};
+
+class PassPipeline {
+ public:
+  // The registered passes of `stage` that `options` enable, in registry order.
+  static PassPipeline build(PassStage stage, const PipelineOptions& options);
+  void add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
+  std::vector<std::string> names() const;
+  // Runs every pass in order. A failing pass's status is returned as it is; a module that fails
+  // verification after a pass is an internal error naming the pass.
+  Expected<std::vector<PassReport>> run(Module& module, const PassInstrumentation& instrumentation) const;
+
+ private:
+  std::vector<std::unique_ptr<Pass>> passes_;
+};
+
+// Prints a report's lines at -v (and its warnings), as the pipeline does when reporting.
+void print_pass_report(const PassReport& report);
+
+}  // namespace memc
