@@ -117,6 +117,7 @@ NodeId Module::add_node_typed(const std::string& op, std::vector<ValueId> inputs
   Node n;
   n.id = static_cast<NodeId>(nodes_.size());
   n.op = op;
+  n.def = OpRegistry::get().find(op);
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);
   n.source = source;
@@ -136,6 +137,7 @@ Expected<std::vector<ValueId>> Module::add_node(const std::string& op, std::vect
                                                 int num_outputs) {
   Node probe;
   probe.op = op;
+  probe.def = OpRegistry::get().find(op);
   probe.inputs = inputs;
   probe.attrs = attrs;
   probe.source = source;

@@ -53,9 +53,14 @@ struct Value {
   NodeId producer = kNoNode;  // kNoNode for function arguments
 };
 
+struct OpDef;  // ir/op_registry.h
+
 struct Node {
   NodeId id = kNoNode;
   std::string op;  // registry name without the "memc." prefix, e.g. "matmul"
+  // The op's registry entry, set when the node is added (nullptr: no such op; the verifier
+  // says so). Passes read flags and rules through it instead of looking `op` up.
+  const OpDef* def = nullptr;
   std::vector<ValueId> inputs;  // kNoValue marks an absent optional input
   std::vector<ValueId> outputs;
   Attrs attrs;

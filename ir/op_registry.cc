@@ -17,20 +17,17 @@ OpRegistry& OpRegistry::get() {
 void OpRegistry::add(OpDef def) {
   MEMC_CHECK(find(def.name) == nullptr, "op registered twice: ", def.name);
   defs_.push_back(std::move(def));
+  by_name_.emplace(defs_.back().name, &defs_.back());
 }
 
 const OpDef* OpRegistry::find(const std::string& name) const {
-  for (const OpDef& d : defs_) {
-    if (d.name == name) return &d;
-  }
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 OpDef* OpRegistry::find_mutable(const std::string& name) {
-  for (OpDef& d : defs_) {
-    if (d.name == name) return &d;
-  }
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 std::vector<std::string> OpRegistry::names() const {
@@ -42,7 +39,7 @@ std::vector<std::string> OpRegistry::names() const {
 
 Status infer_types(const Node& node, const std::vector<TensorType>& input_types,
                    const std::vector<bool>& present, std::vector<TensorType>& out) {
-  const OpDef* def = OpRegistry::get().find(node.op);
+  const OpDef* def = node.def ? node.def : OpRegistry::get().find(node.op);  // a node built by hand may not carry it
   const std::string where = node.source.empty() ? "" : " (" + node.source + ")";
   if (!def) return Status::BadInput("unknown op memc." + node.op + where);
   const int n = static_cast<int>(present.size());
@@ -74,7 +71,7 @@ static std::vector<TensorType> types_of(const Module& m, const std::vector<Value
 }
 
 int64_t node_flops(const Module& m, const Node& node) {
-  const OpDef* def = OpRegistry::get().find(node.op);
+  const OpDef* def = node.def;
   std::vector<TensorType> in = types_of(m, node.inputs), out = types_of(m, node.outputs);
   if (def && def->flops) return def->flops(node, in, out);
   int64_t total = 0;

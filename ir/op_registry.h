@@ -1,9 +1,11 @@
 // One op, one registry entry: shape function, cost counts, flags (and later, the gradient
 // rule). Kernels live in backends/<name>/ and register against the same op names.
 #pragma once
+#include <deque>
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -56,12 +58,14 @@ class OpRegistry {
  public:
   static OpRegistry& get();
   void add(OpDef def);
+  // By name, in constant time; entries never move (nodes hold pointers to them).
   const OpDef* find(const std::string& name) const;
   OpDef* find_mutable(const std::string& name);
   std::vector<std::string> names() const;
 
  private:
-  std::vector<OpDef> defs_;
+  std::deque<OpDef> defs_;  // a deque: adding an op never moves the others
+  std::unordered_map<std::string, OpDef*> by_name_;
 };
 
 // Runs the shape function of `node` given its input types.

@@ -91,7 +91,8 @@ class Verifier {
         report(str_cat(where, ": attribute ", key, " is reserved for the text form"));
       }
     }
-    if (!OpRegistry::get().find(node.op)) report(str_cat(where, ": unknown op memc.", node.op));
+    if (!node.def) report(str_cat(where, ": unknown op memc.", node.op));
+    else if (node.def->name != node.op) report(str_cat(where, ": its registry entry is memc.", node.def->name, ", its op memc.", node.op));
     std::vector<TensorType> input_types;
     std::vector<bool> present;
     bool inputs_ok = true;
@@ -123,7 +124,7 @@ class Verifier {
         report(str_cat(where, ": %", m_.value(v).name, " names producer ", m_.value(v).producer, ", not node ", node.id));
       }
     }
-    if (inputs_ok && outputs_ok && OpRegistry::get().find(node.op)) check_types(node, where, input_types, present);
+    if (inputs_ok && outputs_ok && node.def) check_types(node, where, input_types, present);
     if (inputs_ok && outputs_ok) check_spaces(node, where);
   }
 

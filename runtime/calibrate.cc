@@ -69,14 +69,16 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
     seconds = time_per_call(budget, [&] { (void)ex.run({}); });
     return Status::Ok();
   };
-  auto tanh_module = [](DType dtype) {
+  auto tanh_module = [](DType dtype) -> Expected<Module> {
     Module m;
     const ValueId x = m.add_argument("x", TensorType{dtype, {1 << 22}}, Role::kInput);
-    m.set_outputs(*m.add_node("tanh", {x}));
+    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> y, m.add_node("tanh", {x}));
+    m.set_outputs(y);
     return m;
   };
   {
-    Module m = tanh_module(DType::kF32), low = tanh_module(DType::kBF16);
+    MEMC_ASSIGN_OR_RETURN(Module m, tanh_module(DType::kF32));
+    MEMC_ASSIGN_OR_RETURN(Module low, tanh_module(DType::kBF16));
     double t = 0, t_low = 0;
     MEMC_RETURN_IF_ERROR(run_planned(m, t));
     MEMC_RETURN_IF_ERROR(run_planned(low, t_low));
@@ -87,7 +89,10 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
   {
     Module m;
     ValueId v = m.add_argument("x", TensorType{DType::kF32, {1}}, Role::kInput);
-    for (int i = 0; i < 512; ++i) v = (*m.add_node("add", {v, v}))[0];
+    for (int i = 0; i < 512; ++i) {
+      MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> sum, m.add_node("add", {v, v}));
+      v = sum[0];
+    }
     m.set_outputs({v});
     double t = 0;
     MEMC_RETURN_IF_ERROR(run_planned(m, t));

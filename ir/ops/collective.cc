@@ -222,7 +222,7 @@ void register_collective_ops(OpRegistry& r) {
 }
 
 int64_t collective_wire_bytes(const Module& m, const Node& node) {
-  const OpDef* def = OpRegistry::get().find(node.op);
+  const OpDef* def = node.def;
   if (!def || !(def->flags & kOpCollective) || node.outputs.empty()) return 0;
   if (node.op.ends_with("_done")) return 0;  // counted once, at the start
   const std::string base = node.op.ends_with("_start") ? node.op.substr(0, node.op.size() - 6) : node.op;
