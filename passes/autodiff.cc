@@ -13,7 +13,7 @@ std::vector<bool> forward_reach(const Module& m, const std::vector<NodeId>& orde
   for (ValueId v : wrt) reach[v] = true;
   for (NodeId n : order) {
     const Node& node = m.node(n);
-    const OpDef* def = OpRegistry::get().find(node.op);
+    const OpDef* def = node.def;
     if (def && (def->flags & kOpNoGradient)) continue;
     bool any = false;
     for (ValueId v : node.inputs) any |= v != kNoValue && reach[v];
@@ -82,7 +82,7 @@ Expected<std::vector<ValueId>> Autodiff::run(Module& module, ValueId loss, const
       any_input |= needs.back();
     }
     if (!any_input) continue;
-    const OpDef* def = OpRegistry::get().find(node.op);
+    const OpDef* def = node.def;
     if (def->flags & kOpNoGradient) continue;
     if (!def->grad) {
       return Status::BadInput(str_cat("autodiff: memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")",

@@ -122,7 +122,7 @@ Status alias_update(const Module& m, const Liveness& live, BufferSets& sets, Val
   if (defined < 0) return fail("it is not computed in the step");
   if (read > defined) return fail(str_cat("the argument is read at position ", read, " after the update is written at ", defined));
   if (read == defined) {
-    const OpDef* def = OpRegistry::get().find(m.node(live.schedule[defined]).op);
+    const OpDef* def = m.node(live.schedule[defined]).def;
     if (def == nullptr || !(def->flags & kOpInplaceOk)) {
       return fail(str_cat("memc.", m.node(live.schedule[defined]).op, " reads the argument while writing the update"));
     }

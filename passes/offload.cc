@@ -10,7 +10,7 @@
 namespace memc {
 
 bool runs_on_host(const Module& m, const Node& node) {
-  const OpDef* def = OpRegistry::get().find(node.op);
+  const OpDef* def = node.def;
   if (!def || !(def->flags & kOpOptimizerUpdate)) return false;
   for (ValueId v : node.inputs) {
     if (v != kNoValue && m.value(v).space == MemSpace::kHost) return true;
@@ -106,7 +106,7 @@ Expected<PassReport> Offload::run(Module& m) {
   auto is_master = [&](ValueId p) {
     if (m.value(p).role != Role::kParam || m.value(p).type.dtype != DType::kF32 || users[p].empty()) return false;
     for (NodeId n : users[p]) {
-      const OpDef* def = OpRegistry::get().find(m.node(n).op);
+      const OpDef* def = m.node(n).def;
       if (m.node(n).op != "cast" && !(def && (def->flags & kOpOptimizerUpdate))) return false;
     }
     return true;

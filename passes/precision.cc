@@ -22,7 +22,7 @@ Policy mixed_policy(const Node& node) {
                                             "log", "pow", "rsqrt", "reciprocal", "softplus"};
   if (low.count(node.op)) return Policy::kLow;
   if (f32.count(node.op)) return Policy::kF32;
-  const OpDef* def = OpRegistry::get().find(node.op);
+  const OpDef* def = node.def;
   if (def && (def->flags & kOpReduction) && node.op != "argmax" && node.op != "argmin") return Policy::kF32;
   return Policy::kPromote;
 }

@@ -47,7 +47,7 @@ ValueId find_root(std::vector<ValueId>& parent, ValueId v) {
 
 // Views join their source's group when they relabel the same bytes in the same space (rule A).
 bool is_view_of_input(const Module& m, const Node& node, ValueId out) {
-  const OpDef* def = OpRegistry::get().find(node.op);
+  const OpDef* def = node.def;
   if (def == nullptr || !(def->flags & kOpView) || node.inputs.empty() || node.inputs[0] == kNoValue) return false;
   const Value &in = m.value(node.inputs[0]), &o = m.value(out);
   return in.type.bytes() == o.type.bytes() && in.space == o.space;
@@ -238,7 +238,7 @@ class ListScheduler {
   std::vector<int32_t> urgency_;  // by NodeId: earliest current position of a successor
   std::vector<bool> staged_;      // by NodeId: a ready copy_to_host, emitted with its first reader
   bool is_host_transfer(NodeId n) const {
-    const OpDef* def = OpRegistry::get().find(m_.node(n).op);
+    const OpDef* def = m_.node(n).def;
     return def && (def->flags & kOpTransfer) && m_.value(m_.node(n).outputs[0]).space == MemSpace::kHost;
   }
   std::set<Key> ready_;

@@ -30,7 +30,7 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
         if (in != kNoValue && ex.plan_.liveness.buffer_of[out] == ex.plan_.liveness.buffer_of[in]) shares = true;
       }
     }
-    const OpDef* def = OpRegistry::get().find(node.op);
+    const OpDef* def = node.def;
     const bool view = def && (def->flags & kOpView);
     ex.steps_.push_back({n, kernel, shares, view && shares, ex.backend_->workspace_bytes(ex.module_, node)});
   }
