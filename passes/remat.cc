@@ -198,6 +198,11 @@ double node_cost(const Module& m, const Node& n) {
 }
 
 // "/encoder/layers/encoder_layer_3/..." → "encoder_layer_3"-style block key; "" outside blocks.
+// Exporters name each node after its module path, and a transformer's blocks are a numbered
+// list in it (torchvision "layers/encoder_layer_3", Hugging Face BERT "layer.3", GPT-2 "h.3",
+// timm "blocks.3"); the graph alone does not say where a block ends (test:
+// RematBlocks.BlocksAreTheModulePathsInNodeNames). Known slack: "h" is not anchored to a path
+// component, so "branch_1" reads as block "h_1".
 std::string block_key(const std::string& source) {
   static const std::regex re(R"(((?:layers?|blocks?|h)[._/][A-Za-z_]*\d+))");
   std::smatch m;
