@@ -40,84 +40,108 @@ std::vector<bool> backward_reach(const Module& m, const std::vector<NodeId>& ord
   return reach;
 }
 
-}  // namespace
-
-Expected<std::vector<ValueId>> Autodiff::run(Module& module, ValueId loss, const std::vector<ValueId>& wrt) {
-  const std::vector<NodeId> order = module.schedule();
-  const std::vector<bool> from_wrt = forward_reach(module, order, wrt);
-  const std::vector<bool> to_loss = backward_reach(module, order, loss);
-  auto active = [&](ValueId v) { return v != kNoValue && from_wrt[v] && to_loss[v]; };
-
-  std::vector<ValueId> grad(module.values().size(), kNoValue);
-  auto accumulate = [&](ValueId v, ValueId g) {
-    if (grad[v] == kNoValue) {
-      grad[v] = g;
-      return;
-    }
-    Expected<std::vector<ValueId>> sum = module.add_node("add", {grad[v], g}, {}, "grad accumulation of " + module.value(v).name);
-    MEMC_CHECK(sum.ok(), sum.status().message());
-    grad[v] = (*sum)[0];
-  };
-
-  {
+// The gradient of each value, by ValueId, as autodiff emits it (kNoValue: none yet). Gradients
+// reaching a value from several uses are summed in the order they arrive.
+class GradientTable {
+ public:
+  GradientTable(Module& module, ValueId loss) : m_(module), grad_(module.values().size(), kNoValue) {
+    // d loss / d loss = 1, of the loss's type.
     const TensorType& t = module.value(loss).type;
     Tensor one = Tensor::zeros(t.dtype, t.shape);
     for (int64_t i = 0; i < one.numel(); ++i) one.set_from_double(i, 1.0);
-    grad[loss] = module.add_constant(std::move(one), "dloss");
+    grad_[loss] = module.add_constant(std::move(one), "dloss");
   }
 
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const Node node = module.node(*it);  // copy: emitting nodes may reallocate
-    std::vector<ValueId> output_grads;
-    bool any_output = false;
-    for (ValueId v : node.outputs) {
-      output_grads.push_back(active(v) ? grad[v] : kNoValue);
-      any_output |= output_grads.back() != kNoValue;
+  ValueId operator[](ValueId v) const { return grad_[v]; }
+
+  void accumulate(ValueId v, ValueId g) {
+    if (grad_[v] == kNoValue) {
+      grad_[v] = g;
+      return;
     }
-    if (!any_output) continue;
-    std::vector<bool> needs;
-    bool any_input = false;
-    for (ValueId v : node.inputs) {
-      needs.push_back(active(v) && is_float(module.value(v).type.dtype));
-      any_input |= needs.back();
-    }
-    if (!any_input) continue;
-    const OpDef* def = node.def;
-    if (def->flags & kOpNoGradient) continue;
-    if (!def->grad) {
-      return Status::BadInput(str_cat("autodiff: memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")",
-                                      " has no gradient rule"));
-    }
-    GradBuilder builder(module, node, output_grads, needs);
-    MEMC_RETURN_IF_ERROR(def->grad(builder).with_context(str_cat("autodiff of memc.", node.op, ": ")));
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      const ValueId g = builder.input_grads()[i];
-      if (g != kNoValue) accumulate(node.inputs[i], g);
-    }
+    Expected<std::vector<ValueId>> sum = m_.add_node("add", {grad_[v], g}, {}, "grad accumulation of " + m_.value(v).name);
+    MEMC_CHECK(sum.ok(), sum.status().message());
+    grad_[v] = (*sum)[0];
   }
 
+ private:
+  Module& m_;
+  std::vector<ValueId> grad_;
+};
+
+// Values on a path from `wrt` to the loss: the only ones whose gradients are emitted.
+class ActiveValues {
+ public:
+  ActiveValues(const Module& m, const std::vector<NodeId>& order, ValueId loss, const std::vector<ValueId>& wrt)
+      : from_wrt_(forward_reach(m, order, wrt)), to_loss_(backward_reach(m, order, loss)) {}
+  bool operator()(ValueId v) const { return v != kNoValue && from_wrt_[v] && to_loss_[v]; }
+
+ private:
+  std::vector<bool> from_wrt_, to_loss_;
+};
+
+// Emits the gradient rule of `node` for the inputs that need one and adds what it returns into
+// `grads`; a node with no active output or input emits nothing.
+Status differentiate(Module& module, const Node& node, const ActiveValues& active, GradientTable& grads) {
+  std::vector<ValueId> output_grads;
+  bool any_output = false;
+  for (ValueId v : node.outputs) {
+    output_grads.push_back(active(v) ? grads[v] : kNoValue);
+    any_output |= output_grads.back() != kNoValue;
+  }
+  if (!any_output) return Status::Ok();
+  std::vector<bool> needs;
+  bool any_input = false;
+  for (ValueId v : node.inputs) {
+    needs.push_back(active(v) && is_float(module.value(v).type.dtype));
+    any_input |= needs.back();
+  }
+  if (!any_input) return Status::Ok();
+  const OpDef* def = node.def;
+  if (def->flags & kOpNoGradient) return Status::Ok();
+  if (!def->grad) {
+    return Status::BadInput(str_cat("autodiff: memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")",
+                                    " has no gradient rule"));
+  }
+  GradBuilder builder(module, node, output_grads, needs);
+  MEMC_RETURN_IF_ERROR(def->grad(builder).with_context(str_cat("autodiff of memc.", node.op, ": ")));
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const ValueId g = builder.input_grads()[i];
+    if (g != kNoValue) grads.accumulate(node.inputs[i], g);
+  }
+  return Status::Ok();
+}
+
+// A value of v's type filled with zeros: the gradient of a value that does not reach the loss.
+ValueId zero_gradient(Module& module, ValueId v) {
+  const TensorType& t = module.value(v).type;
+  Attrs a;
+  a.set("shape", t.shape);
+  a.set("dtype", std::string(dtype_name(t.dtype)));
+  a.set("value", 0.0);
+  Expected<std::vector<ValueId>> z = module.add_node("full", {}, a, "zero gradient");
+  MEMC_CHECK(z.ok(), z.status().message());
+  return (*z)[0];
+}
+
+ValueId copy_of(Module& module, ValueId g) {
+  Expected<std::vector<ValueId>> c = module.add_node("copy", {g}, {}, "gradient copy");
+  MEMC_CHECK(c.ok(), c.status().message());
+  return (*c)[0];
+}
+
+// The gradient of each `wrt` value: its own value (copied when shared or not an activation),
+// an explicit zero when it does not reach the loss; named grad.<param> under mark_roles.
+std::vector<ValueId> gradients_of(Module& module, const std::vector<ValueId>& wrt, const GradientTable& grads, bool mark_roles) {
   std::vector<ValueId> result;
   std::vector<bool> taken(module.values().size(), false);
   for (ValueId v : wrt) {
-    ValueId g = grad[v];
+    ValueId g = grads[v];
     // A gradient that is shared (d(a+b)/da = d(a+b)/db) or not an activation gets its own copy,
     // so each parameter's gradient is a distinct value with its own role.
-    if (g != kNoValue && (taken[g] || module.value(g).role != Role::kActivation)) {
-      Expected<std::vector<ValueId>> c = module.add_node("copy", {g}, {}, "gradient copy");
-      MEMC_CHECK(c.ok(), c.status().message());
-      g = (*c)[0];
-    }
-    if (g == kNoValue) {  // does not reach the loss: an explicit zero gradient
-      const TensorType& t = module.value(v).type;
-      Attrs a;
-      a.set("shape", t.shape);
-      a.set("dtype", std::string(dtype_name(t.dtype)));
-      a.set("value", 0.0);
-      Expected<std::vector<ValueId>> z = module.add_node("full", {}, a, "zero gradient");
-      MEMC_CHECK(z.ok(), z.status().message());
-      g = (*z)[0];
-    }
-    if (options_.mark_roles && module.value(v).role == Role::kParam) {
+    if (g != kNoValue && (taken[g] || module.value(g).role != Role::kActivation)) g = copy_of(module, g);
+    if (g == kNoValue) g = zero_gradient(module, v);  // does not reach the loss: an explicit zero
+    if (mark_roles && module.value(v).role == Role::kParam) {
       module.value(g).role = Role::kGrad;
       module.rename(g, "grad." + module.value(v).name);
     }
@@ -126,6 +150,19 @@ Expected<std::vector<ValueId>> Autodiff::run(Module& module, ValueId loss, const
     result.push_back(g);
   }
   return result;
+}
+
+}  // namespace
+
+Expected<std::vector<ValueId>> Autodiff::run(Module& module, ValueId loss, const std::vector<ValueId>& wrt) {
+  const std::vector<NodeId> order = module.schedule();
+  const ActiveValues active(module, order, loss, wrt);
+  GradientTable grads(module, loss);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Node node = module.node(*it);  // copy: emitting nodes may reallocate
+    MEMC_RETURN_IF_ERROR(differentiate(module, node, active, grads));
+  }
+  return gradients_of(module, wrt, grads, options_.mark_roles);
 }
 
 }  // namespace memc

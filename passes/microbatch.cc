@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ir/grad.h"
+#include "ir/op_registry.h"
 #include "passes/autodiff.h"
 
 namespace memc {
@@ -57,21 +58,188 @@ void offset_random_draws(Module& m, NodeId first_node, int64_t first, int64_t mi
   if (first == 0) return;
   for (NodeId n = first_node; n < static_cast<NodeId>(m.nodes().size()); ++n) {
     Node& node = m.node(n);
-    if (node.op != "dropout" && node.op != "attention") continue;
     const int64_t per_sample = random_draws_per_sample(m, node, micro_batch);
     if (per_sample > 0) node.attrs.set("rng_offset", first * per_sample);
   }
 }
 
+// The step's data inputs other than the labels, each split along its first dimension [batch, …].
+Expected<std::vector<ValueId>> batch_inputs(const Module& module, ValueId labels, int64_t batch) {
+  std::vector<ValueId> inputs;
+  for (ValueId a : module.arguments()) {
+    if (a == labels || module.value(a).role != Role::kInput) continue;
+    const Shape& s = module.value(a).type.shape;
+    if (s.empty() || s[0] != batch) {
+      return Status::BadInput(str_cat("micro-batching splits inputs along their first dimension; input '", module.value(a).source_name,
+                                      "' is [", shape_str(s), "], not [", batch, ", ...]"));
+    }
+    inputs.push_back(a);
+  }
+  return inputs;
+}
+
+// The forward imported at n samples must take inputs [n, …] and give logits [n, C]; an export
+// that fixes the batch ignores the requested size, and nothing can be split then.
+Status check_forward_batch(const Module& f, int64_t n) {
+  for (ValueId v : f.arguments()) {
+    const TensorType& t = f.value(v).type;
+    if (f.value(v).role == Role::kInput && (t.shape.empty() || t.shape[0] != n)) {
+      return Status::BadInput(str_cat("micro-batches of ", n, " samples need the model at batch ", n, ", but input '",
+                                      f.value(v).source_name, "' stays [", shape_str(t.shape),
+                                      "] (the export fixes its batch; re-export with a dynamic batch dimension)"));
+    }
+  }
+  if (f.outputs().empty() || f.value(f.outputs()[0]).type.shape.empty() || f.value(f.outputs()[0]).type.shape[0] != n) {
+    return Status::BadInput(str_cat("micro-batches of ", n, " samples need logits [", n, ", C] from the model at batch ", n,
+                                    " (the export fixes its batch; re-export with a dynamic batch dimension)"));
+  }
+  return Status::Ok();
+}
+
+// One micro-batch: samples [first, first + size) of the step's batch, the index-th of k.
+struct MicroBatch {
+  size_t index;
+  int64_t first, size;
+  std::string prefix() const { return str_cat("mb", index, "."); }
+};
+
+// Appends micro-batches one at a time to `module`. After each, sums_[p] holds the parameter's
+// gradient summed over the micro-batches so far and step_.loss their weighted losses.
+class Accumulator {
+ public:
+  Accumulator(Module& module, ValueId labels, const std::vector<ValueId>& params, ValueId scale, std::vector<ValueId> inputs)
+      : m_(module), labels_(labels), params_(params), scale_(scale), inputs_(std::move(inputs)), sums_(params.size(), kNoValue) {}
+
+  // Forward (from `f`), loss and backward of one micro-batch, then the adds into the sums.
+  Status add(const Module& f, const MicroBatch& mb, const AfterAutodiff& after_autodiff) {
+    const NodeId forward_begin = static_cast<NodeId>(m_.nodes().size());
+    MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> args, arguments(f, mb));
+    const std::vector<ValueId> outs = inline_forward(m_, f, args, mb.prefix());
+    offset_random_draws(m_, forward_begin, mb.first, mb.size);
+    const ValueId loss = weighted_loss(outs[0], mb);
+    const ValueId for_grad = scale_ == kNoValue ? loss : emit(m_, "mul", {loss, scale_});
+    const auto backward_begin = static_cast<NodeId>(m_.nodes().size());
+    MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(m_, for_grad, params_));
+    if (after_autodiff) {
+      MEMC_RETURN_IF_ERROR(after_autodiff(m_, forward_begin, backward_begin, static_cast<NodeId>(m_.nodes().size())));
+    }
+    accumulate(grads, mb);
+    step_.loss = step_.loss == kNoValue ? loss : emit(m_, "add", {step_.loss, loss});
+    logits_.push_back(outs[0]);
+    return Status::Ok();
+  }
+
+  // The gradients (one value per parameter, named grad.<param>), the logits of the whole batch,
+  // and each accumulation scheduled right after the gradient it adds.
+  AccumulatedStep finish() {
+    for (size_t p = 0; p < params_.size(); ++p) {
+      ValueId g = cast(m_, sums_[p], m_.value(params_[p]).type.dtype);
+      if (g == params_[p] || m_.value(g).producer == kNoNode) g = emit(m_, "copy", {g});
+      m_.value(g).role = Role::kGrad;
+      m_.rename(g, "grad." + m_.value(params_[p]).name);
+      step_.grads.push_back(g);
+    }
+    step_.logits = logits_.size() == 1 ? logits_[0] : emit(m_, "concat", logits_, make_attrs({{"axis", int64_t{0}}}));
+    schedule_accumulations();
+    return step_;
+  }
+
+ private:
+  // f's arguments in the step: inputs by position among inputs (their rows of the micro-batch),
+  // params and others by name.
+  Expected<std::vector<ValueId>> arguments(const Module& f, const MicroBatch& mb) {
+    std::vector<ValueId> args;
+    size_t next_input = 0;
+    for (ValueId a : f.arguments()) {
+      const Value& fa = f.value(a);
+      if (fa.role == Role::kInput) {
+        if (next_input >= inputs_.size()) return Status::Internal("micro-batch forward has more inputs than the step");
+        args.push_back(rows(m_, inputs_[next_input++], mb.first, mb.first + mb.size));
+      } else {
+        const ValueId same = m_.find_value(fa.name);
+        if (same == kNoValue || m_.value(same).type != fa.type) {
+          return Status::Internal(str_cat("micro-batch forward argument '", fa.name, "' has no match in the step"));
+        }
+        args.push_back(same);
+      }
+    }
+    return args;
+  }
+
+  // The micro-batch's mean loss weighted by n_i/N, so the weighted losses sum to the batch's mean.
+  ValueId weighted_loss(ValueId logits, const MicroBatch& mb) {
+    const ValueId mb_labels = rows(m_, labels_, mb.first, mb.first + mb.size);
+    const ValueId loss = emit(m_, "softmax_cross_entropy", {logits, mb_labels});
+    const double weight = static_cast<double>(mb.size) / static_cast<double>(m_.value(labels_).type.shape[0]);
+    Tensor w = Tensor::zeros(DType::kF32, {});
+    w.data<float>()[0] = static_cast<float>(weight);
+    const ValueId weighted = emit(m_, "mul", {loss, m_.add_constant(std::move(w), "mb_weight")});
+    m_.rename(weighted, mb.prefix() + "loss");
+    return weighted;
+  }
+
+  // Adds each gradient into its running sum (the first micro-batch's gradient starts it).
+  void accumulate(const std::vector<ValueId>& grads, const MicroBatch& mb) {
+    for (size_t p = 0; p < params_.size(); ++p) {
+      m_.rename(grads[p], mb.prefix() + m_.value(grads[p]).name);
+      // The running sum has the parameter's dtype, as PyTorch's .grad: f32 under fp32 and the
+      // mixed modes (f32 master weights), 16-bit under the -true modes.
+      const ValueId g = cast(m_, grads[p], m_.value(params_[p]).type.dtype);
+      m_.value(g).role = Role::kGrad;  // the memory breakdown counts accumulators as gradients
+      if (sums_[p] == kNoValue) {
+        sums_[p] = g;
+      } else {
+        sums_[p] = emit(m_, "add", {sums_[p], g});
+        m_.value(sums_[p]).role = Role::kGrad;
+        accumulations_.push_back(m_.value(sums_[p]).producer);
+      }
+    }
+  }
+
+  // Each accumulation runs right after the gradient it adds is complete.
+  void schedule_accumulations() {
+    std::vector<bool> is_acc(m_.nodes().size(), false);
+    for (NodeId a : accumulations_) is_acc[a] = true;
+    std::map<NodeId, std::vector<NodeId>> after;  // producer of the added gradient → its adds
+    for (NodeId a : accumulations_) {
+      // The add reads the gradient or its f32 cast.
+      after[m_.value(m_.node(a).inputs[1]).producer].push_back(a);
+    }
+    std::vector<NodeId> reordered;
+    for (NodeId n : m_.schedule()) {
+      if (is_acc[n]) continue;
+      reordered.push_back(n);
+      if (auto it = after.find(n); it != after.end()) {
+        for (NodeId a : it->second) reordered.push_back(a);
+      }
+    }
+    m_.set_schedule(reordered);
+  }
+
+  Module& m_;
+  const ValueId labels_;
+  const std::vector<ValueId>& params_;
+  const ValueId scale_;
+  const std::vector<ValueId> inputs_;  // the step's data inputs [N, …], labels aside
+  std::vector<ValueId> sums_;          // by parameter: the running sum of its gradients
+  std::vector<NodeId> accumulations_;  // the add of each gradient after the first micro-batch
+  std::vector<ValueId> logits_;        // by micro-batch
+  AccumulatedStep step_;
+};
+
 }  // namespace
 
 int64_t random_draws_per_sample(const Module& m, const Node& node, int64_t batch) {
-  if (node.op != "dropout" && node.op != "attention") return 0;
+  // Attention draws its optional dropout from the counter RNG too, but the registry does not
+  // flag it random (ir/ops/linalg.cc): it is named here, with or without dropout_ratio.
+  const OpDef* def = node.def;
+  const bool attention = node.op == "attention";
+  if (!attention && !(def && (def->flags & kOpRandom))) return 0;
   const TensorType& t = m.value(node.outputs[0]).type;
   if (t.shape.empty() || t.shape[0] != batch) return 0;  // not batch-outermost: its own draws
-  if (node.op == "dropout") return t.numel() / batch;
   // attention: one draw per score, [batch, …, Tq, Tk]; the output is [batch, …, Tq, Dv]
-  return t.numel() / t.shape.back() * m.value(node.inputs[1]).type.shape[t.shape.size() - 2] / batch;
+  if (attention) return t.numel() / t.shape.back() * m.value(node.inputs[1]).type.shape[t.shape.size() - 2] / batch;
+  return t.numel() / batch;  // one draw per element
 }
 
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {
@@ -85,21 +253,9 @@ Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const Forward
                                                    ValueId scale, const AfterAutodiff& after_autodiff) {
   const int64_t batch = module.value(labels).type.shape[0];
   if (k < 1 || k > batch) return Status::BadInput(str_cat("--micro-batches ", k, " must be between 1 and the batch size ", batch));
-  std::vector<ValueId> inputs;
-  for (ValueId a : module.arguments()) {
-    if (a == labels || module.value(a).role != Role::kInput) continue;
-    const Shape& s = module.value(a).type.shape;
-    if (s.empty() || s[0] != batch) {
-      return Status::BadInput(str_cat("micro-batching splits inputs along their first dimension; input '", module.value(a).source_name,
-                                      "' is [", shape_str(s), "], not [", batch, ", ...]"));
-    }
-    inputs.push_back(a);
-  }
+  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> inputs, batch_inputs(module, labels, batch));
+  Accumulator accumulator(module, labels, params, scale, std::move(inputs));
   std::map<int64_t, Module> forwards;  // by micro-batch size: at most two imports
-  AccumulatedStep step;
-  std::vector<ValueId> logits;
-  std::vector<ValueId> sums(params.size(), kNoValue);
-  std::vector<NodeId> accumulations;  // the add of each gradient after the first micro-batch
   int64_t first = 0;
   const std::vector<int64_t> sizes = micro_batch_sizes(batch, k);
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -108,99 +264,11 @@ Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const Forward
       MEMC_ASSIGN_OR_RETURN(Module f, forward(n));
       forwards.emplace(n, std::move(f));
     }
-    const Module& f = forwards.at(n);
-    // An export that fixes the batch ignores the requested size; nothing can be split then.
-    for (ValueId v : f.arguments()) {
-      const TensorType& t = f.value(v).type;
-      if (f.value(v).role == Role::kInput && (t.shape.empty() || t.shape[0] != n)) {
-        return Status::BadInput(str_cat("micro-batches of ", n, " samples need the model at batch ", n, ", but input '",
-                                        f.value(v).source_name, "' stays [", shape_str(t.shape),
-                                        "] (the export fixes its batch; re-export with a dynamic batch dimension)"));
-      }
-    }
-    if (f.outputs().empty() || f.value(f.outputs()[0]).type.shape.empty() || f.value(f.outputs()[0]).type.shape[0] != n) {
-      return Status::BadInput(str_cat("micro-batches of ", n, " samples need logits [", n, ", C] from the model at batch ", n,
-                                      " (the export fixes its batch; re-export with a dynamic batch dimension)"));
-    }
-    // Map f's arguments: inputs by position among inputs, params and others by name.
-    std::vector<ValueId> args;
-    const NodeId first_node = static_cast<NodeId>(module.nodes().size());
-    size_t next_input = 0;
-    for (ValueId a : f.arguments()) {
-      const Value& fa = f.value(a);
-      if (fa.role == Role::kInput) {
-        if (next_input >= inputs.size()) return Status::Internal("micro-batch forward has more inputs than the step");
-        args.push_back(rows(module, inputs[next_input++], first, first + n));
-      } else {
-        const ValueId same = module.find_value(fa.name);
-        if (same == kNoValue || module.value(same).type != fa.type) {
-          return Status::Internal(str_cat("micro-batch forward argument '", fa.name, "' has no match in the step"));
-        }
-        args.push_back(same);
-      }
-    }
-    const std::string prefix = str_cat("mb", i, ".");
-    const std::vector<ValueId> outs = inline_forward(module, f, args, prefix);
-    offset_random_draws(module, first_node, first, n);
-    const ValueId mb_labels = rows(module, labels, first, first + n);
-    const ValueId loss = emit(module, "softmax_cross_entropy", {outs[0], mb_labels});
-    const double weight = static_cast<double>(n) / static_cast<double>(batch);
-    Tensor w = Tensor::zeros(DType::kF32, {});
-    w.data<float>()[0] = static_cast<float>(weight);
-    const ValueId weighted = emit(module, "mul", {loss, module.add_constant(std::move(w), "mb_weight")});
-    module.rename(weighted, prefix + "loss");
-    const ValueId for_grad = scale == kNoValue ? weighted : emit(module, "mul", {weighted, scale});
-    const auto backward_begin = static_cast<NodeId>(module.nodes().size());
-    MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(module, for_grad, params));
-    if (after_autodiff) {
-      MEMC_RETURN_IF_ERROR(after_autodiff(module, first_node, backward_begin, static_cast<NodeId>(module.nodes().size())));
-    }
-    for (size_t p = 0; p < params.size(); ++p) {
-      module.rename(grads[p], prefix + module.value(grads[p]).name);
-      // The running sum has the parameter's dtype, as PyTorch's .grad: f32 under fp32 and the
-      // mixed modes (f32 master weights), 16-bit under the -true modes.
-      const ValueId g = cast(module, grads[p], module.value(params[p]).type.dtype);
-      module.value(g).role = Role::kGrad;  // the memory breakdown counts accumulators as gradients
-      if (sums[p] == kNoValue) {
-        sums[p] = g;
-      } else {
-        sums[p] = emit(module, "add", {sums[p], g});
-        module.value(sums[p]).role = Role::kGrad;
-        accumulations.push_back(module.value(sums[p]).producer);
-      }
-    }
-    step.loss = step.loss == kNoValue ? weighted : emit(module, "add", {step.loss, weighted});
-    logits.push_back(outs[0]);
+    MEMC_RETURN_IF_ERROR(check_forward_batch(forwards.at(n), n));
+    MEMC_RETURN_IF_ERROR(accumulator.add(forwards.at(n), {.index = i, .first = first, .size = n}, after_autodiff));
     first += n;
   }
-  for (size_t p = 0; p < params.size(); ++p) {
-    ValueId g = cast(module, sums[p], module.value(params[p]).type.dtype);
-    if (g == params[p] || module.value(g).producer == kNoNode) g = emit(module, "copy", {g});
-    module.value(g).role = Role::kGrad;
-    module.rename(g, "grad." + module.value(params[p]).name);
-    step.grads.push_back(g);
-  }
-  step.logits = logits.size() == 1 ? logits[0] : emit(module, "concat", logits, make_attrs({{"axis", int64_t{0}}}));
-
-  // Each accumulation runs right after the gradient it adds is complete.
-  std::vector<NodeId> order = module.schedule();
-  std::vector<bool> is_acc(module.nodes().size(), false);
-  for (NodeId a : accumulations) is_acc[a] = true;
-  std::map<NodeId, std::vector<NodeId>> after;  // producer of the added gradient → its adds
-  for (NodeId a : accumulations) {
-    // The add reads the gradient or its f32 cast.
-    after[module.value(module.node(a).inputs[1]).producer].push_back(a);
-  }
-  std::vector<NodeId> reordered;
-  for (NodeId n : order) {
-    if (is_acc[n]) continue;
-    reordered.push_back(n);
-    if (auto it = after.find(n); it != after.end()) {
-      for (NodeId a : it->second) reordered.push_back(a);
-    }
-  }
-  module.set_schedule(reordered);
-  return step;
+  return accumulator.finish();
 }
 
 }  // namespace memc

@@ -24,9 +24,10 @@ class ChainSolver {
  public:
   ChainSolver(const Chain& chain, int64_t unit, int64_t limit_units) : c_(chain), unit_(unit), q_(limit_units) {
     n_ = static_cast<int>(chain.cost.size());
+    MEMC_CHECK(n_ <= std::numeric_limits<int16_t>::max(), str_cat("remat: ", n_, " segments overflow the solver's choices"));
     cost_before_.assign(n_ + 1, 0.0);
     for (int s = 0; s < n_; ++s) cost_before_[s + 1] = cost_before_[s] + chain.cost[s];
-    memo_.assign(static_cast<size_t>(n_) * (n_ + 1) * (q_ + 1), std::numeric_limits<float>::quiet_NaN());
+    memo_.assign(static_cast<size_t>(chain_table_cells(n_, q_)), std::numeric_limits<float>::quiet_NaN());
     choice_.assign(memo_.size(), 0);
   }
 
@@ -65,7 +66,7 @@ class ChainSolver {
       }
     }
     slot = static_cast<float>(best);
-    choice_[index(s, t, m)] = pick;
+    choice_[index(s, t, m)] = static_cast<int16_t>(pick);
     return slot;  // the memo's value, first call or not: choices do not depend on the order of calls
   }
 
@@ -90,31 +91,41 @@ class ChainSolver {
  private:
   int64_t units(int64_t bytes) const { return (bytes + unit_ - 1) / unit_; }
   int64_t held(int j, int t) const { return t - j > 1 ? units(c_.x[j]) : 0; }
+  // Ranges s < t only: range (s, t) is row t(t−1)/2 + s of (q_ + 1) cells, one per m.
   size_t index(int s, int t, int64_t m) const {
-    return (static_cast<size_t>(s) * (n_ + 1) + static_cast<size_t>(t)) * static_cast<size_t>(q_ + 1) + static_cast<size_t>(m);
+    const size_t range = static_cast<size_t>(t) * static_cast<size_t>(t - 1) / 2 + static_cast<size_t>(s);
+    return range * static_cast<size_t>(q_ + 1) + static_cast<size_t>(m);
   }
 
   const Chain& c_;
   std::vector<double> cost_before_;  // cost_before_[s]: the cost of segments 0..s-1
   int64_t unit_, q_;
   int n_ = 0;
-  std::vector<float> memo_;
-  std::vector<int> choice_;
+  std::vector<float> memo_;      // best cost of (s, t, m); NaN: not solved yet
+  std::vector<int16_t> choice_;  // its move: -2 record, -3 partial, j ≥ 1 checkpoint j
 };
 
 }  // namespace
 
-double solve_chain(const Chain& chain, int64_t limit, std::vector<ChainAction>* actions, int64_t unit) {
-  if (chain.cost.empty()) return 0;
-  if (limit < 0) return -1;
+int64_t chain_table_cells(int64_t segments, int64_t limit_units) { return segments * (segments + 1) / 2 * (limit_units + 1); }
+
+ChainSolution solve_chain(const Chain& chain, int64_t limit, int64_t unit) {
+  ChainSolution solution;
+  if (chain.cost.empty()) {
+    solution.cost = 0;
+    return solution;
+  }
+  if (limit < 0) return solution;
   // Bytes are counted in units so that the table stays small: at most 256 units of limit.
   if (unit <= 0) unit = std::max<int64_t>(1, (limit + 255) / 256);
-  ChainSolver solver(chain, unit, limit / unit);
   const int n = static_cast<int>(chain.cost.size());
+  solution.table_bytes = chain_table_cells(n, limit / unit) * kChainCellBytes;
+  ChainSolver solver(chain, unit, limit / unit);
   const double best = solver.solve(0, n, limit / unit);
-  if (best == kInf) return -1;
-  if (actions) solver.actions(0, n, limit / unit, *actions);
-  return best;
+  if (best == kInf) return solution;
+  solver.actions(0, n, limit / unit, solution.actions);
+  solution.cost = best;
+  return solution;
 }
 
 int64_t revolve_advances(int64_t n, int64_t c) {
@@ -167,10 +178,11 @@ Expected<RematOptions> parse_remat(const std::string& spec) {
 
 namespace {
 
-bool heavy_op(const std::string& op) {
-  const OpDef* def = OpRegistry::get().find(op);
-  return def && (def->flags & kOpComputeHeavy);
-}
+bool heavy_op(const Node& node) { return node.def && (node.def->flags & kOpComputeHeavy); }
+
+// Ops the registry flags as drawing from the counter RNG (dropout). Attention's optional
+// dropout is not flagged (ir/ops/linalg.cc); it always reads activations, so never global.
+bool random_op(const Node& node) { return node.def && (node.def->flags & kOpRandom); }
 
 // Cost of executing a node once: FLOPs plus bytes written (a memory-bound op is not free).
 double node_cost(const Module& m, const Node& n) {
@@ -180,6 +192,11 @@ double node_cost(const Module& m, const Node& n) {
 }
 
 // "/encoder/layers/encoder_layer_3/..." → "encoder_layer_3"-style block key; "" outside blocks.
+// Exporters name each node after its module path, and a transformer's blocks are a numbered
+// list in it (torchvision "layers/encoder_layer_3", Hugging Face BERT "layer.3", GPT-2 "h.3",
+// timm "blocks.3"); the graph alone does not say where a block ends (test:
+// RematBlocks.BlocksAreTheModulePathsInNodeNames). Known slack: "h" is not anchored to a path
+// component, so "branch_1" reads as block "h_1".
 std::string block_key(const std::string& source) {
   static const std::regex re(R"(((?:layers?|blocks?|h)[._/][A-Za-z_]*\d+))");
   std::smatch m;
@@ -187,13 +204,251 @@ std::string block_key(const std::string& source) {
   return "";
 }
 
+// The node ids of one micro-batch's forward (including the loss) and backward.
+struct StepRange {
+  NodeId forward_begin, backward_begin, backward_end;
+  bool forward(NodeId id) const { return id >= forward_begin && id < backward_begin; }
+  bool backward(NodeId id) const { return id >= backward_begin && id < backward_end; }
+};
+
+// Pinned values, by IR name or ONNX name.
+struct Pins {
+  std::unordered_set<ValueId> save, recompute;
+  int unresolved = 0;  // pinned names that match no forward value
+};
+
+// Positions in the forward order: where a value is computed (an argument: first read) and
+// where it is last read by a forward node; -1 where there is none.
+struct LiveRanges {
+  std::vector<int> first_pos, last_use;
+};
+
 struct Analysis {
   std::vector<NodeId> forward;            // schedule order
+  std::vector<bool> global;               // by ValueId: kept for the step, never recomputed
   std::vector<int> segment_of_value;      // by ValueId: producing segment (-1: global)
   std::vector<std::vector<NodeId>> segments;
   std::vector<ValueId> boundary;          // boundary[s] = x_s (kNoValue for s = 0)
   std::vector<bool> tape;                 // by ValueId: read by backward
 };
+
+// The forward's nodes, in schedule order.
+std::vector<NodeId> forward_nodes(const std::vector<NodeId>& order, const StepRange& range) {
+  std::vector<NodeId> forward;
+  for (NodeId n : order) {
+    if (range.forward(n)) forward.push_back(n);
+  }
+  return forward;
+}
+
+// Each forward value whose IR or ONNX name is pinned; a name pinned both ways saves.
+Pins resolve_pins(const Module& m, const std::vector<NodeId>& forward, const RematOptions& options) {
+  const std::unordered_set<std::string> save_names(options.must_save.begin(), options.must_save.end());
+  const std::unordered_set<std::string> recompute_names(options.must_recompute.begin(), options.must_recompute.end());
+  std::unordered_set<std::string> matched;
+  auto match = [&](const std::unordered_set<std::string>& names, const Value& value) {
+    const std::string* name = names.count(value.name) ? &value.name : names.count(value.source_name) ? &value.source_name : nullptr;
+    if (name) matched.insert(*name);
+    return name != nullptr;
+  };
+  Pins pins;
+  for (NodeId n : forward) {
+    for (ValueId v : m.node(n).outputs) {
+      if (match(save_names, m.value(v))) {
+        pins.save.insert(v);
+      } else if (match(recompute_names, m.value(v))) {
+        pins.recompute.insert(v);
+      }
+    }
+  }
+  pins.unresolved = static_cast<int>(save_names.size() + recompute_names.size() - matched.size());
+  return pins;
+}
+
+// Global values: parameters, scalars, values produced outside the forward, values computed
+// from globals only (weight casts, constants), pinned saves and the step's outputs. Data inputs
+// are not: what they feed is activation.
+std::vector<bool> find_globals(const Module& m, const std::vector<NodeId>& forward, const Pins& pins) {
+  std::vector<bool> global(m.values().size(), true);
+  for (ValueId arg : m.arguments()) global[arg] = m.value(arg).role != Role::kInput;
+  for (NodeId n : forward) {
+    const Node& node = m.node(n);
+    bool all_global = !random_op(node);  // a random op (dropout) draws per step: never global
+    for (ValueId in : node.inputs) all_global = all_global && (in == kNoValue || global[in]);
+    for (ValueId v : node.outputs) {
+      if (pins.save.count(v)) continue;  // kept like a global
+      global[v] = all_global && !pins.recompute.count(v);
+    }
+  }
+  for (ValueId out : m.outputs()) global[out] = true;  // step outputs (logits) stay as they are
+  return global;
+}
+
+// Live ranges of the non-global values in the forward order (data inputs from their first use).
+LiveRanges live_ranges(const Module& m, const std::vector<NodeId>& forward, const std::vector<bool>& global) {
+  std::vector<int> pos(m.nodes().size(), -1);
+  for (size_t i = 0; i < forward.size(); ++i) pos[forward[i]] = static_cast<int>(i);
+  LiveRanges live{std::vector<int>(m.values().size(), -1), std::vector<int>(m.values().size(), -1)};
+  for (NodeId n : forward) {
+    for (ValueId v : m.node(n).outputs) live.first_pos[v] = pos[n];
+    for (ValueId in : m.node(n).inputs) {
+      if (in == kNoValue || global[in]) continue;
+      live.last_use[in] = std::max(live.last_use[in], pos[n]);
+      if (live.first_pos[in] < 0) live.first_pos[in] = pos[n];  // an argument
+    }
+  }
+  return live;
+}
+
+// A value read across more than a quarter of the forward is kept for the step like a global:
+// treated as recomputable, it would cross every gap it spans and leave no cut there. It exists
+// for an attention mask built once from the input and read by every layer (DistilBERT base at
+// seq 512: val_81, 16 MB, read across 245 of 315 forward nodes; distilbert_ts: 52 of 92). On
+// the committed 2-block models the quarter also keeps the block inputs that the attention
+// residual reads (vit_tiny: 2 values, 27 of 82 nodes), which per-block checkpointing keeps
+// anyway. The longest span left recomputable there is 7 nodes; on ViT-B/L, 32 of 537 and 1053.
+// Tested by RematSegments.AValueReadByEveryLayerIsKeptSoTheLayersStillCut and
+// RematSegments.ASkipOverAFewLayersIsAnActivationAndALongerOneIsKept.
+void keep_long_lived(const Module& m, const LiveRanges& live, int forward_size, std::vector<bool>& global) {
+  for (ValueId v = 0; v < static_cast<ValueId>(global.size()); ++v) {
+    if (global[v] || live.first_pos[v] < 0) continue;
+    const int span = live.last_use[v] - live.first_pos[v];
+    if (span <= forward_size / 4 + 2) continue;  // + 2: under 8 nodes a quarter is 0 or 1 node
+    global[v] = true;
+    log(2, str_cat("remat: ", m.value(v).name, " is read across ", span, " of ", forward_size, " forward nodes: kept for the step"));
+  }
+}
+
+// Tape: the non-global values backward reads.
+std::vector<bool> find_tape(const Module& m, const std::vector<NodeId>& order, const StepRange& range, const std::vector<bool>& global) {
+  std::vector<bool> tape(m.values().size(), false);
+  for (NodeId n : order) {
+    if (!range.backward(n)) continue;
+    for (ValueId in : m.node(n).inputs) {
+      if (in != kNoValue && !global[in]) tape[in] = true;
+    }
+  }
+  return tape;
+}
+
+// Cuts the forward after position i when exactly one non-global value crosses the gap after
+// i; that value is the next segment's input x_{s+1}.
+void cut_segments(const Module& m, const LiveRanges& live, Analysis& a) {
+  const int nf = static_cast<int>(a.forward.size());
+  std::vector<int> crossing(nf + 1, 0);  // crossing[i]: values live across the gap after i
+  std::vector<ValueId> crosser(nf + 1, kNoValue);
+  for (ValueId v = 0; v < static_cast<ValueId>(m.values().size()); ++v) {
+    if (a.global[v] || live.first_pos[v] < 0) continue;
+    for (int i = live.first_pos[v]; i < live.last_use[v]; ++i) ++crossing[i], crosser[i] = v;
+  }
+  a.segment_of_value.assign(m.values().size(), -1);
+  a.boundary.push_back(kNoValue);
+  a.segments.emplace_back();
+  for (int i = 0; i < nf; ++i) {
+    const NodeId n = a.forward[i];
+    const int s = static_cast<int>(a.segments.size()) - 1;
+    a.segments.back().push_back(n);
+    for (ValueId v : m.node(n).outputs) {
+      if (!a.global[v]) a.segment_of_value[v] = s;
+    }
+    // (A value from an earlier segment alone crossing is that segment's boundary: no new cut.)
+    if (i + 1 < nf && crossing[i] == 1 && a.segment_of_value[crosser[i]] == s) {
+      a.boundary.push_back(crosser[i]);
+      a.segments.emplace_back();
+    }
+  }
+}
+
+// Globals, tape and segments of the forward; every non-global forward value belongs to the
+// one segment that computes it.
+Analysis analyze(const Module& m, const std::vector<NodeId>& order, const StepRange& range, const Pins& pins) {
+  Analysis a;
+  a.forward = forward_nodes(order, range);
+  a.global = find_globals(m, a.forward, pins);
+  const LiveRanges live = live_ranges(m, a.forward, a.global);
+  keep_long_lived(m, live, static_cast<int>(a.forward.size()), a.global);
+  a.tape = find_tape(m, order, range, a.global);
+  cut_segments(m, live, a);
+  return a;
+}
+
+// Above `max_segments`, neighbouring segments merge (segment s joins s·max_segments/n) so that
+// the solver's table stays within kMaxChainTableBytes; a merged boundary becomes an ordinary
+// value of its segment, held in its tape if backward reads it.
+void merge_segments(int max_segments, Analysis& a) {
+  const int n = static_cast<int>(a.segments.size());
+  if (n <= max_segments) return;
+  log(2, str_cat("remat: ", n, " segments merged into ", max_segments, " (the solver's table bound)"));
+  auto merged = [&](int s) { return static_cast<int>(int64_t{s} * max_segments / n); };
+  std::vector<std::vector<NodeId>> segments(max_segments);
+  std::vector<ValueId> boundary(max_segments, kNoValue);
+  for (int s = 0; s < n; ++s) {
+    std::vector<NodeId>& nodes = segments[merged(s)];
+    if (nodes.empty()) boundary[merged(s)] = a.boundary[s];
+    nodes.insert(nodes.end(), a.segments[s].begin(), a.segments[s].end());
+  }
+  for (int& s : a.segment_of_value) {
+    if (s >= 0) s = merged(s);
+  }
+  a.segments = std::move(segments);
+  a.boundary = std::move(boundary);
+}
+
+int64_t tape_bytes(const Module& m, const std::vector<bool>& tape) {
+  int64_t bytes = 0;
+  for (ValueId v = 0; v < static_cast<ValueId>(tape.size()); ++v) {
+    if (tape[v] && m.value(v).producer != kNoNode) bytes += m.value(v).type.bytes();
+  }
+  return bytes;
+}
+
+// Bytes of the outputs of compute-heavy ops that recomputing segment s's cheap tape reads
+// (through views and elementwise ops from `tape_values`): what a partial execution keeps.
+int64_t heavy_bytes(const Module& m, const Analysis& a, int s, std::vector<ValueId> tape_values) {
+  int64_t heavy = 0;
+  std::unordered_set<ValueId> seen;
+  while (!tape_values.empty()) {
+    const ValueId v = tape_values.back();
+    tape_values.pop_back();
+    if (v == kNoValue || a.global[v] || a.segment_of_value[v] != s || !seen.insert(v).second) continue;
+    const Node& p = m.node(m.value(v).producer);
+    if (heavy_op(p)) {
+      heavy += m.value(v).type.bytes();
+      continue;
+    }
+    for (ValueId in : p.inputs) tape_values.push_back(in);
+  }
+  return heavy;
+}
+
+// The solver's view of the segments: x_s bytes, and per segment its cost, the cost of its
+// cheap ops, its tape bytes (x_{s+1} aside: the next segment holds it) and heavy bytes.
+Chain chain_of(const Module& m, const Analysis& a) {
+  const int n = static_cast<int>(a.segments.size());
+  Chain chain;
+  chain.x.assign(n + 1, 0);
+  for (int s = 1; s < n; ++s) chain.x[s] = m.value(a.boundary[s]).type.bytes();
+  for (int s = 0; s < n; ++s) {
+    double cost = 0, cheap = 0;
+    int64_t tape = 0;
+    std::vector<ValueId> tape_values;
+    for (NodeId id : a.segments[s]) {
+      const Node& node = m.node(id);
+      cost += node_cost(m, node);
+      if (!heavy_op(node)) cheap += node_cost(m, node);
+      for (ValueId v : node.outputs) {
+        if (!a.tape[v] || (s + 1 < n && v == a.boundary[s + 1])) continue;
+        tape += m.value(v).type.bytes();
+        tape_values.push_back(v);
+      }
+    }
+    chain.cost.push_back(cost);
+    chain.cheap.push_back(cheap);
+    chain.tape.push_back(tape);
+    chain.heavy.push_back(heavy_bytes(m, a, s, std::move(tape_values)));
+  }
+  return chain;
+}
 
 // Per-block checkpointing: keep x at every change of transformer block; recompute each block,
 // recording it whole, in one pass from its input (the last block: the originals).
@@ -228,6 +483,60 @@ std::vector<ChainAction> block_actions(const Module& m, const Analysis& a) {
   return actions;
 }
 
+// The largest sum of held tapes (recorded) and heavy outputs (partial) along the actions;
+// checkpoints are not counted.
+int64_t held_tape_bytes(const std::vector<ChainAction>& actions, const Chain& chain) {
+  int64_t held = 0, most = 0;
+  std::vector<int64_t> holding(chain.tape.size(), 0);
+  for (const ChainAction& act : actions) {
+    const int s = act.segment;
+    if (act.kind == ChainAction::kBackward) {
+      held -= holding[s];
+      holding[s] = 0;
+    } else if (act.kind != ChainAction::kAdvance) {
+      holding[s] = act.kind == ChainAction::kRecord ? chain.tape[s] : chain.heavy[s];
+      held += holding[s];
+    }
+    most = std::max(most, held);
+  }
+  return most;
+}
+
+void log_segments(const Analysis& a, const Chain& chain) {
+  if (verbosity() < 3) return;
+  for (size_t i = 0; i < a.segments.size(); ++i) {
+    log(3, str_cat("remat segment ", i, ": ", a.segments[i].size(), " nodes, cost ", chain.cost[i], ", x ", chain.x[i], " B, tape ",
+                   chain.tape[i], " B, heavy ", chain.heavy[i], " B"));
+  }
+}
+
+void log_actions(const std::vector<ChainAction>& actions) {
+  if (verbosity() < 3) return;
+  std::string line = "remat actions:";
+  for (const ChainAction& act : actions) line += str_cat(" ", "ARPB"[act.kind], act.segment);
+  log(3, line);
+}
+
+// Originals that backward still reads (kept from the forward), per segment.
+void log_kept_originals(const Module& m, const Analysis& a, const std::vector<NodeId>& new_order, NodeId backward_begin) {
+  if (verbosity() < 3) return;
+  std::unordered_map<int, int64_t> kept;
+  for (NodeId id : new_order) {
+    for (ValueId in : m.node(id).inputs) {
+      if (in != kNoValue && !a.global[in] && a.segment_of_value[in] >= 0 && m.value(in).producer < backward_begin) {
+        kept[a.segment_of_value[in]] += m.value(in).type.bytes();
+      }
+    }
+  }
+  std::string line = "remat originals read by backward (segment: bytes, with repeats):";
+  for (int s = 0; s < static_cast<int>(a.segments.size()); ++s) {
+    if (kept.count(s)) line += str_cat(" ", s, ":", kept[s]);
+  }
+  log(3, line);
+}
+
+// Turns actions into nodes. The first execution of a segment is its original nodes; later ones
+// clone what they need. tape_map_[s] maps a forward value to the copy backward of s reads.
 class Materializer {
  public:
   Materializer(Module& m, const Analysis& a, const std::unordered_set<ValueId>& pinned_recompute)
@@ -244,93 +553,13 @@ class Materializer {
   // Applies one action, appending clone nodes to `order`.
   void apply(const ChainAction& act, std::vector<NodeId>& order) {
     const int s = act.segment;
-    const bool first = act.kind != ChainAction::kBackward && executed_[s]++ == 0;
-    std::unordered_map<ValueId, ValueId>& tape = tape_map_[s];
-    switch (act.kind) {
-      case ChainAction::kAdvance:
-      case ChainAction::kRecord:
-      case ChainAction::kPartial: {
-        if (act.kind == ChainAction::kPartial) partial_[s] = true;
-        const ValueId out = output_of(s);
-        if (first) {
-          if (out != kNoValue) cur_x_[s + 1] = out;
-          break;  // originals: the tape (or the heavy outputs) is the forward's own values
-        }
-        std::unordered_map<ValueId, ValueId> map;
-        std::vector<ValueId> targets;
-        if (out != kNoValue) targets.push_back(out);
-        if (act.kind != ChainAction::kAdvance) {
-          for (NodeId n : a_.segments[s]) {
-            for (ValueId v : m_.node(n).outputs) {
-              if (a_.tape[v] && (act.kind == ChainAction::kRecord || heavy_op(m_.node(n).op))) targets.push_back(v);
-            }
-          }
-        }
-        clone(s, targets, {}, map, order);
-        if (out != kNoValue) cur_x_[s + 1] = map.at(out);
-        if (act.kind == ChainAction::kRecord) {
-          tape = map;
-          if (input_of(s) != kNoValue) tape[input_of(s)] = current_input(s);
-        }
-        if (act.kind == ChainAction::kPartial) {  // keeps the heavy outputs only
-          for (NodeId n : a_.segments[s]) {
-            if (!heavy_op(m_.node(n).op)) continue;
-            for (ValueId v : m_.node(n).outputs) {
-              if (map.count(v)) heavy_map_[s][v] = map.at(v);
-            }
-          }
-          heavy_map_[s][kNoValue] = kNoValue;  // marks "executed partially" even without heavy ops
-        }
-        break;
-      }
-      case ChainAction::kBackward: {
-        if (partial_[s]) {
-          // Recompute the cheap ops from x_s; heavy outputs come from the partial execution.
-          std::unordered_map<ValueId, ValueId> fixed = heavy_map_[s];
-          fixed.erase(kNoValue);
-          if (!heavy_map_[s].count(kNoValue)) {  // partial in the first sweep: the originals
-            for (NodeId n : a_.segments[s]) {
-              if (!heavy_op(m_.node(n).op)) continue;
-              for (ValueId v : m_.node(n).outputs) fixed[v] = v;
-            }
-          }
-          std::vector<ValueId> targets;
-          for (NodeId n : a_.segments[s]) {
-            for (ValueId v : m_.node(n).outputs) {
-              if (a_.tape[v] && !fixed.count(v)) targets.push_back(v);
-            }
-          }
-          std::unordered_map<ValueId, ValueId> map;
-          clone(s, targets, fixed, map, order);
-          for (auto& [k, v] : fixed) map[k] = v;
-          tape = std::move(map);
-          if (input_of(s) != kNoValue) tape[input_of(s)] = current_input(s);
-        }
-        // An empty tape: the original execution recorded it (identity). Pinned values are
-        // never kept from the forward: recompute those the tape still takes from it.
-        {
-          std::vector<ValueId> targets;
-          for (NodeId n : a_.segments[s]) {
-            for (ValueId v : m_.node(n).outputs) {
-              if (pinned_recompute_.count(v) && a_.tape[v] && (!tape.count(v) || tape.at(v) == v)) targets.push_back(v);
-            }
-          }
-          if (!targets.empty()) {
-            std::unordered_map<ValueId, ValueId> fixed;
-            for (NodeId n : a_.segments[s]) {
-              for (ValueId v : m_.node(n).outputs) {
-                if (!pinned_recompute_.count(v)) fixed[v] = tape.count(v) ? tape.at(v) : v;
-              }
-            }
-            std::unordered_map<ValueId, ValueId> map;
-            clone(s, targets, fixed, map, order);
-            for (ValueId v : targets) tape[v] = map.at(v);
-          }
-        }
-        ready_[s] = true;
-        break;
-      }
+    if (act.kind != ChainAction::kBackward) {
+      execute(act, executed_[s]++ == 0, order);
+      return;
     }
+    if (partial_[s]) recompute_cheap_ops(s, order);
+    recompute_pinned(s, order);
+    ready_[s] = true;
   }
 
   bool ready(int s) const { return ready_[s]; }
@@ -351,6 +580,93 @@ class Materializer {
   ValueId current_input(int s) const {
     const ValueId x = a_.boundary[s];
     return x == kNoValue ? kNoValue : (cur_x_[s] == kNoValue ? x : cur_x_[s]);
+  }
+
+  // Advance, record or partial: x_{s+1} becomes current; a record keeps the whole tape, a
+  // partial the heavy outputs. A first execution is the original forward and clones nothing.
+  void execute(const ChainAction& act, bool first, std::vector<NodeId>& order) {
+    const int s = act.segment;
+    if (act.kind == ChainAction::kPartial) partial_[s] = true;
+    const ValueId out = output_of(s);
+    if (first) {
+      if (out != kNoValue) cur_x_[s + 1] = out;
+      return;  // originals: the tape (or the heavy outputs) is the forward's own values
+    }
+    std::unordered_map<ValueId, ValueId> map;
+    std::vector<ValueId> targets;
+    if (out != kNoValue) targets.push_back(out);
+    if (act.kind != ChainAction::kAdvance) {
+      for (NodeId n : a_.segments[s]) {
+        for (ValueId v : m_.node(n).outputs) {
+          if (a_.tape[v] && (act.kind == ChainAction::kRecord || heavy_op(m_.node(n)))) targets.push_back(v);
+        }
+      }
+    }
+    clone(s, targets, {}, map, order);
+    if (out != kNoValue) cur_x_[s + 1] = map.at(out);
+    if (act.kind == ChainAction::kRecord) {
+      tape_map_[s] = map;
+      if (input_of(s) != kNoValue) tape_map_[s][input_of(s)] = current_input(s);
+    }
+    if (act.kind == ChainAction::kPartial) keep_heavy_outputs(s, map);
+  }
+
+  // A partial execution keeps the clones of heavy ops' outputs (heavy_map_[s]), and marks
+  // itself executed (the kNoValue key) even when the segment has no heavy op.
+  void keep_heavy_outputs(int s, const std::unordered_map<ValueId, ValueId>& map) {
+    for (NodeId n : a_.segments[s]) {
+      if (!heavy_op(m_.node(n))) continue;
+      for (ValueId v : m_.node(n).outputs) {
+        if (map.count(v)) heavy_map_[s][v] = map.at(v);
+      }
+    }
+    heavy_map_[s][kNoValue] = kNoValue;
+  }
+
+  // Before backward of a partially executed s: recompute the cheap tape from x_s; heavy
+  // outputs come from the partial execution (or are the originals, if it was the first).
+  void recompute_cheap_ops(int s, std::vector<NodeId>& order) {
+    std::unordered_map<ValueId, ValueId> fixed = heavy_map_[s];
+    fixed.erase(kNoValue);
+    if (!heavy_map_[s].count(kNoValue)) {  // partial in the first sweep: the originals
+      for (NodeId n : a_.segments[s]) {
+        if (!heavy_op(m_.node(n))) continue;
+        for (ValueId v : m_.node(n).outputs) fixed[v] = v;
+      }
+    }
+    std::vector<ValueId> targets;
+    for (NodeId n : a_.segments[s]) {
+      for (ValueId v : m_.node(n).outputs) {
+        if (a_.tape[v] && !fixed.count(v)) targets.push_back(v);
+      }
+    }
+    std::unordered_map<ValueId, ValueId> map;
+    clone(s, targets, fixed, map, order);
+    for (auto& [k, v] : fixed) map[k] = v;
+    tape_map_[s] = std::move(map);
+    if (input_of(s) != kNoValue) tape_map_[s][input_of(s)] = current_input(s);
+  }
+
+  // Pinned values are never kept from the forward: recompute those the tape still takes from
+  // it (an empty tape: the original execution recorded it, identity).
+  void recompute_pinned(int s, std::vector<NodeId>& order) {
+    std::unordered_map<ValueId, ValueId>& tape = tape_map_[s];
+    std::vector<ValueId> targets;
+    for (NodeId n : a_.segments[s]) {
+      for (ValueId v : m_.node(n).outputs) {
+        if (pinned_recompute_.count(v) && a_.tape[v] && (!tape.count(v) || tape.at(v) == v)) targets.push_back(v);
+      }
+    }
+    if (targets.empty()) return;
+    std::unordered_map<ValueId, ValueId> fixed;
+    for (NodeId n : a_.segments[s]) {
+      for (ValueId v : m_.node(n).outputs) {
+        if (!pinned_recompute_.count(v)) fixed[v] = tape.count(v) ? tape.at(v) : v;
+      }
+    }
+    std::unordered_map<ValueId, ValueId> map;
+    clone(s, targets, fixed, map, order);
+    for (ValueId v : targets) tape[v] = map.at(v);
   }
 
   // Clones the nodes of segment s needed for `targets`, reading x_s as its current value,
@@ -407,188 +723,24 @@ class Materializer {
   std::vector<bool> ready_, partial_;
 };
 
-}  // namespace
+// The actions of the policy: per-block checkpointing, or the solver's schedule under the limit
+// (whose table size goes to the report).
+Expected<std::vector<ChainAction>> choose_actions(const RematOptions& options, const Module& m, const Analysis& a, const Chain& chain,
+                                                  RematReport& report) {
+  if (options.policy == "blocks") return block_actions(m, a);
+  ChainSolution solution = solve_chain(chain, options.limit_bytes);
+  report.dp_table_bytes = solution.table_bytes;
+  if (solution.cost < 0) {
+    return Status::Budget(str_cat("remat: no schedule keeps the activations within ", format_size(options.limit_bytes)));
+  }
+  return std::move(solution.actions);
+}
 
-Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) const {
-  RematReport report;
-  if (options_.policy == "none") return report;
-  if (options_.policy != "blocks" && options_.policy != "limit") return Status::BadInput("unknown remat policy '" + options_.policy + "'");
-
-  // Pins by IR name or ONNX name.
-  std::unordered_set<std::string> save_names(options_.must_save.begin(), options_.must_save.end());
-  std::unordered_set<std::string> recompute_names(options_.must_recompute.begin(), options_.must_recompute.end());
-  std::unordered_set<std::string> matched;
-  std::unordered_set<ValueId> pinned_save, pinned_recompute;
-
-  Analysis a;
-  const std::vector<NodeId> order = m.schedule();
-  a.segment_of_value.assign(m.values().size(), -1);
-  a.tape.assign(m.values().size(), false);
-  for (NodeId n : order) {
-    if (n >= forward_begin && n < backward_begin) a.forward.push_back(n);
-  }
-  // Global values: parameters, scalars, values produced outside the forward, and values computed
-  // from globals only (weight casts, constants). Data inputs are not: what they feed is activation.
-  std::vector<bool> global(m.values().size(), true);
-  for (ValueId arg : m.arguments()) global[arg] = m.value(arg).role != Role::kInput;
-  for (NodeId n : a.forward) {
-    const Node& node = m.node(n);
-    bool all_global = node.op != "dropout";  // a dropout draws per step: never global
-    for (ValueId in : node.inputs) all_global = all_global && (in == kNoValue || global[in]);
-    for (ValueId v : node.outputs) {
-      const Value& val = m.value(v);
-      if (save_names.count(val.name) || save_names.count(val.source_name)) {
-        pinned_save.insert(v);
-        matched.insert(save_names.count(val.name) ? val.name : val.source_name);
-        continue;  // kept like a global
-      }
-      if (recompute_names.count(val.name) || recompute_names.count(val.source_name)) {
-        pinned_recompute.insert(v);
-        matched.insert(recompute_names.count(val.name) ? val.name : val.source_name);
-      }
-      global[v] = all_global && !pinned_recompute.count(v);
-    }
-  }
-  report.unresolved_pins = static_cast<int>(save_names.size() + recompute_names.size() - matched.size());
-  for (ValueId out : m.outputs()) global[out] = true;  // step outputs (logits) stay as they are
-
-  // Live ranges in the forward order (data inputs from their first use).
-  std::vector<int> pos(m.nodes().size(), -1);
-  for (size_t i = 0; i < a.forward.size(); ++i) pos[a.forward[i]] = static_cast<int>(i);
-  const int nf = static_cast<int>(a.forward.size());
-  std::vector<int> first_pos(m.values().size(), -1), last_use(m.values().size(), -1);
-  for (NodeId n : a.forward) {
-    for (ValueId v : m.node(n).outputs) first_pos[v] = pos[n];
-    for (ValueId in : m.node(n).inputs) {
-      if (in == kNoValue || global[in]) continue;
-      last_use[in] = std::max(last_use[in], pos[n]);
-      if (first_pos[in] < 0) first_pos[in] = pos[n];  // an argument
-    }
-  }
-  // A value read across most of the forward (an attention mask built once from the input and
-  // read by every layer) is kept for the step like a global: it is small next to what it
-  // spans, and treating it as recomputable would leave no cut at all.
-  for (ValueId v = 0; v < static_cast<ValueId>(m.values().size()); ++v) {
-    if (!global[v] && first_pos[v] >= 0 && last_use[v] - first_pos[v] > nf / 4 + 2) global[v] = true;
-  }
-
-  // Tape: forward activations read by backward.
-  for (NodeId n : order) {
-    if (n < backward_begin || n >= backward_end) continue;
-    for (ValueId in : m.node(n).inputs) {
-      if (in != kNoValue && !global[in]) a.tape[in] = true;
-    }
-  }
-  for (ValueId v = 0; v < static_cast<ValueId>(m.values().size()); ++v) {
-    if (a.tape[v] && m.value(v).producer != kNoNode) report.tape_bytes += m.value(v).type.bytes();
-  }
-
-  // Cuts: after position i when exactly one non-global value crosses it.
-  std::vector<int> crossing(nf + 1, 0);  // crossing[i]: values live across the gap after i
-  std::vector<ValueId> crosser(nf + 1, kNoValue);
-  for (ValueId v = 0; v < static_cast<ValueId>(m.values().size()); ++v) {
-    if (global[v] || first_pos[v] < 0) continue;
-    for (int i = first_pos[v]; i < last_use[v]; ++i) ++crossing[i], crosser[i] = v;
-  }
-  a.boundary.push_back(kNoValue);
-  a.segments.emplace_back();
-  for (int i = 0; i < nf; ++i) {
-    const NodeId n = a.forward[i];
-    const int s = static_cast<int>(a.segments.size()) - 1;
-    a.segments.back().push_back(n);
-    for (ValueId v : m.node(n).outputs) {
-      if (!global[v]) a.segment_of_value[v] = s;
-    }
-    // (A value from an earlier segment alone crossing is that segment's boundary: no new cut.)
-    if (i + 1 < nf && crossing[i] == 1 && a.segment_of_value[crosser[i]] == s) {
-      a.boundary.push_back(crosser[i]);
-      a.segments.emplace_back();
-    }
-  }
+// The forward as is, then the backward nodes in their order, each preceded by the actions its
+// inputs need and rewired to the copies its segments' backward reads. Every action is applied.
+std::vector<NodeId> materialize(Module& m, const Analysis& a, const std::vector<ChainAction>& actions, const std::vector<NodeId>& order,
+                                const StepRange& range, Materializer& mat) {
   const int n = static_cast<int>(a.segments.size());
-  report.segments = n;
-
-  // Per-segment quantities for the solver.
-  Chain chain;
-  chain.x.assign(n + 1, 0);
-  for (int s = 1; s < n; ++s) chain.x[s] = m.value(a.boundary[s]).type.bytes();
-  for (int s = 0; s < n; ++s) {
-    double cost = 0, cheap = 0;
-    int64_t tape = 0, heavy = 0;
-    std::vector<ValueId> stack;
-    for (NodeId id : a.segments[s]) {
-      const Node& node = m.node(id);
-      cost += node_cost(m, node);
-      if (!heavy_op(node.op)) cheap += node_cost(m, node);
-      for (ValueId v : node.outputs) {
-        if (!a.tape[v] || (s + 1 < n && v == a.boundary[s + 1])) continue;
-        tape += m.value(v).type.bytes();
-        stack.push_back(v);
-      }
-    }
-    // Heavy: the outputs of compute-heavy ops that recomputing the tape's cheap part reads
-    // (through views and elementwise ops), which a partial execution keeps.
-    std::unordered_set<ValueId> seen;
-    while (!stack.empty()) {
-      const ValueId v = stack.back();
-      stack.pop_back();
-      if (v == kNoValue || global[v] || a.segment_of_value[v] != s || !seen.insert(v).second) continue;
-      const Node& p = m.node(m.value(v).producer);
-      if (heavy_op(p.op)) {
-        heavy += m.value(v).type.bytes();
-        continue;
-      }
-      for (ValueId in : p.inputs) stack.push_back(in);
-    }
-    chain.cost.push_back(cost);
-    chain.cheap.push_back(cheap);
-    chain.tape.push_back(tape);
-    chain.heavy.push_back(heavy);
-  }
-
-  if (verbosity() >= 3) {
-    for (int i = 0; i < n; ++i) {
-      log(3, str_cat("remat segment ", i, ": ", a.segments[i].size(), " nodes, cost ", chain.cost[i], ", x ", chain.x[i], " B, tape ",
-                     chain.tape[i], " B, heavy ", chain.heavy[i], " B"));
-    }
-  }
-  std::vector<ChainAction> actions;
-  if (options_.policy == "limit") {
-    if (solve_chain(chain, options_.limit_bytes, &actions) < 0) {
-      return Status::Budget(str_cat("remat: no schedule keeps the activations within ", format_size(options_.limit_bytes)));
-    }
-  } else {
-    actions = block_actions(m, a);
-  }
-
-  if (verbosity() >= 3) {
-    std::string line = "remat actions:";
-    for (const ChainAction& act : actions) line += str_cat(" ", "ARPB"[act.kind], act.segment);
-    log(3, line);
-  }
-  // Kept bytes in the model: the largest sum of held tapes and checkpoints along the actions.
-  {
-    int64_t held = 0;
-    std::vector<int64_t> holding(n, 0);
-    std::vector<int> runs(n, 0);
-    for (const ChainAction& act : actions) {
-      const int s = act.segment;
-      if (act.kind == ChainAction::kBackward) {
-        held -= holding[s];
-        holding[s] = 0;
-      } else if (act.kind != ChainAction::kAdvance) {
-        holding[s] = act.kind == ChainAction::kRecord ? chain.tape[s] : chain.heavy[s];
-        held += holding[s];
-      }
-      report.held_tape_bytes = std::max(report.held_tape_bytes, held);
-    }
-  }
-  const bool pins_only = options_.limit_bytes >= std::numeric_limits<int64_t>::max() / 8;
-  if (options_.policy == "limit" && !pins_only) report.limit_met = report.held_tape_bytes <= options_.limit_bytes;
-
-  // Materialize: forward as is, then backward nodes in their order, each preceded by the
-  // actions its inputs need.
-  Materializer mat(m, a, pinned_recompute);
   std::vector<NodeId> new_order;
   size_t next = 0;
   auto run_until = [&](auto&& done) {
@@ -598,50 +750,67 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
   while (next < actions.size() && actions[next].kind != ChainAction::kBackward) mat.apply(actions[next++], new_order);
   MEMC_CHECK(new_order.empty(), "remat: the first sweep recomputed something");
   for (NodeId id : order) {
-    if (id < forward_begin || id >= backward_end || (id >= forward_begin && id < backward_begin)) continue;
+    if (!range.backward(id)) continue;
     // Segments this backward node reads (clones grow the node table: index, don't hold).
     for (size_t k = 0; k < m.node(id).inputs.size(); ++k) {
       const ValueId in = m.node(id).inputs[k];
-      if (in == kNoValue || global[in]) continue;
+      if (in == kNoValue || a.global[in]) continue;
       const int s = a.segment_of_value[in];
       if (s < 0) continue;
       // A boundary x_{s+1} is also the input of segment s+1: whichever is ready first serves.
       const bool is_boundary = s + 1 < n && a.boundary[s + 1] == in;
       run_until([&] { return mat.ready(s) || (is_boundary && mat.ready(s + 1)); });
-      m.node(id).inputs[k] = mat.ready(s + 1) && is_boundary && !mat.ready(s) ? mat.lookup(s + 1, in) : mat.lookup(s, in);
+      m.node(id).inputs[k] = is_boundary && mat.ready(s + 1) && !mat.ready(s) ? mat.lookup(s + 1, in) : mat.lookup(s, in);
     }
     new_order.push_back(id);
   }
   run_until([] { return false; });  // nothing may be left; keeps the action list honest
-  if (verbosity() >= 3) {
-    // Originals that backward still reads (kept from the forward).
-    std::unordered_map<int, int64_t> kept;
-    for (NodeId id : new_order) {
-      for (ValueId in : m.node(id).inputs) {
-        if (in != kNoValue && !global[in] && a.segment_of_value[in] >= 0 && m.value(in).producer < backward_begin) {
-          kept[a.segment_of_value[in]] += m.value(in).type.bytes();
-        }
-      }
-    }
-    std::string line = "remat originals read by backward (segment: bytes, with repeats):";
-    for (int s = 0; s < n; ++s) {
-      if (kept.count(s)) line += str_cat(" ", s, ":", kept[s]);
-    }
-    log(3, line);
-  }
+  return new_order;
+}
 
-  // Splice: nodes before the backward (and after it) keep their places.
+// The schedule with the backward replaced by `new_order`; nodes before the backward (and after
+// it) keep their places.
+std::vector<NodeId> splice(const std::vector<NodeId>& order, const std::vector<NodeId>& new_order, const StepRange& range) {
   std::vector<NodeId> spliced;
   bool inserted = false;
   for (NodeId id : order) {
-    if (id >= backward_begin && id < backward_end) {
+    if (range.backward(id)) {
       if (!inserted) spliced.insert(spliced.end(), new_order.begin(), new_order.end()), inserted = true;
       continue;
     }
     spliced.push_back(id);
   }
   if (!inserted) spliced.insert(spliced.end(), new_order.begin(), new_order.end());
-  m.set_schedule(spliced);
+  return spliced;
+}
+
+}  // namespace
+
+Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) const {
+  RematReport report;
+  if (options_.policy == "none") return report;
+  if (options_.policy != "blocks" && options_.policy != "limit") return Status::BadInput("unknown remat policy '" + options_.policy + "'");
+  const StepRange range{forward_begin, backward_begin, backward_end};
+  const std::vector<NodeId> order = m.schedule();
+  const Pins pins = resolve_pins(m, forward_nodes(order, range), options_);
+  Analysis a = analyze(m, order, range, pins);
+  if (options_.policy == "limit") merge_segments(kMaxChainSegments, a);
+  report.unresolved_pins = pins.unresolved;
+  report.tape_bytes = tape_bytes(m, a.tape);
+  report.segments = static_cast<int>(a.segments.size());
+
+  const Chain chain = chain_of(m, a);
+  log_segments(a, chain);
+  MEMC_ASSIGN_OR_RETURN(const std::vector<ChainAction> actions, choose_actions(options_, m, a, chain, report));
+  log_actions(actions);
+  report.held_tape_bytes = held_tape_bytes(actions, chain);
+  const bool pins_only = options_.limit_bytes >= std::numeric_limits<int64_t>::max() / 8;
+  if (options_.policy == "limit" && !pins_only) report.limit_met = report.held_tape_bytes <= options_.limit_bytes;
+
+  Materializer mat(m, a, pins.recompute);
+  const std::vector<NodeId> new_order = materialize(m, a, actions, order, range, mat);
+  log_kept_originals(m, a, new_order, backward_begin);
+  m.set_schedule(splice(order, new_order, range));
   report.recomputed_nodes = mat.recomputed_nodes;
   report.recompute_flops = mat.recompute_flops;
   return report;

@@ -54,6 +54,7 @@ struct RematReport {
   // largest single segment's tape (recorded right before its backward), so a smaller limit is
   // answered with the least it can do and reported here instead of refused.
   bool limit_met = true;
+  int64_t dp_table_bytes = 0;   // the chain solver's table (policy limit): at most kMaxChainTableBytes
 };
 
 // Parses --remat: none | blocks | SIZE | a comma list of SIZE or blocks, save=NAME, recompute=NAME.
@@ -75,9 +76,9 @@ class Remat {
 
 // The chain solver alone (exposed for tests): n segments, each with advance cost `cost[s]`,
 // boundary bytes `x[s]` (x_s, s = 0..n; x_0 is held by the caller), tape bytes `tape[s]`, heavy
-// bytes `heavy[s]` and cheap cost `cheap[s]`. Returns the minimal total cost of all segment
+// bytes `heavy[s]` and cheap cost `cheap[s]`. Finds the minimal total cost of all segment
 // executions (advances, recordings, partial recomputes) for backward of the whole chain with
-// `limit` bytes, or -1 when the limit cannot be met. `actions` receives the schedule.
+// `limit` bytes, counted in units of `unit` bytes (0: limit/256 rounded up, so q ≤ 256 units).
 struct ChainAction {
   enum Kind { kAdvance, kRecord, kPartial, kBackward } kind;
   int segment;
@@ -86,7 +87,21 @@ struct Chain {
   std::vector<double> cost, cheap;
   std::vector<int64_t> x, tape, heavy;
 };
-double solve_chain(const Chain& chain, int64_t limit, std::vector<ChainAction>* actions, int64_t unit = 0);
+struct ChainSolution {
+  double cost = -1;  // -1: the limit cannot be met
+  std::vector<ChainAction> actions;
+  int64_t table_bytes = 0;  // the dynamic program's table
+};
+ChainSolution solve_chain(const Chain& chain, int64_t limit, int64_t unit = 0);
+
+// The table holds a float cost and a 16-bit move per range s < t of n segments and per m ≤ q
+// free units: n(n+1)/2 · (q+1) cells of 6 B. Remat merges neighbouring segments above
+// kMaxChainSegments, so with q ≤ 256 it is at most 32,896 · 257 cells = 50,725,632 B (48.4
+// MiB). (The full (s, t) square with 32-bit moves took n(n+1)·257·8 B: 515 MB at 500 segments.)
+inline constexpr int kMaxChainSegments = 256;
+inline constexpr int64_t kChainCellBytes = sizeof(float) + sizeof(int16_t);
+inline constexpr int64_t kMaxChainTableBytes = int64_t{kMaxChainSegments} * (kMaxChainSegments + 1) / 2 * 257 * kChainCellBytes;
+int64_t chain_table_cells(int64_t segments, int64_t limit_units);
 
 // Minimal number of forward advances of the binomial (Revolve) schedule for n steps with c
 // checkpoint slots: t = r·n − C(c+r+1, r−1) ... see remat.cc (Griewank & Walther 2000).

@@ -218,6 +218,7 @@ void merge_remat_report(RematReport& total, const RematReport& r) {
   total.recompute_flops += r.recompute_flops;
   total.unresolved_pins = r.unresolved_pins;
   total.limit_met = total.limit_met && r.limit_met;
+  total.dp_table_bytes = std::max(total.dp_table_bytes, r.dp_table_bytes);
 }
 
 // The loss and gradients of the whole batch, in one pass or accumulated over micro-batches,
@@ -261,7 +262,8 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
   if (remat_.policy != "none") {
     report.lines.push_back(str_cat("remat ", describe_remat(remat_), ": ", r.segments, " segments; activations read by backward ",
                                    format_size(r.tape_bytes), ", tapes held at once ", format_size(r.held_tape_bytes), "; ", r.recomputed_nodes,
-                                   " nodes recomputed (", r.recompute_flops, " FLOP)"));
+                                   " nodes recomputed (", r.recompute_flops, " FLOP)",
+                                   r.dp_table_bytes > 0 ? str_cat("; solver table ", format_size(r.dp_table_bytes)) : std::string()));
     if (r.unresolved_pins > 0) report.warnings.push_back(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
   }
   report.set("remat.segments", r.segments);
@@ -270,6 +272,7 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
   report.set("remat.recomputed_nodes", r.recomputed_nodes);
   report.set("remat.recompute_flops", r.recompute_flops);
   report.set("remat.limit_met", r.limit_met);
+  report.set("remat.dp_table_bytes", r.dp_table_bytes);
   if (shard_.active()) {
     report.lines.push_back(str_cat("shard ", shard_stage_name(shard_.stage), ": ", shard_.devices, " ranks of ", rank_batch,
                                    " samples; optimizer states in blocks of ", units_, " flat units"));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "ir/grad.h"
 #include "passes/autodiff.h"
@@ -44,8 +45,9 @@ Chain uniform_chain(int n) {
 TEST(ChainSolver, MatchesTheBinomialOptimumOnUniformChains) {
   for (int n = 1; n <= 30; ++n) {
     for (int c = 1; c <= 7; ++c) {
-      std::vector<ChainAction> actions;
-      const double total = solve_chain(uniform_chain(n), c - 1, &actions, 1);  // x_0 is one of the c slots
+      const ChainSolution solution = solve_chain(uniform_chain(n), c - 1, 1);  // x_0 is one of the c slots
+      const double total = solution.cost;
+      const std::vector<ChainAction>& actions = solution.actions;
       ASSERT_GE(total, 0) << n << " " << c;
       // Each step is recorded once for its backward; the rest are advances.
       EXPECT_EQ(static_cast<int64_t>(total) - n, revolve_advances(n, c)) << "n=" << n << " c=" << c;
@@ -61,16 +63,15 @@ TEST(ChainSolver, HoldsTapesWhenTheyFitAndPrefersPartialForCheapOps) {
   Chain c = uniform_chain(4);
   c.tape.assign(4, 2);
   // Room for every tape and boundary: nothing is recomputed (total = one execution each).
-  EXPECT_EQ(solve_chain(c, 100, nullptr, 1), 4.0);
+  EXPECT_EQ(solve_chain(c, 100, 1).cost, 4.0);
   // Heavy outputs fit, whole tapes do not: keep matmul outputs, recompute the cheap rest.
   c.tape.assign(4, 10);
   c.heavy.assign(4, 1);
   c.cheap.assign(4, 0.1);
-  std::vector<ChainAction> actions;
-  const double total = solve_chain(c, 8, &actions, 1);
-  EXPECT_NEAR(total, 4.0 + 3 * 0.1, 1e-6);  // the last segment records in the first sweep
+  const ChainSolution solution = solve_chain(c, 8, 1);
+  EXPECT_NEAR(solution.cost, 4.0 + 3 * 0.1, 1e-6);  // the last segment records in the first sweep
   int partial = 0;
-  for (const ChainAction& a : actions) partial += a.kind == ChainAction::kPartial;
+  for (const ChainAction& a : solution.actions) partial += a.kind == ChainAction::kPartial;
   EXPECT_EQ(partial, 3);
 }
 
@@ -174,6 +175,147 @@ TEST(RematOnIrChain, PinsAndLimitsThatCannotBeMet) {
   IrChain unpinned = build_chain(4);
   const std::vector<Tensor> want = run(unpinned.m), got = run(pinned.m);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), want[i].nbytes()), 0);
+}
+
+// A forward of 600 layers cuts into 600 segments. The solver sees at most kMaxChainSegments
+// (neighbours merged, 600 → 256), so its table stays within kMaxChainTableBytes (50,725,632 B;
+// the full square of 600 segments with 32-bit moves took 600·601·257·8 B = 741 MB), and the
+// merged schedule still recomputes the gradients bit for bit.
+TEST(RematOnIrChain, ManySegmentsMergeToKeepTheSolverTableBounded) {
+  const int n = 600;
+  IrChain base = build_chain(n);
+  const std::vector<Tensor> want = run(base.m);
+  IrChain chain = build_chain(n);
+  auto report = Remat({.policy = "limit", .limit_bytes = 200 * 1024}).run(chain.m, 0, chain.backward_begin, chain.backward_end);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->segments, kMaxChainSegments);
+  EXPECT_EQ(report->dp_table_bytes, chain_table_cells(kMaxChainSegments, 256) * kChainCellBytes);
+  EXPECT_LE(report->dp_table_bytes, kMaxChainTableBytes);
+  EXPECT_GT(count_op(chain.m, "tanh"), n);  // the limit is below the 600 tapes: some layers rerun
+  const std::vector<Tensor> got = run(chain.m);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), want[i].nbytes()), 0);
+}
+
+// build_chain's layers with what the segmenter has to see through:
+//   mask    y [2, 4] is a second input and mask = sigmoid(y) is added to every layer's
+//           expand(h)·w: one value read across the whole forward, as a BERT attention mask
+//   skip    layer skip + span also adds layer skip's Σ_k (a skip connection over span layers)
+//   source  each node of layer i is named source + i + "/op", as exporters name module paths
+struct LayerOptions {
+  bool mask = false;
+  int skip = -1, span = 1;
+  std::string source;
+};
+
+IrChain build_layers(int n, const LayerOptions& o) {
+  IrChain c;
+  Module& m = c.m;
+  auto node = [&](int layer, const std::string& op, std::vector<ValueId> in, Attrs a = {}) {
+    auto out = m.add_node(op, std::move(in), std::move(a), o.source.empty() ? "" : o.source + std::to_string(layer) + "/" + op);
+    MEMC_CHECK(out.ok(), out.status().message());
+    return (*out)[0];
+  };
+  const ValueId x = m.add_argument("x", TensorType{DType::kF32, {2, 4}}, Role::kInput);
+  c.w = m.add_argument("w", TensorType{DType::kF32, {4}}, Role::kParam);
+  ValueId mask = kNoValue, skipped = kNoValue;
+  if (o.mask) mask = emit(m, "sigmoid", {m.add_argument("y", TensorType{DType::kF32, {2, 4}}, Role::kInput)});
+  ValueId h = x;
+  for (int i = 0; i < n; ++i) {
+    const ValueId e = node(i, "expand", {h}, make_attrs({{"shape", std::vector<int64_t>{8, 2, 4}}}));
+    ValueId product = node(i, "mul", {e, c.w});
+    if (o.mask) product = node(i, "add", {product, mask});
+    const ValueId t = node(i, "tanh", {product});
+    if (i + 1 < n) {
+      const ValueId summed = node(i, "reduce_sum", {t}, sum_axes({0}));
+      if (i == o.skip) skipped = summed;
+      h = node(i, "add", {summed, h});
+      if (o.skip >= 0 && i == o.skip + o.span) h = node(i, "add", {h, skipped});
+    } else {
+      c.loss = node(i, "add", {node(i, "reduce_sum", {t}, sum_axes({})), node(i, "reduce_sum", {h}, sum_axes({}))});
+    }
+  }
+  c.backward_begin = static_cast<NodeId>(m.nodes().size());
+  auto grads = Autodiff().run(m, c.loss, {c.w});
+  MEMC_CHECK(grads.ok(), grads.status().message());
+  c.backward_end = static_cast<NodeId>(m.nodes().size());
+  m.set_outputs({c.loss, (*grads)[0]});
+  return c;
+}
+
+// Runs m on random values of every argument (the same for modules with the same arguments).
+std::vector<Tensor> run_all(const Module& m) {
+  std::mt19937 rng(7);
+  std::map<std::string, Tensor> args;
+  for (ValueId a : m.arguments()) args.emplace(m.value(a).name, testing::random_tensor(m.value(a).type.dtype, m.value(a).type.shape, rng));
+  auto out = execute(m, args);
+  MEMC_CHECK(out.ok(), out.status().message());
+  return std::move(out).value();
+}
+
+bool bit_identical(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  if (got.size() != want.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i].nbytes() != want[i].nbytes() || std::memcmp(got[i].raw(), want[i].raw(), want[i].nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+Expected<RematReport> remat(IrChain& c, RematOptions o) { return Remat(std::move(o)).run(c.m, 0, c.backward_begin, c.backward_end); }
+
+// Why a value read across more than a quarter of the forward is kept like a global. Ten layers
+// (62 forward nodes with the mask's sigmoid; the mask spans 57 > 62/4 + 2): the mask crosses every gap between
+// layers, so if it were an activation no gap would have a single crosser and the forward would
+// be one segment, leaving the solver nothing to checkpoint. Kept, the layers cut as without it
+// (10 segments) and the mask is never recomputed (one sigmoid) at the tightest limit.
+TEST(RematSegments, AValueReadByEveryLayerIsKeptSoTheLayersStillCut) {
+  const int n = 10;
+  IrChain base = build_layers(n, {.mask = true});
+  const std::vector<Tensor> want = run_all(base.m);
+  IrChain chain = build_layers(n, {.mask = true});
+  auto report = remat(chain, {.policy = "limit", .limit_bytes = 0});
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->segments, n);
+  EXPECT_EQ(count_op(chain.m, "sigmoid"), 1);
+  EXPECT_EQ(count_op(chain.m, "tanh") - n, revolve_advances(n, 1));  // x₀ is the only slot
+  EXPECT_TRUE(bit_identical(run_all(chain.m), want));
+}
+
+// The other side of the quarter (52 forward nodes: 52/4 + 2 = 15): a skip connection over one
+// layer (span 7 nodes) is an activation like the residual stream, so the gap it crosses is not
+// cut (9 segments); one over three layers (17 nodes) is kept for the step like the mask: every gap between
+// layers cuts, and so does the one after the kept value, where only the state crosses (11).
+TEST(RematSegments, ASkipOverAFewLayersIsAnActivationAndALongerOneIsKept) {
+  const int n = 10;
+  IrChain short_skip = build_layers(n, {.skip = 4, .span = 1});
+  auto report = remat(short_skip, {.policy = "limit", .limit_bytes = 0});
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->segments, n - 1);
+  IrChain long_skip = build_layers(n, {.skip = 4, .span = 3});
+  report = remat(long_skip, {.policy = "limit", .limit_bytes = 0});
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->segments, n + 1);
+}
+
+// --remat blocks finds a transformer block by the module path exporters write into node names
+// (torchvision "encoder/layers/encoder_layer_3", Hugging Face BERT "encoder/layer.3", GPT-2
+// "h.3", timm "blocks.3"). Each of 4 layers is a block here: blocks 0..2 are recomputed once
+// from their inputs (3 extra tanh) and the last runs once. Without such names the whole
+// forward is one block: nothing is recomputed.
+TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
+  const int n = 4;
+  for (const std::string source : {"/encoder/layers/encoder_layer_", "/bert/encoder/layer.", "/transformer/h.", "/blocks."}) {
+    IrChain chain = build_layers(n, {.source = source});
+    auto report = remat(chain, {.policy = "blocks"});
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(count_op(chain.m, "tanh"), 2 * n - 1) << source;
+  }
+  for (const std::string source : {"", "/encoder/mlp_", "/stage"}) {
+    IrChain chain = build_layers(n, {.source = source});
+    auto report = remat(chain, {.policy = "blocks"});
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(report->recomputed_nodes, 0) << source;
+    EXPECT_EQ(count_op(chain.m, "tanh"), n) << source;
+  }
 }
 
 TEST(ParseRemat, Spellings) {
