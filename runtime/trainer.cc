@@ -6,26 +6,23 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <optional>
 
 #include "backends/cuda/gemm.h"
 #include "frontend/onnx_weights.h"
 #include "frontend/param_audit.h"
+#include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
 #include "runtime/executor.h"
-#include "runtime/file_guard.h"
 #include "runtime/planned_executor.h"
 #include "runtime/shard_state.h"
-#include "runtime/safetensors.h"
 
 namespace memc {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-const char* kCheckpointFile = "checkpoint.safetensors";
 
 std::vector<InputSpec> data_inputs(const Module& m) {
   std::vector<InputSpec> specs;
@@ -50,91 +47,6 @@ Tensor f32_scalar(double v) {
   Tensor t = Tensor::zeros(DType::kF32, {});
   t.data<float>()[0] = static_cast<float>(v);
   return t;
-}
-
-// Dynamic loss scaling's state, carried across steps and checkpoints.
-struct Scaler {
-  double scale = 0;          // 0: the plan does not scale its loss
-  int64_t clean_steps = 0;   // consecutive steps without inf/NaN since the last change of scale
-  int64_t applied = 0;       // optimizer updates applied (skipped steps excluded): Adam's t
-};
-
-std::string exact(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-Status save_checkpoint(const std::string& dir, const StateMap& state, int64_t step, int64_t epoch, int64_t step_in_epoch,
-                       uint64_t seed, const Scaler& scaler) {
-  SafetensorsFile file;
-  file.tensors = state;
-  file.metadata = {{"memc_version", memc_version()}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch)},
-                   {"step_in_epoch", std::to_string(step_in_epoch)}, {"seed", std::to_string(seed)}};
-  if (scaler.scale > 0) {
-    file.metadata["loss_scale"] = exact(scaler.scale);
-    file.metadata["loss_scale_clean_steps"] = std::to_string(scaler.clean_steps);
-    file.metadata["applied_steps"] = std::to_string(scaler.applied);
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::BadInput(dir + ": cannot create checkpoint folder: " + ec.message());
-  return write_safetensors((std::filesystem::path(dir) / kCheckpointFile).string(), file);
-}
-
-struct Position {
-  int64_t step = 0, epoch = 0, step_in_epoch = 0;
-  Scaler scaler;  // as saved; scale 0 when the checkpoint has none
-};
-
-Expected<Position> load_checkpoint(const std::string& dir, StateMap& state, uint64_t seed) {
-  const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
-  MEMC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path, /*require_checksums=*/true));
-  for (auto& [name, tensor] : state) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) return Status::BadInput(path + ": no tensor '" + name + "' (checkpoint of another model or optimizer?)");
-    if (it->second.dtype() != tensor.dtype() || it->second.shape() != tensor.shape()) {
-      return Status::BadInput(str_cat(path, ": tensor '", name, "' is ", dtype_name(it->second.dtype()), "[", shape_str(it->second.shape()),
-                                      "], the plan needs ", dtype_name(tensor.dtype()), "[", shape_str(tensor.shape()), "]"));
-    }
-    tensor = it->second;
-  }
-  if (file.tensors.size() != state.size()) return Status::BadInput(path + ": holds tensors the plan does not have (another model?)");
-  // Every count is a whole non-negative decimal number; anything else is an edited or corrupt file.
-  auto count = [&](const char* key, int64_t& out) -> Status {
-    auto it = file.metadata.find(key);
-    if (it == file.metadata.end()) return Status::BadInput(str_cat(path, ": metadata '", key, "' is missing"));
-    const std::string& text = it->second;
-    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) {
-      return Status::BadInput(str_cat(path, ": metadata '", key, "' = '", text, "' is not a non-negative integer"));
-    }
-    out = std::stoll(text);
-    return Status::Ok();
-  };
-  Position p;
-  MEMC_RETURN_IF_ERROR(count("step", p.step));
-  MEMC_RETURN_IF_ERROR(count("epoch", p.epoch));
-  MEMC_RETURN_IF_ERROR(count("step_in_epoch", p.step_in_epoch));
-  auto saved_seed = file.metadata.find("seed");  // a uint64, compared as written
-  if (saved_seed == file.metadata.end()) return Status::BadInput(path + ": metadata 'seed' is missing");
-  if (saved_seed->second != std::to_string(seed)) {
-    return Status::BadInput(str_cat(path, ": written with --seed ", saved_seed->second, ", this run has --seed ", seed));
-  }
-  if (p.step_in_epoch > p.step) {
-    return Status::BadInput(str_cat(path, ": metadata step_in_epoch ", p.step_in_epoch, " exceeds step ", p.step));
-  }
-  if (file.metadata.count("loss_scale")) {
-    char* end = nullptr;
-    const std::string& text = file.metadata.at("loss_scale");
-    p.scaler.scale = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !std::isfinite(p.scaler.scale) || p.scaler.scale <= 0) {
-      return Status::BadInput(str_cat(path, ": metadata 'loss_scale' = '", text, "' is not a positive finite number"));
-    }
-    MEMC_RETURN_IF_ERROR(count("loss_scale_clean_steps", p.scaler.clean_steps));
-    MEMC_RETURN_IF_ERROR(count("applied_steps", p.scaler.applied));
-    if (p.scaler.applied > p.step) return Status::BadInput(str_cat(path, ": metadata applied_steps ", p.scaler.applied, " exceeds step ", p.step));
-  }
-  return p;
 }
 
 // Runs the forward module over `data` and returns the fraction of correct argmax predictions.
@@ -252,17 +164,6 @@ static Expected<StateMap> host_state(Backend& backend, const StateMap& state) {
   return host;
 }
 
-// Overwrites the arena state with a checkpoint's tensors (checked first, so a bad file changes nothing).
-// A checkpoint holds the consolidated per-parameter state whatever the number of ranks that
-// wrote it (runtime/shard_state.h); each rank takes its blocks.
-static Expected<Position> restore_checkpoint(const std::string& dir, const Plan& plan, StateMap& state, uint64_t seed, int rank,
-                                             Backend& backend) {
-  MEMC_ASSIGN_OR_RETURN(StateMap staged, consolidated_template(plan, state));  // shapes and dtypes to check against
-  MEMC_ASSIGN_OR_RETURN(Position pos, load_checkpoint(dir, staged, seed));
-  MEMC_RETURN_IF_ERROR(distribute_state(plan, staged, state, rank, backend));
-  return pos;
-}
-
 // The job's consolidated state as host tensors (collective in a sharded run).
 static Expected<StateMap> whole_state(Backend& backend, const Plan& plan, const StateMap& state, comm::Communicator* comm) {
   MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(backend, state));
@@ -324,18 +225,6 @@ static Status check_steps(const Plan& plan, const RunOptions& options, const Run
                                   data.per_epoch, " batches of ", plan.batch, " from ", options.data, ")",
                                   done ? str_cat(", ", done, " of them done") : "", "; ask for at most ", horizon - done,
                                   ", or give --epochs, or compile with more --epochs"));
-}
-
-// One run at a time holds a checkpoint folder; a dead writer's temporaries go first.
-static Expected<FolderLock> take_checkpoint_folder(const RunOptions& options) {
-  if (options.checkpoint_dir.empty()) return FolderLock();
-  MEMC_ASSIGN_OR_RETURN(FolderLock lock, FolderLock::acquire(options.checkpoint_dir));
-  const std::string checkpoint = (std::filesystem::path(options.checkpoint_dir) / kCheckpointFile).string();
-  remove_stale_temps(checkpoint);
-  if (!options.resume && std::filesystem::exists(checkpoint)) {
-    return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
-  }
-  return lock;
 }
 
 // Every rank of a sharded job reads its slices from the same files; gradient dumps are one-device only.
