@@ -211,9 +211,8 @@ Status validate_fields(const Plan& plan, const std::string& path) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Expected<Plan> read_plan(const std::string& path) {
+// The file is a JSON object in the format and version this memc reads.
+Expected<json> read_plan_document(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::BadInput(path + ": cannot open plan file");
   std::stringstream buffer;
@@ -231,7 +230,11 @@ Expected<Plan> read_plan(const std::string& path) {
     return Status::BadInput(str_cat(path, ": plan format ", version, " written by memc ", writer, "; this memc ",
                                     memc_version(), " reads format ", kPlanFormatVersion, " — recompile the model"));
   }
-  Plan plan;
+  return doc;
+}
+
+// "model": the model file and each external data file, as recorded (checked against the files at run time).
+Status read_model_fields(const json& doc, const std::string& path, Plan& plan) {
   const json& model = doc.value("model", json::object());
   MEMC_RETURN_IF_ERROR(get(model, "path", plan.model_path, path + ": model"));
   MEMC_RETURN_IF_ERROR(get(model, "bytes", plan.model_bytes, path + ": model"));
@@ -248,6 +251,12 @@ Expected<Plan> read_plan(const std::string& path) {
     MEMC_RETURN_IF_ERROR(get(e, "crc32c", d.crc32c, ew));
     plan.external_data.push_back(d);
   }
+  return Status::Ok();
+}
+
+// The training hyperparameters: batch and data shape, epochs, optimizer and schedule ("devices"
+// and "threads" may be absent: older plans).
+Status read_training_fields(const json& doc, const std::string& path, Plan& plan) {
   MEMC_RETURN_IF_ERROR(get(doc, "batch", plan.batch, path));
   if (doc.contains("devices")) MEMC_RETURN_IF_ERROR(get(doc, "devices", plan.devices, path));
   if (doc.contains("threads")) MEMC_RETURN_IF_ERROR(get(doc, "threads", plan.threads, path));
@@ -274,6 +283,12 @@ Expected<Plan> read_plan(const std::string& path) {
   MEMC_RETURN_IF_ERROR(get(sched, "warmup_steps", plan.schedule.warmup_steps, sw));
   MEMC_RETURN_IF_ERROR(get(sched, "total_steps", plan.schedule.total_steps, sw));
   MEMC_RETURN_IF_ERROR(get(sched, "min_lr", plan.schedule.min_lr, sw));
+  return Status::Ok();
+}
+
+// What the planner chose and predicted: decisions, estimate, budget and memory summary
+// ("attention" and "estimate" may be absent: older plans).
+Status read_planner_fields(const json& doc, const std::string& path, Plan& plan) {
   const json& dec = doc.value("decisions", json::object());
   const std::string dw = path + ": decisions";
   MEMC_RETURN_IF_ERROR(get(dec, "precision", plan.decisions.precision, dw));
@@ -296,7 +311,11 @@ Expected<Plan> read_plan(const std::string& path) {
   MEMC_RETURN_IF_ERROR(get(mem, "algorithm", plan.memory.algorithm, mw));
   MEMC_RETURN_IF_ERROR(get(mem, "breakdown", plan.memory.breakdown, mw));
   MEMC_RETURN_IF_ERROR(get(mem, "category_peak_bytes", plan.memory.category_peak_bytes, mw));
-  MEMC_RETURN_IF_ERROR(validate_fields(plan, path));
+  return Status::Ok();
+}
+
+// Both IR texts parse and verify.
+Status read_modules(const json& doc, const std::string& path, Plan& plan) {
   for (auto [key, module] : {std::pair{"train_ir", &plan.train}, std::pair{"eval_ir", &plan.eval}}) {
     std::string text;
     MEMC_RETURN_IF_ERROR(get(doc, key, text, path));
@@ -305,6 +324,21 @@ Expected<Plan> read_plan(const std::string& path) {
     MEMC_RETURN_IF_ERROR(verify(*parsed).with_context(path + ": " + key + ": "));
     *module = std::move(parsed).value();
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Fields are read in a fixed order and the first bad one is named; values are validated before the
+// IR is parsed.
+Expected<Plan> read_plan(const std::string& path) {
+  MEMC_ASSIGN_OR_RETURN(const json doc, read_plan_document(path));
+  Plan plan;
+  MEMC_RETURN_IF_ERROR(read_model_fields(doc, path, plan));
+  MEMC_RETURN_IF_ERROR(read_training_fields(doc, path, plan));
+  MEMC_RETURN_IF_ERROR(read_planner_fields(doc, path, plan));
+  MEMC_RETURN_IF_ERROR(validate_fields(plan, path));
+  MEMC_RETURN_IF_ERROR(read_modules(doc, path, plan));
   return plan;
 }
 

@@ -72,63 +72,93 @@ Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   return write_file_atomic(path, out);
 }
 
-Expected<SafetensorsFile> read_safetensors(const std::string& path, bool require_checksums) {
+namespace {
+
+// Where one tensor's bytes lie in the data section.
+struct Extent {
+  uint64_t begin, end;
+  std::string name;
+};
+
+// The parsed header and where the data section lies in `bytes`.
+struct Header {
+  json entries;
+  size_t data_start = 0, data_size = 0;
+};
+
+// The whole file, or an error naming it.
+Expected<std::string> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::BadInput(path + ": cannot open");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  return buffer.str();
+}
+
+// The length prefix fits the file and the header is a JSON object.
+Expected<Header> parse_header(const std::string& bytes, const std::string& path) {
   if (bytes.size() < 8) return Status::BadInput(path + ": not a safetensors file (shorter than its header length)");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   if (n > bytes.size() - 8) return Status::BadInput(str_cat(path, ": header length ", n, " exceeds the file (", bytes.size(), " bytes): truncated or corrupt"));
-  json header = json::parse(bytes.substr(8, n), nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return Status::BadInput(path + ": safetensors header is not a JSON object");
-  const size_t data_start = 8 + n, data_size = bytes.size() - data_start;
-  SafetensorsFile file;
-  struct Extent {
-    uint64_t begin, end;
-    std::string name;
-  };
-  std::vector<Extent> extents;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object()) return Status::BadInput(path + ": __metadata__ is not an object");
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) return Status::BadInput(path + ": metadata '" + m.key() + "' is not a string");
-        file.metadata[m.key()] = m->get<std::string>();
-      }
-      continue;
-    }
-    const json& e = *it;
-    const std::string where = path + ": tensor '" + it.key() + "'";
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") || !e["dtype"].is_string() ||
-        !e["shape"].is_array() || !e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
-      return Status::BadInput(where + ": malformed entry");
-    }
-    auto dtype = parse_st_dtype(e["dtype"].get<std::string>());
-    if (!dtype) return Status::BadInput(where + ": unsupported dtype " + e["dtype"].get<std::string>());
-    Shape shape;
-    int64_t count = 1;
-    for (const json& d : e["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) return Status::BadInput(where + ": bad shape");
-      shape.push_back(d.get<int64_t>());
-      count *= shape.back();
-      if (count > (int64_t{1} << 40)) return Status::BadInput(where + ": shape too large");
-    }
-    const json& off = e["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) return Status::BadInput(where + ": bad data_offsets");
-    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    const uint64_t nbytes = static_cast<uint64_t>(count) * dtype_size(*dtype);
-    if (begin > end || end > data_size || end - begin != nbytes) {
-      return Status::BadInput(str_cat(where, ": data_offsets [", begin, ", ", end, ") do not fit ", nbytes, " bytes within the file's ", data_size, " data bytes"));
-    }
-    Tensor t = Tensor::zeros(*dtype, shape);
-    if (nbytes) std::memcpy(t.raw(), bytes.data() + data_start + begin, nbytes);
-    file.tensors[it.key()] = std::move(t);
-    extents.push_back({begin, end, it.key()});
+  Header header;
+  header.entries = json::parse(bytes.substr(8, n), nullptr, false);
+  if (header.entries.is_discarded() || !header.entries.is_object()) return Status::BadInput(path + ": safetensors header is not a JSON object");
+  header.data_start = 8 + n;
+  header.data_size = bytes.size() - header.data_start;
+  return header;
+}
+
+// Every metadata value is a string.
+Status read_metadata(const json& entry, const std::string& path, std::map<std::string, std::string>& metadata) {
+  if (!entry.is_object()) return Status::BadInput(path + ": __metadata__ is not an object");
+  for (auto m = entry.begin(); m != entry.end(); ++m) {
+    if (!m->is_string()) return Status::BadInput(path + ": metadata '" + m.key() + "' is not a string");
+    metadata[m.key()] = m->get<std::string>();
   }
-  // The data section is tiled exactly: no overlap, no hole, nothing after the last tensor.
+  return Status::Ok();
+}
+
+// A tensor and where its bytes were.
+struct StoredTensor {
+  Tensor tensor;
+  Extent extent;
+};
+
+// The tensor of header entry `name`, copied out of `bytes`: its dtype is known, its shape
+// bounded and its offsets span exactly its bytes inside the data section.
+Expected<StoredTensor> read_tensor(const json& e, const std::string& name, const std::string& path, const std::string& bytes,
+                                   const Header& header) {
+  const std::string where = path + ": tensor '" + name + "'";
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") || !e["dtype"].is_string() ||
+      !e["shape"].is_array() || !e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
+    return Status::BadInput(where + ": malformed entry");
+  }
+  auto dtype = parse_st_dtype(e["dtype"].get<std::string>());
+  if (!dtype) return Status::BadInput(where + ": unsupported dtype " + e["dtype"].get<std::string>());
+  Shape shape;
+  int64_t count = 1;
+  for (const json& d : e["shape"]) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) return Status::BadInput(where + ": bad shape");
+    shape.push_back(d.get<int64_t>());
+    count *= shape.back();
+    if (count > (int64_t{1} << 40)) return Status::BadInput(where + ": shape too large");
+  }
+  const json& off = e["data_offsets"];
+  if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) return Status::BadInput(where + ": bad data_offsets");
+  const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+  const uint64_t nbytes = static_cast<uint64_t>(count) * dtype_size(*dtype);
+  if (begin > end || end > header.data_size || end - begin != nbytes) {
+    return Status::BadInput(str_cat(where, ": data_offsets [", begin, ", ", end, ") do not fit ", nbytes, " bytes within the file's ",
+                                    header.data_size, " data bytes"));
+  }
+  Tensor t = Tensor::zeros(*dtype, shape);
+  if (nbytes) std::memcpy(t.raw(), bytes.data() + header.data_start + begin, nbytes);
+  return StoredTensor{std::move(t), Extent{begin, end, name}};
+}
+
+// The data section is tiled exactly: no overlap, no hole, nothing after the last tensor.
+Status check_tiling(std::vector<Extent> extents, size_t data_size, const std::string& path) {
   std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   uint64_t covered = 0;
   for (const Extent& e : extents) {
@@ -139,7 +169,12 @@ Expected<SafetensorsFile> read_safetensors(const std::string& path, bool require
     covered = e.end;
   }
   if (covered != data_size) return Status::BadInput(str_cat(path, ": ", data_size - covered, " trailing bytes after the last tensor's data"));
-  // Checksums (memc writes them; files from elsewhere may lack them unless required).
+  return Status::Ok();
+}
+
+// Checksums (memc writes them; files from elsewhere may lack them unless required) match the
+// header and every tensor's bytes.
+Status verify_checksums(const json& header, const SafetensorsFile& file, bool require_checksums, const std::string& path) {
   if (auto stored = file.metadata.find(kHeaderChecksumKey); stored != file.metadata.end()) {
     const std::string canonical = canonical_header(header);
     const std::string computed = crc32c_hex(crc32c(canonical.data(), canonical.size()));
@@ -161,6 +196,27 @@ Expected<SafetensorsFile> read_safetensors(const std::string& path, bool require
                                       "): the file is corrupt"));
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<SafetensorsFile> read_safetensors(const std::string& path, bool require_checksums) {
+  MEMC_ASSIGN_OR_RETURN(const std::string bytes, read_bytes(path));
+  MEMC_ASSIGN_OR_RETURN(const Header header, parse_header(bytes, path));
+  SafetensorsFile file;
+  std::vector<Extent> extents;
+  for (auto it = header.entries.begin(); it != header.entries.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      MEMC_RETURN_IF_ERROR(read_metadata(*it, path, file.metadata));
+      continue;
+    }
+    MEMC_ASSIGN_OR_RETURN(StoredTensor stored, read_tensor(*it, it.key(), path, bytes, header));
+    file.tensors[it.key()] = std::move(stored.tensor);
+    extents.push_back(std::move(stored.extent));
+  }
+  MEMC_RETURN_IF_ERROR(check_tiling(std::move(extents), header.data_size, path));
+  MEMC_RETURN_IF_ERROR(verify_checksums(header.entries, file, require_checksums, path));
   for (auto it = file.metadata.begin(); it != file.metadata.end();) {  // callers see their own metadata only
     it = it->first.rfind(kChecksumPrefix, 0) == 0 ? file.metadata.erase(it) : std::next(it);
   }

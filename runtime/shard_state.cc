@@ -49,6 +49,26 @@ Status for_each_param(const ShardLayout::Unit& unit, const std::map<std::string,
   return Status::Ok();
 }
 
+// The unit's flat buffer [block × devices], zero padded, filled with each parameter's tensor
+// `part_of(param)` at its flat offset: what every rank's block is cut from.
+template <typename PartOf>
+Expected<Tensor> flat_unit_buffer(const ShardLayout::Unit& unit, int64_t devices, DType dtype,
+                                  const std::map<std::string, TensorType>& types, PartOf&& part_of) {
+  Tensor flat = Tensor::zeros(dtype, {unit.block * devices});
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  MEMC_RETURN_IF_ERROR(for_each_param(unit, types, [&](const std::string& p, const TensorType&, int64_t offset) {
+    const Tensor& part = part_of(p);
+    std::memcpy(static_cast<char*>(flat.raw()) + offset * elem, part.raw(), part.nbytes());
+    return Status::Ok();
+  }));
+  return flat;
+}
+
+// The first byte of rank `rank`'s block of a unit's flat buffer.
+const char* rank_block(const Tensor& flat, const ShardLayout::Unit& unit, int rank) {
+  return static_cast<const char*>(flat.raw()) + rank * unit.block * static_cast<int64_t>(dtype_size(flat.dtype()));
+}
+
 }  // namespace
 
 Expected<StateMap> consolidate_state(const Plan& plan, const StateMap& state, comm::Communicator* comm) {
@@ -108,15 +128,11 @@ Status distribute_state(const Plan& plan, const StateMap& consolidated, StateMap
       MEMC_RETURN_IF_ERROR(backend.copy(view.raw(), consolidated.at(name).raw(), static_cast<int64_t>(view.nbytes())));
       continue;
     }
-    const int64_t block = sharded.unit->block;
-    Tensor flat = Tensor::zeros(view.dtype(), {block * layout.devices});  // zero padding
-    const int64_t elem = static_cast<int64_t>(dtype_size(view.dtype()));
-    MEMC_RETURN_IF_ERROR(for_each_param(*sharded.unit, types, [&](const std::string& p, const TensorType&, int64_t offset) {
-      const Tensor& part = consolidated.at(consolidated_name(sharded, p));
-      std::memcpy(static_cast<char*>(flat.raw()) + offset * elem, part.raw(), part.nbytes());
-      return Status::Ok();
+    MEMC_ASSIGN_OR_RETURN(const Tensor flat, flat_unit_buffer(*sharded.unit, layout.devices, view.dtype(), types, [&](const std::string& p) -> const Tensor& {
+      return consolidated.at(consolidated_name(sharded, p));
     }));
-    MEMC_RETURN_IF_ERROR(backend.copy(view.raw(), static_cast<const char*>(flat.raw()) + rank * block * elem, block * elem));
+    const int64_t block_bytes = sharded.unit->block * static_cast<int64_t>(dtype_size(view.dtype()));
+    MEMC_RETURN_IF_ERROR(backend.copy(view.raw(), rank_block(flat, *sharded.unit, rank), block_bytes));
   }
   return Status::Ok();
 }
@@ -125,17 +141,11 @@ Expected<Tensor> parameter_block(const Plan& plan, const std::string& unit, cons
   MEMC_ASSIGN_OR_RETURN(const ShardLayout layout, shard_layout(plan.train));
   const ShardedName sharded = parse_name(unit, layout);
   if (!sharded.unit || !sharded.prefix.empty()) return Status::Internal(unit + " is not a unit of sharded parameters");
-  const int64_t block = sharded.unit->block;
   const DType dtype = params.at(sharded.unit->params.front()).dtype();
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  Tensor flat = Tensor::zeros(dtype, {block * layout.devices});
-  MEMC_RETURN_IF_ERROR(for_each_param(*sharded.unit, param_types(plan), [&](const std::string& p, const TensorType&, int64_t offset) {
-    const Tensor& part = params.at(p);
-    std::memcpy(static_cast<char*>(flat.raw()) + offset * elem, part.raw(), part.nbytes());
-    return Status::Ok();
-  }));
-  Tensor mine = Tensor::zeros(dtype, {block});
-  std::memcpy(mine.raw(), static_cast<const char*>(flat.raw()) + rank * block * elem, mine.nbytes());
+  MEMC_ASSIGN_OR_RETURN(const Tensor flat, flat_unit_buffer(*sharded.unit, layout.devices, dtype, param_types(plan),
+                                                            [&](const std::string& p) -> const Tensor& { return params.at(p); }));
+  Tensor mine = Tensor::zeros(dtype, {sharded.unit->block});
+  std::memcpy(mine.raw(), rank_block(flat, *sharded.unit, rank), mine.nbytes());
   return mine;
 }
 

@@ -6,26 +6,23 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <optional>
 
 #include "backends/cuda/gemm.h"
 #include "frontend/onnx_weights.h"
 #include "frontend/param_audit.h"
+#include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
 #include "runtime/executor.h"
-#include "runtime/file_guard.h"
 #include "runtime/planned_executor.h"
 #include "runtime/shard_state.h"
-#include "runtime/safetensors.h"
 
 namespace memc {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-const char* kCheckpointFile = "checkpoint.safetensors";
 
 std::vector<InputSpec> data_inputs(const Module& m) {
   std::vector<InputSpec> specs;
@@ -50,91 +47,6 @@ Tensor f32_scalar(double v) {
   Tensor t = Tensor::zeros(DType::kF32, {});
   t.data<float>()[0] = static_cast<float>(v);
   return t;
-}
-
-// Dynamic loss scaling's state, carried across steps and checkpoints.
-struct Scaler {
-  double scale = 0;          // 0: the plan does not scale its loss
-  int64_t clean_steps = 0;   // consecutive steps without inf/NaN since the last change of scale
-  int64_t applied = 0;       // optimizer updates applied (skipped steps excluded): Adam's t
-};
-
-std::string exact(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-Status save_checkpoint(const std::string& dir, const StateMap& state, int64_t step, int64_t epoch, int64_t step_in_epoch,
-                       uint64_t seed, const Scaler& scaler) {
-  SafetensorsFile file;
-  file.tensors = state;
-  file.metadata = {{"memc_version", memc_version()}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch)},
-                   {"step_in_epoch", std::to_string(step_in_epoch)}, {"seed", std::to_string(seed)}};
-  if (scaler.scale > 0) {
-    file.metadata["loss_scale"] = exact(scaler.scale);
-    file.metadata["loss_scale_clean_steps"] = std::to_string(scaler.clean_steps);
-    file.metadata["applied_steps"] = std::to_string(scaler.applied);
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::BadInput(dir + ": cannot create checkpoint folder: " + ec.message());
-  return write_safetensors((std::filesystem::path(dir) / kCheckpointFile).string(), file);
-}
-
-struct Position {
-  int64_t step = 0, epoch = 0, step_in_epoch = 0;
-  Scaler scaler;  // as saved; scale 0 when the checkpoint has none
-};
-
-Expected<Position> load_checkpoint(const std::string& dir, StateMap& state, uint64_t seed) {
-  const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
-  MEMC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path, /*require_checksums=*/true));
-  for (auto& [name, tensor] : state) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) return Status::BadInput(path + ": no tensor '" + name + "' (checkpoint of another model or optimizer?)");
-    if (it->second.dtype() != tensor.dtype() || it->second.shape() != tensor.shape()) {
-      return Status::BadInput(str_cat(path, ": tensor '", name, "' is ", dtype_name(it->second.dtype()), "[", shape_str(it->second.shape()),
-                                      "], the plan needs ", dtype_name(tensor.dtype()), "[", shape_str(tensor.shape()), "]"));
-    }
-    tensor = it->second;
-  }
-  if (file.tensors.size() != state.size()) return Status::BadInput(path + ": holds tensors the plan does not have (another model?)");
-  // Every count is a whole non-negative decimal number; anything else is an edited or corrupt file.
-  auto count = [&](const char* key, int64_t& out) -> Status {
-    auto it = file.metadata.find(key);
-    if (it == file.metadata.end()) return Status::BadInput(str_cat(path, ": metadata '", key, "' is missing"));
-    const std::string& text = it->second;
-    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) {
-      return Status::BadInput(str_cat(path, ": metadata '", key, "' = '", text, "' is not a non-negative integer"));
-    }
-    out = std::stoll(text);
-    return Status::Ok();
-  };
-  Position p;
-  MEMC_RETURN_IF_ERROR(count("step", p.step));
-  MEMC_RETURN_IF_ERROR(count("epoch", p.epoch));
-  MEMC_RETURN_IF_ERROR(count("step_in_epoch", p.step_in_epoch));
-  auto saved_seed = file.metadata.find("seed");  // a uint64, compared as written
-  if (saved_seed == file.metadata.end()) return Status::BadInput(path + ": metadata 'seed' is missing");
-  if (saved_seed->second != std::to_string(seed)) {
-    return Status::BadInput(str_cat(path, ": written with --seed ", saved_seed->second, ", this run has --seed ", seed));
-  }
-  if (p.step_in_epoch > p.step) {
-    return Status::BadInput(str_cat(path, ": metadata step_in_epoch ", p.step_in_epoch, " exceeds step ", p.step));
-  }
-  if (file.metadata.count("loss_scale")) {
-    char* end = nullptr;
-    const std::string& text = file.metadata.at("loss_scale");
-    p.scaler.scale = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !std::isfinite(p.scaler.scale) || p.scaler.scale <= 0) {
-      return Status::BadInput(str_cat(path, ": metadata 'loss_scale' = '", text, "' is not a positive finite number"));
-    }
-    MEMC_RETURN_IF_ERROR(count("loss_scale_clean_steps", p.scaler.clean_steps));
-    MEMC_RETURN_IF_ERROR(count("applied_steps", p.scaler.applied));
-    if (p.scaler.applied > p.step) return Status::BadInput(str_cat(path, ": metadata applied_steps ", p.scaler.applied, " exceeds step ", p.step));
-  }
-  return p;
 }
 
 // Runs the forward module over `data` and returns the fraction of correct argmax predictions.
@@ -252,17 +164,6 @@ static Expected<StateMap> host_state(Backend& backend, const StateMap& state) {
   return host;
 }
 
-// Overwrites the arena state with a checkpoint's tensors (checked first, so a bad file changes nothing).
-// A checkpoint holds the consolidated per-parameter state whatever the number of ranks that
-// wrote it (runtime/shard_state.h); each rank takes its blocks.
-static Expected<Position> restore_checkpoint(const std::string& dir, const Plan& plan, StateMap& state, uint64_t seed, int rank,
-                                             Backend& backend) {
-  MEMC_ASSIGN_OR_RETURN(StateMap staged, consolidated_template(plan, state));  // shapes and dtypes to check against
-  MEMC_ASSIGN_OR_RETURN(Position pos, load_checkpoint(dir, staged, seed));
-  MEMC_RETURN_IF_ERROR(distribute_state(plan, staged, state, rank, backend));
-  return pos;
-}
-
 // The job's consolidated state as host tensors (collective in a sharded run).
 static Expected<StateMap> whole_state(Backend& backend, const Plan& plan, const StateMap& state, comm::Communicator* comm) {
   MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(backend, state));
@@ -326,37 +227,251 @@ static Status check_steps(const Plan& plan, const RunOptions& options, const Run
                                   ", or give --epochs, or compile with more --epochs"));
 }
 
-// One run at a time holds a checkpoint folder; a dead writer's temporaries go first.
-static Expected<FolderLock> take_checkpoint_folder(const RunOptions& options) {
-  if (options.checkpoint_dir.empty()) return FolderLock();
-  MEMC_ASSIGN_OR_RETURN(FolderLock lock, FolderLock::acquire(options.checkpoint_dir));
-  const std::string checkpoint = (std::filesystem::path(options.checkpoint_dir) / kCheckpointFile).string();
-  remove_stale_temps(checkpoint);
-  if (!options.resume && std::filesystem::exists(checkpoint)) {
-    return Status::BadInput(options.checkpoint_dir + ": holds a checkpoint already; pass --resume to continue it or choose another folder");
+// Every rank of a sharded job reads its slices from the same files; gradient dumps are one-device only.
+static Status check_sharded_run(comm::Communicator& comm, const RunOptions& options) {
+  if (!options.data.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(comm, options.data));
+  if (!options.eval.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(comm, options.eval));
+  if (!options.dump_grads.empty()) return Status::BadInput("--dump-grads is not supported on a sharded plan yet");
+  return Status::Ok();
+}
+
+// --resume: the arena takes the checkpoint's state, whose position must fit this run's data and --steps.
+static Expected<Position> resume_position(const Plan& plan, const RunOptions& options, const RunData& run_data, StateMap& state,
+                                          int rank, Backend& backend) {
+  MEMC_ASSIGN_OR_RETURN(Position pos, restore_checkpoint(options.checkpoint_dir, plan, state, options.seed, rank, backend));
+  const int64_t per_epoch = run_data.per_epoch;
+  if (run_data.train && (pos.step_in_epoch > per_epoch || pos.step != pos.epoch * per_epoch + pos.step_in_epoch)) {
+    return Status::BadInput(str_cat(options.checkpoint_dir, ": checkpoint position (step ", pos.step, ", epoch ", pos.epoch, ", step_in_epoch ",
+                                    pos.step_in_epoch, ") does not fit ", per_epoch, " steps per epoch of ", options.data,
+                                    " (other data, or edited metadata)"));
   }
-  return lock;
+  MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, pos.step));
+  return pos;
+}
+
+// How the training step scales its loss: a plan with a "loss_scale" argument has a "found_inf" output.
+struct LossScaling {
+  bool scaled = false;
+  int found_inf_output = -1;  // its index among the step's outputs
+};
+
+// A scaled step has its found_inf output and starts from a positive scale.
+static Expected<LossScaling> loss_scaling(const Module& step, const RunOptions& options) {
+  LossScaling s;
+  for (size_t i = 0; i < step.outputs().size(); ++i) {
+    if (step.value(step.outputs()[i]).name == kFoundInfOutput) s.found_inf_output = static_cast<int>(i);
+  }
+  for (ValueId a : step.arguments()) s.scaled |= step.value(a).source_name == kLossScaleArg;
+  if (s.scaled && s.found_inf_output < 0) return Status::BadInput("the plan has a loss_scale argument but no found_inf output");
+  if (s.scaled && !(options.initial_loss_scale > 0)) return Status::BadInput("the initial loss scale must be positive");
+  return s;
+}
+
+// The scaler the first step starts from: the checkpoint's on --resume, else the initial scale
+// (scale 0 when the plan does not scale its loss).
+static Expected<Scaler> initial_scaler(const LossScaling& scaling, const RunOptions& options, const Position& pos) {
+  if (!scaling.scaled) return Scaler{};
+  if (options.resume && pos.scaler.scale <= 0) return Status::BadInput(options.checkpoint_dir + ": checkpoint has no loss scale state");
+  return options.resume ? pos.scaler : Scaler{options.initial_loss_scale, 0, pos.step};
+}
+
+// What every step of a run reads; the arena behind `exec` and `state` lives in run_plan.
+struct TrainContext {
+  const Plan& plan;
+  const RunOptions& options;
+  PlannedExecutor& exec;
+  const StateMap& state;  // views of the arena
+  Backend& backend;
+  comm::Communicator* comm;  // nullptr: one device
+  int rank;
+  int64_t epochs, per_epoch;  // of the schedule (RunData)
+  LossScaling scaling;
+  std::vector<InputSpec> specs;  // the step's data inputs
+  bool tty;                      // stderr is a terminal: it also sees a line per step
+  int64_t horizon() const { return epochs * per_epoch; }
+  int64_t rank_batch() const { return plan.batch / plan.devices; }
+};
+
+// Where training stands after the last step taken.
+struct TrainProgress {
+  int64_t step = 0;     // 1-based over the whole schedule, including steps before a resume
+  Position pos;         // where a checkpoint written now resumes
+  Scaler scaler;
+  double total_ms = 0;  // wall time of the steps this process took
+};
+
+// What one step gave back.
+struct StepOutcome {
+  double loss = 0;
+  double ms = 0;      // wall time of the step
+  bool skip = false;  // loss scaling found an inf/NaN gradient: the update was skipped
+};
+
+// Feeds of step `step`: this rank's slice of batch `b` of `order`, and the runtime scalars.
+static std::map<std::string, Tensor> step_feeds(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order,
+                                                int64_t b, int64_t step, const Scaler& scaler) {
+  const int64_t rank_batch = ctx.rank_batch();
+  auto feeds = make_batch(data, order, b * ctx.plan.batch + ctx.rank * rank_batch, rank_batch, ctx.specs, kLabelsArg);
+  feeds[kLrArg] = f32_scalar(learning_rate(ctx.plan.schedule, step, ctx.horizon()));
+  // Adam's bias correction counts applied updates: a skipped step does not advance it.
+  feeds[kStepArg] = f32_scalar(static_cast<double>(ctx.scaling.scaled ? scaler.applied + 1 : step));
+  if (ctx.scaling.scaled) feeds[kLossScaleArg] = f32_scalar(scaler.scale);
+  return feeds;
+}
+
+// --dump-grads: the gradients of `feeds` at the state before the step's update, as f32.
+static Status dump_gradients(const TrainContext& ctx, const std::map<std::string, Tensor>& feeds, int64_t step) {
+  MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(ctx.backend, ctx.state));
+  MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(ctx.plan, host, feeds, ctx.options.seed, step));
+  TensorMap arrays;
+  for (auto& [name, t] : grads) arrays[name] = t.dtype() == DType::kF32 ? t : t.cast(DType::kF32);
+  return write_npz(ctx.options.dump_grads, arrays);
+}
+
+// Runs step `step` on batch `b`; its updates land in place on the arguments they replace.
+static Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order, int64_t b,
+                                      int64_t step, bool first_of_run, const Scaler& scaler) {
+  const auto feeds = step_feeds(ctx, data, order, b, step, scaler);
+  for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(ctx.exec.set_argument(name, tensor));
+  const ExecOptions opts{.training = ctx.plan.dropout, .seed = ctx.options.seed, .step = step, .comm = ctx.comm,
+                         .batch_row_offset = ctx.rank * ctx.rank_batch()};
+  if (!ctx.options.dump_grads.empty() && first_of_run) MEMC_RETURN_IF_ERROR(dump_gradients(ctx, feeds, step));
+  StepOutcome outcome;
+  const auto t0 = Clock::now();
+  MEMC_RETURN_IF_ERROR(ctx.exec.run(opts));
+  outcome.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const auto& updates = ctx.exec.module().output_updates();
+  for (size_t i = 0; i < updates.size(); ++i) {
+    if (updates[i] == kNoValue) continue;
+    MEMC_CHECK(ctx.exec.output(i).raw() == ctx.exec.tensor(updates[i]).raw(), "update of ", ctx.exec.module().value(updates[i]).name,
+               " is not in place");
+  }
+  MEMC_ASSIGN_OR_RETURN(const Tensor loss_value, ctx.exec.fetch_output(0));
+  outcome.loss = loss_value.get_as_double(0);
+  if (ctx.scaling.scaled) {
+    MEMC_ASSIGN_OR_RETURN(const Tensor found_inf, ctx.exec.fetch_output(ctx.scaling.found_inf_output));
+    outcome.skip = found_inf.get_as_double(0) != 0;
+  }
+  return outcome;
+}
+
+// torch.cuda.amp.GradScaler.update: backoff 0.5 on a skipped step, growth 2 after growth_interval clean steps.
+static void update_scaler(Scaler& scaler, bool skip, int64_t growth_interval) {
+  if (skip) {
+    scaler.scale *= 0.5;
+    scaler.clean_steps = 0;
+    return;
+  }
+  ++scaler.applied;
+  if (++scaler.clean_steps >= growth_interval) scaler.scale *= 2.0, scaler.clean_steps = 0;
+}
+
+// A non-finite loss ends training (going on only spreads NaN into every weight): the report says why.
+static void mark_diverged(const TrainContext& ctx, int64_t step, double loss, RunReport& report) {
+  const Plan& plan = ctx.plan;
+  report.status = "diverged";
+  report.error = str_cat("step ", step, ": training diverged, the loss is ", std::isnan(loss) ? "NaN" : (loss > 0 ? "+inf" : "-inf"),
+                         " (precision ", plan.decisions.precision, ", lr ", learning_rate(plan.schedule, step, ctx.horizon()),
+                         "; try a lower --lr", plan.decisions.precision == "fp32" ? "" : ", or bf16-mixed or fp32",
+                         "); no checkpoint was written for this step");
+  report.diverged_step = step;
+}
+
+// One epoch's steps taken by this process, and when the epoch began.
+struct EpochTotals {
+  double loss = 0;
+  int64_t steps = 0;
+  Clock::time_point start;
+};
+
+// A terminal's progress line, rewritten in place each step.
+static void print_step_line(const TrainContext& ctx, int64_t epoch, int64_t b, double loss, double ms) {
+  std::fprintf(stderr, "\repoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s\033[K", static_cast<long long>(epoch + 1),
+               static_cast<long long>(ctx.epochs), static_cast<long long>(b + 1), static_cast<long long>(ctx.per_epoch), loss,
+               ctx.plan.batch * 1000.0 / std::max(ms, 1e-3));
+}
+
+// One line per epoch (it replaces a terminal's progress line).
+static void print_epoch_line(const TrainContext& ctx, int64_t epoch, const EpochTotals& totals) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - totals.start).count();
+  std::fprintf(stderr, "%sepoch %lld/%lld: %lld steps, mean loss %.4f, %.0f samples/s\n", ctx.tty ? "\r\033[K" : "",
+               static_cast<long long>(epoch + 1), static_cast<long long>(ctx.epochs), static_cast<long long>(totals.steps),
+               totals.loss / static_cast<double>(totals.steps), static_cast<double>(totals.steps * ctx.plan.batch) / std::max(seconds, 1e-9));
+}
+
+// Trains epoch `epoch` from batch `first`; stops at --steps or at a non-finite loss (report.error).
+static Expected<EpochTotals> train_epoch(const TrainContext& ctx, const Dataset& data, int64_t epoch, int64_t first,
+                                         TrainProgress& progress, RunReport& report) {
+  const RunOptions& options = ctx.options;
+  const std::vector<int64_t> order = epoch_order(data.size, options.seed, epoch);
+  EpochTotals totals;
+  totals.start = Clock::now();
+  for (int64_t b = first; b < ctx.per_epoch; ++b) {
+    if (options.steps >= 0 && report.steps >= options.steps) break;
+    const int64_t step = ++progress.step;
+    MEMC_ASSIGN_OR_RETURN(const StepOutcome outcome, run_step(ctx, data, order, b, step, report.steps == 0, progress.scaler));
+    progress.total_ms += outcome.ms;
+    if (ctx.scaling.scaled) update_scaler(progress.scaler, outcome.skip, options.growth_interval);
+    if (outcome.skip) ++report.skipped_steps;
+    if (!std::isfinite(outcome.loss) && !outcome.skip) {
+      mark_diverged(ctx, step, outcome.loss, report);
+      break;
+    }
+    report.losses.push_back(outcome.loss);
+    ++report.steps;
+    totals.loss += outcome.loss;
+    ++totals.steps;
+    if (!options.quiet && ctx.tty && ctx.rank == 0) print_step_line(ctx, epoch, b, outcome.loss, outcome.ms);
+    progress.pos = {step, epoch, b + 1};
+  }
+  return totals;
+}
+
+// Rank 0 writes the job's consolidated state at `progress` (collective: every rank gathers).
+static Status write_checkpoint(const TrainContext& ctx, const TrainProgress& progress) {
+  MEMC_ASSIGN_OR_RETURN(const StateMap whole, whole_state(ctx.backend, ctx.plan, ctx.state, ctx.comm));
+  if (ctx.rank != 0) return Status::Ok();
+  const Position& pos = progress.pos;
+  return save_checkpoint(ctx.options.checkpoint_dir, whole, pos.step, pos.epoch, pos.step_in_epoch, ctx.options.seed, progress.scaler);
+}
+
+// Trains from `progress` to the end of the schedule, --steps or a divergence; checkpoints after each epoch.
+static Status train(const TrainContext& ctx, const Dataset& data, TrainProgress& progress, RunReport& report) {
+  const RunOptions& options = ctx.options;
+  for (int64_t epoch = progress.pos.epoch; epoch < ctx.epochs; ++epoch) {
+    const int64_t first = epoch == progress.pos.epoch ? progress.pos.step_in_epoch : 0;
+    MEMC_ASSIGN_OR_RETURN(const EpochTotals totals, train_epoch(ctx, data, epoch, first, progress, report));
+    if (!report.error.empty()) break;
+    if (progress.pos.step_in_epoch >= ctx.per_epoch) progress.pos = {progress.step, epoch + 1, 0};
+    if (!options.quiet && totals.steps > 0) print_epoch_line(ctx, epoch, totals);
+    if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(write_checkpoint(ctx, progress));
+    if (options.steps >= 0 && report.steps >= options.steps) break;
+  }
+  return Status::Ok();
+}
+
+// The report's totals once training stopped (collective: every rank's peak goes to every rank).
+static Status finish_training_report(const TrainContext& ctx, const TrainProgress& progress, int64_t peak_bytes, RunReport& report) {
+  report.total_steps = report.error.empty() ? progress.step : progress.pos.step;  // a diverged step is not counted
+  report.loss_scale = progress.scaler.scale;
+  report.measured_peak_bytes = peak_bytes;
+  report.rank_peak_bytes.assign(static_cast<size_t>(ctx.plan.devices), report.measured_peak_bytes);
+  if (ctx.comm) MEMC_RETURN_IF_ERROR(ctx.comm->all_gather(&report.measured_peak_bytes, report.rank_peak_bytes.data(), 1, DType::kI64));
+  report.final_loss = report.losses.empty() ? 0 : report.losses.back();
+  report.step_ms = report.steps ? progress.total_ms / static_cast<double>(report.steps) : 0;
+  report.samples_per_s = report.step_ms > 0 ? ctx.plan.batch * 1000.0 / report.step_ms : 0;
+  return Status::Ok();
 }
 
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state) {
-  Position pos;
   if (options.resume && options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
   // Data first: a bad file is refused before any folder is locked or weight is loaded.
-  MEMC_ASSIGN_OR_RETURN(RunData run_data, load_run_data(plan, options));
-  const std::optional<Dataset>& train_data = run_data.train;
-  const std::optional<Dataset>& eval_data = run_data.eval;
-  const std::vector<InputSpec> specs = data_inputs(plan.train);
-  const int64_t epochs = run_data.epochs, per_epoch = run_data.per_epoch, horizon = epochs * per_epoch;
+  MEMC_ASSIGN_OR_RETURN(const RunData run_data, load_run_data(plan, options));
   MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, 0));
   MEMC_RETURN_IF_ERROR(check_ranks(plan, options));
   comm::Communicator* const comm = options.comm && options.comm->size() > 1 ? options.comm : nullptr;
   const int rank = comm ? comm->rank() : 0;
-  const int64_t rank_batch = plan.batch / plan.devices;
-  if (comm) {  // every rank reads its slices from the same files
-    if (!options.data.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(*comm, options.data));
-    if (!options.eval.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(*comm, options.eval));
-    if (!options.dump_grads.empty()) return Status::BadInput("--dump-grads is not supported on a sharded plan yet");
-  }
+  if (comm) MEMC_RETURN_IF_ERROR(check_sharded_run(*comm, options));
   // Rank 0 writes the checkpoint; the others only read it (--resume).
   RunOptions folder_options = options;
   if (rank != 0) folder_options.checkpoint_dir.clear();
@@ -366,136 +481,29 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   DeviceMemory device(*backend);
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec, rank));
+  Position pos;
   if (options.resume) {
-    MEMC_ASSIGN_OR_RETURN(pos, restore_checkpoint(options.checkpoint_dir, plan, state, options.seed, rank, *backend));
-    if (train_data && (pos.step_in_epoch > per_epoch || pos.step != pos.epoch * per_epoch + pos.step_in_epoch)) {
-      return Status::BadInput(str_cat(options.checkpoint_dir, ": checkpoint position (step ", pos.step, ", epoch ", pos.epoch, ", step_in_epoch ",
-                                      pos.step_in_epoch, ") does not fit ", per_epoch, " steps per epoch of ", options.data,
-                                      " (other data, or edited metadata)"));
-    }
-    MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, pos.step));
+    MEMC_ASSIGN_OR_RETURN(pos, resume_position(plan, options, run_data, state, rank, *backend));
   }
   RunReport report;
   report.device = std::string(backend->name());
   report.rank = rank;
   report.ranks = static_cast<int>(plan.devices);
   report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
-  // Loss scaling: the plan has a "loss_scale" argument and a "found_inf" output.
-  int found_inf_output = -1;
-  for (size_t i = 0; i < exec.module().outputs().size(); ++i) {
-    if (exec.module().value(exec.module().outputs()[i]).name == kFoundInfOutput) found_inf_output = static_cast<int>(i);
+  MEMC_ASSIGN_OR_RETURN(const LossScaling scaling, loss_scaling(exec.module(), options));
+  MEMC_ASSIGN_OR_RETURN(const Scaler scaler, initial_scaler(scaling, options, pos));
+  report.loss_scaling = scaling.scaled;
+  if (run_data.train) {
+    const TrainContext ctx{.plan = plan, .options = options, .exec = exec, .state = state, .backend = *backend, .comm = comm,
+                           .rank = rank, .epochs = run_data.epochs, .per_epoch = run_data.per_epoch, .scaling = scaling,
+                           .specs = data_inputs(plan.train), .tty = isatty(fileno(stderr)) != 0};
+    TrainProgress progress{.step = pos.step, .pos = pos, .scaler = scaler};
+    MEMC_RETURN_IF_ERROR(train(ctx, *run_data.train, progress, report));
+    MEMC_RETURN_IF_ERROR(finish_training_report(ctx, progress, device.peak_bytes(), report));
   }
-  bool scaled = false;
-  for (ValueId a : exec.module().arguments()) scaled |= exec.module().value(a).source_name == kLossScaleArg;
-  if (scaled && found_inf_output < 0) return Status::BadInput("the plan has a loss_scale argument but no found_inf output");
-  if (scaled && !(options.initial_loss_scale > 0)) return Status::BadInput("the initial loss scale must be positive");
-  Scaler scaler;
-  if (scaled) {
-    if (options.resume && pos.scaler.scale <= 0) return Status::BadInput(options.checkpoint_dir + ": checkpoint has no loss scale state");
-    scaler = options.resume ? pos.scaler : Scaler{options.initial_loss_scale, 0, pos.step};
-  }
-  report.loss_scaling = scaled;
-  if (train_data) {
-    const Dataset& data = *train_data;
-    const bool tty = isatty(fileno(stderr));
-    double total_ms = 0;
-    int64_t step = pos.step;
-    for (int64_t epoch = pos.epoch; epoch < epochs; ++epoch) {
-      const std::vector<int64_t> order = epoch_order(data.size, options.seed, epoch);
-      const int64_t first = epoch == pos.epoch ? pos.step_in_epoch : 0;
-      double epoch_loss = 0;
-      int64_t epoch_steps = 0;
-      const auto epoch_start = Clock::now();
-      for (int64_t b = first; b < per_epoch; ++b) {
-        if (options.steps >= 0 && report.steps >= options.steps) break;
-        ++step;
-        auto feeds = make_batch(data, order, b * plan.batch + rank * rank_batch, rank_batch, specs, kLabelsArg);
-        feeds[kLrArg] = f32_scalar(learning_rate(plan.schedule, step, horizon));
-        // Adam's bias correction counts applied updates: a skipped step does not advance it.
-        feeds[kStepArg] = f32_scalar(static_cast<double>(scaled ? scaler.applied + 1 : step));
-        if (scaled) feeds[kLossScaleArg] = f32_scalar(scaler.scale);
-        for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(exec.set_argument(name, tensor));
-        const ExecOptions opts{.training = plan.dropout, .seed = options.seed, .step = step, .comm = comm, .batch_row_offset = rank * rank_batch};
-        if (!options.dump_grads.empty() && report.steps == 0) {
-          MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(*backend, state));
-          MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(plan, host, feeds, options.seed, step));
-          TensorMap arrays;
-          for (auto& [name, t] : grads) arrays[name] = t.dtype() == DType::kF32 ? t : t.cast(DType::kF32);
-          MEMC_RETURN_IF_ERROR(write_npz(options.dump_grads, arrays));
-        }
-        const auto t0 = Clock::now();
-        MEMC_RETURN_IF_ERROR(exec.run(opts));
-        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        total_ms += ms;
-        // Updates are planned in place: each lands on the argument it replaces.
-        const auto& updates = exec.module().output_updates();
-        for (size_t i = 0; i < updates.size(); ++i) {
-          if (updates[i] == kNoValue) continue;
-          MEMC_CHECK(exec.output(i).raw() == exec.tensor(updates[i]).raw(), "update of ", exec.module().value(updates[i]).name, " is not in place");
-        }
-        MEMC_ASSIGN_OR_RETURN(const Tensor loss_value, exec.fetch_output(0));
-        const double loss = loss_value.get_as_double(0);
-        bool skip = false;
-        if (scaled) {
-          MEMC_ASSIGN_OR_RETURN(const Tensor found_inf, exec.fetch_output(found_inf_output));
-          skip = found_inf.get_as_double(0) != 0;
-        }
-        if (scaled) {  // torch.cuda.amp.GradScaler.update: backoff 0.5, growth 2 after growth_interval clean steps
-          if (skip) {
-            scaler.scale *= 0.5;
-            scaler.clean_steps = 0;
-            ++report.skipped_steps;
-          } else {
-            ++scaler.applied;
-            if (++scaler.clean_steps >= options.growth_interval) scaler.scale *= 2.0, scaler.clean_steps = 0;
-          }
-        }
-        if (!std::isfinite(loss) && !skip) {  // training on after this only spreads NaN into every weight
-          report.status = "diverged";
-          report.error = str_cat("step ", step, ": training diverged, the loss is ", std::isnan(loss) ? "NaN" : (loss > 0 ? "+inf" : "-inf"),
-                                 " (precision ", plan.decisions.precision, ", lr ", learning_rate(plan.schedule, step, horizon),
-                                 "; try a lower --lr", plan.decisions.precision == "fp32" ? "" : ", or bf16-mixed or fp32",
-                                 "); no checkpoint was written for this step");
-          report.diverged_step = step;
-          break;
-        }
-        report.losses.push_back(loss);
-        ++report.steps;
-        epoch_loss += loss;
-        ++epoch_steps;
-        if (!options.quiet && tty && rank == 0) {
-          std::fprintf(stderr, "\repoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s\033[K", static_cast<long long>(epoch + 1),
-                       static_cast<long long>(epochs), static_cast<long long>(b + 1), static_cast<long long>(per_epoch), loss,
-                       plan.batch * 1000.0 / std::max(ms, 1e-3));
-        }
-        pos = {step, epoch, b + 1};
-      }
-      if (!report.error.empty()) break;
-      if (pos.step_in_epoch >= per_epoch) pos = {step, epoch + 1, 0};
-      if (!options.quiet && epoch_steps > 0) {  // one line per epoch; a terminal also sees each step
-        const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
-        std::fprintf(stderr, "%sepoch %lld/%lld: %lld steps, mean loss %.4f, %.0f samples/s\n", tty ? "\r\033[K" : "",
-                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs), static_cast<long long>(epoch_steps),
-                     epoch_loss / static_cast<double>(epoch_steps), static_cast<double>(epoch_steps * plan.batch) / std::max(seconds, 1e-9));
-      }
-      if (!options.checkpoint_dir.empty()) {
-        MEMC_ASSIGN_OR_RETURN(const StateMap whole, whole_state(*backend, plan, state, comm));
-        if (rank == 0) MEMC_RETURN_IF_ERROR(save_checkpoint(options.checkpoint_dir, whole, pos.step, pos.epoch, pos.step_in_epoch, options.seed, scaler));
-      }
-      if (options.steps >= 0 && report.steps >= options.steps) break;
-    }
-    report.total_steps = report.error.empty() ? step : pos.step;  // a diverged step is not counted
-    report.loss_scale = scaler.scale;
-    report.measured_peak_bytes = device.peak_bytes();
-    report.rank_peak_bytes.assign(static_cast<size_t>(plan.devices), report.measured_peak_bytes);
-    if (comm) MEMC_RETURN_IF_ERROR(comm->all_gather(&report.measured_peak_bytes, report.rank_peak_bytes.data(), 1, DType::kI64));
-    report.final_loss = report.losses.empty() ? 0 : report.losses.back();
-    report.step_ms = report.steps ? total_ms / static_cast<double>(report.steps) : 0;
-    report.samples_per_s = report.step_ms > 0 ? plan.batch * 1000.0 / report.step_ms : 0;
-  }
-  if (eval_data && report.error.empty()) {
+  if (run_data.eval && report.error.empty()) {
     MEMC_ASSIGN_OR_RETURN(const StateMap host, whole_state(*backend, plan, state, comm));
-    MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, host, *eval_data, report.eval_samples));
+    MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, host, *run_data.eval, report.eval_samples));
   }
   if (final_state) {
     MEMC_ASSIGN_OR_RETURN(const StateMap whole, whole_state(*backend, plan, state, comm));
