@@ -91,8 +91,9 @@ class Verifier {
         report(str_cat(where, ": attribute ", key, " is reserved for the text form"));
       }
     }
-    if (!node.def) report(str_cat(where, ": unknown op memc.", node.op));
-    else if (node.def->name != node.op) report(str_cat(where, ": its registry entry is memc.", node.def->name, ", its op memc.", node.op));
+    const OpDef* def = OpRegistry::get().find(node.op);
+    if (!def) report(str_cat(where, ": unknown op memc.", node.op));
+    else if (node.def != def) report(str_cat(where, ": holds the registry entry of ", node.def ? "memc." + node.def->name : "no op", ", not of memc.", node.op));
     std::vector<TensorType> input_types;
     std::vector<bool> present;
     bool inputs_ok = true;

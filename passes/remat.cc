@@ -156,20 +156,20 @@ Expected<RematOptions> parse_remat(const std::string& spec) {
     begin = end + 1;
     if (item.empty()) continue;
     if (item == "blocks") {
-      o.policy = "blocks";
+      o.policy = RematPolicy::kBlocks;
     } else if (item.rfind("save=", 0) == 0 && item.size() > 5) {
       o.must_save.push_back(item.substr(5));
     } else if (item.rfind("recompute=", 0) == 0 && item.size() > 10) {
       o.must_recompute.push_back(item.substr(10));
     } else if (auto bytes = parse_size(item); bytes.ok()) {
-      o.policy = "limit";
+      o.policy = RematPolicy::kLimit;
       o.limit_bytes = *bytes;
     } else {
       return Status::BadInput("--remat: '" + item + "' is none, blocks, a size (2MB), save=NAME or recompute=NAME");
     }
     if (end == spec.size()) break;
   }
-  if (o.policy == "none") o.policy = "limit", o.limit_bytes = std::numeric_limits<int64_t>::max() / 4;  // pins only
+  if (o.policy == RematPolicy::kNone) o.policy = RematPolicy::kLimit, o.limit_bytes = std::numeric_limits<int64_t>::max() / 4;  // pins only
   return o;
 }
 
@@ -727,7 +727,7 @@ class Materializer {
 // (whose table size goes to the report).
 Expected<std::vector<ChainAction>> choose_actions(const RematOptions& options, const Module& m, const Analysis& a, const Chain& chain,
                                                   RematReport& report) {
-  if (options.policy == "blocks") return block_actions(m, a);
+  if (options.policy == RematPolicy::kBlocks) return block_actions(m, a);
   ChainSolution solution = solve_chain(chain, options.limit_bytes);
   report.dp_table_bytes = solution.table_bytes;
   if (solution.cost < 0) {
@@ -788,13 +788,12 @@ std::vector<NodeId> splice(const std::vector<NodeId>& order, const std::vector<N
 
 Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) const {
   RematReport report;
-  if (options_.policy == "none") return report;
-  if (options_.policy != "blocks" && options_.policy != "limit") return Status::BadInput("unknown remat policy '" + options_.policy + "'");
+  if (options_.policy == RematPolicy::kNone) return report;
   const StepRange range{forward_begin, backward_begin, backward_end};
   const std::vector<NodeId> order = m.schedule();
   const Pins pins = resolve_pins(m, forward_nodes(order, range), options_);
   Analysis a = analyze(m, order, range, pins);
-  if (options_.policy == "limit") merge_segments(kMaxChainSegments, a);
+  if (options_.policy == RematPolicy::kLimit) merge_segments(kMaxChainSegments, a);
   report.unresolved_pins = pins.unresolved;
   report.tape_bytes = tape_bytes(m, a.tape);
   report.segments = static_cast<int>(a.segments.size());
@@ -805,7 +804,7 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
   log_actions(actions);
   report.held_tape_bytes = held_tape_bytes(actions, chain);
   const bool pins_only = options_.limit_bytes >= std::numeric_limits<int64_t>::max() / 8;
-  if (options_.policy == "limit" && !pins_only) report.limit_met = report.held_tape_bytes <= options_.limit_bytes;
+  if (options_.policy == RematPolicy::kLimit && !pins_only) report.limit_met = report.held_tape_bytes <= options_.limit_bytes;
 
   Materializer mat(m, a, pins.recompute);
   const std::vector<NodeId> new_order = materialize(m, a, actions, order, range, mat);
@@ -816,8 +815,17 @@ Expected<RematReport> Remat::run(Module& m, NodeId forward_begin, NodeId backwar
   return report;
 }
 
+std::string_view remat_policy_name(RematPolicy policy) {
+  switch (policy) {
+    case RematPolicy::kNone: return "none";
+    case RematPolicy::kBlocks: return "blocks";
+    case RematPolicy::kLimit: return "limit";
+  }
+  return "?";
+}
+
 std::string describe_remat(const RematOptions& r) {
-  if (r.policy != "limit") return r.policy;
+  if (r.policy != RematPolicy::kLimit) return std::string(remat_policy_name(r.policy));
   if (r.limit_bytes >= std::numeric_limits<int64_t>::max() / 8) return "pins";
   return format_size(r.limit_bytes);
 }

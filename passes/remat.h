@@ -27,17 +27,20 @@
 // Run on a training step right after autodiff, per micro-batch (TrainingStep calls it).
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/graph.h"
 
 namespace memc {
 
+// kBlocks: checkpoint each transformer block's input and recompute the block (what Fabric's
+// activation_checkpointing=EncoderBlock does); kLimit: the dynamic program under limit_bytes.
+enum class RematPolicy { kNone, kBlocks, kLimit };
+std::string_view remat_policy_name(RematPolicy policy);  // "none" | "blocks" | "limit"
+
 struct RematOptions {
-  // "none" | "blocks" (checkpoint each transformer block's input, recompute the block: what
-  // Fabric's activation_checkpointing=EncoderBlock does) | "limit" (the dynamic program under
-  // limit_bytes).
-  std::string policy = "none";
+  RematPolicy policy = RematPolicy::kNone;
   int64_t limit_bytes = 0;
   std::vector<std::string> must_save;       // value names (IR name or ONNX name)
   std::vector<std::string> must_recompute;  // never kept from the forward: always recomputed

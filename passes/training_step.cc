@@ -259,7 +259,7 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
                                    " samples; gradients accumulated in the parameters' dtype"));
   }
   const RematReport& r = remat_report_;
-  if (remat_.policy != "none") {
+  if (remat_.policy != RematPolicy::kNone) {
     report.lines.push_back(str_cat("remat ", describe_remat(remat_), ": ", r.segments, " segments; activations read by backward ",
                                    format_size(r.tape_bytes), ", tapes held at once ", format_size(r.held_tape_bytes), "; ", r.recomputed_nodes,
                                    " nodes recomputed (", r.recompute_flops, " FLOP)",
@@ -318,7 +318,7 @@ Status TrainingStep::build(Module& module) {
 void TrainingStep::record_metadata(Module& module) const {
   module.metadata().set("memc.optimizer", options_.kind);
   if (options_.loss_scaling) module.metadata().set("memc.loss_scaling", int64_t{1});
-  if (remat_.policy != "none") {
+  if (remat_.policy != RematPolicy::kNone) {
     module.metadata().set("memc.remat_recomputed_nodes", int64_t{remat_report_.recomputed_nodes});
     module.metadata().set("memc.remat_recompute_flops", remat_report_.recompute_flops);
   }

@@ -178,7 +178,7 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   MEMC_RETURN_IF_ERROR(describe_plan(plan, options, num_classes));
   for (const PassReport& r : reports) {
     if (r.pass != "training_step") continue;
-    plan.remat_outcome.has_limit = options.remat.policy == "limit" && options.remat.limit_bytes < std::numeric_limits<int64_t>::max() / 8;
+    plan.remat_outcome.has_limit = options.remat.policy == RematPolicy::kLimit && options.remat.limit_bytes < std::numeric_limits<int64_t>::max() / 8;
     plan.remat_outcome.limit_met = r.get("remat.limit_met", 1) != 0;
     plan.remat_outcome.held_tape_bytes = r.get("remat.held_tape_bytes");
   }
@@ -225,7 +225,7 @@ Status ModelCompiler::describe_plan(Plan& plan, const CompileOptions& options, i
 // search candidates: the search compares peaks itself, and compiling each twice would double
 // it. Recompute pins are the user's order: obeyed as given.
 Expected<Plan> ModelCompiler::keep_lower_without_remat(Plan plan, const CompileOptions& options) {
-  if (options.remat.policy == "none" || !options.remat.must_recompute.empty()) return plan;
+  if (options.remat.policy == RematPolicy::kNone || !options.remat.must_recompute.empty()) return plan;
   CompileOptions plain = options;
   plain.remat = RematOptions{};
   plain.after_pass = nullptr;

@@ -76,12 +76,12 @@ class Searcher {
   Expected<std::optional<Candidate>> fit_remat(PrecisionKind p, int64_t k, AttentionKernel a, OffloadLevel off,
                                                int64_t budget, int64_t activation_bytes) {
     RematOptions r = base_.remat;  // keeps the user's pins
-    r.policy = "blocks";
+    r.policy = RematPolicy::kBlocks;
     MEMC_ASSIGN_OR_RETURN(Candidate least, evaluate(p, k, r, a, off));
     if (least.peak_bytes > budget) return std::optional<Candidate>();
     // Binary search for the largest limit that fits, between 1/16 of the activations and all
     // of them, to 1/64 of the activations.
-    r.policy = "limit";
+    r.policy = RematPolicy::kLimit;
     std::optional<Candidate> best = least;
     int64_t lo = std::max<int64_t>(activation_bytes / 16, 1), hi = std::max<int64_t>(activation_bytes, 2);
     const int64_t resolution = std::max<int64_t>(hi / 64, 1);
@@ -158,7 +158,7 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
   for (OffloadLevel off : levels) axes.variants.push_back({space.attention ? AttentionKernel::kTiled : base.attention, off});
   axes.no_remat = space.remat ? RematOptions{} : base.remat;
   axes.least_remat = base.remat;
-  if (space.remat) axes.least_remat.policy = "blocks";
+  if (space.remat) axes.least_remat.policy = RematPolicy::kBlocks;
   return axes;
 }
 
@@ -276,7 +276,7 @@ Expected<std::vector<Candidate>> technique_ladder(Searcher& s, const SearchAxes&
     ladder.push_back(c);
   }
   if (space.remat) {
-    r = RematOptions{.policy = "blocks"};
+    r = RematOptions{.policy = RematPolicy::kBlocks};
     MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
     ladder.push_back(c);
   }

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <vector>
 #include <sstream>
 
@@ -11,6 +10,8 @@
 
 #include "frontend/onnx_weights.h"
 #include "ir/printer.h"
+#include "passes/optimizers.h"
+#include "passes/precision.h"
 #include "ir/verifier.h"
 #include "support/atomic_file.h"
 #include "support/crc32c.h"
@@ -179,8 +180,7 @@ Status validate_fields(const Plan& plan, const std::string& path) {
   if (plan.epochs < 0) return bad("epochs", plan.epochs, "non-negative");
   if (plan.steps_per_epoch < 0) return bad("steps_per_epoch", plan.steps_per_epoch, "non-negative");
   const OptimizerOptions& o = plan.optimizer;
-  static const std::set<std::string> kOptimizers = {"sgd", "momentum", "adam", "adamw", "adam8bit", "adafactor"};
-  if (!kOptimizers.count(o.kind)) return bad("optimizer.kind", "'" + o.kind + "'", "sgd, momentum, adam, adamw, adam8bit or adafactor");
+  if (!find_optimizer(o.kind)) return bad("optimizer.kind", "'" + o.kind + "'", optimizer_names(false, " or ").c_str());
   for (auto [name, v] : {std::pair{"weight_decay", o.weight_decay}, std::pair{"momentum", o.momentum}, std::pair{"dampening", o.dampening},
                          std::pair{"beta1", o.beta1}, std::pair{"beta2", o.beta2}, std::pair{"eps", o.eps},
                          std::pair{"clip_grad_norm", o.clip_grad_norm}}) {
@@ -194,8 +194,7 @@ Status validate_fields(const Plan& plan, const std::string& path) {
   if (!std::isfinite(sc.min_lr) || sc.min_lr < 0) return bad("schedule.min_lr", sc.min_lr, "finite, non-negative");
   if (sc.warmup_steps < 0) return bad("schedule.warmup_steps", sc.warmup_steps, "non-negative");
   if (sc.total_steps < 0) return bad("schedule.total_steps", sc.total_steps, "non-negative");
-  static const std::set<std::string> kPrecisions = {"fp32", "fp16-mixed", "bf16-mixed", "bf16-true", "fp16-true"};
-  if (!kPrecisions.count(plan.decisions.precision)) return bad("decisions.precision", "'" + plan.decisions.precision + "'", "a precision");
+  if (!parse_precision(plan.decisions.precision).ok()) return bad("decisions.precision", "'" + plan.decisions.precision + "'", "a precision");
   if (plan.decisions.micro_batches < 1 || plan.decisions.micro_batches > plan.batch / std::max<int64_t>(plan.devices, 1)) {
     return bad("decisions.micro_batches", plan.decisions.micro_batches, "1 to the batch");
   }

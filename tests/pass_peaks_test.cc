@@ -50,8 +50,8 @@ struct Pass {
 std::vector<Pass> memory_passes(int64_t activation_bytes) {
   auto nothing = [](CompileOptions&) {};
   return {
-      {"remat blocks", nothing, [](CompileOptions& o) { o.remat.policy = "blocks"; }},
-      {"remat limit", nothing, [=](CompileOptions& o) { o.remat = {.policy = "limit", .limit_bytes = activation_bytes / 4}; }},
+      {"remat blocks", nothing, [](CompileOptions& o) { o.remat.policy = RematPolicy::kBlocks; }},
+      {"remat limit", nothing, [=](CompileOptions& o) { o.remat = {.policy = RematPolicy::kLimit, .limit_bytes = activation_bytes / 4}; }},
       {"2 micro-batches", nothing, [](CompileOptions& o) { o.micro_batches = 2; }},
       {"offload optimizer", nothing, [](CompileOptions& o) { o.offload = OffloadLevel::kOptimizer; }},
       {"bf16-mixed", nothing, [](CompileOptions& o) { o.precision = PrecisionKind::kBf16Mixed; }},

@@ -57,7 +57,7 @@ TEST(CostModel, MoreMicroBatchesAndRecomputeCostTimeAndTensorCoresFavorBf16) {
   o.micro_batches = 4;
   const double micro = testing::compile_committed("vit_tiny", o).estimated_step_ms;
   o.micro_batches = 1;
-  o.remat.policy = "blocks";
+  o.remat.policy = RematPolicy::kBlocks;
   const double remat = testing::compile_committed("vit_tiny", o).estimated_step_ms;
   o.remat = {};
   EXPECT_GT(micro, base);

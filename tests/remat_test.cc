@@ -140,7 +140,7 @@ TEST(RematOnIrChain, RecomputesTheBinomialOptimumBitIdentically) {
   int64_t previous_peak = planned_arena(base.m);
   for (int c = 7; c >= 1; --c) {
     IrChain chain = build_chain(n);
-    RematOptions o{.policy = "limit", .limit_bytes = (c - 1) * state};
+    RematOptions o{.policy = RematPolicy::kLimit, .limit_bytes = (c - 1) * state};
     auto report = Remat(o).run(chain.m, 0, chain.backward_begin, chain.backward_end);
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_EQ(report->segments, n);
@@ -162,12 +162,12 @@ TEST(RematOnIrChain, RecomputesTheBinomialOptimumBitIdentically) {
 TEST(RematOnIrChain, PinsAndLimitsThatCannotBeMet) {
   IrChain chain = build_chain(4);
   // The limit admits no schedule: a budget error naming it.
-  auto refused = Remat({.policy = "limit", .limit_bytes = 0}).run(chain.m, 0, chain.backward_begin, chain.backward_end);
+  auto refused = Remat({.policy = RematPolicy::kLimit, .limit_bytes = 0}).run(chain.m, 0, chain.backward_begin, chain.backward_end);
   EXPECT_TRUE(refused.ok());  // x₀ is global: zero bytes of checkpoints still work (n(n−1)/2)
   // must_recompute a value that would otherwise be kept, with an unlimited budget.
   IrChain pinned = build_chain(4);
   const std::string tanh_name = pinned.m.value(pinned.m.node(2).outputs[0]).name;
-  RematOptions o{.policy = "limit", .limit_bytes = int64_t{1} << 40, .must_recompute = {tanh_name, "no_such_value"}};
+  RematOptions o{.policy = RematPolicy::kLimit, .limit_bytes = int64_t{1} << 40, .must_recompute = {tanh_name, "no_such_value"}};
   auto report = Remat(o).run(pinned.m, 0, pinned.backward_begin, pinned.backward_end);
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->unresolved_pins, 1);
@@ -186,7 +186,7 @@ TEST(RematOnIrChain, ManySegmentsMergeToKeepTheSolverTableBounded) {
   IrChain base = build_chain(n);
   const std::vector<Tensor> want = run(base.m);
   IrChain chain = build_chain(n);
-  auto report = Remat({.policy = "limit", .limit_bytes = 200 * 1024}).run(chain.m, 0, chain.backward_begin, chain.backward_end);
+  auto report = Remat({.policy = RematPolicy::kLimit, .limit_bytes = 200 * 1024}).run(chain.m, 0, chain.backward_begin, chain.backward_end);
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->segments, kMaxChainSegments);
   EXPECT_EQ(report->dp_table_bytes, chain_table_cells(kMaxChainSegments, 256) * kChainCellBytes);
@@ -272,7 +272,7 @@ TEST(RematSegments, AValueReadByEveryLayerIsKeptSoTheLayersStillCut) {
   IrChain base = build_layers(n, {.mask = true});
   const std::vector<Tensor> want = run_all(base.m);
   IrChain chain = build_layers(n, {.mask = true});
-  auto report = remat(chain, {.policy = "limit", .limit_bytes = 0});
+  auto report = remat(chain, {.policy = RematPolicy::kLimit, .limit_bytes = 0});
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->segments, n);
   EXPECT_EQ(count_op(chain.m, "sigmoid"), 1);
@@ -287,11 +287,11 @@ TEST(RematSegments, AValueReadByEveryLayerIsKeptSoTheLayersStillCut) {
 TEST(RematSegments, ASkipOverAFewLayersIsAnActivationAndALongerOneIsKept) {
   const int n = 10;
   IrChain short_skip = build_layers(n, {.skip = 4, .span = 1});
-  auto report = remat(short_skip, {.policy = "limit", .limit_bytes = 0});
+  auto report = remat(short_skip, {.policy = RematPolicy::kLimit, .limit_bytes = 0});
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->segments, n - 1);
   IrChain long_skip = build_layers(n, {.skip = 4, .span = 3});
-  report = remat(long_skip, {.policy = "limit", .limit_bytes = 0});
+  report = remat(long_skip, {.policy = RematPolicy::kLimit, .limit_bytes = 0});
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->segments, n + 1);
 }
@@ -305,13 +305,13 @@ TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
   const int n = 4;
   for (const std::string source : {"/encoder/layers/encoder_layer_", "/bert/encoder/layer.", "/transformer/h.", "/blocks."}) {
     IrChain chain = build_layers(n, {.source = source});
-    auto report = remat(chain, {.policy = "blocks"});
+    auto report = remat(chain, {.policy = RematPolicy::kBlocks});
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_EQ(count_op(chain.m, "tanh"), 2 * n - 1) << source;
   }
   for (const std::string source : {"", "/encoder/mlp_", "/stage"}) {
     IrChain chain = build_layers(n, {.source = source});
-    auto report = remat(chain, {.policy = "blocks"});
+    auto report = remat(chain, {.policy = RematPolicy::kBlocks});
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_EQ(report->recomputed_nodes, 0) << source;
     EXPECT_EQ(count_op(chain.m, "tanh"), n) << source;
@@ -319,11 +319,11 @@ TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
 }
 
 TEST(ParseRemat, Spellings) {
-  EXPECT_EQ(parse_remat("none")->policy, "none");
-  EXPECT_EQ(parse_remat("blocks")->policy, "blocks");
+  EXPECT_EQ(parse_remat("none")->policy, RematPolicy::kNone);
+  EXPECT_EQ(parse_remat("blocks")->policy, RematPolicy::kBlocks);
   auto limit = parse_remat("2MB,save=a,recompute=b");
   ASSERT_TRUE(limit.ok());
-  EXPECT_EQ(limit->policy, "limit");
+  EXPECT_EQ(limit->policy, RematPolicy::kLimit);
   EXPECT_EQ(limit->limit_bytes, 2'000'000);
   EXPECT_EQ(limit->must_save, std::vector<std::string>{"a"});
   EXPECT_EQ(limit->must_recompute, std::vector<std::string>{"b"});
@@ -354,10 +354,10 @@ TEST_P(RematOnModels, BitIdenticalGradientsAndMeasuredPeak) {
   const Case& c = GetParam();
   const Plan base = testing::compile_committed(c.model, options_for(c, {}));
   const auto want = testing::first_step_gradients(base, c.data);
-  std::vector<RematOptions> variants = {{.policy = "blocks"}};
+  std::vector<RematOptions> variants = {{.policy = RematPolicy::kBlocks}};
   int64_t tape = 0;
   for (const Value& v : base.train.values()) tape += v.role == Role::kActivation ? v.type.bytes() : 0;
-  for (int64_t limit = tape / 2; limit > 1000; limit /= 4) variants.push_back({.policy = "limit", .limit_bytes = limit});
+  for (int64_t limit = tape / 2; limit > 1000; limit /= 4) variants.push_back({.policy = RematPolicy::kLimit, .limit_bytes = limit});
   for (const RematOptions& r : variants) {
     const std::string path = testing::source_path("models/" + c.model + ".onnx");
     Expected<Plan> plan = compile_model(path, path + ".plan", options_for(c, r));
@@ -391,14 +391,14 @@ TEST(RematVitTiny, BlocksAndSomeLimitPlanBelowNoRemat) {
   o.batch = 8;
   o.optimizer.kind = "sgd";
   const Plan none = testing::compile_committed("vit_tiny", o);
-  o.remat.policy = "blocks";
+  o.remat.policy = RematPolicy::kBlocks;
   const Plan blocks = testing::compile_committed("vit_tiny", o);
   EXPECT_LT(blocks.memory.predicted_peak_bytes, none.memory.predicted_peak_bytes);
   EXPECT_FALSE(blocks.remat_outcome.kept_without_remat);
   EXPECT_EQ(blocks.decisions.remat, "blocks");
   int64_t lowest = none.memory.predicted_peak_bytes;
   for (int64_t limit = none.memory.category_peak_bytes.at("activations"); limit > 1000; limit /= 2) {
-    o.remat = {.policy = "limit", .limit_bytes = limit};
+    o.remat = {.policy = RematPolicy::kLimit, .limit_bytes = limit};
     const Plan plan = testing::compile_committed("vit_tiny", o);
     EXPECT_LE(plan.memory.predicted_peak_bytes, none.memory.predicted_peak_bytes) << limit;
     if (!plan.remat_outcome.kept_without_remat) lowest = std::min(lowest, plan.memory.predicted_peak_bytes);
@@ -415,7 +415,7 @@ TEST(RematVitTiny, UnmetLimitIsReported) {
   CompileOptions o;
   o.batch = 8;
   o.optimizer.kind = "sgd";
-  o.remat = {.policy = "limit", .limit_bytes = 1000};
+  o.remat = {.policy = RematPolicy::kLimit, .limit_bytes = 1000};
   const Plan tight = testing::compile_committed("vit_tiny", o);
   EXPECT_TRUE(tight.remat_outcome.has_limit);
   EXPECT_FALSE(tight.remat_outcome.limit_met);
@@ -431,13 +431,13 @@ TEST(RematVitB16, SolverNoWorseThanPerBlockCheckpointing) {
   const Case c{"vit_b_16_skeleton", "", 2, -1};
   auto flops = [](const Plan& p) { return p.train.metadata().get_int("memc.remat_recompute_flops", 0); };
   const Plan base = testing::compile_committed(c.model, options_for(c, {}));
-  const Plan blocks = testing::compile_committed(c.model, options_for(c, {.policy = "blocks"}));
+  const Plan blocks = testing::compile_committed(c.model, options_for(c, {.policy = RematPolicy::kBlocks}));
   EXPECT_LT(blocks.memory.predicted_peak_bytes, base.memory.predicted_peak_bytes);
   int64_t best = -1, best_peak = 0;
   int64_t limit = base.memory.category_peak_bytes.at("activations");
   for (int i = 0; i < 40 && limit > 0; ++i, limit = limit * 7 / 8) {
     const std::string path = testing::source_path("models/" + c.model + ".onnx");
-    Expected<Plan> plan = compile_model(path, path + ".plan", options_for(c, {.policy = "limit", .limit_bytes = limit}));
+    Expected<Plan> plan = compile_model(path, path + ".plan", options_for(c, {.policy = RematPolicy::kLimit, .limit_bytes = limit}));
     if (!plan.ok()) break;
     const int64_t peak = plan->memory.predicted_peak_bytes;
     if (peak <= blocks.memory.predicted_peak_bytes && (best < 0 || flops(*plan) < best)) best = flops(*plan), best_peak = peak;

@@ -54,6 +54,14 @@ TEST(Verifier, UnknownOp) {
   expect_invalid(m, {"\"memc.frobnicate\"(%h)", "unknown op memc.frobnicate"});
 }
 
+// A node's op renamed behind its back: the registry entry it holds is another op's.
+TEST(Verifier, StaleRegistryEntry) {
+  Module m = valid_module();
+  const std::string op = m.node(1).op;
+  m.node(1).op = "add";
+  expect_invalid(m, {"holds the registry entry of memc." + op + ", not of memc.add"});
+}
+
 TEST(Verifier, DuplicateDefinition) {
   Module m = valid_module();
   const ValueId x = m.find_value("x");
