@@ -2,6 +2,7 @@
 // bounds-checked before use so a broken module yields a message, never a crash.
 #include "ir/verifier.h"
 
+#include <ostream>
 #include <unordered_set>
 
 #include "ir/op_registry.h"
@@ -19,6 +20,24 @@ bool printable_name(const std::string& s) {
   const bool all_digits = std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
   return all_digits || (!std::isdigit(static_cast<unsigned char>(s[0])) && std::all_of(s.begin(), s.end(), ok));
 }
+
+// Where a problem is, for its message: "node <the node printed>" or "argument %x". Printing a
+// node is most of the verifier's cost, so a node is printed only when it has a problem.
+class Where {
+ public:
+  explicit Where(std::string text) : text_(std::move(text)) {}
+  Where(const Module& m, const Node& node) : module_(&m), node_(&node) {}
+  const std::string& str() const {
+    if (text_.empty() && node_ != nullptr) text_ = "node " + print_node(*module_, *node_);
+    return text_;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Where& w) { return os << w.str(); }
+
+ private:
+  const Module* module_ = nullptr;
+  const Node* node_ = nullptr;
+  mutable std::string text_;
+};
 
 class Verifier {
  public:
@@ -54,7 +73,7 @@ class Verifier {
     else ++dropped_;
   }
   // Defines `v`, reporting double definitions and names the text form cannot carry.
-  bool define(ValueId v, const std::string& where) {
+  bool define(ValueId v, const Where& where) {
     if (!valid(v)) {
       report(str_cat(where, ": defines value id ", v, ", which does not exist"));
       return false;
@@ -73,7 +92,7 @@ class Verifier {
 
   void check_arguments() {
     for (ValueId v : m_.arguments()) {
-      const std::string where = valid(v) ? "argument %" + m_.value(v).name : "argument";
+      const Where where(valid(v) ? "argument %" + m_.value(v).name : "argument");
       if (!define(v, where)) continue;
       const Value& value = m_.value(v);
       if (value.producer != kNoNode) report(str_cat(where, ": has producer node ", value.producer));
@@ -85,7 +104,7 @@ class Verifier {
   }
 
   void check_node(const Node& node) {
-    const std::string where = "node " + print_node(m_, node);
+    const Where where(m_, node);
     for (const auto& [key, attr] : node.attrs.items()) {
       if (key == kAbsentAttr || key == kResultRolesAttr || key == kResultSpacesAttr || key == kSourceAttr) {
         report(str_cat(where, ": attribute ", key, " is reserved for the text form"));
@@ -130,7 +149,7 @@ class Verifier {
   }
 
   // A transfer moves its input into the other memory space; nothing else crosses spaces.
-  void check_spaces(const Node& node, const std::string& where) {
+  void check_spaces(const Node& node, const Where& where) {
     if (node.op != "copy_to_host" && node.op != "copy_to_device") return;
     const MemSpace to = node.op == "copy_to_host" ? MemSpace::kHost : MemSpace::kDevice;
     const MemSpace from = to == MemSpace::kHost ? MemSpace::kDevice : MemSpace::kHost;
@@ -142,7 +161,7 @@ class Verifier {
     }
   }
 
-  void check_types(const Node& node, const std::string& where, const std::vector<TensorType>& input_types,
+  void check_types(const Node& node, const Where& where, const std::vector<TensorType>& input_types,
                    const std::vector<bool>& present) {
     std::vector<TensorType> inferred;
     Status st = infer_types(node, input_types, present, inferred);

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <limits>
-#include <optional>
 
 #include "backends/backend.h"
 #include "ir/verifier.h"
@@ -159,12 +158,14 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   MEMC_RETURN_IF_ERROR(check_batch(options));
   const int64_t devices = options.shard.devices, rank_batch = options.batch / devices;
   const Forward* main = nullptr;
-  std::optional<Forward> reported;  // a reporting compile runs the forward pipeline again, for its reports and dumps
   if (quiet) {
     MEMC_ASSIGN_OR_RETURN(main, forward(options, rank_batch));
   } else {
-    MEMC_ASSIGN_OR_RETURN(reported, build_forward(options, rank_batch, instrumentation_for(options, quiet)));
-    main = &*reported;
+    // A reporting compile runs the forward pipeline itself, for its reports and dumps (a search
+    // before it may have cached the forward quietly), and leaves the result cached.
+    MEMC_ASSIGN_OR_RETURN(Forward reported, build_forward(options, rank_batch, instrumentation_for(options, quiet)));
+    const Key key{rank_batch, options.seq, options.precision, options.attention, options.dropout};
+    main = &(cache_.insert_or_assign(key, std::move(reported)).first->second);
   }
   Plan plan;
   if (devices > 1) {

@@ -1,5 +1,6 @@
 // The budget search (`memc compile --budget`): among the combinations of precision (fp32 and
-// the mixed modes the target offers; -true modes only when the user pins them), micro-batch
+// the mixed modes the target offers, fp16-mixed only where bf16 is not; -true modes only when
+// the user pins them), micro-batch
 // count, rematerialization limit and attention kernel, the plan with the least estimated step
 // time (planner/cost_model.h) whose planned peak fits the budget. The optimizer is never
 // changed. Decisions the user pinned stay as given.
@@ -26,6 +27,8 @@ struct SearchSpace {  // true: the search chooses; false: pinned to the base opt
   bool remat = true;
   bool attention = true;
   bool offload = true;
+  // Also compile the technique ladder (--explain, --json show it); it never changes the choice.
+  bool ladder = true;
 };
 
 struct Candidate {

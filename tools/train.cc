@@ -227,6 +227,7 @@ Expected<std::optional<SearchResult>> run_search(const CompileArgs& args, ModelC
   if (!searching && !args.explain) return std::optional<SearchResult>();
   SearchSpace space = args.search;
   if (!searching) space = {true, true, true, true, true};  // --explain alone: the whole space, no budget
+  space.ladder = args.explain || args.json;  // only they show it
   const auto start = std::chrono::steady_clock::now();
   Expected<SearchResult> found = args.search_shard ? search_shard_stages(compiler, options, space) : search_plan(compiler, options, space);
   if (!found.ok()) return found.status();
