@@ -11,7 +11,7 @@
 #include "frontend/onnx_import.h"
 #include "passes/pipeline.h"
 #include "planner/cost_model.h"
-#include "runtime/plan.h"
+#include "planner/plan.h"
 
 namespace memc {
 

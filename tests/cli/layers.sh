@@ -18,10 +18,8 @@ declare -A SIBLINGS=([backends/cpu]=1 [backends/cuda]=1)
 # Known arrows up the layers, "file -> header", each with the reason it stays for now. Keyed
 # without line numbers so edits elsewhere in the file do not move them; a stale entry fails.
 declare -A ALLOWED=(
-  # The Plan (IR + schedule + offsets + decisions) is the planner's output and the runtime's
-  # input; DESIGN puts plan loading in runtime/. Fix: the Plan type (and maybe its reader and
-  # writer) below planner/, a design choice left to issue 16's owner.
-  ["planner/compile.h -> runtime/plan.h"]=1
+  # None at present. (The last, planner/compile.h -> runtime/plan.h, went when the Plan type
+  # moved to planner/plan.h: the planner fills it, runtime/plan.h reads and writes it.)
 )
 
 # The layer of a repository path, in REPLY: its folder, or folder/subfolder under backends/.
