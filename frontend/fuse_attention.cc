@@ -87,6 +87,18 @@ bool match_scores(const Module& m, ValueId s, Scores& out) {
   return std::isfinite(scale) && scale != 0;
 }
 
+// The attention op reads K as [.., Tk, d]. When the export holds only Kᵀ in a layout no
+// transpose folds into (BigBird's block-sparse path gathers keys already transposed), the op
+// needs a transposed copy of K, kept until backward. If Kᵀ stays alive for other readers too,
+// that copy is extra memory, and it pays only when the score matrix the op never stores is
+// larger: on bigbird_sparse_t215 a global block's 4 query rows against all 64 keys (256 scores
+// per head) would cost a 64×16 key copy (1,024), and the plan rose by 33,280 B. Such a pattern
+// stays as exported.
+bool key_copy_pays(const Module& m, const Scores& scores, ValueId score_matrix) {
+  if (m.users()[scores.k_source].size() <= 1) return true;  // the copy replaces the only reader's input
+  return m.value(score_matrix).type.numel() > m.value(scores.k_source).type.numel();
+}
+
 class AttentionFusion : public FusionPass {
  public:
   std::string_view name() const override { return "attention"; }
@@ -128,6 +140,7 @@ class AttentionFusion : public FusionPass {
       else if (match_scores(m, add->inputs[1], scores)) bias = add->inputs[0];
       else return false;
     }
+    if (scores.k == kNoValue && !key_copy_pays(m, scores, s)) return false;
     const std::string source = m.node(pv_id).source;
     const ValueId old_out = m.node(pv_id).outputs[0];
     ValueId k = scores.k;

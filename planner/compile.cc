@@ -87,9 +87,16 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   // Precision runs before TrainingStep: autodiff differentiates its casts, so f32 parameters
   // get f32 gradients.
   if (auto ran = PassPipeline::build(PassStage::kForward, options).run(forward, instrumentation); !ran.ok()) {
-    return ran.status().with_context(model_path_ + ": ");
+    return in_model(ran.status());
   }
   return f;
+}
+
+// A pass's failure, prefixed with the model's path unless the message names it already (an
+// import inside the pass, as micro-batching's).
+Status ModelCompiler::in_model(const Status& status) const {
+  if (status.message().rfind(model_path_ + ": ", 0) == 0) return status;
+  return status.with_context(model_path_ + ": ");
 }
 
 Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch) {
@@ -150,7 +157,7 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   pipeline.reschedule = options.reschedule && (!quiet || schedule_quiet);
   plan.train = forward;
   auto reports = PassPipeline::build(PassStage::kTraining, pipeline).run(plan.train, instrumentation_for(options, quiet));
-  if (!reports.ok()) return reports.status().with_context(model_path_ + ": ");
+  if (!reports.ok()) return in_model(reports.status());
   return reports;
 }
 

@@ -70,6 +70,7 @@ class ModelCompiler {
   Expected<std::vector<PassReport>> train(const CompileOptions& options, const Module& forward, Plan& plan, bool quiet, bool schedule_quiet);
   Status describe_plan(Plan& plan, const CompileOptions& options, int64_t num_classes) const;
   Expected<Plan> keep_lower_without_remat(Plan plan, const CompileOptions& options);
+  Status in_model(const Status& status) const;
 
   std::string model_path_, plan_path_;
   std::map<Key, Forward> cache_;
