@@ -135,6 +135,12 @@ PassInstrumentation instrumentation_for(const CompileOptions& options, bool quie
   if (quiet) return instrumentation;
   instrumentation.report = true;
   instrumentation.after_pass = options.after_pass;
+  if (verbosity() >= 2) {  // -vv: every pass's device arena before and after it
+    instrumentation.peak = [](const Module& module) -> Expected<int64_t> {
+      MEMC_ASSIGN_OR_RETURN(MemoryPlanResult planned, MemoryPlan().run(module));
+      return planned.space(MemSpace::kDevice).arena_bytes;
+    };
+  }
   return instrumentation;
 }
 

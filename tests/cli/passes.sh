@@ -79,6 +79,11 @@ grep -q 'memc.attention' "$TMP/dump/01-attention.mlir" && ! grep -q 'memc.attent
 $MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after schedule -o "$TMP/s.plan" >/dev/null 2>"$TMP/err"
 [ "$(grep -c '^// -----// IR Dump After schedule //----- //$' "$TMP/err")" = 1 ] && pass "--print-ir-after schedule" || fail "print-ir-after"
 expect_error 2 "passes are import" -- $MEMC compile models/vit_tiny.onnx --batch 8 --print-ir-after autodiff -o "$TMP/x.plan"
+# -vv: every pass's device arena before and after it (the pipeline measures what a pass does not).
+$MEMC -vv compile models/vit_tiny.onnx --batch 8 --offload optimizer -o "$TMP/vv.plan" >/dev/null 2>"$TMP/err" || fail "-vv compile: $(head -c 300 "$TMP/err")"
+for p in attention precision training_step offload; do
+  grep -q "^memc: pass $p: device arena .* → " "$TMP/err" && pass "-vv: $p's device arena before and after" || fail "-vv lacks $p's arena"
+done
 
 # --offload optimizer: the device peak drops by the optimizer state moved to the host arena (which
 # also stages the transfers), training is unchanged.
