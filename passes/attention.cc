@@ -31,8 +31,7 @@ Expected<AttentionKernel> parse_attention_kernel(std::string_view name) {
 std::string_view attention_kernel_name(AttentionKernel kernel) { return kernel == AttentionKernel::kTiled ? "tiled" : "naive"; }
 
 Expected<PassReport> AttentionPass::run(Module& forward) {
-  AttentionReport& r = details_;
-  r = {};
+  AttentionReport r;
   r.bytes_before = activation_bytes(forward);
   const int before = count_attention(forward);
   make_attention_fusion()->run(forward);

@@ -32,10 +32,6 @@ class AttentionPass : public Pass {
   std::string_view name() const override { return "attention"; }
   // Statistics: substituted, activation_bytes_before, activation_bytes_after.
   Expected<PassReport> run(Module& forward) override;
-  const AttentionReport& details() const { return details_; }
-
- private:
-  AttentionReport details_;
 };
 
 }  // namespace memc

@@ -97,8 +97,7 @@ Expected<OffloadLevel> parse_offload_level(std::string_view name) {
 std::string_view offload_level_name(OffloadLevel level) { return level == OffloadLevel::kOptimizer ? "optimizer" : "none"; }
 
 Expected<PassReport> Offload::run(Module& m) {
-  OffloadReport& r = details_;
-  r = {};
+  OffloadReport r;
   if (level_ == OffloadLevel::kNone) return PassReport{};
   // Master weights: f32 parameters whose every use is a cast (to the compute dtype) or an
   // optimizer update; under fp32 the parameters are the compute weights and stay.

@@ -43,11 +43,9 @@ class Offload : public Pass {
   std::string_view name() const override { return "offload"; }
   // Statistics: values, transfers, bytes, link_bytes, host_update_bytes.
   Expected<PassReport> run(Module& train) override;
-  const OffloadReport& details() const { return details_; }
 
  private:
   OffloadLevel level_;
-  OffloadReport details_;
 };
 
 // Whether `node` runs on the host under offload: an optimizer update (kOpOptimizerUpdate)

@@ -62,6 +62,12 @@ std::vector<std::string> ir_dump_points() {
   return names;
 }
 
+std::string ir_dump_point_list() {
+  std::string list;
+  for (const std::string& p : ir_dump_points()) list += (list.empty() ? "" : ", ") + p;
+  return list;
+}
+
 std::string ir_dump_banner(std::string_view pass) { return str_cat("// -----// IR Dump After ", pass, " //----- //"); }
 
 PassPipeline PassPipeline::build(PassStage stage, const PipelineOptions& options) {

@@ -53,6 +53,8 @@ const std::vector<PassInfo>& registered_passes();
 const PassInfo* find_pass(std::string_view name);
 // What --print-ir-after accepts: "import" (the imported module) and every registered pass.
 std::vector<std::string> ir_dump_points();
+// The same, as "import, strip_dropout, ...", for help and messages.
+std::string ir_dump_point_list();
 
 // "// -----// IR Dump After NAME //----- //"
 std::string ir_dump_banner(std::string_view pass);

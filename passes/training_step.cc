@@ -243,7 +243,9 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
 }  // namespace
 
 Expected<PassReport> TrainingStep::run(Module& module) {
-  const int64_t rank_batch = module.outputs().empty() ? 0 : module.value(module.outputs()[0]).type.shape.at(0);
+  // The forward's batch, read before the step replaces its outputs (build() refuses logits not [N, C]).
+  const Shape logits = module.outputs().empty() ? Shape{} : module.value(module.outputs()[0]).type.shape;
+  const int64_t rank_batch = logits.empty() ? 0 : logits[0];
   MEMC_RETURN_IF_ERROR(build(module));
   return report(rank_batch);
 }

@@ -50,8 +50,6 @@ class TrainingStep : public Pass {
   std::string_view name() const override { return "training_step"; }
   // Reports micro-batching, remat (statistics "remat.*") and sharding when they act.
   Expected<PassReport> run(Module& module) override;
-  // What remat did (summed over micro-batches); zero when remat is off.
-  const RematReport& remat_report() const { return remat_report_; }
 
  private:
   Status build(Module& module);

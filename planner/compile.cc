@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "backends/backend.h"
-#include "ir/verifier.h"
 #include "passes/memory_plan.h"
 #include "passes/schedule.h"
 #include "support/log.h"
@@ -99,8 +98,12 @@ Status ModelCompiler::in_model(const Status& status) const {
   return status.with_context(model_path_ + ": ");
 }
 
+ModelCompiler::Key ModelCompiler::key_of(const CompileOptions& options, int64_t batch) {
+  return {batch, options.seq, options.precision, options.attention, options.dropout};
+}
+
 Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch) {
-  const Key key{batch, options.seq, options.precision, options.attention, options.dropout};
+  const Key key = key_of(options, batch);
   if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
   MEMC_ASSIGN_OR_RETURN(Forward f, build_forward(options, batch, PassInstrumentation{}));
   return &cache_.emplace(key, std::move(f)).first->second;
@@ -112,6 +115,15 @@ Expected<int64_t> ModelCompiler::fixed_batch(const CompileOptions& options) {
 }
 
 namespace {
+
+// The plan's estimated step time on `target` and the memory summary of its training step.
+Status measure_step(Plan& plan, const std::string& target) {
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(target));
+  plan.target = profile.name;
+  plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
+  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(target)));
+  return Status::Ok();
+}
 
 // The batch splits evenly over the ranks, and each rank's slice into 1..slice micro-batches.
 Status check_batch(const CompileOptions& options) {
@@ -177,8 +189,7 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
     // A reporting compile runs the forward pipeline itself, for its reports and dumps (a search
     // before it may have cached the forward quietly), and leaves the result cached.
     MEMC_ASSIGN_OR_RETURN(Forward reported, build_forward(options, rank_batch, instrumentation_for(options, quiet)));
-    const Key key{rank_batch, options.seq, options.precision, options.attention, options.dropout};
-    main = &(cache_.insert_or_assign(key, std::move(reported)).first->second);
+    main = &(cache_.insert_or_assign(key_of(options, rank_batch), std::move(reported)).first->second);
   }
   Plan plan;
   if (devices > 1) {
@@ -227,11 +238,7 @@ Status ModelCompiler::describe_plan(Plan& plan, const CompileOptions& options, i
   plan.decisions.shard = static_cast<int64_t>(options.shard.stage);
   plan.devices = options.shard.devices;
   plan.budget_bytes = options.budget_bytes;
-  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
-  plan.target = profile.name;
-  plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
-  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
-  return Status::Ok();
+  return measure_step(plan, options.target);
 }
 
 // Remat never raises the peak of the plan to write: the step without it is among the choices,
@@ -257,12 +264,10 @@ Expected<Plan> ModelCompiler::keep_lower_without_remat(Plan plan, const CompileO
 
 Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options) const {
   if (!options.reschedule) return plan;
-  Schedule pass;
-  if (auto scheduled = pass.run(plan.train); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
-  if (Status st = verify(plan.train); !st.ok()) return Status::Internal("after pass 'schedule': " + st.message());
-  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
-  plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
-  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
+  PassPipeline pipeline;  // the schedule pass alone, verified like every other
+  pipeline.add(std::make_unique<Schedule>());
+  if (auto scheduled = pipeline.run(plan.train, PassInstrumentation{}); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
+  MEMC_RETURN_IF_ERROR(measure_step(plan, options.target));
   return plan;
 }
 

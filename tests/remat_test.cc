@@ -94,6 +94,17 @@ ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs a 
 
 Attrs sum_axes(std::vector<int64_t> axes) { return make_attrs({{"axes", std::move(axes)}, {"keepdims", int64_t{0}}}); }
 
+// Appends the backward of c.loss with respect to c.w, records where it starts and ends, and
+// makes (loss, grad w) the outputs.
+void differentiate(IrChain& c) {
+  Module& m = c.m;
+  c.backward_begin = static_cast<NodeId>(m.nodes().size());
+  auto grads = Autodiff().run(m, c.loss, {c.w});
+  MEMC_CHECK(grads.ok(), grads.status().message());
+  c.backward_end = static_cast<NodeId>(m.nodes().size());
+  m.set_outputs({c.loss, (*grads)[0]});
+}
+
 IrChain build_chain(int n) {
   IrChain c;
   Module& m = c.m;
@@ -109,11 +120,7 @@ IrChain build_chain(int n) {
       c.loss = emit(m, "add", {emit(m, "reduce_sum", {t}, sum_axes({})), emit(m, "reduce_sum", {h}, sum_axes({}))});
     }
   }
-  c.backward_begin = static_cast<NodeId>(m.nodes().size());
-  auto grads = Autodiff().run(m, c.loss, {c.w});
-  MEMC_CHECK(grads.ok(), grads.status().message());
-  c.backward_end = static_cast<NodeId>(m.nodes().size());
-  m.set_outputs({c.loss, (*grads)[0]});
+  differentiate(c);
   return c;
 }
 
@@ -234,11 +241,7 @@ IrChain build_layers(int n, const LayerOptions& o) {
       c.loss = node(i, "add", {node(i, "reduce_sum", {t}, sum_axes({})), node(i, "reduce_sum", {h}, sum_axes({}))});
     }
   }
-  c.backward_begin = static_cast<NodeId>(m.nodes().size());
-  auto grads = Autodiff().run(m, c.loss, {c.w});
-  MEMC_CHECK(grads.ok(), grads.status().message());
-  c.backward_end = static_cast<NodeId>(m.nodes().size());
-  m.set_outputs({c.loss, (*grads)[0]});
+  differentiate(c);
   return c;
 }
 

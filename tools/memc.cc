@@ -149,13 +149,6 @@ void add_memory_flags(CLI::App* cmd, CompileFlags& f) {
   cmd->add_flag("--no-dropout", f.no_dropout, "Turn dropout into identity (for exact comparisons with another framework)");
 }
 
-// "a, b, c": what --print-ir-after accepts (the pass registry's names).
-std::string joined_dump_points(const char* separator) {
-  std::string s;
-  for (const std::string& p : ir_dump_points()) s += (s.empty() ? "" : separator) + p;
-  return s;
-}
-
 CLI::App* add_compile_command(CLI::App& app, CompileFlags& f) {
   CompileArgs& c = f.args;
   CLI::App* cmd = app.add_subcommand("compile", "Build a training plan: loss, autodiff, optimizer, schedule");
@@ -166,7 +159,7 @@ CLI::App* add_compile_command(CLI::App& app, CompileFlags& f) {
   add_training_flags(cmd, f);
   add_memory_flags(cmd, f);
   cmd->add_flag("--print-ir-after-all", c.print_ir_after_all, "Print the IR after each pass (stderr)");
-  cmd->add_option("--print-ir-after", c.print_ir_after, "Print the IR after PASS: " + joined_dump_points(", "));
+  cmd->add_option("--print-ir-after", c.print_ir_after, "Print the IR after PASS: " + ir_dump_point_list());
   cmd->add_option("--dump-dir", c.dump_dir, "Write the IR after each pass as DIR/NN-pass.mlir");
   cmd->add_flag("--print-ir", c.print_ir, "Print the training step's IR");
   cmd->add_flag("--json", c.json, "Print a JSON summary");

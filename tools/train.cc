@@ -174,9 +174,7 @@ Status check_compile_args(const CompileArgs& args) {
   MEMC_RETURN_IF_ERROR(check_outputs(model_files(args.model), {{"-o", args.output}}, args.force));
   const std::vector<std::string> points = ir_dump_points();
   if (!args.print_ir_after.empty() && std::find(points.begin(), points.end(), args.print_ir_after) == points.end()) {
-    std::string names;
-    for (const std::string& p : points) names += (names.empty() ? "" : ", ") + p;
-    return Status::BadInput("--print-ir-after " + args.print_ir_after + ": passes are " + names);
+    return Status::BadInput("--print-ir-after " + args.print_ir_after + ": passes are " + ir_dump_point_list());
   }
   return Status::Ok();
 }
