@@ -141,8 +141,8 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
     if (profile.bf16) axes.precisions.push_back(PrecisionKind::kBf16Mixed);
     // fp16-mixed is bf16-mixed plus loss scaling at the same width and the same rate (one
     // low_flops per profile): never less memory or time, so it is searched only where bf16 is
-    // not offered (ViT-L/16 at 2 GB: each of its 13 candidates is above its bf16 twin in both;
-    // bench/RESULTS.md §24).
+    // not offered (ViT-L/16 at 2 GB: none of its 10 candidates planned below its bf16 twin, and
+    // each was 6–17 % slower; bench/RESULTS.md §24).
     if (profile.fp16 && !profile.bf16) axes.precisions.push_back(PrecisionKind::kFp16Mixed);
   }
   axes.ks = {base.micro_batches};
