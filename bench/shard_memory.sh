@@ -41,3 +41,29 @@ print("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (n, stage, gb(para
 EOF
   done
 done
+
+# At the edge: per-block remat with the optimizer state, or the parameters too, in host memory
+# (device bytes; the host arena beside them).
+echo
+echo "| N | settings | device peak | host arena | compile s |"
+echo "|---|---|---|---|---|"
+edge() {
+  local n=$1; shift
+  local args=(--batch 16 --optimizer adamw --precision bf16-mixed --target h200 "$@")
+  [ "$n" -gt 1 ] && args+=(--devices "$n")
+  local start secs
+  start=$(date +%s.%N)
+  "$memc" compile "$model" "${args[@]}" -o "$tmp/p.plan" --force --json > "$tmp/s.json"
+  secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  python3 - "$tmp/s.json" "$n" "$*" "$secs" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+host = s.get("host_bytes") or 0
+print("| %s | %s | %s B (%.2f GB) | %.2f GB | %s |" % (sys.argv[2], sys.argv[3], format(s["predicted_peak_bytes"], ","), s["predicted_peak_bytes"] / 1e9,
+      host / 1e9, sys.argv[4]))
+PY
+}
+edge 1 --remat blocks --offload optimizer
+edge 1 --remat blocks --offload params
+edge 4 --shard zero3 --remat blocks --offload optimizer
+edge 4 --shard zero3 --remat blocks --offload params

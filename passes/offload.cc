@@ -91,10 +91,18 @@ int insert_transfers(Module& m) {
 Expected<OffloadLevel> parse_offload_level(std::string_view name) {
   if (name == "none") return OffloadLevel::kNone;
   if (name == "optimizer") return OffloadLevel::kOptimizer;
-  return Status::BadInput(str_cat("--offload '", name, "': none or optimizer"));
+  if (name == "params") return OffloadLevel::kParams;
+  return Status::BadInput(str_cat("--offload '", name, "': none, optimizer or params"));
 }
 
-std::string_view offload_level_name(OffloadLevel level) { return level == OffloadLevel::kOptimizer ? "optimizer" : "none"; }
+std::string_view offload_level_name(OffloadLevel level) {
+  switch (level) {
+    case OffloadLevel::kNone: return "none";
+    case OffloadLevel::kOptimizer: return "optimizer";
+    case OffloadLevel::kParams: return "params";
+  }
+  return "?";
+}
 
 Expected<PassReport> Offload::run(Module& m) {
   OffloadReport r;
@@ -112,7 +120,8 @@ Expected<PassReport> Offload::run(Module& m) {
   };
   std::vector<ValueId> moved;
   for (ValueId a : m.arguments()) {
-    if (m.value(a).role == Role::kOptimizerState || is_master(a)) moved.push_back(a);
+    const bool streamed = level_ == OffloadLevel::kParams && m.value(a).role == Role::kParam;  // TrainingStep placed them
+    if (m.value(a).role == Role::kOptimizerState || is_master(a) || streamed) moved.push_back(a);
   }
   // The update's new values of the moved arguments (memc.updates) live with them.
   const std::unordered_set<ValueId> moved_args(moved.begin(), moved.end());

@@ -7,7 +7,9 @@
 // device weight's new value; on CUDA they run on the copy stream from the pinned host arena.
 // Host placement is decided by op flags (kOpOptimizerUpdate, kOpTransfer), not op names.
 //
-// Levels: "none"; "optimizer" (optimizer state, plus master weights under a mixed precision).
+// Levels: "none"; "optimizer" (optimizer state, plus master weights under a mixed precision);
+// "params" (ZeRO-Infinity style: the parameters too, each unit streamed to the device before its
+// forward and again before its backward, its gradient staged back for the host update).
 // Exact: the same kernels run on the same values, so gradients and weights are bit-identical
 // to the plan without offload; only the memory space of the values changes. Memory planning
 // gives the host its own arena (planned and measured like the device one), and the cost model
@@ -23,9 +25,11 @@
 
 namespace memc {
 
-// What lives in host memory: nothing, or the optimizer state (and master weights).
-enum class OffloadLevel { kNone, kOptimizer };
-// "none" | "optimizer"; anything else is bad input.
+// What lives in host memory: nothing; the optimizer state (and master weights); or also the
+// parameters themselves, streamed to the device one unit at a time (TrainingStep builds the
+// streams, passes/shard.h; this pass places the units' arguments and their gradients' staging).
+enum class OffloadLevel { kNone, kOptimizer, kParams };
+// "none" | "optimizer" | "params"; anything else is bad input.
 Expected<OffloadLevel> parse_offload_level(std::string_view name);
 std::string_view offload_level_name(OffloadLevel level);
 

@@ -39,7 +39,9 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Precision>(Precision::Options{.mode = o.precision}); }},
       {"training_step", "loss, autodiff, micro-batching, remat, sharding and the optimizer", PassStage::kTraining, [](O) { return true; },
        [](O o) -> std::unique_ptr<Pass> {
-         return std::make_unique<TrainingStep>(o.optimizer, MicroBatching{.k = o.micro_batches, .forward = o.forward}, o.remat, o.shard);
+         ShardOptions shard = o.shard;
+         shard.stream_params = o.offload == OffloadLevel::kParams;
+         return std::make_unique<TrainingStep>(o.optimizer, MicroBatching{.k = o.micro_batches, .forward = o.forward}, o.remat, shard);
        }},
       {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
        [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},

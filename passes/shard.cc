@@ -7,6 +7,7 @@
 #include "ir/grad.h"
 #include "ir/op_registry.h"
 #include "passes/microbatch.h"
+#include "passes/shard_units.h"
 
 namespace memc {
 namespace {
@@ -26,7 +27,7 @@ ValueId scalar_like(Module& m, DType dtype, double v) {
 }
 
 // Consecutive parameters of one dtype, up to kUnitBytes each (a larger parameter is a unit alone).
-std::vector<std::vector<size_t>> group_units(const Module& m, const std::vector<ValueId>& params) {
+std::vector<std::vector<size_t>> size_buckets(const Module& m, const std::vector<ValueId>& params) {
   std::vector<std::vector<size_t>> units;
   int64_t bytes = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -69,11 +70,17 @@ ValueId flatten_padded(Module& m, const std::vector<ValueId>& values, int64_t pa
   return parts.size() == 1 ? parts[0] : emit(m, "concat", parts, make_attrs({{"axis", int64_t{0}}}));
 }
 
-// all_gather(shard) → split_flat → one view per parameter with its shape. Returns the views.
+// [copy_to_device →] [all_gather →] split_flat → one view per parameter with its shape: the
+// unit's whole parameters on the device. Returns the views.
 std::vector<ValueId> gather_unit(Module& m, const ShardUnit& u, const std::vector<TensorType>& types, const ShardOptions& o) {
   std::vector<int64_t> sizes;
   for (const TensorType& t : types) sizes.push_back(t.numel());
-  const ValueId flat = emit(m, "all_gather", {u.weight}, group(o));
+  ValueId flat = u.weight;
+  if (o.stream_params) {
+    flat = emit(m, "copy_to_device", {flat});
+    m.value(flat).space = MemSpace::kDevice;
+  }
+  if (o.devices > 1) flat = emit(m, "all_gather", {flat}, group(o));
   auto pieces = m.add_node("split_flat", {flat}, make_attrs({{"sizes", sizes}}), "shard", static_cast<int>(sizes.size()));
   MEMC_CHECK(pieces.ok(), pieces.status().message());
   std::vector<ValueId> views;
@@ -128,10 +135,18 @@ Expected<ShardOptions> parse_shard(const std::string& stage, int64_t devices) {
   return o;
 }
 
+UnitGroups plan_units(const Module& forward, const std::vector<ValueId>& params) {
+  StructuralUnits found = find_structural_units(forward, params);
+  if (!found.units.empty()) return {std::move(found.units), found.description + ", from the graph's structure"};
+  UnitGroups groups{size_buckets(forward, params), ""};
+  groups.description = str_cat(groups.members.size(), " buckets of up to ", kUnitBytes >> 20, " MiB (no repeated block found)");
+  return groups;
+}
+
 Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
-                                                 const ShardOptions& o) {
+                                                 const UnitGroups& groups, const ShardOptions& o) {
   std::vector<ShardUnit> units;
-  for (const std::vector<size_t>& members : group_units(m, params)) {
+  for (const std::vector<size_t>& members : groups.members) {
     ShardUnit u = make_unit(m, params, members, units.size(), o);
     std::vector<ValueId> unit_grads;
     for (size_t i : members) {
@@ -154,14 +169,15 @@ Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<Va
   return units;
 }
 
-Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const ShardOptions& o) {
+Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& o) {
   std::vector<ShardUnit> units;
   std::vector<ValueId> shards;
-  for (const std::vector<size_t>& members : group_units(m, params)) {
+  for (const std::vector<size_t>& members : groups.members) {
     ShardUnit u = make_unit(m, params, members, units.size(), o);
     std::vector<TensorType> types;
     for (size_t i : members) types.push_back(m.value(params[i]).type);
     u.weight = m.add_argument(u.name, {types[0].dtype, {u.block}}, Role::kParam);
+    if (o.stream_params) m.value(u.weight).space = MemSpace::kHost;
     const auto first_new = static_cast<NodeId>(m.nodes().size());
     u.views = gather_unit(m, u, types, o);
     schedule_before_first_reader(m, first_new, u.params);
@@ -336,6 +352,7 @@ void record_shard_layout(Module& m, const std::vector<ShardUnit>& units, const S
     m.metadata().set("memc.shard.params." + u.name, u.param_names);
   }
   m.metadata().set("memc.shard.units", names);
+  if (o.flat_params()) m.metadata().set("memc.shard.flat_params", int64_t{1});
   m.metadata().set("memc.shard.blocks", blocks);
 }
 
@@ -345,6 +362,7 @@ Expected<ShardLayout> shard_layout(const Module& m) {
   const int64_t stage = m.metadata().get_int("memc.shard.stage", 0);
   if (layout.devices < 1 || stage < 0 || stage > 3) return Status::BadInput(str_cat("shard layout: devices ", layout.devices, ", stage ", stage));
   layout.stage = static_cast<ShardStage>(stage);
+  layout.flat_params = m.metadata().get_int("memc.shard.flat_params", stage == 3 ? 1 : 0) != 0;
   const Attr* names = m.metadata().find("memc.shard.units");
   if (!names) return layout;
   const auto* unit_names = std::get_if<std::vector<std::string>>(names);

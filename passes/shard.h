@@ -2,8 +2,8 @@
 // pass). Every rank runs the same training step (SPMD) on its slice of the global batch:
 //   rank r takes rows [r·b, (r+1)·b) of the global batch of N·b samples; random ops offset their
 //   draws by r·b samples (attribute rng_row_stride), so N ranks replay one device's masks.
-//   Parameters are grouped into units (consecutive parameters of one dtype, up to
-//   kUnitBytes each); a unit's gradients are flattened into one buffer padded to a multiple of N
+//   Parameters are grouped into units (the transformer's embedding, each block and the head,
+//   found from the graph's structure: passes/shard_units.h); a unit's gradients are flattened into one buffer padded to a multiple of N
 //   (so each collective is one call) and reduced across ranks:
 //     zero1  all_reduce of the flat gradient, then this rank's block of it;
 //     zero2  reduce_scatter of the flat gradient, as soon as the unit's gradient is complete.
@@ -33,7 +33,13 @@ enum class ShardStage : int { kNone = 0, kZero1 = 1, kZero2 = 2, kZero3 = 3 };
 struct ShardOptions {
   int64_t devices = 1;
   ShardStage stage = ShardStage::kNone;
+  // --offload params: each unit's parameters are one flat argument in host memory, streamed to
+  // the device (copy_to_device, then all_gather when sharded) before the unit's forward and
+  // again for its backward, as zero3 gathers them; also on one device.
+  bool stream_params = false;
   bool active() const { return devices > 1 || stage != ShardStage::kNone; }
+  // The parameters are per-unit flat arguments (zero3's shards, or streamed whole units).
+  bool flat_params() const { return stage == ShardStage::kZero3 || stream_params; }
 };
 
 // "none" | "zero1" | "zero2" | "zero3" with --devices N.
@@ -52,14 +58,24 @@ struct ShardUnit {
   std::vector<ValueId> views;    // zero3: the gathered parameters forward reads, one per param
 };
 
-// Up to this many parameter bytes per unit (PyTorch DDP's default bucket, 25 MiB): large enough
-// that a collective's latency is amortized, small enough that a unit's flat gradient is a small
-// part of the peak.
+// Without structural units (no repeated block), consecutive parameters up to this many bytes
+// form a unit (PyTorch DDP's default bucket, 25 MiB): large enough that a collective's latency
+// is amortized, small enough that a unit's flat gradient is a small part of the peak.
 inline constexpr int64_t kUnitBytes = int64_t{25} << 20;
 
-// zero3, before autodiff: replaces each unit's parameter arguments by its shard argument and
-// the gather that rebuilds them before their first reader; `params` becomes the shards.
-Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const ShardOptions& options);
+// Which parameters form each unit (indices into the parameter list), decided on the forward
+// before autodiff: the transformer's embedding, blocks and head from the graph's structure
+// (passes/shard_units.h), else size buckets of kUnitBytes. `description` says which.
+struct UnitGroups {
+  std::vector<std::vector<size_t>> members;
+  std::string description;
+};
+UnitGroups plan_units(const Module& forward, const std::vector<ValueId>& params);
+
+// zero3 and streaming, before autodiff: replaces each unit's parameter arguments by its flat
+// argument and the gather (or host copy) that rebuilds them before their first reader; `params`
+// becomes the flat arguments.
+Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& options);
 // zero3, after autodiff: backward nodes (ids ≥ backward_begin) read a second gather of each
 // unit, so the forward's gathered parameters die when the forward is done with them.
 Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions& options);
@@ -67,7 +83,7 @@ Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, Nod
 // zero1/zero2: groups `params` into units and emits each unit's gradient reduction and
 // parameter block.
 Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
-                                                 const ShardOptions& options);
+                                                 const UnitGroups& groups, const ShardOptions& options);
 // The sum (or max) of a value over ranks; `v` itself on one rank.
 ValueId all_reduce_value(Module& m, ValueId v, const ShardOptions& options, const std::string& reduce = "sum");
 // v / N in v's dtype (the mean over ranks of an all-reduced sum).
@@ -89,6 +105,7 @@ struct ShardLayout {
     int64_t block = 0;
   };
   std::vector<Unit> units;
+  bool flat_params = false;  // the parameters are the units' flat arguments (zero3, streaming)
 };
 void record_shard_layout(Module& m, const std::vector<ShardUnit>& units, const ShardOptions& options);
 // The layout of a training step; devices 1 and no units when it is not sharded.

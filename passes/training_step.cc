@@ -110,6 +110,7 @@ struct StepValues {
   ValueId labels = kNoValue;            // new i64 [N] input
   ValueId scale = kNoValue;             // loss scaling's "loss_scale" argument, or kNoValue
   std::vector<ValueId> params;          // zero3: the shards
+  UnitGroups groups;                    // sharded or streamed: the units' parameters, from the forward
   std::vector<ShardUnit> units;         // zero3: from shard_parameters; zero1/2: shard_gradients
   ValueId loss = kNoValue, logits_out = kNoValue;
   std::vector<ValueId> grads;           // one per params entry
@@ -119,6 +120,10 @@ struct StepValues {
 Expected<const OptimizerDef*> checked_optimizer(const OptimizerOptions& o, const ShardOptions& shard) {
   const OptimizerDef* def = find_optimizer(o.kind);
   if (!def) return Status::BadInput("unknown optimizer '" + o.kind + "' (" + optimizer_names() + ")");
+  if (shard.stream_params && !def->elementwise) {
+    return Status::BadInput(str_cat("--offload params needs an elementwise optimizer (", optimizer_names(true), "); ", o.kind,
+                                    "'s states follow each parameter's shape"));
+  }
   if (shard.active() && !def->elementwise) {
     return Status::BadInput(str_cat("--shard ", shard_stage_name(shard.stage), " needs an elementwise optimizer (", optimizer_names(true), "); ",
                                     o.kind, "'s states follow each parameter's shape"));
@@ -160,7 +165,7 @@ Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodif
   const auto backward_begin = static_cast<NodeId>(module.nodes().size());
   MEMC_ASSIGN_OR_RETURN(v.grads, Autodiff().run(module, loss_for_grad, v.params));
   MEMC_RETURN_IF_ERROR(after_autodiff(module, 0, backward_begin, static_cast<NodeId>(module.nodes().size())));
-  if (shard.stage == ShardStage::kZero3) MEMC_RETURN_IF_ERROR(regather_for_backward(module, v.units, backward_begin, shard));
+  if (shard.flat_params()) MEMC_RETURN_IF_ERROR(regather_for_backward(module, v.units, backward_begin, shard));
   return Status::Ok();
 }
 
@@ -170,20 +175,23 @@ Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodif
 Expected<std::vector<UpdateTarget>> update_targets(Module& module, StepValues& v, const ShardOptions& shard) {
   std::vector<UpdateTarget> targets;
   if (!shard.active()) {
-    for (size_t i = 0; i < v.params.size(); ++i) targets.push_back({v.params[i], v.grads[i], module.value(v.params[i]).source_name});
+    for (size_t i = 0; i < v.params.size(); ++i) {
+      targets.push_back({v.params[i], v.grads[i], v.units.empty() ? module.value(v.params[i]).source_name : v.units[i].name});
+    }
     return targets;
   }
   module.rename(v.loss, "rank_loss");
   mark_rank_draws(module, module.value(v.logits).type.shape[0]);
   if (shard.stage == ShardStage::kZero3) {  // each shard's gradient is reduce-scattered already (the gather's gradient)
     for (size_t i = 0; i < v.units.size(); ++i) {
+      module.rename(v.grads[i], "rank_sum_grad." + v.units[i].name);  // "grad.<unit>" is the mean's name
       const ValueId g = mean_over_ranks(module, v.grads[i], shard);
       module.value(g).role = Role::kGrad;
       module.rename(g, "grad." + v.units[i].name);
       targets.push_back({v.units[i].weight, g, v.units[i].name});
     }
   } else {
-    MEMC_ASSIGN_OR_RETURN(v.units, shard_gradients(module, v.params, v.grads, shard));
+    MEMC_ASSIGN_OR_RETURN(v.units, shard_gradients(module, v.params, v.grads, v.groups, shard));
     for (const ShardUnit& u : v.units) targets.push_back({u.weight, u.grad, u.name});
   }
   v.loss = mean_over_ranks(module, all_reduce_value(module, v.loss, shard), shard);
@@ -275,9 +283,13 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
   report.set("remat.recompute_flops", r.recompute_flops);
   report.set("remat.limit_met", r.limit_met);
   report.set("remat.dp_table_bytes", r.dp_table_bytes);
+  if (shard_.stream_params) {
+    report.lines.push_back(str_cat("stream params: ", units_, " units in host memory (", units_description_,
+                                   "), each copied to the device before its forward and again for its backward"));
+  }
   if (shard_.active()) {
     report.lines.push_back(str_cat("shard ", shard_stage_name(shard_.stage), ": ", shard_.devices, " ranks of ", rank_batch,
-                                   " samples; optimizer states in blocks of ", units_, " flat units"));
+                                   " samples; optimizer states in blocks of ", units_, " flat units (", units_description_, ")"));
   }
   return report;
 }
@@ -285,12 +297,23 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
 Status TrainingStep::build(Module& module) {
   MEMC_ASSIGN_OR_RETURN(const OptimizerDef* optimizer, checked_optimizer(options_, shard_));
   MEMC_ASSIGN_OR_RETURN(StepValues v, step_inputs(module, options_.loss_scaling));
-  // zero3: the parameters become per-unit shards, gathered before use; autodiff differentiates
-  // the shards (passes/shard.h).
-  const bool zero3 = shard_.stage == ShardStage::kZero3;
-  if (zero3) {
-    if (micro_.k > 1) return Status::BadInput("--shard zero3 with --micro-batches is not supported yet (zero2 is)");
-    MEMC_ASSIGN_OR_RETURN(v.units, shard_parameters(module, v.params, shard_));
+  // zero3 and streaming: the parameters become per-unit flat arguments (shards, or host units),
+  // gathered or streamed before use; autodiff differentiates them (passes/shard.h).
+  const bool flat = shard_.flat_params();
+  if (shard_.stream_params && shard_.active() && shard_.stage != ShardStage::kZero3) {
+    return Status::BadInput(str_cat("--offload params on ", shard_.devices, " devices streams each rank's zero3 shards: use --shard zero3 (not ",
+                                    shard_stage_name(shard_.stage), ")"));
+  }
+  if (shard_.active() || flat) {
+    v.groups = plan_units(module, v.params);
+    units_description_ = v.groups.description;
+  }
+  if (flat) {
+    if (micro_.k > 1) {
+      return Status::BadInput(shard_.stream_params ? "--offload params with --micro-batches is not supported yet (--offload optimizer is)"
+                                                   : "--shard zero3 with --micro-batches is not supported yet (zero2 is)");
+    }
+    MEMC_ASSIGN_OR_RETURN(v.units, shard_parameters(module, v.params, v.groups, shard_));
   }
   MEMC_RETURN_IF_ERROR(differentiate(module, v, micro_, remat_, shard_, remat_report_));
   module.rename(v.loss, "loss");
@@ -305,11 +328,11 @@ Status TrainingStep::build(Module& module) {
     module.set_outputs({v.loss, v.logits_out});
   }
   for (size_t i = 0; i < targets.size(); ++i) {
-    const bool whole = !shard_.active() || zero3;  // the target is an argument: updated in place
+    const bool whole = !shard_.active() || flat;  // the target is an argument: updated in place
     MEMC_ASSIGN_OR_RETURN(const ValueId next, add_optimizer_update(module, *optimizer, options_, targets[i], scalars, whole));
     if (!whole) MEMC_RETURN_IF_ERROR(gather_updated_params(module, v.units[i], next, shard_));
   }
-  if (shard_.active()) record_shard_layout(module, v.units, shard_);
+  if (shard_.active() || flat) record_shard_layout(module, v.units, shard_);
   units_ = static_cast<int64_t>(v.units.size());
   record_metadata(module);
   return Status::Ok();

@@ -62,6 +62,7 @@ class TrainingStep : public Pass {
   ShardOptions shard_;
   RematReport remat_report_;
   int64_t units_ = 0;  // shard units built
+  std::string units_description_;  // how they were found
 };
 
 // Names of the runtime scalar arguments a training step reads.

@@ -192,10 +192,10 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
     main = &(cache_.insert_or_assign(key_of(options, rank_batch), std::move(reported)).first->second);
   }
   Plan plan;
-  if (devices > 1) {
+  if (devices > 1 && main->fixed_batch < 0) {
     MEMC_ASSIGN_OR_RETURN(const Forward* whole, forward(options, options.batch));  // evaluation runs whole batches
     plan.eval = whole->module;
-  } else {
+  } else {  // one device, or an export that fixes its batch: evaluation runs slices of the rank's size
     plan.eval = main->module;
   }
   MEMC_ASSIGN_OR_RETURN(const std::vector<PassReport> reports, train(options, main->module, plan, quiet, schedule_quiet));

@@ -32,6 +32,11 @@ class Searcher {
     Candidate c{precision, k, remat, attention, offload};
     const std::string key = c.label();
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    if (!streamable(c)) {  // never compiled nor explored: no peak and no time fit any budget
+      c.peak_bytes = c.persistent_bytes = std::numeric_limits<int64_t>::max();
+      c.step_ms = std::numeric_limits<double>::infinity();
+      return c;
+    }
     CompileOptions o = options_for(c);
     o.budget_bytes = 0;
     const auto start = std::chrono::steady_clock::now();
@@ -57,6 +62,13 @@ class Searcher {
     explored_.push_back(c);
     memo_.emplace(key, c);
     return c;
+  }
+
+  // Parameter streaming runs without micro-batches, and over several devices on zero3 only
+  // (TrainingStep refuses the rest).
+  bool streamable(const Candidate& c) const {
+    if (c.offload != OffloadLevel::kParams) return true;
+    return c.micro_batches == 1 && (!base_.shard.active() || base_.shard.stage == ShardStage::kZero3);
   }
 
   CompileOptions options_for(const Candidate& c) const {
@@ -156,9 +168,10 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
   }
   // Attention kernel and offload level: tiled attention (it can need more memory, as on the
   // block-sparse BigBird export: bench/RESULTS.md §20); offload is tried after the plans
-  // without it.
-  const std::vector<OffloadLevel> levels =
-      space.offload ? std::vector<OffloadLevel>{OffloadLevel::kNone, OffloadLevel::kOptimizer} : std::vector<OffloadLevel>{base.offload};
+  // without it, the optimizer state first, then the parameters (they cross the host link twice
+  // a step).
+  const std::vector<OffloadLevel> levels = space.offload ? std::vector<OffloadLevel>{OffloadLevel::kNone, OffloadLevel::kOptimizer, OffloadLevel::kParams}
+                                                         : std::vector<OffloadLevel>{base.offload};
   for (OffloadLevel off : levels) axes.variants.push_back({space.attention ? AttentionKernel::kTiled : base.attention, off});
   axes.no_remat = space.remat ? RematOptions{} : base.remat;
   axes.least_remat = base.remat;
@@ -170,13 +183,18 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
 // every precision and micro-batch count — more micro-batches do not always save memory, their
 // f32 gradient accumulators cost some — and everything compiled on the way, scheduled.
 Expected<Candidate> compute_floor(Searcher& s, const SearchAxes& axes) {
-  const Variant& least = axes.variants.back();
-  for (PrecisionKind p : axes.precisions) {
-    int64_t previous = std::numeric_limits<int64_t>::max();
-    for (int64_t k : axes.ks) {
-      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.least_remat, least.attention, least.offload));
-      if (c.peak_bytes >= previous) break;  // more micro-batches stopped saving memory
-      previous = c.peak_bytes;
+  // The last variant offloads the most, but streaming has no micro-batches: with it, the one
+  // before (the optimizer state offloaded) is tried at every count too.
+  const size_t from = axes.variants.size() > 1 && axes.variants.back().offload == OffloadLevel::kParams ? axes.variants.size() - 2 : axes.variants.size() - 1;
+  for (size_t v = from; v < axes.variants.size(); ++v) {
+    const Variant& least = axes.variants[v];
+    for (PrecisionKind p : axes.precisions) {
+      int64_t previous = std::numeric_limits<int64_t>::max();
+      for (int64_t k : axes.ks) {
+        MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.least_remat, least.attention, least.offload));
+        if (c.peak_bytes >= previous) break;  // more micro-batches stopped saving memory
+        previous = c.peak_bytes;
+      }
     }
   }
   std::optional<Candidate> floor;
@@ -253,6 +271,14 @@ Expected<std::optional<Candidate>> fastest_fitting(Searcher& s, const SearchAxes
       if (!space.remat) continue;
       MEMC_ASSIGN_OR_RETURN(auto fitted, s.fit_remat(p, k, var.attention, var.offload, budget, c.activation_bytes));
       if (fitted && (!best || fitted->step_ms < best->step_ms)) best = fitted;
+      // More micro-batches shrink activations only: once the least-remat plan's other bytes
+      // (its peak less the activations' own peak; with k > 1 they include the gradient
+      // accumulators) exceed the budget, no larger count fits (ViT-L/16 at 1 GB skipped 5 s
+      // of 8- and 16-micro-batch compiles this way).
+      if (!fitted && k > 1) {
+        MEMC_ASSIGN_OR_RETURN(const Candidate least, s.evaluate(p, k, axes.least_remat, var.attention, var.offload));
+        if (least.peak_bytes - least.activation_bytes > budget) break;
+      }
     }
   }
   return best;
@@ -288,6 +314,8 @@ Expected<std::vector<Candidate>> technique_ladder(Searcher& s, const SearchAxes&
     off = OffloadLevel::kOptimizer;
     MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
     ladder.push_back(c);
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, 1, r, a, OffloadLevel::kParams));  // streaming runs without micro-batches
+    if (c.step_ms < std::numeric_limits<double>::infinity()) ladder.push_back(c);
   }
   return ladder;
 }

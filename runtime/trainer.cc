@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <set>
 
 #include "backends/cuda/gemm.h"
 #include "frontend/onnx_weights.h"
@@ -50,22 +51,27 @@ Tensor f32_scalar(double v) {
 }
 
 // Runs the forward module over `data` and returns the fraction of correct argmax predictions.
+// Batches of the evaluation forward's own size: the global batch, or one rank's slice where the
+// export fixes its batch.
 Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset& data, int64_t& counted) {
   const std::vector<InputSpec> specs = data_inputs(plan.eval);
+  const ValueId logits_value = plan.eval.outputs().empty() ? kNoValue : plan.eval.outputs()[0];
+  const Shape logits_shape = logits_value == kNoValue ? Shape{} : plan.eval.value(logits_value).type.shape;
+  const int64_t batch = logits_shape.empty() ? plan.batch : logits_shape[0];
   std::vector<int64_t> order(static_cast<size_t>(data.size));
   for (int64_t i = 0; i < data.size; ++i) order[i] = i;
   // Static batch: a short tail reuses earlier samples but counts only the new ones.
-  while (static_cast<int64_t>(order.size()) < plan.batch) order.push_back(order[order.size() % std::max<int64_t>(data.size, 1)]);
+  while (static_cast<int64_t>(order.size()) < batch) order.push_back(order[order.size() % std::max<int64_t>(data.size, 1)]);
   int64_t correct = 0;
   counted = 0;
-  for (int64_t start = 0; start < data.size; start += plan.batch) {
-    const int64_t window = std::min<int64_t>(start, static_cast<int64_t>(order.size()) - plan.batch);
-    auto feeds = make_batch(data, order, window, plan.batch, specs, kLabelsArg);
+  for (int64_t start = 0; start < data.size; start += batch) {
+    const int64_t window = std::min<int64_t>(start, static_cast<int64_t>(order.size()) - batch);
+    auto feeds = make_batch(data, order, window, batch, specs, kLabelsArg);
     add_state_feeds(plan.eval, state, feeds);
     MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(plan.eval, feeds, ExecOptions{.training = false}));
     const Tensor& logits = out[0];
     const int64_t classes = logits.shape()[1];
-    for (int64_t b = start - window; b < plan.batch && window + b < data.size; ++b) {
+    for (int64_t b = start - window; b < batch && window + b < data.size; ++b) {
       int64_t best = 0;
       for (int64_t c = 1; c < classes; ++c) {
         if (logits.get_as_double(b * classes + c) > logits.get_as_double(b * classes + best)) best = c;
@@ -118,8 +124,9 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
 // model one at a time in the plan's dtype (no staging copy of the whole model's weights), and
 // zeroes optimizer states there. The returned map holds views of the arena, which the
 // in-place updates keep current.
-// Under zero3 each unit's parameters are gathered on the host as they stream (one unit's worth
-// at a time when the model stores a unit's weights together) and this rank's block goes in.
+// Under zero3 and parameter streaming each unit's parameters are gathered on the host as they
+// stream (one unit's worth at a time when the model stores a unit's weights together) and this
+// rank's block (the whole unit on one device) goes in.
 static Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec, int rank) {
   StateMap state;
   for (ValueId a : exec.module().arguments()) {
@@ -128,12 +135,12 @@ static Expected<StateMap> load_into_arena(const std::string& plan_path, const Pl
   }
   MEMC_ASSIGN_OR_RETURN(const ShardLayout layout, shard_layout(plan.train));
   std::map<std::string, const ShardLayout::Unit*> unit_of;
-  if (layout.stage == ShardStage::kZero3) {
+  if (layout.flat_params) {
     for (const ShardLayout::Unit& u : layout.units) {
       for (const std::string& p : u.params) unit_of[p] = &u;
     }
   }
-  StateMap pending;  // zero3: whole parameters of units not complete yet
+  StateMap pending;  // flat units: whole parameters of units not complete yet
   MEMC_RETURN_IF_ERROR(stream_weights(plan_path, plan, [&](const std::string& name, const Tensor& value) -> Status {
     auto it = unit_of.find(name);
     if (it == unit_of.end()) return exec.set_argument(name, value);
@@ -227,11 +234,10 @@ static Status check_steps(const Plan& plan, const RunOptions& options, const Run
                                   ", or give --epochs, or compile with more --epochs"));
 }
 
-// Every rank of a sharded job reads its slices from the same files; gradient dumps are one-device only.
+// Every rank of a sharded job reads its slices from the same files.
 static Status check_sharded_run(comm::Communicator& comm, const RunOptions& options) {
   if (!options.data.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(comm, options.data));
   if (!options.eval.empty()) MEMC_RETURN_IF_ERROR(comm::check_same_file_on_all_ranks(comm, options.eval));
-  if (!options.dump_grads.empty()) return Status::BadInput("--dump-grads is not supported on a sharded plan yet");
   return Status::Ok();
 }
 
@@ -319,10 +325,13 @@ static std::map<std::string, Tensor> step_feeds(const TrainContext& ctx, const D
   return feeds;
 }
 
-// --dump-grads: the gradients of `feeds` at the state before the step's update, as f32.
+// --dump-grads: the gradients of `feeds` at the state before the step's update, as f32. In a
+// sharded job every rank computes its slice's (collective) and rank 0 writes the whole ones.
 static Status dump_gradients(const TrainContext& ctx, const std::map<std::string, Tensor>& feeds, int64_t step) {
   MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(ctx.backend, ctx.state));
-  MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(ctx.plan, host, feeds, ctx.options.seed, step));
+  const GradientRun where{.comm = ctx.comm, .batch_row_offset = ctx.rank * ctx.rank_batch()};
+  MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(ctx.plan, host, feeds, ctx.options.seed, step, where));
+  if (ctx.rank != 0) return Status::Ok();
   TensorMap arrays;
   for (auto& [name, t] : grads) arrays[name] = t.dtype() == DType::kF32 ? t : t.cast(DType::kF32);
   return write_npz(ctx.options.dump_grads, arrays);
@@ -514,16 +523,23 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
 
 Expected<std::map<std::string, Tensor>> compute_gradients(const Plan& plan, const StateMap& state,
                                                           const std::map<std::string, Tensor>& batch, uint64_t seed,
-                                                          int64_t step) {
+                                                          int64_t step, const GradientRun& where) {
   Module probe = plan.train;
+  MEMC_ASSIGN_OR_RETURN(const ShardLayout layout, shard_layout(plan.train));
+  std::set<std::string> in_unit;
+  for (const ShardLayout::Unit& u : layout.units) in_unit.insert(u.params.begin(), u.params.end());
   std::vector<ValueId> outputs = {probe.outputs()[0]};
   std::vector<std::string> names = {"loss"};
   for (const Value& v : probe.values()) {
     if (v.role != Role::kGrad || v.name.rfind("grad.", 0) != 0) continue;
-    const ValueId param = probe.find_value(v.name.substr(5));
-    if (param == kNoValue || probe.value(param).role != Role::kParam) continue;
+    const std::string of = v.name.substr(5);
+    const ValueId param = probe.find_value(of);
+    const bool unit = std::any_of(layout.units.begin(), layout.units.end(), [&](const ShardLayout::Unit& u) { return u.name == of; });
+    if (!unit && (param == kNoValue || probe.value(param).role != Role::kParam || in_unit.count(probe.value(param).source_name))) {
+      continue;  // zero1/2: a parameter's own gradient is this rank's slice's; its unit's is the mean
+    }
     outputs.push_back(v.id);
-    names.push_back(probe.value(param).source_name);
+    names.push_back(unit ? of : probe.value(param).source_name);  // a unit's block, consolidated below
   }
   probe.set_outputs(outputs);
   probe.eliminate_dead_nodes();  // the optimizer updates are not needed
@@ -534,10 +550,12 @@ Expected<std::map<std::string, Tensor>> compute_gradients(const Plan& plan, cons
   for (ValueId a : probe.arguments()) {  // loss scaling: the runtime's initial scale; gradients come out unscaled
     if (probe.value(a).source_name == kLossScaleArg) feeds[kLossScaleArg] = f32_scalar(RunOptions().initial_loss_scale);
   }
-  MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(probe, feeds, ExecOptions{.training = plan.dropout, .seed = seed, .step = step}));
+  const ExecOptions options{.training = plan.dropout, .seed = seed, .step = step, .comm = where.comm, .batch_row_offset = where.batch_row_offset};
+  MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(probe, feeds, options));
   std::map<std::string, Tensor> result;
   for (size_t i = 0; i < out.size(); ++i) result[names[i]] = out[i];
-  return result;
+  if (layout.units.empty()) return result;
+  return consolidate_state(plan, result, where.comm);  // each unit's blocks → its parameters' gradients
 }
 
 }  // namespace memc

@@ -67,11 +67,19 @@ using StateMap = std::map<std::string, Tensor>;
 // checkpoint folder held by another run or a corrupt checkpoint are errors (exit 2).
 Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, const RunOptions& options, StateMap* final_state = nullptr);
 
+// Where a gradient computation runs: one device, or one rank of a sharded job (then every rank
+// calls it with its slice of the batch, and each gets the whole gradients).
+struct GradientRun {
+  comm::Communicator* comm = nullptr;
+  int64_t batch_row_offset = 0;  // the rank's first row of the global batch (dropout draws)
+};
+
 // Loss ("loss") and the gradient of every parameter (keyed by initializer name) for one batch
-// (`batch` holds the data inputs and "labels"), without changing `state`.
+// (`batch` holds the data inputs and "labels"), without changing `state`. The gradients of a
+// sharded or streamed plan's flat units come out per parameter, gathered from every rank.
 Expected<std::map<std::string, Tensor>> compute_gradients(const Plan& plan, const StateMap& state,
                                                           const std::map<std::string, Tensor>& batch, uint64_t seed,
-                                                          int64_t step);
+                                                          int64_t step, const GradientRun& where = {});
 
 // Loads the parameters of `plan` from its model file and zero optimizer states.
 Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan);

@@ -133,8 +133,9 @@ void add_memory_flags(CLI::App* cmd, CompileFlags& f) {
       ->check(CLI::IsMember({"tiled", "naive"}));
   cmd->add_option("--offload", f.offload,
                   "none (default) | optimizer: optimizer state (and master weights under mixed precision) in host memory, updated on the host | "
+                  "params: the parameters too, each unit streamed to the device before its forward and its backward | "
                   "auto (with --budget: searched unless given)")
-      ->check(CLI::IsMember({"none", "optimizer", "auto"}));
+      ->check(CLI::IsMember({"none", "optimizer", "params", "auto"}));
   cmd->add_option("--threads", f.threads,
                   "Compute threads to size the CPU kernels' workspaces for; memc run uses no more by default (default: the cores it may use)")
       ->check(CLI::PositiveNumber);

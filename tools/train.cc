@@ -378,6 +378,19 @@ int run_run(const RunArgs& args) {
   return run_ranked(args, *plan, comm->get());
 }
 
+// Something to train or evaluate on, and outputs that never destroy inputs (the checkpoint file
+// is both under --resume, by its own rules).
+static Status check_run_files(const RunArgs& args, const Plan& plan) {
+  if (args.options.data.empty() && args.options.eval.empty()) return Status::BadInput("memc run: give --data to train and/or --eval to evaluate");
+  std::vector<std::string> inputs = plan_input_files(args.plan, plan);
+  for (const std::string& f : {args.plan, args.options.data, args.options.eval}) inputs.push_back(f);
+  const std::string checkpoint =
+      args.options.checkpoint_dir.empty() ? "" : (std::filesystem::path(args.options.checkpoint_dir) / "checkpoint.safetensors").string();
+  if (args.options.resume) inputs.push_back(checkpoint);
+  const std::vector<OutputFile> outputs = {{"--checkpoint", checkpoint, true}, {"--json", args.json_report}, {"--dump-grads", args.options.dump_grads}};
+  return check_outputs(inputs, outputs, args.force);
+}
+
 static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communicator* comm) {
   RunArgs args = args_in;
   args.options.comm = comm;
@@ -387,27 +400,18 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
     args.json_report.clear();
   }
   const Plan* plan = &plan_in;
-  if (args.options.data.empty() && args.options.eval.empty()) {
-    return report(Status::BadInput("memc run: give --data to train and/or --eval to evaluate"));
-  }
-  {  // Outputs never destroy inputs; the checkpoint file is both under --resume (its own rules).
-    std::vector<std::string> inputs = plan_input_files(args.plan, *plan);
-    for (const std::string& f : {args.plan, args.options.data, args.options.eval}) inputs.push_back(f);
-    const std::string checkpoint =
-        args.options.checkpoint_dir.empty() ? "" : (std::filesystem::path(args.options.checkpoint_dir) / "checkpoint.safetensors").string();
-    if (args.options.resume) inputs.push_back(checkpoint);
-    const std::vector<OutputFile> outputs = {{"--checkpoint", checkpoint, true}, {"--json", args.json_report}, {"--dump-grads", args.options.dump_grads}};
-    if (Status st = check_outputs(inputs, outputs, args.force); !st.ok()) return report(st);
-  }
+  // A rank that fails ends the whole job, so no peer waits in a collective (or in MPI_Finalize)
+  // for it: a bad argument seen by rank 0 alone (its --json exists) included.
+  auto fail = [&](const Status& st) {
+    const int code = rank == 0 ? report(st) : report(st.with_context(str_cat("rank ", rank, " of ", comm->size(), ": ")));
+    if (comm && comm->size() > 1) comm->abort(code);
+    return code;
+  };
+  if (Status st = check_run_files(args, *plan); !st.ok()) return fail(st);
   StateMap state;
   if (args.profile) enable_op_profile();
   Expected<RunReport> result = run_plan(args.plan, *plan, args.options, &state);
-  if (!result.ok()) {
-    const int code = rank == 0 ? report(result.status()) : report(result.status().with_context(str_cat("rank ", rank, " of ", comm->size(), ": ")));
-    // A rank that fails ends the whole job, so no peer waits in a collective for it.
-    if (comm && comm->size() > 1) comm->abort(code);
-    return code;
-  }
+  if (!result.ok()) return fail(result.status());
   const RunReport& r = *result;
   const bool diverged = r.status != "ok";
   if (rank != 0) return diverged ? 2 : 0;

@@ -120,10 +120,14 @@ void register_elementwise_ops(OpRegistry& r) {
          .doc = "y = x (a materialized copy within one memory space)"});
   // Offload's explicit moves (passes/offload.h): the output lives in the other memory space. On
   // CUDA they run on the copy stream from the pinned host arena; on the CPU they are memcpy.
+  // copy_to_device differentiates (streamed parameters, passes/shard.h; rule in
+  // grad_elementwise.cc): the gradient stays on the device, and the offload pass stages it to
+  // the host for the update that reads it.
   for (const char* name : {"copy_to_host", "copy_to_device"}) {
-    r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpTransfer | kOpNoGradient, .shape = same_type,
+    const bool to_device = name[8] == 'd';
+    r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpTransfer | (to_device ? 0u : kOpNoGradient), .shape = same_type,
            .flops = [](const Node&, std::span<const TensorType>, std::span<const TensorType>) { return int64_t{0}; },
-           .doc = std::string("y = x, moved ") + (name[8] == 'h' ? "from device to host memory" : "from host to device memory")});
+           .doc = std::string("y = x, moved ") + (to_device ? "from host to device memory" : "from device to host memory")});
   }
 
   r.add({.name = "dropout", .min_inputs = 1, .max_inputs = 1, .num_outputs = -1,

@@ -32,6 +32,9 @@ void set(OpRegistry& r, const char* op, Rule rule) {
 }  // namespace
 
 void register_elementwise_gradients(OpRegistry& r) {
+  // A streamed parameter's gradient (passes/shard.h) stays on the device; the offload pass
+  // stages it to the host for the update.
+  set(r, "copy_to_device", [](GradBuilder& g) { g.set_GI(0, g.GO(0)); return Status::Ok(); });
   set(r, "neg", [](GradBuilder& g) { g.set_GI(0, g.emit("neg", {g.GO(0)})); return Status::Ok(); });
   set(r, "abs", [](GradBuilder& g) { return unary(g, [&] { return g.emit("sign", {g.I(0)}); }); });
   // Piecewise-constant functions: zero gradient almost everywhere (no input gradient emitted).

@@ -90,12 +90,13 @@ one_device() {  # precision optimizer → $TMP/one-$precision-$optimizer/{plan,c
   $MEMC run "$d/plan" $DATA --steps 5 --quiet --checkpoint "$d/ckpt" --json "$d/r.json" >/dev/null 2>"$TMP/err" || fail "run $p: $(cat "$TMP/err")"
 }
 
-check_case() {  # NP STAGE PRECISION OPTIMIZER TOL FRACTION
-  local np=$1 stage=$2 p=$3 o=$4 tol=$5 fraction=$6 d=$TMP/$1$TAG-$2-$3-$4
+check_case() {  # NP STAGE PRECISION OPTIMIZER TOL FRACTION [OFFLOAD]
+  local np=$1 stage=$2 p=$3 o=$4 tol=$5 fraction=$6 off=${7:-none} d=$TMP/$1$TAG-$2-$3-$4-${7:-none}
   local one=$TMP/one$TAG-$p-$o
   mkdir -p "$d"
-  $MEMC compile models/$MODEL.onnx $COMMON --optimizer "$o" --precision "$p" --devices "$np" --shard "$stage" -o "$d/plan" >/dev/null 2>"$TMP/err" \
-    || { fail "compile $np $stage $p: $(cat "$TMP/err")"; return; }
+  $MEMC compile models/$MODEL.onnx $COMMON --optimizer "$o" --precision "$p" --devices "$np" --shard "$stage" --offload "$off" -o "$d/plan" >/dev/null 2>"$TMP/err" \
+    || { fail "compile $np $stage $p $off: $(cat "$TMP/err")"; return; }
+  [ "$off" = none ] || stage="$stage offload $off"
   ranks "$np" $MEMC run "$d/plan" $DATA --steps 5 --quiet --checkpoint "$d/ckpt" --json "$d/r.json" >"$d/out" 2>"$d/err" \
     || { fail "$np ranks $stage $p: $(tail -3 "$d/err")"; return; }
   local same peaks
@@ -117,6 +118,59 @@ for stage in zero1 zero2 zero3; do
 done
 check_case 4 zero2 fp32 momentum 1e-5 0
 check_case 4 zero3 fp32 adamw 1e-5 0.0005
+# Offload: the optimizer state in host memory, or the parameters too (each rank's zero3 shards
+# streamed from the host, ZeRO-Infinity style).
+check_case 2 zero2 fp32 adamw 1e-5 0.0005 optimizer
+check_case 2 zero3 bf16-mixed adamw 0.00390625 0.01 optimizer
+check_case 2 zero3 fp32 adamw 1e-5 0.0005 params
+check_case 2 zero3 bf16-mixed adamw 0.00390625 0.01 params
+check_case 4 zero3 fp32 momentum 1e-5 0 params
+
+# Parameter streaming on one device (--offload params): the same kernels on the same values, so
+# the losses and the checkpoint are bit-identical to the plan without offload; only the memory
+# spaces change, and the device peak drops. (Without clipping: global-norm clipping sums a
+# streamed unit's squares in one flat pass, in another order than parameter by parameter.)
+for p in fp32 bf16-mixed; do
+  for off in none params; do
+    d=$TMP/stream-$p-$off
+    mkdir -p "$d"
+    $MEMC compile models/$MODEL.onnx --batch 8 --lr 2e-3 --optimizer adamw --precision "$p" --offload $off -o "$d/plan" >/dev/null 2>"$TMP/err" \
+      || fail "compile --offload $off $p: $(cat "$TMP/err")"
+    $MEMC run "$d/plan" $DATA --steps 5 --quiet --checkpoint "$d/ckpt" --json "$d/r.json" >/dev/null 2>"$TMP/err" || fail "run --offload $off $p: $(cat "$TMP/err")"
+  done
+  a=$TMP/stream-$p-none b=$TMP/stream-$p-params
+  same=$(python3 -c "$COMPARE" "$a/r.json" "$b/r.json" "$a/ckpt/checkpoint.safetensors" "$b/ckpt/checkpoint.safetensors" 0 adamw 0 2>&1) \
+    && pass "one device, --offload params $p = no offload after 5 steps, bit for bit: $same" || fail "--offload params $p: $same"
+  python3 -c '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert b["measured_peak_bytes"] == b["predicted_peak_bytes"] < a["predicted_peak_bytes"], (a["predicted_peak_bytes"], b["measured_peak_bytes"], b["predicted_peak_bytes"])
+print("%d bytes measured = planned, %d without offload" % (b["measured_peak_bytes"], a["predicted_peak_bytes"]))' "$a/r.json" "$b/r.json" >"$TMP/out" 2>&1 \
+    && pass "--offload params $p device peak: $(cat "$TMP/out")" || fail "--offload params $p peak: $(cat "$TMP/out")"
+done
+
+# --dump-grads on a sharded or streamed plan: rank 0 writes the whole gradients of the global
+# batch, per parameter, as one device computes them (within f32 summation order: 1e-5 of each
+# tensor's largest value).
+GRADS="$NPZ_PY"'
+a, b = ({k: v[2] for k, v in read_npz(p).items()} for p in sys.argv[1:3])
+assert sorted(a) == sorted(b), set(a) ^ set(b)
+worst = 0.0
+for k in a:
+    scale = max(max(abs(v) for v in a[k]), 1e-6)
+    worst = max(worst, max(abs(x - y) for x, y in zip(a[k], b[k])) / scale)
+assert worst <= 1e-5, worst
+print("%d arrays within %.2g" % (len(a), worst))
+'
+$MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g1.npz" >/dev/null 2>"$TMP/err" || fail "dump on one device: $(cat "$TMP/err")"
+for c in "2 zero1 none" "2 zero3 none" "4 zero3 params" "1 none params"; do
+  set -- $c
+  $MEMC compile models/$MODEL.onnx $COMMON --optimizer adamw --devices "$1" --shard "$2" --offload "$3" -o "$TMP/g.plan" --force >/dev/null 2>"$TMP/err" \
+    || { fail "compile $c: $(cat "$TMP/err")"; continue; }
+  rm -f "$TMP/g.npz"
+  ranks "$1" $MEMC run "$TMP/g.plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g.npz" >/dev/null 2>"$TMP/err" || { fail "dump $c: $(tail -2 "$TMP/err")"; continue; }
+  out=$(python3 -c "$GRADS" "$TMP/g1.npz" "$TMP/g.npz" 2>&1) && pass "--dump-grads, $1 rank(s) $2 offload $3 = one device: $out" || fail "--dump-grads $c: $out"
+done
 # The text model (token embeddings, attention mask input).
 MODEL=text_encoder TAG=-text DATA="--data data/text_train.npz" COMMON="$COMMON --seq 32"
 one_device fp32 adamw
@@ -161,6 +215,19 @@ psi=304326632
   || fail "ViT-L/16 on 4 devices: zero3 $z3, zero2 $z2 bytes"
 [ -n "$edge" ] && [ "$edge" -le 1000000000 ] && pass "ViT-L/16 on 4 devices, zero3 + remat blocks + offload optimizer: $edge bytes <= 1.0 GB" \
   || fail "ViT-L/16 edge plan: $edge bytes"
+# On one device the weights do not fit 1.0 GB at all (1.22 GB of f32 parameters): streamed from
+# the host, one unit at a time, they do; the search finds it under --budget 1GB.
+LARGE="models/vit_l_16_skeleton.onnx --batch 16 --optimizer adamw --precision bf16-mixed --target h200"
+one=$(peak_of --offload params --remat blocks)
+[ -n "$one" ] && [ "$one" -le 1000000000 ] && pass "ViT-L/16 on 1 device, offload params + remat blocks: $one bytes <= 1.0 GB" \
+  || fail "ViT-L/16 streamed: $one bytes"
+"$MEMC" compile $LARGE --budget 1GB -o "$TMP/l.plan" --force --json >"$TMP/l.json" 2>"$TMP/err" || fail "ViT-L/16 search at 1 GB: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["decisions"]["offload"] == "params" and s["predicted_peak_bytes"] <= 10**9, (s["decisions"], s["predicted_peak_bytes"])
+print("%s, %d bytes, search %.1f s" % (s["search"]["chosen"]["decisions"], s["predicted_peak_bytes"], s["search"]["search_seconds"]))' "$TMP/l.json" >"$TMP/out" 2>&1 \
+  && pass "ViT-L/16 --budget 1GB on one device streams the parameters: $(cat "$TMP/out")" || fail "ViT-L/16 search at 1 GB: $(cat "$TMP/out")"
 
 # The budget search over shard stages: a per-device budget, the plan fits it and runs as 2 ranks.
 $MEMC compile models/vit_tiny.onnx --batch 8 --optimizer adamw --devices 2 --budget 400KB -o "$TMP/s.plan" --json >"$TMP/s.json" 2>"$TMP/err" \
@@ -181,5 +248,7 @@ ranks 2 $MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet >"$TMP/out"
   || fail "one-device plan on 2 ranks: exit $rc, $(head -3 "$TMP/err")"
 expect_error 2 "does not split evenly" -- $MEMC compile models/vit_tiny.onnx --batch 9 --devices 2 -o "$TMP/x.plan"
 expect_error 2 "zero3 with --micro-batches" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --shard zero3 --micro-batches 2 -o "$TMP/x.plan"
+expect_error 2 "use --shard zero3" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --shard zero2 --offload params -o "$TMP/x.plan"
+expect_error 2 "--offload params needs an elementwise optimizer" -- $MEMC compile models/vit_tiny.onnx --batch 8 --offload params --optimizer adafactor -o "$TMP/x.plan"
 expect_error 2 "elementwise optimizer" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --optimizer adafactor -o "$TMP/x.plan"
 finish

@@ -45,4 +45,15 @@ EOF
 timeout 120 bash tests/comm/mpirun.sh 2 bash "$TMP/pick.sh" >"$TMP/out" 2>"$TMP/err"; rc=$?
 [ $rc -ne 0 ] && grep -q "^memc: .*differ" "$TMP/err" && pass "different data files across ranks: exit $rc, $(grep -m1 '^memc: ' "$TMP/err")" \
   || fail "different data files: exit $rc, $(head -4 "$TMP/err")"
+
+# A bad argument only rank 0 sees (its --json exists; the other ranks write no report) ends the
+# job with exit 2: before, rank 0 returned and waited in MPI_Finalize while rank 1 waited in its
+# first collective, and the job hung.
+echo '{}' > "$TMP/taken.json"
+start=$(date +%s)
+timeout 60 bash tests/comm/mpirun.sh 2 $MEMC run "$TMP/p.plan" --data data/digits_train.npz --steps 3 --quiet --json "$TMP/taken.json" >"$TMP/out" 2>"$TMP/err"; rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc -eq 2 ] && [ $took -le 30 ] && grep -q "^memc: --json .*exists" "$TMP/err" && [ "$(cat "$TMP/taken.json")" = "{}" ] \
+  && pass "rank 0's --json exists: exit 2 after ${took} s, the file kept, $(grep -m1 '^memc: ' "$TMP/err")" \
+  || fail "rank 0's --json exists: exit $rc after ${took} s, $(head -4 "$TMP/err")"
 finish

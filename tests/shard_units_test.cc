@@ -1,0 +1,94 @@
+// Shard units from the graph's structure (passes/shard_units.h): the committed transformers'
+// blocks, embedding and head are found without reading a name, and a model with no repeated
+// block falls back to size buckets.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "frontend/onnx_import.h"
+#include "passes/shard.h"
+#include "passes/shard_units.h"
+#include "test_util.h"
+
+namespace memc {
+namespace {
+
+struct Imported {
+  Module m;
+  std::vector<ValueId> params;
+};
+
+Imported import(const std::string& model, int64_t seq = -1) {
+  ImportOptions options{.batch = 2, .seq = seq, .load_weights = false};
+  auto m = import_onnx(testing::source_path("models/" + model), options);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  Imported out{std::move(*m), {}};
+  for (ValueId a : out.m.arguments()) {
+    if (out.m.value(a).role == Role::kParam) out.params.push_back(a);
+  }
+  return out;
+}
+
+// The source names of unit `u`'s parameters.
+std::set<std::string> names(const Imported& x, const std::vector<size_t>& unit) {
+  std::set<std::string> out;
+  for (size_t i : unit) out.insert(x.m.value(x.params[i]).source_name);
+  return out;
+}
+
+// Every parameter in exactly one unit.
+void expect_partition(const Imported& x, const StructuralUnits& u) {
+  std::vector<int> seen(x.params.size(), 0);
+  for (const auto& unit : u.units) {
+    for (size_t i : unit) ++seen[i];
+  }
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << x.m.value(x.params[i]).source_name;
+}
+
+TEST(ShardUnits, VitBlocksEmbeddingAndHeadFromStructure) {
+  const Imported x = import("vit_b_16_skeleton.onnx");
+  const StructuralUnits u = find_structural_units(x.m, x.params);
+  expect_partition(x, u);
+  ASSERT_EQ(u.blocks, 12) << u.description;
+  ASSERT_EQ(u.units.size(), 14u) << u.description;  // embedding, 12 blocks, head
+  // Found by structure; the names only confirm it: block k holds encoder_layer_k's 12 tensors.
+  for (int k = 0; k < 12; ++k) {
+    const std::set<std::string> block = names(x, u.units[1 + k]);
+    EXPECT_EQ(block.size(), 12u);
+    for (const std::string& n : block) EXPECT_NE(n.find("encoder_layer_" + std::to_string(k) + "."), std::string::npos) << n;
+  }
+  const std::set<std::string> embedding = names(x, u.units.front());
+  EXPECT_TRUE(embedding.count("conv_proj.weight") && embedding.count("class_token") && embedding.count("encoder.pos_embedding"))
+      << u.description;
+  const std::set<std::string> head = names(x, u.units.back());
+  EXPECT_TRUE(head.count("heads.head.weight") && head.count("encoder.ln.weight")) << u.description;
+}
+
+TEST(ShardUnits, TextEncoderBlocksWithAMaskInput) {
+  // Token embeddings and an attention-mask input read by every block: the mask is data only,
+  // never an activation, so it cuts nothing and joins nothing.
+  const Imported x = import("text_encoder.onnx", 32);
+  const StructuralUnits u = find_structural_units(x.m, x.params);
+  expect_partition(x, u);
+  EXPECT_GE(u.blocks, 2) << u.description;
+  EXPECT_EQ(u.units.size(), static_cast<size_t>(u.blocks) + 2) << u.description;
+}
+
+TEST(ShardUnits, NoRepeatedBlockFallsBackToSizeBuckets) {
+  // x → linear → relu → linear: two different layers, nothing repeats.
+  Module m;
+  const ValueId x = m.add_argument("x", {DType::kF32, {2, 4}}, Role::kInput);
+  const ValueId w1 = m.add_argument("w1", {DType::kF32, {4, 8}}, Role::kParam);
+  const ValueId w2 = m.add_argument("w2", {DType::kF32, {8, 3}}, Role::kParam);
+  auto h = m.add_node("matmul", {x, w1});
+  auto r = m.add_node("relu", {(*h)[0]});
+  auto y = m.add_node("matmul", {(*r)[0], w2});
+  m.set_outputs({(*y)[0]});
+  EXPECT_TRUE(find_structural_units(m, {w1, w2}).units.empty());
+  const UnitGroups groups = plan_units(m, {w1, w2});
+  ASSERT_EQ(groups.members.size(), 1u);  // both fit one 25 MiB bucket
+  EXPECT_NE(groups.description.find("no repeated block"), std::string::npos) << groups.description;
+}
+
+}  // namespace
+}  // namespace memc
