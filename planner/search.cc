@@ -17,6 +17,7 @@ std::string Candidate::label() const {
   s += ", remat " + describe_remat(remat);
   s += str_cat(", ", attention_kernel_name(attention), " attention");
   if (offload != OffloadLevel::kNone) s += str_cat(", offload ", offload_level_name(offload));
+  if (devices > 1) s += str_cat(", ", shard_stage_name(shard), " over ", devices, " devices");
   return s;
 }
 
@@ -30,6 +31,8 @@ class Searcher {
   Expected<Candidate> evaluate(PrecisionKind precision, int64_t k, const RematOptions& remat, AttentionKernel attention,
                                OffloadLevel offload) {
     Candidate c{precision, k, remat, attention, offload};
+    c.shard = base_.shard.stage;
+    c.devices = base_.shard.devices;
     const std::string key = c.label();
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     if (!streamable(c)) {  // never compiled nor explored: no peak and no time fit any budget
@@ -162,9 +165,11 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
     // Micro-batches re-import the model at smaller batches: an export that fixes its batch
     // allows none, and no count exceeds the batch.
     MEMC_ASSIGN_OR_RETURN(const int64_t fixed_batch, compiler.fixed_batch(base));
+    // Each rank micro-batches its own slice of the global batch.
+    const int64_t batch = base.batch / std::max<int64_t>(base.shard.devices, 1);
     axes.ks = {1};
-    for (int64_t k = 2; fixed_batch < 0 && k < base.batch; k *= 2) axes.ks.push_back(k);
-    if (fixed_batch < 0 && base.batch > 1) axes.ks.push_back(base.batch);
+    for (int64_t k = 2; fixed_batch < 0 && k < batch; k *= 2) axes.ks.push_back(k);
+    if (fixed_batch < 0 && batch > 1) axes.ks.push_back(batch);
   }
   // Attention kernel and offload level: tiled attention (it can need more memory, as on the
   // block-sparse BigBird export: bench/RESULTS.md §20); offload is tried after the plans
@@ -300,7 +305,7 @@ Expected<std::vector<Candidate>> technique_ladder(Searcher& s, const SearchAxes&
     MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
     ladder.push_back(c);
   }
-  if (space.micro_batches && axes.ks.size() > 1 && base.batch >= 4) {
+  if (space.micro_batches && axes.ks.size() > 1 && base.batch / std::max<int64_t>(base.shard.devices, 1) >= 4) {
     k = std::min<int64_t>(std::max<int64_t>(4, best.micro_batches), axes.ks.back());
     MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
     ladder.push_back(c);

@@ -14,6 +14,7 @@
 // precision and offload level whose persistent bytes alone exceed the budget is skipped whole.
 // Deterministic: the same model and options give the same plan.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,18 @@ struct Candidate {
   int64_t largest_bytes = 0;
   int64_t activation_bytes = 0;  // the activations' own peak over the step
   int64_t persistent_bytes = 0;  // live across steps (weights, optimizer state): the same at every micro-batch count and remat
-  std::string label() const;  // "bf16-mixed, 4 micro-batches, remat 2 GB, tiled attention[, offload optimizer]"
+  ShardStage shard = ShardStage::kNone;  // the search's (one stage per search: tools' search over stages runs one each)
+  int64_t devices = 1;
+  // "bf16-mixed, 4 micro-batches, remat 2 GB, tiled attention[, offload optimizer][, zero3 over 4 devices]"
+  std::string label() const;
+};
+
+// One shard stage's answer in a search over stages (--devices N, a budget, no --shard): its
+// fastest fitting plan, or why none fits.
+struct ShardRung {
+  ShardStage stage = ShardStage::kNone;
+  std::optional<Candidate> best;
+  std::string why;  // when no plan of the stage fits
 };
 
 struct SearchResult {
@@ -52,6 +64,7 @@ struct SearchResult {
   std::vector<Candidate> explored;  // every candidate compiled, in order
   std::vector<Candidate> ladder;    // the articles' order: each technique added in turn
   std::vector<Candidate> pareto;    // (peak, time) front of the explored candidates
+  std::vector<ShardRung> shard_rungs;  // a search over shard stages: each stage's answer
   int compiles = 0;
 };
 

@@ -144,6 +144,7 @@ static int64_t process_peak_rss_bytes() {
 // stage fits, the last stage's error (zero3's: the smallest peak) is the answer.
 static Expected<SearchResult> search_shard_stages(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space) {
   std::optional<SearchResult> best;
+  std::vector<ShardRung> rungs;
   Status last = Status::Ok();
   for (const ShardStage stage : {ShardStage::kZero1, ShardStage::kZero2, ShardStage::kZero3}) {
     CompileOptions options = base;
@@ -154,13 +155,16 @@ static Expected<SearchResult> search_shard_stages(ModelCompiler& compiler, const
     if (!found.ok()) {
       last = found.status();
       log(1, str_cat("search --shard ", shard_stage_name(stage), ": ", last.message()));
+      rungs.push_back({stage, std::nullopt, last.message()});
       continue;
     }
+    rungs.push_back({stage, found->best, ""});
     log(1, str_cat("search --shard ", shard_stage_name(stage), ": ", found->best.label(), ", planned peak ", found->best.peak_bytes,
                    " bytes, ", found->best.step_ms, " ms"));
     if (!best || found->best.step_ms < best->best.step_ms) best = std::move(found).value();
   }
   if (!best) return last;
+  best->shard_rungs = std::move(rungs);
   return std::move(*best);
 }
 
@@ -243,6 +247,8 @@ json candidate_json(const Candidate& c, const CompileOptions& options, const Sea
               {"remat", describe_remat(c.remat)},
               {"attention", attention_kernel_name(c.attention)},
               {"offload", offload_level_name(c.offload)},
+              {"shard", shard_stage_name(c.shard)},
+              {"devices", c.devices},
               {"planned_peak_bytes", c.peak_bytes},
               {"estimated_step_ms", c.step_ms},
               {"fits", options.budget_bytes <= 0 || c.peak_bytes <= options.budget_bytes},
@@ -253,8 +259,16 @@ json search_json(const SearchResult& search, const CompileOptions& options, doub
   json ladder = json::array(), pareto = json::array();
   for (const Candidate& c : search.ladder) ladder.push_back(candidate_json(c, options, search));
   for (const Candidate& c : search.pareto) pareto.push_back(candidate_json(c, options, search));
-  return {{"candidates_compiled", search.compiles}, {"search_seconds", seconds}, {"chosen", candidate_json(search.best, options, search)},
-          {"ladder", ladder}, {"pareto", pareto}};
+  json result = {{"candidates_compiled", search.compiles}, {"search_seconds", seconds}, {"chosen", candidate_json(search.best, options, search)},
+                 {"ladder", ladder}, {"pareto", pareto}};
+  if (!search.shard_rungs.empty()) {
+    json rungs = json::array();
+    for (const ShardRung& r : search.shard_rungs) {
+      rungs.push_back(r.best ? candidate_json(*r.best, options, search) : json{{"shard", shard_stage_name(r.stage)}, {"fits", false}, {"why", r.why}});
+    }
+    result["shard_rungs"] = rungs;
+  }
+  return result;
 }
 
 // --explain's text: the ladder, the Pareto front and the search time.
@@ -266,6 +280,16 @@ void print_explanation(const SearchResult& search, const CompileOptions& options
   };
   std::printf("ladder     each technique added in turn (planned peak, estimated step time on %s):\n", target.c_str());
   for (const Candidate& c : search.ladder) line(c);
+  if (!search.shard_rungs.empty()) {
+    std::printf("sharding   each stage's fastest plan that fits (its own search):\n");
+    for (const ShardRung& r : search.shard_rungs) {
+      if (r.best) {
+        line(*r.best);
+      } else {
+        std::printf("  %s: no plan fits: %s\n", shard_stage_name(r.stage).c_str(), r.why.c_str());
+      }
+    }
+  }
   std::printf("pareto     the (peak, time) front of the %d plans compiled:\n", search.compiles);
   for (const Candidate& c : search.pareto) line(c);
   std::printf("search     %d candidate plans compiled in %.2f s\n", search.compiles, seconds);

@@ -236,8 +236,17 @@ python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["devices"] == 2 and s["decisions"]["shard"] in (1, 2, 3) and s["predicted_peak_bytes"] <= 400000, s["decisions"]
-print("shard stage %d, %d bytes" % (s["decisions"]["shard"], s["predicted_peak_bytes"]))' "$TMP/s.json" >"$TMP/out" 2>&1 \
+# The sharding rungs: every stage answered (its own search), and the chosen one is the plan.
+rungs = s["search"]["shard_rungs"]
+assert [r["shard"] for r in rungs] == ["zero1", "zero2", "zero3"], rungs
+assert all(r["fits"] and r["planned_peak_bytes"] <= 400000 for r in rungs), rungs
+chosen = [r for r in rungs if r["chosen"]]
+assert len(chosen) == 1 and chosen[0]["shard"] == ["none", "zero1", "zero2", "zero3"][s["decisions"]["shard"]], rungs
+print("shard stage %d, %d bytes; rungs %s" % (s["decisions"]["shard"], s["predicted_peak_bytes"], ", ".join("%s %d" % (r["shard"], r["planned_peak_bytes"]) for r in rungs)))' "$TMP/s.json" >"$TMP/out" 2>&1 \
   && pass "--devices 2 --budget 400KB searches the shard stages: $(cat "$TMP/out")" || fail "shard search: $(cat "$TMP/out")"
+$MEMC compile models/vit_tiny.onnx --batch 8 --optimizer adamw --devices 2 --explain -o "$TMP/e.plan" >"$TMP/out" 2>"$TMP/err"
+[ "$(sed -n '/^sharding/,/^pareto/p' "$TMP/out" | grep -c 'over 2 devices')" = 3 ] && grep -q 'zero3 over 2 devices' "$TMP/out" \
+  && pass "--explain --devices 2 shows a rung per shard stage" || fail "--explain sharding rungs: $(cat "$TMP/out" "$TMP/err" | head -20)"
 ranks 2 $MEMC run "$TMP/s.plan" $DATA --steps 2 --quiet --json "$TMP/s_run.json" >/dev/null 2>"$TMP/err" \
   && python3 -c "$PEAKS" "$TMP/s_run.json" 2 >/dev/null && pass "the searched plan runs as 2 ranks, measured = planned" || fail "searched plan run: $(tail -2 "$TMP/err")"
 
