@@ -21,16 +21,17 @@ import numpy as np, sys
 rng = np.random.default_rng(0)
 np.savez(sys.argv[1], x=rng.standard_normal((24, 3, 224, 224), dtype=np.float32), y=rng.integers(0, 1000, 24).astype(np.int64))" "$DATA"
 echo "# $(date -u +%F) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# memc $(git rev-parse --short HEAD); OPENBLAS_NUM_THREADS=1 per rank; $STEPS steps each"
-export OPENBLAS_NUM_THREADS=1
-row() {  # NP STAGE
+echo "# memc $(git rev-parse --short HEAD); $(nproc) cores split between the ranks (--threads); $STEPS steps each"
+row() {  # NP STAGE: the machine's cores split between the ranks (--threads cores/NP each)
   local np=$1 stage=$2 flags=(--batch 8 --optimizer adamw --lr 1e-4)
+  local threads=$(( $(nproc) / np > 0 ? $(nproc) / np : 1 ))
+  flags+=(--threads "$threads")
   [ "$np" -gt 1 ] && flags+=(--devices "$np" --shard "$stage")
   "$MEMC" compile "$FULL" "${flags[@]}" -o "$out/p.plan" --force --json > "$out/c.json"
   if [ "$np" -gt 1 ]; then
-    bash tests/comm/mpirun.sh "$np" "$MEMC" run "$out/p.plan" --data "$DATA" --steps "$STEPS" --quiet --json "$out/r.json" --force > /dev/null
+    bash tests/comm/mpirun.sh "$np" "$MEMC" run "$out/p.plan" --data "$DATA" --steps "$STEPS" --threads "$threads" --quiet --json "$out/r.json" --force > /dev/null
   else
-    "$MEMC" run "$out/p.plan" --data "$DATA" --steps "$STEPS" --quiet --json "$out/r.json" --force > /dev/null
+    "$MEMC" run "$out/p.plan" --data "$DATA" --steps "$STEPS" --threads "$threads" --quiet --json "$out/r.json" --force > /dev/null
   fi
   python3 - "$out/c.json" "$out/r.json" "$np" "$stage" <<'EOF'
 import json, sys
@@ -40,10 +41,11 @@ psi = c["param_count"]
 factor = {"none": 0, "zero1": 3, "zero2": 2, "zero3": 3}[stage] * (n - 1) / n
 ranks = r.get("ranks", [{"rank": 0, "measured_peak_bytes": r["measured_peak_bytes"], "predicted_peak_bytes": r["predicted_peak_bytes"]}])
 peaks = ", ".join("%d: %s / %s" % (e["rank"], format(e["measured_peak_bytes"], ","), format(e["predicted_peak_bytes"], ",")) for e in ranks)
-print("| %d | %s | %s | %.0f ms | %s | %s |" % (n, stage, peaks, r["step_ms"], format(c["comm_bytes_per_step"], ","), format(int(factor * 4 * psi), ",")))
+print("| %d | %s | %s | %.0f ms | %.0f ms | %s | %s |" % (n, stage, peaks, r["step_ms"], c["estimated_step_ms"], format(c["comm_bytes_per_step"], ","),
+      format(int(factor * 4 * psi), ",")))
 EOF
 }
-echo "| ranks | stage | per-rank peak measured / planned (bytes) | step | bytes sent per step | formula |"
-echo "|---|---|---|---|---|---|"
+echo "| ranks | stage | per-rank peak measured / planned (bytes) | step | estimated | bytes sent per step | formula |"
+echo "|---|---|---|---|---|---|---|"
 row 1 none
 for stage in zero1 zero2 zero3; do row 2 $stage; done

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -129,13 +130,16 @@ StepGraph build_step_graph(const Module& m) {
   return g;
 }
 
+// A collective start placed with an `after` point: the shard pass's prefetch of the next unit.
+bool is_prefetch(const Node& node) { return node.op.ends_with("_start") && node.inputs.size() > 1; }
+
 // (bucket, primary, current position): smallest first; the position makes keys unique.
 using Key = std::tuple<int, int64_t, int32_t>;
 
 class ListScheduler {
  public:
-  ListScheduler(const Module& m, const StepGraph& g, SchedulePolicy policy)
-      : m_(m), g_(g), policy_(policy), remaining_(m.values().size(), 0), preds_(g.num_predecessors),
+  ListScheduler(const Module& m, const StepGraph& g, SchedulePolicy policy, bool prefetch = false)
+      : m_(m), g_(g), policy_(policy), prefetch_(prefetch), remaining_(m.values().size(), 0), preds_(g.num_predecessors),
         key_(m.nodes().size()), ready_flag_(m.nodes().size(), false), done_(m.nodes().size(), false),
         urgency_(m.nodes().size(), 0), staged_(m.nodes().size(), false) {
     for (size_t v = 0; v < g.readers.size(); ++v) remaining_[v] = static_cast<int32_t>(g.readers[v].size());
@@ -187,6 +191,9 @@ class ListScheduler {
   Key key_of(NodeId n) const {
     const int64_t delta = delta_bytes(n);
     const int32_t pos = g_.position[n];
+    // A prefetching start (one with an `after` point) goes as soon as that point allows:
+    // delaying it would only shorten the overlap it was placed for.
+    if (prefetch_ && is_prefetch(m_.node(n))) return Key{-1, pos, pos};
     switch (policy_) {
       case SchedulePolicy::kEagerFree: return delta <= 0 ? Key{0, delta, pos} : Key{1, pos, pos};
       case SchedulePolicy::kLazy: return delta <= 0 ? Key{0, delta, pos} : Key{1, urgency_[n], pos};
@@ -204,8 +211,9 @@ class ListScheduler {
   void make_ready(NodeId n) {
     // A copy into host memory (offload's staging of an update's operand) is not placed on its
     // own: it runs right before its first reader, so its host buffer lives only as long as the
-    // update needs it rather than from wherever its source became available.
-    if (is_host_transfer(n)) {
+    // update needs it rather than from wherever its source became available. A collective's
+    // OP_done likewise: the longer it waits, the more compute its transfer overlaps.
+    if (is_host_transfer(n) || is_collective_done(n)) {
       staged_[n] = true;
       for (NodeId s : g_.successors[n]) {
         if (--preds_[s] == 0) make_ready(s);
@@ -231,12 +239,18 @@ class ListScheduler {
   const Module& m_;
   const StepGraph& g_;
   SchedulePolicy policy_;
+  bool prefetch_;  // issue prefetching starts as soon as their `after` point allows
   std::vector<int32_t> remaining_;  // by root: readers not yet scheduled
   std::vector<int32_t> preds_;      // by NodeId: predecessors not yet scheduled
   std::vector<Key> key_;
   std::vector<bool> ready_flag_, done_;
   std::vector<int32_t> urgency_;  // by NodeId: earliest current position of a successor
   std::vector<bool> staged_;      // by NodeId: a ready copy_to_host, emitted with its first reader
+  // A collective's completion waits as late as it can: right before its first reader.
+  bool is_collective_done(NodeId n) const {
+    const OpDef* def = m_.node(n).def;
+    return def && (def->flags & kOpCollective) && m_.node(n).op.ends_with("_done");
+  }
   bool is_host_transfer(NodeId n) const {
     const OpDef* def = m_.node(n).def;
     return def && (def->flags & kOpTransfer) && m_.value(m_.node(n).outputs[0]).space == MemSpace::kHost;
@@ -252,6 +266,16 @@ Expected<ScheduleReport::Candidate> measure(const Module& m, const std::string& 
   c.lower_bound_bytes = plan.space(MemSpace::kDevice).lower_bound_bytes;
   c.host_arena_bytes = plan.space(MemSpace::kHost).arena_bytes;
   return c;
+}
+
+// What prefetching may add to the peak: one unit in flight each way, forward and backward (twice
+// the largest prefetched buffer).
+int64_t prefetch_allowance(const Module& m) {
+  int64_t largest = 0;
+  for (NodeId n : m.schedule()) {
+    if (is_prefetch(m.node(n))) largest = std::max(largest, m.value(m.node(n).outputs[0]).type.bytes());
+  }
+  return 2 * largest;
 }
 
 bool smaller(const ScheduleReport::Candidate& a, const ScheduleReport::Candidate& b) {
@@ -286,20 +310,38 @@ Expected<PassReport> Schedule::run(Module& module) {
   r.candidates.push_back(before);
   std::vector<std::vector<NodeId>> orders = {original};
   const StepGraph graph = build_step_graph(module);
-  for (SchedulePolicy policy : options_.policies) {
-    MEMC_ASSIGN_OR_RETURN(std::vector<NodeId> order, ListScheduler(module, graph, policy).run());
-    const std::string name(schedule_policy_name(policy));
-    module.set_schedule(order);
-    auto measured = measure(module, name, options_.alignment_bytes);
-    if (!measured.ok()) {  // the storage model missed a liveness rule: never keep such an order
-      log(2, str_cat("schedule: ", name, " rejected: ", measured.status().message()));
-      continue;
+  // With prefetching starts (zero3's gathers, passes/shard.h) every policy runs twice: issuing
+  // them as early as their `after` points allow, and freely. The best prefetching order (the
+  // given one among them) wins unless it costs more than one unit in flight each way over the
+  // best free one; then the prefetch is dropped where it would cost more (and -v says so).
+  const int64_t allowance = prefetch_allowance(module);
+  std::vector<bool> prefetching = {allowance > 0};
+  for (const bool prefetch : allowance > 0 ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
+    for (SchedulePolicy policy : options_.policies) {
+      MEMC_ASSIGN_OR_RETURN(std::vector<NodeId> order, ListScheduler(module, graph, policy, prefetch).run());
+      const std::string name = str_cat(schedule_policy_name(policy), prefetch ? "+prefetch" : "");
+      module.set_schedule(order);
+      auto measured = measure(module, name, options_.alignment_bytes);
+      if (!measured.ok()) {  // the storage model missed a liveness rule: never keep such an order
+        log(2, str_cat("schedule: ", name, " rejected: ", measured.status().message()));
+        continue;
+      }
+      log(2, "schedule: candidate " + candidate_str(*measured));
+      r.candidates.push_back(*measured);
+      orders.push_back(std::move(order));
+      prefetching.push_back(prefetch);
     }
-    log(2, "schedule: candidate " + candidate_str(*measured));
-    r.candidates.push_back(*measured);
-    orders.push_back(std::move(order));
-    if (smaller(r.candidates.back(), r.candidates[r.chosen])) r.chosen = r.candidates.size() - 1;
   }
+  std::optional<size_t> best_prefetching, best_free;
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    std::optional<size_t>& best = prefetching[i] ? best_prefetching : best_free;
+    if (!best || smaller(r.candidates[i], r.candidates[*best])) best = i;
+  }
+  r.chosen = best_prefetching.value_or(0);
+  if (best_free && (!best_prefetching || r.candidates[*best_prefetching].arena_bytes > r.candidates[*best_free].arena_bytes + allowance)) {
+    r.chosen = *best_free;
+  }
+  r.prefetch_kept = allowance > 0 && prefetching[r.chosen];
   module.set_schedule(orders[r.chosen]);
   r.schedule_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   PassReport report;
@@ -310,6 +352,10 @@ Expected<PassReport> Schedule::run(Module& module) {
   report.set("lower_bound_before", r.before().lower_bound_bytes);
   report.set("lower_bound_after", r.after().lower_bound_bytes);
   report.lines.push_back(schedule_summary(r));
+  if (allowance > 0) {
+    report.lines.push_back(r.prefetch_kept ? str_cat("schedule: collectives prefetch one unit ahead (allowed up to ", format_size(allowance), " over the best order without)")
+                                           : str_cat("schedule: prefetch dropped: it cost more than ", format_size(allowance), " over the best order without"));
+  }
   return report;
 }
 

@@ -9,6 +9,10 @@
 //    in place (passes/liveness.h rule B), so a read after the update would see the new value.
 //  - Never makes the peak worse: each candidate order is measured with MemoryPlan (arena, then
 //    lower bound) and the current order is kept unless a candidate is strictly smaller.
+//  - Prefetch (collective starts with an `after` point, passes/shard.h): every policy also runs
+//    issuing them as soon as `after` exists. The best such order (the given one included) is kept
+//    when it costs at most twice the largest prefetched buffer (one unit in flight each way)
+//    over the best order without; otherwise the prefetch is dropped.
 //  - Run after every pass that adds or removes nodes (precision, microbatch, shard, remat,
 //    offload), right before memory_plan; anything that reorders afterwards voids the choice.
 //
@@ -45,6 +49,7 @@ struct ScheduleReport {
   };
   std::vector<Candidate> candidates;  // [0] is the order the pass was given
   size_t chosen = 0;                  // index into candidates
+  bool prefetch_kept = false;         // the chosen order issues prefetching starts early
   double schedule_ms = 0;             // the whole pass: list schedules + measuring each
   const Candidate& before() const { return candidates.front(); }
   const Candidate& after() const { return candidates.at(chosen); }

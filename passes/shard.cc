@@ -72,7 +72,7 @@ ValueId flatten_padded(Module& m, const std::vector<ValueId>& values, int64_t pa
 
 // [copy_to_device →] [all_gather →] split_flat → one view per parameter with its shape: the
 // unit's whole parameters on the device. Returns the views.
-std::vector<ValueId> gather_unit(Module& m, const ShardUnit& u, const std::vector<TensorType>& types, const ShardOptions& o) {
+std::vector<ValueId> gather_unit(Module& m, ShardUnit& u, const std::vector<TensorType>& types, const ShardOptions& o) {
   std::vector<int64_t> sizes;
   for (const TensorType& t : types) sizes.push_back(t.numel());
   ValueId flat = u.weight;
@@ -80,12 +80,42 @@ std::vector<ValueId> gather_unit(Module& m, const ShardUnit& u, const std::vecto
     flat = emit(m, "copy_to_device", {flat});
     m.value(flat).space = MemSpace::kDevice;
   }
-  if (o.devices > 1) flat = emit(m, "all_gather", {flat}, group(o));
+  if (o.devices > 1) {  // an async pair: prefetch_units() moves the start one unit ahead
+    u.pending = emit(m, "all_gather_start", {flat}, group(o));
+    flat = emit(m, "all_gather_done", {u.pending, flat}, group(o));
+  }
   auto pieces = m.add_node("split_flat", {flat}, make_attrs({{"sizes", sizes}}), "shard", static_cast<int>(sizes.size()));
   MEMC_CHECK(pieces.ok(), pieces.status().message());
+  if (u.pending != kNoValue) u.split = (*pieces)[0];
   std::vector<ValueId> views;
   for (size_t i = 0; i < types.size(); ++i) views.push_back(emit(m, "reshape", {(*pieces)[i]}, make_attrs({{"shape", types[i].shape}})));
   return views;
+}
+
+// Prefetch: unit k's all_gather_start moves to right after unit k−1's split (in the order the
+// units' splits run) and reads its first piece as `after`, so the next unit's gather is in
+// flight while this unit computes; the schedule pass issues such a start as soon as its `after`
+// exists, and completes each gather (OP_done) right before its first reader. `split_of(u)` is
+// the unit's first split piece, `start_of(u)` its start's pending result.
+template <typename SplitOf, typename StartOf>
+void prefetch_one_ahead(Module& m, std::vector<const ShardUnit*> units, SplitOf split_of, StartOf start_of) {
+  std::vector<NodeId> order = m.schedule();
+  auto position = [&](ValueId v) { return std::find(order.begin(), order.end(), m.value(v).producer) - order.begin(); };
+  std::erase_if(units, [&](const ShardUnit* u) { return split_of(*u) == kNoValue || start_of(*u) == kNoValue; });
+  std::sort(units.begin(), units.end(), [&](const ShardUnit* a, const ShardUnit* b) { return position(split_of(*a)) < position(split_of(*b)); });
+  for (size_t k = 1; k < units.size(); ++k) {
+    const NodeId start = m.value(start_of(*units[k])).producer;
+    const ValueId previous = split_of(*units[k - 1]);
+    if (m.node(start).inputs.size() > 1) continue;
+    m.node(start).inputs.push_back(previous);
+    // The start moves with what feeds it: a streamed unit's copy_to_device comes along.
+    std::vector<NodeId> moved = {start};
+    const NodeId feed = m.value(m.node(start).inputs[0]).producer;
+    if (feed != kNoNode && m.node(feed).def && (m.node(feed).def->flags & kOpTransfer)) moved.insert(moved.begin(), feed);
+    for (NodeId n : moved) order.erase(std::find(order.begin(), order.end(), n));
+    order.insert(std::find(order.begin(), order.end(), m.value(previous).producer) + 1, moved.begin(), moved.end());
+  }
+  m.set_schedule(order);
 }
 
 // Moves the nodes added since `first_new` to right before the first scheduled node that reads
@@ -189,6 +219,9 @@ Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId
     units.push_back(std::move(u));
   }
   params = shards;
+  std::vector<const ShardUnit*> all;
+  for (const ShardUnit& u : units) all.push_back(&u);
+  prefetch_one_ahead(m, all, [](const ShardUnit& u) { return u.split; }, [](const ShardUnit& u) { return u.pending; });
   return units;
 }
 
@@ -198,7 +231,7 @@ Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId
 class BackwardRegather {
  public:
   BackwardRegather(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin)
-      : m_(m), backward_begin_(backward_begin), derived_(m.values().size(), false) {
+      : m_(m), units_(units), backward_begin_(backward_begin), derived_(m.values().size(), false) {
     for (const ShardUnit& u : units) shards_.push_back(u.weight);
     find_derived();
   }
@@ -216,6 +249,14 @@ class BackwardRegather {
       }
     }
     schedule_clones(first_new);
+    // Backward prefetches too, in backward's order of units (the last block first).
+    std::vector<const ShardUnit*> all;
+    for (const ShardUnit& u : units_) all.push_back(&u);
+    auto clone_of = [&](ValueId v) {
+      auto it = clones_.find(v);
+      return v == kNoValue || it == clones_.end() ? kNoValue : it->second;
+    };
+    prefetch_one_ahead(m_, all, [&](const ShardUnit& u) { return clone_of(u.split); }, [&](const ShardUnit& u) { return clone_of(u.pending); });
   }
 
  private:
@@ -246,7 +287,8 @@ class BackwardRegather {
   // The value recomputed: its producer cloned over recomputed inputs (memoized).
   ValueId clone(ValueId v) {
     if (auto it = clones_.find(v); it != clones_.end()) return it->second;
-    const Node node = m_.node(m_.value(v).producer);  // a copy: cloning grows the node table
+    Node node = m_.node(m_.value(v).producer);  // a copy: cloning grows the node table
+    if (node.op.ends_with("_start")) node.inputs.resize(1);  // backward's prefetch point is set after cloning
     std::vector<ValueId> inputs;
     for (ValueId in : node.inputs) inputs.push_back(in != kNoValue && in < static_cast<ValueId>(derived_.size()) && derived_[in] ? clone(in) : in);
     std::vector<TensorType> types;
@@ -294,6 +336,7 @@ class BackwardRegather {
   }
 
   Module& m_;
+  const std::vector<ShardUnit>& units_;
   NodeId backward_begin_;
   std::vector<bool> derived_;
   std::vector<ValueId> shards_;

@@ -16,10 +16,12 @@
 //   The loss and gradients are the global batch's mean: the reduced gradient sum is scaled by
 //   1/N (exact for N a power of two), the loss is all-reduced and scaled likewise; global-norm
 //   clipping and loss scaling's found_inf all-reduce their sums of squares.
+//   zero3's gathers are async pairs, prefetched one unit ahead: unit k's all_gather_start
+//   reads unit k−1's first split piece as its `after` point, forward and backward (the schedule
+//   pass keeps that order when it costs at most one unit in flight each way, passes/schedule.h).
 // TrainingStep applies it between autodiff and the optimizer (passes/training_step.h).
-// Not yet: unequal slices (N must divide the batch), zero3 with micro-batches, overlap of
-// collectives with compute (the async pairs exist; the schedule does not use them yet), 8-bit
-// and factored optimizer states (their blocks and factors follow the parameter's shape).
+// Not yet: unequal slices (N must divide the batch), zero3 with micro-batches, 8-bit and
+// factored optimizer states (their blocks and factors follow the parameter's shape).
 #pragma once
 #include <string>
 #include <vector>
@@ -56,6 +58,9 @@ struct ShardUnit {
   ValueId weight = kNoValue;     // this rank's block of the flat parameters [block]
   ValueId grad = kNoValue;       // this rank's block of the mean gradient over ranks [block]
   std::vector<ValueId> views;    // zero3: the gathered parameters forward reads, one per param
+  ValueId pending = kNoValue;    // zero3 on N > 1: all_gather_start's result (prefetched one unit ahead)
+  ValueId split = kNoValue;      // zero3 on N > 1: the first piece split_flat cuts from the gathered
+                                 // unit; the next unit's start follows it (the unit's compute begins)
 };
 
 // Without structural units (no repeated block), consecutive parameters up to this many bytes

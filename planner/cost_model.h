@@ -50,8 +50,10 @@ struct StepEstimate {
   double compute_ms = 0;   // nodes on the device
   double transfer_ms = 0;  // host↔device copies (overlap compute)
   double host_ms = 0;      // work on the host (offloaded optimizer update)
-  double comm_ms = 0;      // collectives between ranks (synchronous: not overlapped yet)
-  double step_ms = 0;      // the estimate: max(compute, transfer) + host + comm
+  double comm_ms = 0;      // collectives between ranks not hidden behind compute (exposed)
+  double comm_total_ms = 0;  // all of their time: an async pair (OP_start … OP_done) hides up to
+                             // the compute scheduled between its start and its done
+  double step_ms = 0;      // the estimate: max(compute, transfer) + host + comm (exposed)
 };
 
 // Nodes that run on the host (passes/offload.h) are charged at host bandwidth, and their

@@ -102,4 +102,32 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
   return p;
 }
 
+Status calibrate_comm(comm::Communicator& comm, DeviceProfile& p) {
+  const int ranks = comm.size();
+  // Fastest of `reps` calls, each started together (a barrier before each).
+  auto fastest = [&](int reps, auto&& body) -> Expected<double> {
+    double best = 1e30;
+    for (int i = 0; i <= reps; ++i) {  // the first call warms up
+      MEMC_RETURN_IF_ERROR(comm.barrier());
+      const auto start = Clock::now();
+      MEMC_RETURN_IF_ERROR(body());
+      const double t = std::chrono::duration<double>(Clock::now() - start).count();
+      if (i > 0) best = std::min(best, t);
+    }
+    // Every rank takes the slowest rank's figure: a collective ends when the last rank is done.
+    double slowest = 0;
+    MEMC_RETURN_IF_ERROR(comm.all_reduce(&best, &slowest, 1, DType::kF64, comm::ReduceOp::kMax));
+    return slowest;
+  };
+  float one = 1, sum = 0;
+  MEMC_ASSIGN_OR_RETURN(const double latency, fastest(200, [&] { return comm.all_reduce(&one, &sum, 1, DType::kF32); }));
+  const int64_t block = int64_t{16} << 20;  // floats per rank: 64 MiB
+  std::vector<float> send(static_cast<size_t>(block), 1.0f), recv(static_cast<size_t>(block * ranks));
+  MEMC_ASSIGN_OR_RETURN(const double gather, fastest(5, [&] { return comm.all_gather(send.data(), recv.data(), block, DType::kF32); }));
+  const double wire = static_cast<double>((ranks - 1) * block * 4);  // ring: each rank sends the others' share once
+  p.comm_latency_s = latency;
+  p.comm_bandwidth = wire / std::max(gather - latency, 1e-9);
+  return Status::Ok();
+}
+
 }  // namespace memc

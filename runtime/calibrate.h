@@ -2,12 +2,22 @@
 // GEMM rates (large and small, for the small-op efficiency), memory bandwidth, an elementwise
 // op's throughput and the executor's per-node overhead — and writes a profile file that
 // `memc compile --target FILE` (or MEMC_CPU_PROFILE=FILE with --target cpu) reads.
+// Under mpirun (`mpirun -np N memc calibrate -o F`) it also measures the ranks' collectives over
+// MPI (loopback between processes on one machine): their latency and bandwidth, which the cost
+// model charges for a sharded plan's all_gather, reduce_scatter and all_reduce.
 #pragma once
+#include "backends/comm/communicator.h"
 #include "planner/cost_model.h"
 
 namespace memc {
 
 // `seconds_per_probe` bounds each measurement (repeats until it is spent).
 Expected<DeviceProfile> calibrate_cpu(double seconds_per_probe = 0.3);
+
+// Collective: every rank of `comm` calls it. Fills `p.comm_latency_s` (a one-element all_reduce)
+// and `p.comm_bandwidth` (the bytes one rank sends in a 64 MiB all_gather, ring-counted as
+// collective_wire_bytes does, per second once the latency is taken off). Each probe runs the
+// same fixed number of times on every rank and keeps the fastest.
+Status calibrate_comm(comm::Communicator& comm, DeviceProfile& p);
 
 }  // namespace memc

@@ -561,17 +561,47 @@ int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const
   return 0;
 }
 
+// Under mpirun: rank 0 measures the machine while the others wait (no contention), then every
+// rank measures the collectives, and rank 0 writes the profile.
+static Expected<DeviceProfile> calibrate_job(const CalibrateArgs& args, comm::Communicator* comm) {
+  const bool speaker = !comm || comm->rank() == 0;
+  DeviceProfile p;
+  if (speaker) {
+    MEMC_ASSIGN_OR_RETURN(p, calibrate_cpu(args.seconds));
+  }
+  if (!comm || comm->size() < 2) return p;
+  MEMC_RETURN_IF_ERROR(comm->barrier());
+  MEMC_RETURN_IF_ERROR(calibrate_comm(*comm, p));
+  return p;
+}
+
 int run_calibrate(const CalibrateArgs& args) {
   if (!(args.seconds > 0)) return report(Status::BadInput("--seconds must be positive"));
-  if (Status st = check_outputs({}, {{"-o", args.output}}, args.force); !st.ok()) return report(st);
-  Expected<DeviceProfile> p = calibrate_cpu(args.seconds);
-  if (!p.ok()) return report(p.status());
-  if (Status st = write_profile(args.output, *p); !st.ok()) return report(st);
+  Expected<std::unique_ptr<comm::Communicator>> comm = job_communicator();
+  if (!comm.ok()) return report(comm.status());
+  comm::Communicator* c = comm->get();
+  const int rank = c ? c->rank() : 0;
+  auto fail = [&](const Status& st) {
+    const int code = report(rank == 0 ? st : st.with_context(str_cat("rank ", rank, ": ")));
+    if (c && c->size() > 1) c->abort(code);  // no peer waits in a collective for this rank
+    return code;
+  };
+  if (rank == 0) {
+    if (Status st = check_outputs({}, {{"-o", args.output}}, args.force); !st.ok()) return fail(st);
+  }
+  Expected<DeviceProfile> p = calibrate_job(args, c);
+  if (!p.ok()) return fail(p.status());
+  if (rank != 0) return 0;
+  if (Status st = write_profile(args.output, *p); !st.ok()) return fail(st);
   std::printf("profile    %s\n", args.output.c_str());
   std::printf("gemm       %.1f GFLOP/s f32 (half efficiency at %.3g FLOP), %.1f GFLOP/s bf16\n", p->f32_flops / 1e9, p->half_flops,
               p->low_flops / 1e9);
   std::printf("memory     %.1f GB/s; elementwise at %.3f of the GEMM rate; %.1f us per node\n", p->mem_bandwidth / 1e9,
               p->other_efficiency, p->node_overhead_s * 1e6);
+  if (c && c->size() > 1) {
+    std::printf("collectives %d ranks over %.*s: %.1f us latency, %.2f GB/s sent per rank\n", c->size(), static_cast<int>(c->transport().size()),
+                c->transport().data(), p->comm_latency_s * 1e6, p->comm_bandwidth / 1e9);
+  }
   std::printf("use        memc compile ... --target %s\n", args.output.c_str());
   return 0;
 }

@@ -8,6 +8,14 @@ namespace memc::comm {
 
 std::string_view reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "max"; }
 
+Expected<RequestId> Communicator::take(const void* result) {
+  auto it = pending_.find(result);
+  if (it == pending_.end()) return Status::Internal("no collective started into this buffer (an OP_done without its OP_start)");
+  const RequestId request = it->second;
+  pending_.erase(it);
+  return request;
+}
+
 Status Communicator::all_gather(const void* send, void* recv, int64_t count, DType dtype) {
   auto request = start_all_gather(send, recv, count, dtype);
   return request.ok() ? wait(*request) : request.status();

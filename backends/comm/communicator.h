@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 
 #include "ir/dtype.h"
@@ -51,11 +52,20 @@ class Communicator {
   // from; never returns.
   [[noreturn]] virtual void abort(int exit_code) = 0;
 
+  // A started collective handed from the kernel that starts it to the one that completes it
+  // (the IR's OP_start / OP_done pair), keyed by its result buffer. `take` fails when no
+  // collective into `result` is pending.
+  void hold(const void* result, RequestId request) { pending_[result] = request; }
+  Expected<RequestId> take(const void* result);
+
   // Blocking forms: start, then wait.
   Status all_gather(const void* send, void* recv, int64_t count, DType dtype);
   Status reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
   Status all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
   Status broadcast(void* buffer, int64_t count, DType dtype, int root);
+
+ private:
+  std::unordered_map<const void*, RequestId> pending_;
 };
 
 // Elements per rank block when `elements` are sharded over `ranks`: ⌈elements / ranks⌉; the

@@ -3,6 +3,7 @@
 // backend. One rank without a communicator runs them as the identity a group of one computes.
 // shard_block and split_flat need no communication: they copy parts of a flat buffer.
 #include <cstring>
+#include <string>
 
 #include "backends/comm/communicator.h"
 #include "backends/cpu/kernels.h"
@@ -55,6 +56,39 @@ Status all_reduce_kernel(KernelContext& ctx) {
   return ctx.comm->all_reduce(x.raw(), ctx.outputs[0]->raw(), x.numel(), x.dtype(), op);
 }
 
+// OP_start(x[, after]) → pending: starts the collective into the pending buffer and leaves it
+// in flight (one rank: the identity, at once). OP_done(pending, x) → the result over pending:
+// waits for it. `after` only orders the start (the schedule's prefetch point).
+Status start_kernel(KernelContext& ctx, const std::string& base) {
+  MEMC_RETURN_IF_ERROR(check_group(ctx));
+  if (!ctx.comm) return copy_through(ctx);
+  const Tensor& x = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  Expected<comm::RequestId> request = Status::Internal("unreachable");
+  if (base == "all_gather") {
+    request = ctx.comm->start_all_gather(x.raw(), y.raw(), x.numel(), x.dtype());
+  } else {
+    MEMC_ASSIGN_OR_RETURN(const comm::ReduceOp op, reduce_op(ctx.node));
+    request = base == "reduce_scatter" ? ctx.comm->start_reduce_scatter(x.raw(), y.raw(), y.numel(), y.dtype(), op)
+                                       : ctx.comm->start_all_reduce(x.raw(), y.raw(), x.numel(), x.dtype(), op);
+  }
+  if (!request.ok()) return request.status();
+  ctx.comm->hold(y.raw(), *request);
+  return Status::Ok();
+}
+
+Status done_kernel(KernelContext& ctx) {
+  MEMC_RETURN_IF_ERROR(check_group(ctx));
+  const Tensor& pending = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  if (ctx.comm) {
+    MEMC_ASSIGN_OR_RETURN(const comm::RequestId request, ctx.comm->take(pending.raw()));
+    MEMC_RETURN_IF_ERROR(ctx.comm->wait(request));
+  }
+  if (y.raw() != pending.raw()) std::memcpy(y.raw(), pending.raw(), y.nbytes());  // in place in a planned arena
+  return Status::Ok();
+}
+
 Status broadcast_kernel(KernelContext& ctx) {
   MEMC_RETURN_IF_ERROR(check_group(ctx));
   MEMC_RETURN_IF_ERROR(copy_through(ctx));
@@ -92,6 +126,10 @@ void register_collective_kernels(KernelTable& t) {
   t.add("broadcast", broadcast_kernel);
   t.add("shard_block", shard_block_kernel);
   t.add("split_flat", split_flat_kernel);
+  t.add("all_gather_start", [](KernelContext& ctx) { return start_kernel(ctx, "all_gather"); });
+  t.add("reduce_scatter_start", [](KernelContext& ctx) { return start_kernel(ctx, "reduce_scatter"); });
+  t.add("all_reduce_start", [](KernelContext& ctx) { return start_kernel(ctx, "all_reduce"); });
+  for (const char* done : {"all_gather_done", "reduce_scatter_done", "all_reduce_done"}) t.add(done, done_kernel);
 }
 
 }  // namespace memc::cpu

@@ -10,9 +10,11 @@
 // Attributes: ranks (group size), group (a name; "world" when absent), reduce = "sum" | "max"
 // on the reducing ops, root on broadcast. kernels call backends/comm's Communicator.
 //
-// Async pairs let a schedule overlap communication with compute: OP_start(x) returns the
-// pending result buffer (its contents undefined until done), OP_done(pending, x) completes it
-// in place. `done` reads x so that liveness keeps the source alive while the transfer runs.
+// Async pairs let a schedule overlap communication with compute: OP_start(x[, after]) returns
+// the pending result buffer (its contents undefined until done), OP_done(pending, x) completes
+// it in place. `done` reads x so that liveness keeps the source alive while the transfer runs.
+// The optional `after` is any value the start must follow (zero3's prefetch: the previous
+// unit's gathered parameters); the schedule pass issues a start as soon as it is ready.
 #include "ir/grad.h"
 #include "ir/ops/ops.h"
 
@@ -162,6 +164,12 @@ Status all_gather_grad(GradBuilder& g) {
   if (g.needs_GI(0)) g.set_GI(0, g.emit("reduce_scatter", {g.GO(0)}, group_attrs(g.attrs(), true)));
   return Status::Ok();
 }
+// all_gather_done(pending, x) is all_gather(x) completed: dx = reduce_scatter(dy); the pending
+// buffer (its start's result, contents undefined) has no gradient.
+Status all_gather_done_grad(GradBuilder& g) {
+  if (g.needs_GI(1)) g.set_GI(1, g.emit("reduce_scatter", {g.GO(0)}, group_attrs(g.attrs(), true)));
+  return Status::Ok();
+}
 // reduce_scatter (sum): y_r = Σ_r' x_r'[block r], so dx_r'[block r] = dy_r: dx = all_gather(dy).
 Status reduce_scatter_grad(GradBuilder& g) {
   if (g.attrs().get_string("reduce", "sum") != "sum") return Status::BadInput("memc.reduce_scatter with reduce = max has no gradient rule");
@@ -212,12 +220,17 @@ void register_collective_ops(OpRegistry& r) {
     };
     r.add({.name = c.name, .min_inputs = 1, .max_inputs = 1, .flags = kOpCollective, .shape = sync_shape(c.result),
            .flops = flops, .doc = c.doc, .grad = c.grad});
-    r.add({.name = str_cat(c.name, "_start"), .min_inputs = 1, .max_inputs = 1, .flags = kOpCollective | kOpNoGradient,
+    r.add({.name = str_cat(c.name, "_start"), .min_inputs = 1, .max_inputs = 2, .flags = kOpCollective | kOpNoGradient,
            .shape = sync_shape(c.result), .flops = [](const Node&, auto, auto) -> int64_t { return 0; },
-           .doc = str_cat("x → the pending result of ", c.name, " (undefined until ", c.name, "_done)")});
+           .doc = str_cat("(x[, after]) → the pending result of ", c.name, " (undefined until ", c.name,
+                          "_done); `after`, read for order only, is the prefetch point")});
+    // all_gather_done differentiates (zero3's prefetched gathers); the other pairs are emitted
+    // after autodiff only.
+    const bool gather = std::string_view(c.name) == "all_gather";
     r.add({.name = str_cat(c.name, "_done"), .min_inputs = 2, .max_inputs = 2,
-           .flags = kOpCollective | kOpNoGradient | kOpInplaceOk, .shape = done_shape(c.result), .flops = flops,
-           .doc = str_cat("(pending, x) → the completed ", c.name, " of x, in place over pending")});
+           .flags = kOpCollective | kOpInplaceOk | (gather ? 0u : kOpNoGradient), .shape = done_shape(c.result), .flops = flops,
+           .doc = str_cat("(pending, x) → the completed ", c.name, " of x, in place over pending"),
+           .grad = gather ? GradFn(all_gather_done_grad) : GradFn()});
   }
 }
 

@@ -229,6 +229,28 @@ assert s["decisions"]["offload"] == "params" and s["predicted_peak_bytes"] <= 10
 print("%s, %d bytes, search %.1f s" % (s["search"]["chosen"]["decisions"], s["predicted_peak_bytes"], s["search"]["search_seconds"]))' "$TMP/l.json" >"$TMP/out" 2>&1 \
   && pass "ViT-L/16 --budget 1GB on one device streams the parameters: $(cat "$TMP/out")" || fail "ViT-L/16 search at 1 GB: $(cat "$TMP/out")"
 
+# Prefetch: zero3's gathers are async pairs; on ViT-L/16 (4 × h200) the schedule keeps each
+# unit's start a unit ahead of its done, with GEMMs of the unit before in between, forward and
+# backward; with remat and offload the prefetch would cost more than a unit each way: dropped.
+"$MEMC" compile $LARGE --devices 4 --shard zero3 -o "$TMP/l.plan" --force -v --print-ir-after schedule >/dev/null 2>"$TMP/ir"
+python3 -c '
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+start, overlapped, pairs = {}, 0, 0
+for i, l in enumerate(lines):
+    m = re.match(r"\s*(%\S+) = \"memc.all_gather_start\"", l)
+    if m: start[m.group(1)] = i
+    m = re.match(r"\s*%\S+ = \"memc.all_gather_done\"\((%[^,]+),", l)
+    if m:
+        pairs += 1
+        overlapped += any("\"memc.linear\"" in x for x in lines[start[m.group(1)]:i])
+assert pairs == 51 and overlapped >= 47, (pairs, overlapped)  # 26 forward, 25 backward (the embedding is not re-read)
+print("%d of %d gathers in flight across GEMMs" % (overlapped, pairs))' "$TMP/ir" >"$TMP/out" 2>&1 && grep -q "prefetch one unit ahead" "$TMP/ir" \
+  && pass "ViT-L/16 zero3 on 4 devices prefetches: $(cat "$TMP/out")" || fail "prefetch: $(cat "$TMP/out"; grep schedule "$TMP/ir" | head -3)"
+"$MEMC" compile $LARGE --devices 4 --shard zero3 --remat blocks --offload optimizer -o "$TMP/l.plan" --force -v >/dev/null 2>"$TMP/err"
+grep -q "prefetch dropped" "$TMP/err" && pass "with remat and offload the prefetch is dropped: $(grep -o 'prefetch dropped.*' "$TMP/err")" \
+  || fail "prefetch under remat: $(grep schedule "$TMP/err")"
+
 # The budget search over shard stages: a per-device budget, the plan fits it and runs as 2 ranks.
 $MEMC compile models/vit_tiny.onnx --batch 8 --optimizer adamw --devices 2 --budget 400KB -o "$TMP/s.plan" --json >"$TMP/s.json" 2>"$TMP/err" \
   || fail "search over shard stages: $(cat "$TMP/err")"
@@ -249,6 +271,19 @@ $MEMC compile models/vit_tiny.onnx --batch 8 --optimizer adamw --devices 2 --exp
   && pass "--explain --devices 2 shows a rung per shard stage" || fail "--explain sharding rungs: $(cat "$TMP/out" "$TMP/err" | head -20)"
 ranks 2 $MEMC run "$TMP/s.plan" $DATA --steps 2 --quiet --json "$TMP/s_run.json" >/dev/null 2>"$TMP/err" \
   && python3 -c "$PEAKS" "$TMP/s_run.json" 2 >/dev/null && pass "the searched plan runs as 2 ranks, measured = planned" || fail "searched plan run: $(tail -2 "$TMP/err")"
+
+# memc calibrate under mpirun measures the collectives too (MPI over loopback): rank 0 writes a
+# profile with their latency and bandwidth, and a sharded compile charges its collectives by it.
+ranks 2 $MEMC calibrate -o "$TMP/prof.json" --seconds 0.05 >"$TMP/out" 2>"$TMP/err" || fail "calibrate on 2 ranks: $(tail -2 "$TMP/err")"
+python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert 0 < p["comm_latency_s"] < 1e-2 and 1e7 < p["comm_bandwidth"] < 1e12, p
+print("%.1f us, %.2f GB/s" % (p["comm_latency_s"] * 1e6, p["comm_bandwidth"] / 1e9))' "$TMP/prof.json" >"$TMP/p.out" 2>&1 \
+  && grep -q "^collectives 2 ranks over mpi" "$TMP/out" && pass "calibrate on 2 ranks measures MPI loopback collectives: $(cat "$TMP/p.out")" \
+  || fail "calibrate collectives: $(cat "$TMP/p.out" "$TMP/out")"
+$MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --shard zero2 --target "$TMP/prof.json" -o "$TMP/cal.plan" --json >"$TMP/cal.json" 2>"$TMP/err" \
+  && pass "a sharded plan estimated with the calibrated profile" || fail "compile --target calibrated: $(cat "$TMP/err")"
 
 # Wrong job sizes.
 expect_error 2 "mpirun -np 2" -- $MEMC run "$TMP/r2.plan" $DATA --steps 1 --quiet
