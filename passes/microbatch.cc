@@ -1,5 +1,6 @@
 #include "passes/microbatch.h"
 
+#include <algorithm>
 #include <map>
 
 #include "ir/grad.h"
@@ -107,8 +108,9 @@ struct MicroBatch {
 // gradient summed over the micro-batches so far and step_.loss their weighted losses.
 class Accumulator {
  public:
-  Accumulator(Module& module, ValueId labels, const std::vector<ValueId>& params, ValueId scale, std::vector<ValueId> inputs)
-      : m_(module), labels_(labels), params_(params), scale_(scale), inputs_(std::move(inputs)), sums_(params.size(), kNoValue) {}
+  Accumulator(Module& module, ValueId labels, const std::vector<ValueId>& params, ValueId scale, std::vector<ValueId> inputs,
+              const ParamBinder& bind)
+      : m_(module), labels_(labels), params_(params), scale_(scale), inputs_(std::move(inputs)), bind_(bind), sums_(params.size(), kNoValue) {}
 
   // Forward (from `f`), loss and backward of one micro-batch, then the adds into the sums.
   Status add(const Module& f, const MicroBatch& mb, const AfterAutodiff& after_autodiff) {
@@ -155,6 +157,10 @@ class Accumulator {
       if (fa.role == Role::kInput) {
         if (next_input >= inputs_.size()) return Status::Internal("micro-batch forward has more inputs than the step");
         args.push_back(rows(m_, inputs_[next_input++], mb.first, mb.first + mb.size));
+      } else if (fa.role == Role::kParam && bind_ && !is_argument(fa.name)) {
+        MEMC_ASSIGN_OR_RETURN(const ValueId bound, bind_(fa.source_name, mb.index));
+        if (m_.value(bound).type != fa.type) return Status::Internal(str_cat("parameter '", fa.source_name, "' bound to a value of another type"));
+        args.push_back(bound);
       } else {
         const ValueId same = m_.find_value(fa.name);
         if (same == kNoValue || m_.value(same).type != fa.type) {
@@ -164,6 +170,11 @@ class Accumulator {
       }
     }
     return args;
+  }
+
+  bool is_argument(const std::string& name) const {
+    const ValueId v = m_.find_value(name);
+    return v != kNoValue && std::find(m_.arguments().begin(), m_.arguments().end(), v) != m_.arguments().end();
   }
 
   // The micro-batch's mean loss weighted by n_i/N, so the weighted losses sum to the batch's mean.
@@ -221,6 +232,7 @@ class Accumulator {
   const std::vector<ValueId>& params_;
   const ValueId scale_;
   const std::vector<ValueId> inputs_;  // the step's data inputs [N, …], labels aside
+  const ParamBinder& bind_;
   std::vector<ValueId> sums_;          // by parameter: the running sum of its gradients
   std::vector<NodeId> accumulations_;  // the add of each gradient after the first micro-batch
   std::vector<ValueId> logits_;        // by micro-batch
@@ -250,11 +262,11 @@ std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {
 
 Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const ForwardFactory& forward, int64_t k,
                                                    ValueId labels, const std::vector<ValueId>& params,
-                                                   ValueId scale, const AfterAutodiff& after_autodiff) {
+                                                   ValueId scale, const AfterAutodiff& after_autodiff, const ParamBinder& bind) {
   const int64_t batch = module.value(labels).type.shape[0];
   if (k < 1 || k > batch) return Status::BadInput(str_cat("--micro-batches ", k, " must be between 1 and the batch size ", batch));
   MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> inputs, batch_inputs(module, labels, batch));
-  Accumulator accumulator(module, labels, params, scale, std::move(inputs));
+  Accumulator accumulator(module, labels, params, scale, std::move(inputs), bind);
   std::map<int64_t, Module> forwards;  // by micro-batch size: at most two imports
   int64_t first = 0;
   const std::vector<int64_t> sizes = micro_batch_sizes(batch, k);

@@ -46,11 +46,18 @@ struct AccumulatedStep {
 // backward_begin), backward [backward_begin, backward_end) (the remat pass runs here).
 using AfterAutodiff = std::function<Status(Module&, NodeId forward_begin, NodeId backward_begin, NodeId backward_end)>;
 
+// Where a micro-batch's forward reads a parameter (by its source name) when the step has no
+// argument of that name: zero3 and parameter streaming gather each unit again for every
+// micro-batch (passes/shard.h). Called before the micro-batch's forward is inlined.
+using ParamBinder = std::function<Expected<ValueId>(const std::string& source_name, size_t micro_batch)>;
+
 // Appends the k micro-batches to `module`, whose arguments are the full-batch forward's
 // (inputs [N, ...] and params) plus `labels` [N]; its own forward nodes must already be gone.
 // `scale` (kNoValue: none) multiplies the loss that is differentiated (dynamic loss scaling).
+// `params` are what the gradients are taken of: the parameter arguments, or the shards that
+// `bind` gathers into the parameters.
 Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const ForwardFactory& forward, int64_t k,
                                                    ValueId labels, const std::vector<ValueId>& params,
-                                                   ValueId scale, const AfterAutodiff& after_autodiff = {});
+                                                   ValueId scale, const AfterAutodiff& after_autodiff = {}, const ParamBinder& bind = {});
 
 }  // namespace memc

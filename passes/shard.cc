@@ -199,6 +199,13 @@ Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<Va
   return units;
 }
 
+std::vector<ValueId> gather_again(Module& m, const ShardUnit& u, const ShardOptions& o) {
+  ShardUnit chain = u;  // its own pending and split values
+  std::vector<TensorType> types;
+  for (ValueId p : u.params) types.push_back(m.value(p).type);
+  return gather_unit(m, chain, types, o);
+}
+
 Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& o) {
   std::vector<ShardUnit> units;
   std::vector<ValueId> shards;
@@ -377,10 +384,15 @@ Status gather_updated_params(Module& m, const ShardUnit& u, ValueId updated, con
   return Status::Ok();
 }
 
-void mark_rank_draws(Module& m, int64_t batch) {
+void mark_rank_draws(Module& m, const std::vector<int64_t>& batches) {
   for (NodeId n : m.schedule()) {
     Node& node = m.node(n);
-    if (const int64_t per_sample = random_draws_per_sample(m, node, batch); per_sample > 0) node.attrs.set("rng_row_stride", per_sample);
+    for (int64_t batch : batches) {
+      if (const int64_t per_sample = random_draws_per_sample(m, node, batch); per_sample > 0) {
+        node.attrs.set("rng_row_stride", per_sample);
+        break;
+      }
+    }
   }
 }
 

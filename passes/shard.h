@@ -20,8 +20,10 @@
 //   reads unit k−1's first split piece as its `after` point, forward and backward (the schedule
 //   pass keeps that order when it costs at most one unit in flight each way, passes/schedule.h).
 // TrainingStep applies it between autodiff and the optimizer (passes/training_step.h).
-// Not yet: unequal slices (N must divide the batch), zero3 with micro-batches, 8-bit and
-// factored optimizer states (their blocks and factors follow the parameter's shape).
+//   With micro-batches each micro-batch gathers the units again for its forward (and its
+//   backward), and the shards' reduce-scattered gradients accumulate (not prefetched).
+// Not yet: unequal slices (N must divide the batch), 8-bit and factored optimizer states (their
+// blocks and factors follow the parameter's shape).
 #pragma once
 #include <string>
 #include <vector>
@@ -81,6 +83,10 @@ UnitGroups plan_units(const Module& forward, const std::vector<ValueId>& params)
 // argument and the gather (or host copy) that rebuilds them before their first reader; `params`
 // becomes the flat arguments.
 Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& options);
+// zero3 and streaming with micro-batches: unit `u`'s parameters gathered again for one
+// micro-batch's forward (a new chain at the end of the schedule; the schedule pass places it),
+// one view per parameter in u.params order.
+std::vector<ValueId> gather_again(Module& m, const ShardUnit& u, const ShardOptions& options);
 // zero3, after autodiff: backward nodes (ids ≥ backward_begin) read a second gather of each
 // unit, so the forward's gathered parameters die when the forward is done with them.
 Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions& options);
@@ -96,8 +102,10 @@ ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& options);
 // After the optimizer updated `unit.weight` to `updated`: all_gather the blocks and write each
 // parameter's slice back as its update.
 Status gather_updated_params(Module& m, const ShardUnit& unit, ValueId updated, const ShardOptions& options);
-// Sets rng_row_stride on the random ops whose outermost dimension is the rank's batch `batch`.
-void mark_rank_draws(Module& m, int64_t batch);
+// Sets rng_row_stride on the random ops whose outermost dimension is the rank's batch or one of
+// its micro-batches (`batches`), so each rank's draws continue at its first row of the global
+// batch.
+void mark_rank_draws(Module& m, const std::vector<int64_t>& batches);
 
 // What the runtime needs to consolidate sharded optimizer states into per-parameter ones
 // (checkpoints) and back: recorded in the module's metadata.

@@ -1,6 +1,7 @@
 #include "passes/training_step.h"
 
 #include <algorithm>
+#include <map>
 
 #include "ir/grad.h"
 #include "passes/autodiff.h"
@@ -172,7 +173,7 @@ Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodif
 // Data parallel: each rank's gradients and loss are its slice's, reduced here to the global
 // batch's; the optimizer then acts on this rank's blocks of flat units (passes/shard.h).
 // Without sharding, each parameter is its own target.
-Expected<std::vector<UpdateTarget>> update_targets(Module& module, StepValues& v, const ShardOptions& shard) {
+Expected<std::vector<UpdateTarget>> update_targets(Module& module, StepValues& v, const ShardOptions& shard, int64_t micro_batches) {
   std::vector<UpdateTarget> targets;
   if (!shard.active()) {
     for (size_t i = 0; i < v.params.size(); ++i) {
@@ -181,7 +182,10 @@ Expected<std::vector<UpdateTarget>> update_targets(Module& module, StepValues& v
     return targets;
   }
   module.rename(v.loss, "rank_loss");
-  mark_rank_draws(module, module.value(v.logits).type.shape[0]);
+  const int64_t rank_batch = module.value(v.logits).type.shape[0];
+  std::vector<int64_t> batches = micro_batch_sizes(rank_batch, micro_batches);
+  batches.insert(batches.begin(), rank_batch);
+  mark_rank_draws(module, batches);
   if (shard.stage == ShardStage::kZero3) {  // each shard's gradient is reduce-scattered already (the gather's gradient)
     for (size_t i = 0; i < v.units.size(); ++i) {
       module.rename(v.grads[i], "rank_sum_grad." + v.units[i].name);  // "grad.<unit>" is the mean's name
@@ -241,7 +245,32 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
   };
   if (micro.k == 1) return differentiate_one_batch(module, v, remat, shard);
   for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
-  MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale, remat));
+  if (!shard.flat_params()) {
+    MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale, remat));
+    v.loss = acc.loss;
+    v.logits_out = acc.logits;
+    v.grads = std::move(acc.grads);
+    return Status::Ok();
+  }
+  // zero3 and streaming: each micro-batch gathers every unit again, and its backward regathers.
+  std::map<std::pair<size_t, size_t>, std::vector<ValueId>> gathered;  // (micro-batch, unit) → views
+  const ParamBinder bind = [&](const std::string& name, size_t mb) -> Expected<ValueId> {
+    for (size_t i = 0; i < v.units.size(); ++i) {
+      const std::vector<std::string>& names = v.units[i].param_names;
+      const auto it = std::find(names.begin(), names.end(), name);
+      if (it == names.end()) continue;
+      std::vector<ValueId>& views = gathered[{mb, i}];
+      if (views.empty()) views = gather_again(module, v.units[i], shard);
+      return views[static_cast<size_t>(it - names.begin())];
+    }
+    return Status::Internal(str_cat("parameter '", name, "' is in no shard unit"));
+  };
+  const AfterAutodiff remat_and_regather = [&](Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) -> Status {
+    MEMC_RETURN_IF_ERROR(remat(m, forward_begin, backward_begin, backward_end));
+    return regather_for_backward(m, v.units, backward_begin, shard);
+  };
+  MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc,
+                        accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale, remat_and_regather, bind));
   v.loss = acc.loss;
   v.logits_out = acc.logits;
   v.grads = std::move(acc.grads);
@@ -309,15 +338,11 @@ Status TrainingStep::build(Module& module) {
     units_description_ = v.groups.description;
   }
   if (flat) {
-    if (micro_.k > 1) {
-      return Status::BadInput(shard_.stream_params ? "--offload params with --micro-batches is not supported yet (--offload optimizer is)"
-                                                   : "--shard zero3 with --micro-batches is not supported yet (zero2 is)");
-    }
     MEMC_ASSIGN_OR_RETURN(v.units, shard_parameters(module, v.params, v.groups, shard_));
   }
   MEMC_RETURN_IF_ERROR(differentiate(module, v, micro_, remat_, shard_, remat_report_));
   module.rename(v.loss, "loss");
-  MEMC_ASSIGN_OR_RETURN(std::vector<UpdateTarget> targets, update_targets(module, v, shard_));
+  MEMC_ASSIGN_OR_RETURN(std::vector<UpdateTarget> targets, update_targets(module, v, shard_, micro_.k));
   const ValueId skip = finish_gradients(module, v, targets, options_, shard_);
   const UpdateScalars scalars{.lr = module.add_argument(kLrArg, TensorType{DType::kF32, {}}, Role::kScalar),
                               .step = module.add_argument(kStepArg, TensorType{DType::kF32, {}}, Role::kScalar),

@@ -67,11 +67,9 @@ class Searcher {
     return c;
   }
 
-  // Parameter streaming runs without micro-batches, and over several devices on zero3 only
-  // (TrainingStep refuses the rest).
+  // Parameter streaming runs over several devices on zero3 only (TrainingStep refuses the rest).
   bool streamable(const Candidate& c) const {
-    if (c.offload != OffloadLevel::kParams) return true;
-    return c.micro_batches == 1 && (!base_.shard.active() || base_.shard.stage == ShardStage::kZero3);
+    return c.offload != OffloadLevel::kParams || !base_.shard.active() || base_.shard.stage == ShardStage::kZero3;
   }
 
   CompileOptions options_for(const Candidate& c) const {
@@ -188,8 +186,8 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
 // every precision and micro-batch count — more micro-batches do not always save memory, their
 // f32 gradient accumulators cost some — and everything compiled on the way, scheduled.
 Expected<Candidate> compute_floor(Searcher& s, const SearchAxes& axes) {
-  // The last variant offloads the most, but streaming has no micro-batches: with it, the one
-  // before (the optimizer state offloaded) is tried at every count too.
+  // The last variant offloads the most; where it cannot run (streaming on zero1/zero2), the
+  // one before it (the optimizer state offloaded) is tried too.
   const size_t from = axes.variants.size() > 1 && axes.variants.back().offload == OffloadLevel::kParams ? axes.variants.size() - 2 : axes.variants.size() - 1;
   for (size_t v = from; v < axes.variants.size(); ++v) {
     const Variant& least = axes.variants[v];
@@ -319,7 +317,7 @@ Expected<std::vector<Candidate>> technique_ladder(Searcher& s, const SearchAxes&
     off = OffloadLevel::kOptimizer;
     MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
     ladder.push_back(c);
-    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, 1, r, a, OffloadLevel::kParams));  // streaming runs without micro-batches
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, OffloadLevel::kParams));
     if (c.step_ms < std::numeric_limits<double>::infinity()) ladder.push_back(c);
   }
   return ladder;

@@ -193,8 +193,6 @@ Status finish_compile_flags(CompileFlags& f, const CLI::App* cmd) {
   MEMC_ASSIGN_OR_RETURN(c.options.shard, parse_shard(f.shard, f.devices));
   if (f.devices == 1 && f.shard != "none") return Status::BadInput("--shard " + f.shard + " needs --devices N > 1");
   c.search_shard = (budget || c.explain) && f.devices > 1 && cmd->count("--shard") == 0;
-  // zero3 runs one micro-batch per step (passes/shard.h): the search keeps it that way.
-  if (c.options.shard.stage == ShardStage::kZero3) c.search.micro_batches = false;
   return Status::Ok();
 }
 

@@ -139,8 +139,7 @@ static int64_t process_peak_rss_bytes() {
   return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_maxrss) * 1024 : 0;
 }
 
-// With --devices N and a budget, each shard stage's search in turn (zero3 at one micro-batch:
-// passes/shard.h); the fastest plan that fits wins, fewer sharded states on a tie. When no
+// With --devices N and a budget, each shard stage's search in turn; the fastest plan that fits wins, fewer sharded states on a tie. When no
 // stage fits, the last stage's error (zero3's: the smallest peak) is the answer.
 static Expected<SearchResult> search_shard_stages(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space) {
   std::optional<SearchResult> best;
@@ -150,7 +149,6 @@ static Expected<SearchResult> search_shard_stages(ModelCompiler& compiler, const
     CompileOptions options = base;
     options.shard.stage = stage;
     SearchSpace stage_space = space;
-    if (stage == ShardStage::kZero3) stage_space.micro_batches = false, options.micro_batches = 1;
     Expected<SearchResult> found = search_plan(compiler, options, stage_space);
     if (!found.ok()) {
       last = found.status();
