@@ -208,6 +208,21 @@ for a, b in zip(full[3:], res):
     || fail "2 ranks → $n: losses $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["losses"])' "$TMP/res$n.json")"
 done
 
+# The issue's chain: 4 ranks (zero3) for 2 steps, 2 ranks (zero2) for 2 more, then 1 rank for the
+# last: each segment continues the uninterrupted one-device losses within 1e-5.
+ranks 4 $MEMC run "$TMP/r4.plan" $DATA --steps 2 --quiet --checkpoint "$TMP/chain" --json "$TMP/c1.json" >/dev/null 2>"$TMP/err" || fail "chain on 4: $(tail -2 "$TMP/err")"
+ranks 2 $MEMC run "$TMP/r2.plan" $DATA --steps 2 --quiet --checkpoint "$TMP/chain" --resume --json "$TMP/c2.json" >/dev/null 2>"$TMP/err" || fail "chain on 2: $(tail -2 "$TMP/err")"
+$MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet --checkpoint "$TMP/chain" --resume --json "$TMP/c3.json" >/dev/null 2>"$TMP/err" || fail "chain on 1: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+full = json.load(open(sys.argv[1]))["losses"]
+got = sum((json.load(open(p))["losses"] for p in sys.argv[2:]), [])
+assert len(got) == 5, got
+for a, b in zip(full, got):
+    assert abs(a - b) <= 1e-5 * abs(a), (full, got)
+print("max difference %.2g" % max(abs(a - b) for a, b in zip(full, got)))' "$TMP/one-fp32-adamw/r.json" "$TMP/c1.json" "$TMP/c2.json" "$TMP/c3.json" >"$TMP/out" 2>&1 \
+  && pass "4 → 2 → 1 ranks (2 + 2 + 1 steps) reproduces the uninterrupted losses: $(cat "$TMP/out")" || fail "4 → 2 → 1 resume: $(cat "$TMP/out")"
+
 # A checkpoint written by sharded ranks is the one-device file: memc export reads it unchanged.
 $MEMC export "$TMP/r4.plan" --weights "$TMP/resume4" -o "$TMP/trained.onnx" >/dev/null 2>"$TMP/err" \
   && pass "memc export reads the zero3 checkpoint of 4 ranks" || fail "export of a sharded checkpoint: $(cat "$TMP/err")"
