@@ -3,8 +3,8 @@
 //   rank r takes rows [r·b, (r+1)·b) of the global batch of N·b samples; random ops offset their
 //   draws by r·b samples (attribute rng_row_stride), so N ranks replay one device's masks.
 //   Parameters are grouped into units (the transformer's embedding, each block and the head,
-//   found from the graph's structure: passes/shard_units.h); a unit's gradients are flattened into one buffer padded to a multiple of N
-//   (so each collective is one call) and reduced across ranks:
+//   found from the graph's structure: passes/shard_units.h); a unit's gradients are flattened
+//   into one buffer padded to a multiple of N (so each collective is one call) and reduced:
 //     zero1  all_reduce of the flat gradient, then this rank's block of it;
 //     zero2  reduce_scatter of the flat gradient, as soon as the unit's gradient is complete.
 //   Each rank holds and updates the optimizer state of its block only ([⌈E/N⌉] per unit), then
@@ -16,12 +16,15 @@
 //   The loss and gradients are the global batch's mean: the reduced gradient sum is scaled by
 //   1/N (exact for N a power of two), the loss is all-reduced and scaled likewise; global-norm
 //   clipping and loss scaling's found_inf all-reduce their sums of squares.
-//   zero3's gathers are async pairs, prefetched one unit ahead: unit k's all_gather_start
-//   reads unit k−1's first split piece as its `after` point, forward and backward (the schedule
-//   pass keeps that order when it costs at most one unit in flight each way, passes/schedule.h).
-// TrainingStep applies it between autodiff and the optimizer (passes/training_step.h).
+//   zero3's gathers are async pairs, prefetched one unit ahead: unit k's all_gather_start reads
+//   unit k−1's first split piece as its `after` point, forward and backward (the schedule pass
+//   keeps that order when it costs at most one unit in flight each way, passes/schedule.h).
 //   With micro-batches each micro-batch gathers the units again for its forward (and its
 //   backward), and the shards' reduce-scattered gradients accumulate (not prefetched).
+//   Parameter streaming (--offload params, ShardOptions::stream_params) builds the same flat
+//   units in host memory, copied to the device before the all_gather (or instead of it on one
+//   device); the offload pass places them.
+// TrainingStep applies it between autodiff and the optimizer (passes/training_step.h).
 // Not yet: unequal slices (N must divide the batch), 8-bit and factored optimizer states (their
 // blocks and factors follow the parameter's shape).
 #pragma once
