@@ -80,7 +80,7 @@ std::vector<ValueId> gather_unit(Module& m, ShardUnit& u, const std::vector<Tens
     flat = emit(m, "copy_to_device", {flat});
     m.value(flat).space = MemSpace::kDevice;
   }
-  if (o.devices > 1) {  // an async pair: prefetch_units() moves the start one unit ahead
+  if (o.devices > 1) {  // an async pair: prefetch_one_ahead() moves the start one unit ahead
     u.pending = emit(m, "all_gather_start", {flat}, group(o));
     flat = emit(m, "all_gather_done", {u.pending, flat}, group(o));
   }
@@ -98,7 +98,9 @@ std::vector<ValueId> gather_unit(Module& m, ShardUnit& u, const std::vector<Tens
 // exists, and completes each gather (OP_done) right before its first reader. `split_of(u)` is
 // the unit's first split piece, `start_of(u)` its start's pending result.
 template <typename SplitOf, typename StartOf>
-void prefetch_one_ahead(Module& m, std::vector<const ShardUnit*> units, SplitOf split_of, StartOf start_of) {
+void prefetch_one_ahead(Module& m, const std::vector<ShardUnit>& all, SplitOf split_of, StartOf start_of) {
+  std::vector<const ShardUnit*> units;
+  for (const ShardUnit& u : all) units.push_back(&u);
   std::vector<NodeId> order = m.schedule();
   auto position = [&](ValueId v) { return std::find(order.begin(), order.end(), m.value(v).producer) - order.begin(); };
   std::erase_if(units, [&](const ShardUnit* u) { return split_of(*u) == kNoValue || start_of(*u) == kNoValue; });
@@ -226,9 +228,7 @@ Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId
     units.push_back(std::move(u));
   }
   params = shards;
-  std::vector<const ShardUnit*> all;
-  for (const ShardUnit& u : units) all.push_back(&u);
-  prefetch_one_ahead(m, all, [](const ShardUnit& u) { return u.split; }, [](const ShardUnit& u) { return u.pending; });
+  prefetch_one_ahead(m, units, [](const ShardUnit& u) { return u.split; }, [](const ShardUnit& u) { return u.pending; });
   return units;
 }
 
@@ -257,13 +257,11 @@ class BackwardRegather {
     }
     schedule_clones(first_new);
     // Backward prefetches too, in backward's order of units (the last block first).
-    std::vector<const ShardUnit*> all;
-    for (const ShardUnit& u : units_) all.push_back(&u);
     auto clone_of = [&](ValueId v) {
       auto it = clones_.find(v);
       return v == kNoValue || it == clones_.end() ? kNoValue : it->second;
     };
-    prefetch_one_ahead(m_, all, [&](const ShardUnit& u) { return clone_of(u.split); }, [&](const ShardUnit& u) { return clone_of(u.pending); });
+    prefetch_one_ahead(m_, units_, [&](const ShardUnit& u) { return clone_of(u.split); }, [&](const ShardUnit& u) { return clone_of(u.pending); });
   }
 
  private:

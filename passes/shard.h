@@ -47,6 +47,8 @@ struct ShardOptions {
   bool active() const { return devices > 1 || stage != ShardStage::kNone; }
   // The parameters are per-unit flat arguments (zero3's shards, or streamed whole units).
   bool flat_params() const { return stage == ShardStage::kZero3 || stream_params; }
+  // Streaming on N ranks streams each rank's zero3 shards: one device, or zero3.
+  bool can_stream() const { return !active() || stage == ShardStage::kZero3; }
 };
 
 // "none" | "zero1" | "zero2" | "zero3" with --devices N.

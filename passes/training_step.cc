@@ -245,16 +245,9 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
   };
   if (micro.k == 1) return differentiate_one_batch(module, v, remat, shard);
   for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
-  if (!shard.flat_params()) {
-    MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale, remat));
-    v.loss = acc.loss;
-    v.logits_out = acc.logits;
-    v.grads = std::move(acc.grads);
-    return Status::Ok();
-  }
   // zero3 and streaming: each micro-batch gathers every unit again, and its backward regathers.
   std::map<std::pair<size_t, size_t>, std::vector<ValueId>> gathered;  // (micro-batch, unit) → views
-  const ParamBinder bind = [&](const std::string& name, size_t mb) -> Expected<ValueId> {
+  const ParamBinder gather = [&](const std::string& name, size_t mb) -> Expected<ValueId> {
     for (size_t i = 0; i < v.units.size(); ++i) {
       const std::vector<std::string>& names = v.units[i].param_names;
       const auto it = std::find(names.begin(), names.end(), name);
@@ -269,8 +262,9 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
     MEMC_RETURN_IF_ERROR(remat(m, forward_begin, backward_begin, backward_end));
     return regather_for_backward(m, v.units, backward_begin, shard);
   };
-  MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc,
-                        accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale, remat_and_regather, bind));
+  const bool flat = shard.flat_params();
+  MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale,
+                                                                      flat ? remat_and_regather : remat, flat ? gather : ParamBinder()));
   v.loss = acc.loss;
   v.logits_out = acc.logits;
   v.grads = std::move(acc.grads);
@@ -329,7 +323,7 @@ Status TrainingStep::build(Module& module) {
   // zero3 and streaming: the parameters become per-unit flat arguments (shards, or host units),
   // gathered or streamed before use; autodiff differentiates them (passes/shard.h).
   const bool flat = shard_.flat_params();
-  if (shard_.stream_params && shard_.active() && shard_.stage != ShardStage::kZero3) {
+  if (shard_.stream_params && !shard_.can_stream()) {
     return Status::BadInput(str_cat("--offload params on ", shard_.devices, " devices streams each rank's zero3 shards: use --shard zero3 (not ",
                                     shard_stage_name(shard_.stage), ")"));
   }

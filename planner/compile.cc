@@ -133,7 +133,7 @@ Status check_batch(const CompileOptions& options) {
     return Status::BadInput(str_cat("--batch ", options.batch, " does not split evenly over --devices ", devices,
                                     " (each rank takes batch/devices samples; unequal slices are not supported yet)"));
   }
-  const int64_t rank_batch = options.batch / devices;
+  const int64_t rank_batch = options.rank_batch();
   if (options.micro_batches < 1 || options.micro_batches > rank_batch) {
     return Status::BadInput(str_cat("--micro-batches ", options.micro_batches, " must be between 1 and the batch size ", rank_batch,
                                     devices > 1 ? str_cat(" of each of the ", devices, " ranks") : std::string()));
@@ -181,7 +181,7 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
 
 Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet, bool schedule_quiet) {
   MEMC_RETURN_IF_ERROR(check_batch(options));
-  const int64_t devices = options.shard.devices, rank_batch = options.batch / devices;
+  const int64_t devices = options.shard.devices, rank_batch = options.rank_batch();
   const Forward* main = nullptr;
   if (quiet) {
     MEMC_ASSIGN_OR_RETURN(main, forward(options, rank_batch));

@@ -2,6 +2,7 @@
 // autodiff, optimizer) and the forward pass for evaluation, verifies both, and fills a Plan.
 // The memory passes and the budget search of later work plug in here.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -19,6 +20,7 @@ namespace memc {
 // length, the target and the budget.
 struct CompileOptions : PipelineOptions {
   int64_t batch = 0;  // the global batch (each of shard.devices ranks takes batch/devices)
+  int64_t rank_batch() const { return batch / std::max<int64_t>(shard.devices, 1); }  // one rank's slice
   int64_t seq = -1;
   ScheduleOptions schedule;
   int64_t epochs = 1;

@@ -68,9 +68,7 @@ class Searcher {
   }
 
   // Parameter streaming runs over several devices on zero3 only (TrainingStep refuses the rest).
-  bool streamable(const Candidate& c) const {
-    return c.offload != OffloadLevel::kParams || !base_.shard.active() || base_.shard.stage == ShardStage::kZero3;
-  }
+  bool streamable(const Candidate& c) const { return c.offload != OffloadLevel::kParams || base_.shard.can_stream(); }
 
   CompileOptions options_for(const Candidate& c) const {
     CompileOptions o = base_;
@@ -163,8 +161,7 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
     // Micro-batches re-import the model at smaller batches: an export that fixes its batch
     // allows none, and no count exceeds the batch.
     MEMC_ASSIGN_OR_RETURN(const int64_t fixed_batch, compiler.fixed_batch(base));
-    // Each rank micro-batches its own slice of the global batch.
-    const int64_t batch = base.batch / std::max<int64_t>(base.shard.devices, 1);
+    const int64_t batch = base.rank_batch();  // each rank micro-batches its own slice
     axes.ks = {1};
     for (int64_t k = 2; fixed_batch < 0 && k < batch; k *= 2) axes.ks.push_back(k);
     if (fixed_batch < 0 && batch > 1) axes.ks.push_back(batch);
@@ -303,7 +300,7 @@ Expected<std::vector<Candidate>> technique_ladder(Searcher& s, const SearchAxes&
     MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
     ladder.push_back(c);
   }
-  if (space.micro_batches && axes.ks.size() > 1 && base.batch / std::max<int64_t>(base.shard.devices, 1) >= 4) {
+  if (space.micro_batches && axes.ks.size() > 1 && base.rank_batch() >= 4) {
     k = std::min<int64_t>(std::max<int64_t>(4, best.micro_batches), axes.ks.back());
     MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
     ladder.push_back(c);

@@ -526,15 +526,18 @@ Expected<std::map<std::string, Tensor>> compute_gradients(const Plan& plan, cons
                                                           int64_t step, const GradientRun& where) {
   Module probe = plan.train;
   MEMC_ASSIGN_OR_RETURN(const ShardLayout layout, shard_layout(plan.train));
-  std::set<std::string> in_unit;
-  for (const ShardLayout::Unit& u : layout.units) in_unit.insert(u.params.begin(), u.params.end());
+  std::set<std::string> units, in_unit;  // the units' names, and their parameters'
+  for (const ShardLayout::Unit& u : layout.units) {
+    units.insert(u.name);
+    in_unit.insert(u.params.begin(), u.params.end());
+  }
   std::vector<ValueId> outputs = {probe.outputs()[0]};
   std::vector<std::string> names = {"loss"};
   for (const Value& v : probe.values()) {
     if (v.role != Role::kGrad || v.name.rfind("grad.", 0) != 0) continue;
     const std::string of = v.name.substr(5);
     const ValueId param = probe.find_value(of);
-    const bool unit = std::any_of(layout.units.begin(), layout.units.end(), [&](const ShardLayout::Unit& u) { return u.name == of; });
+    const bool unit = units.count(of) > 0;
     if (!unit && (param == kNoValue || probe.value(param).role != Role::kParam || in_unit.count(probe.value(param).source_name))) {
       continue;  // zero1/2: a parameter's own gradient is this rank's slice's; its unit's is the mean
     }

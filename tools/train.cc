@@ -139,8 +139,9 @@ static int64_t process_peak_rss_bytes() {
   return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_maxrss) * 1024 : 0;
 }
 
-// With --devices N and a budget, each shard stage's search in turn; the fastest plan that fits wins, fewer sharded states on a tie. When no
-// stage fits, the last stage's error (zero3's: the smallest peak) is the answer.
+// With --devices N and a budget, each shard stage's search in turn; the fastest plan that fits
+// wins, fewer sharded states on a tie. When no stage fits, the last stage's error (zero3's: the
+// smallest peak) is the answer.
 static Expected<SearchResult> search_shard_stages(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space) {
   std::optional<SearchResult> best;
   std::vector<ShardRung> rungs;
@@ -354,6 +355,15 @@ static Expected<std::unique_ptr<comm::Communicator>> job_communicator() {
 
 static int run_ranked(const RunArgs& args, const Plan& plan, comm::Communicator* comm);
 
+// One line for a failure (a rank other than 0 names itself), and in a job of several ranks the
+// whole job ends: no peer waits in a collective (or in MPI_Finalize) for this rank.
+static int fail_job(const Status& st, comm::Communicator* comm) {
+  const int rank = comm ? comm->rank() : 0;
+  const int code = rank == 0 ? report(st) : report(st.with_context(str_cat("rank ", rank, " of ", comm->size(), ": ")));
+  if (comm && comm->size() > 1) comm->abort(code);
+  return code;
+}
+
 // --profile: kernel time per training step (every call of the run, evaluation included, divided
 // by the steps trained), by category and by op.
 static std::map<std::string, double> op_category_ms(const std::vector<OpTime>& ops) {
@@ -422,13 +432,9 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
     args.json_report.clear();
   }
   const Plan* plan = &plan_in;
-  // A rank that fails ends the whole job, so no peer waits in a collective (or in MPI_Finalize)
-  // for it: a bad argument seen by rank 0 alone (its --json exists) included.
-  auto fail = [&](const Status& st) {
-    const int code = rank == 0 ? report(st) : report(st.with_context(str_cat("rank ", rank, " of ", comm->size(), ": ")));
-    if (comm && comm->size() > 1) comm->abort(code);
-    return code;
-  };
+  // A rank that fails ends the whole job: a bad argument seen by rank 0 alone (its --json
+  // exists) included.
+  auto fail = [&](const Status& st) { return fail_job(st, comm); };
   if (Status st = check_run_files(args, *plan); !st.ok()) return fail(st);
   StateMap state;
   if (args.profile) enable_op_profile();
@@ -579,11 +585,7 @@ int run_calibrate(const CalibrateArgs& args) {
   if (!comm.ok()) return report(comm.status());
   comm::Communicator* c = comm->get();
   const int rank = c ? c->rank() : 0;
-  auto fail = [&](const Status& st) {
-    const int code = report(rank == 0 ? st : st.with_context(str_cat("rank ", rank, ": ")));
-    if (c && c->size() > 1) c->abort(code);  // no peer waits in a collective for this rank
-    return code;
-  };
+  auto fail = [&](const Status& st) { return fail_job(st, c); };
   if (rank == 0) {
     if (Status st = check_outputs({}, {{"-o", args.output}}, args.force); !st.ok()) return fail(st);
   }

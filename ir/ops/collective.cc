@@ -13,8 +13,8 @@
 // Async pairs let a schedule overlap communication with compute: OP_start(x[, after]) returns
 // the pending result buffer (its contents undefined until done), OP_done(pending, x) completes
 // it in place. `done` reads x so that liveness keeps the source alive while the transfer runs.
-// The optional `after` is any value the start must follow (zero3's prefetch: the previous
-// unit's gathered parameters); the schedule pass issues a start as soon as it is ready.
+// The optional `after` is any value the start must follow (zero3's prefetch: the first split
+// piece of the unit before); the schedule pass may issue such a start as soon as it exists.
 #include "ir/grad.h"
 #include "ir/ops/ops.h"
 
