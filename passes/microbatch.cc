@@ -108,9 +108,10 @@ struct MicroBatch {
 // gradient summed over the micro-batches so far and step_.loss their weighted losses.
 class Accumulator {
  public:
-  Accumulator(Module& module, ValueId labels, const std::vector<ValueId>& params, ValueId scale, std::vector<ValueId> inputs,
-              const ParamBinder& bind)
-      : m_(module), labels_(labels), params_(params), scale_(scale), inputs_(std::move(inputs)), bind_(bind), sums_(params.size(), kNoValue) {}
+  Accumulator(Module& module, ValueId labels, const std::vector<ValueId>& params, ValueId scale, const LossRows& loss,
+              std::vector<ValueId> inputs, const ParamBinder& bind)
+      : m_(module), labels_(labels), params_(params), scale_(scale), loss_(loss), inputs_(std::move(inputs)), bind_(bind),
+        sums_(params.size(), kNoValue) {}
 
   // Forward (from `f`), loss and backward of one micro-batch, then the adds into the sums.
   Status add(const Module& f, const MicroBatch& mb, const AfterAutodiff& after_autodiff) {
@@ -177,11 +178,15 @@ class Accumulator {
     return v != kNoValue && std::find(m_.arguments().begin(), m_.arguments().end(), v) != m_.arguments().end();
   }
 
-  // The micro-batch's mean loss weighted by n_i/N, so the weighted losses sum to the batch's mean.
+  // The micro-batch's mean loss weighted by n_i/N, so the weighted losses sum to the batch's mean
+  // (N: the loss's divisor where it has one).
   ValueId weighted_loss(ValueId logits, const MicroBatch& mb) {
     const ValueId mb_labels = rows(m_, labels_, mb.first, mb.first + mb.size);
-    const ValueId loss = emit(m_, "softmax_cross_entropy", {logits, mb_labels});
-    const double weight = static_cast<double>(mb.size) / static_cast<double>(m_.value(labels_).type.shape[0]);
+    Attrs attrs = loss_.attrs();
+    attrs.erase("divisor");
+    const ValueId loss = emit(m_, "softmax_cross_entropy", {logits, mb_labels}, std::move(attrs));
+    const double batch = loss_.divisor > 0 ? loss_.divisor : static_cast<double>(m_.value(labels_).type.shape[0]);
+    const double weight = static_cast<double>(mb.size) / batch;
     Tensor w = Tensor::zeros(DType::kF32, {});
     w.data<float>()[0] = static_cast<float>(weight);
     const ValueId weighted = emit(m_, "mul", {loss, m_.add_constant(std::move(w), "mb_weight")});
@@ -231,6 +236,7 @@ class Accumulator {
   const ValueId labels_;
   const std::vector<ValueId>& params_;
   const ValueId scale_;
+  const LossRows& loss_;
   const std::vector<ValueId> inputs_;  // the step's data inputs [N, …], labels aside
   const ParamBinder& bind_;
   std::vector<ValueId> sums_;          // by parameter: the running sum of its gradients
@@ -254,6 +260,13 @@ int64_t random_draws_per_sample(const Module& m, const Node& node, int64_t batch
   return t.numel() / batch;  // one draw per element
 }
 
+Attrs LossRows::attrs() const {
+  Attrs a;
+  if (ignore_label) a.set("ignore_index", *ignore_label);
+  if (divisor > 0) a.set("divisor", divisor);
+  return a;
+}
+
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {
   std::vector<int64_t> sizes;
   for (int64_t i = 0; i < k; ++i) sizes.push_back(batch / k + (i < batch % k ? 1 : 0));
@@ -262,11 +275,12 @@ std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {
 
 Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const ForwardFactory& forward, int64_t k,
                                                    ValueId labels, const std::vector<ValueId>& params,
-                                                   ValueId scale, const AfterAutodiff& after_autodiff, const ParamBinder& bind) {
+                                                   ValueId scale, const LossRows& loss, const AfterAutodiff& after_autodiff,
+                                                   const ParamBinder& bind) {
   const int64_t batch = module.value(labels).type.shape[0];
   if (k < 1 || k > batch) return Status::BadInput(str_cat("--micro-batches ", k, " must be between 1 and the batch size ", batch));
   MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> inputs, batch_inputs(module, labels, batch));
-  Accumulator accumulator(module, labels, params, scale, std::move(inputs), bind);
+  Accumulator accumulator(module, labels, params, scale, loss, std::move(inputs), bind);
   std::map<int64_t, Module> forwards;  // by micro-batch size: at most two imports
   int64_t first = 0;
   const std::vector<int64_t> sizes = micro_batch_sizes(batch, k);

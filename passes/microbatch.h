@@ -18,6 +18,7 @@
 // fp32 and the mixed modes (f32 master weights), 16-bit under bf16-true and fp16-true.
 #pragma once
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "ir/graph.h"
@@ -36,6 +37,15 @@ int64_t random_draws_per_sample(const Module& m, const Node& node, int64_t batch
 // Sizes of the k micro-batches of a batch of `batch` (k ≤ batch).
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k);
 
+// How the step's cross-entropy counts its rows (ir/ops/training.cc). By default it is the mean
+// over the batch. A sharded rank divides its sum by its share of the global batch instead, and
+// a rank whose slice is one short ignores the row it pads (passes/shard.h, ShardOptions::batch).
+struct LossRows {
+  double divisor = 0;                   // 0: the batch's rows
+  std::optional<int64_t> ignore_label;  // rows with this label add nothing
+  Attrs attrs() const;  // the cross-entropy's: {ignore_index}, and {divisor} when set
+};
+
 struct AccumulatedStep {
   ValueId loss = kNoValue;    // f32 scalar: the full batch's mean loss
   ValueId logits = kNoValue;  // [N, C]: the micro-batches' logits concatenated
@@ -53,11 +63,13 @@ using ParamBinder = std::function<Expected<ValueId>(const std::string& source_na
 
 // Appends the k micro-batches to `module`, whose arguments are the full-batch forward's
 // (inputs [N, ...] and params) plus `labels` [N]; its own forward nodes must already be gone.
-// `scale` (kNoValue: none) multiplies the loss that is differentiated (dynamic loss scaling).
+// `scale` (kNoValue: none) multiplies the loss that is differentiated (dynamic loss scaling);
+// `loss` says how it counts rows (each micro-batch weighs n_i/divisor).
 // `params` are what the gradients are taken of: the parameter arguments, or the shards that
 // `bind` gathers into the parameters.
 Expected<AccumulatedStep> accumulate_micro_batches(Module& module, const ForwardFactory& forward, int64_t k,
                                                    ValueId labels, const std::vector<ValueId>& params,
-                                                   ValueId scale, const AfterAutodiff& after_autodiff = {}, const ParamBinder& bind = {});
+                                                   ValueId scale, const LossRows& loss = {}, const AfterAutodiff& after_autodiff = {},
+                                                   const ParamBinder& bind = {});
 
 }  // namespace memc

@@ -148,6 +148,11 @@ std::string shard_stage_name(ShardStage stage) {
   return "?";
 }
 
+RankSlice rank_slice(int64_t batch, int64_t devices, int64_t rank) {
+  const int64_t base = batch / devices, extra = batch % devices;
+  return {.first = rank * base + std::min(rank, extra), .rows = base + (rank < extra ? 1 : 0)};
+}
+
 Expected<ShardOptions> parse_shard(const std::string& stage, int64_t devices) {
   if (devices < 1 || devices > 4096) return Status::BadInput(str_cat("--devices ", devices, " must be between 1 and 4096"));
   ShardOptions o{.devices = devices};

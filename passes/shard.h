@@ -44,12 +44,28 @@ struct ShardOptions {
   // the device (copy_to_device, then all_gather when sharded) before the unit's forward and
   // again for its backward, as zero3 gathers them; also on one device.
   bool stream_params = false;
+  // The global batch (0: the rank's rows times devices). Rank r takes rank_slice(r)'s rows; when
+  // devices does not divide it, every rank's step has rank_rows() rows and a rank with one fewer
+  // pads a row whose label is kPaddingLabel, which the loss ignores.
+  int64_t batch = 0;
   bool active() const { return devices > 1 || stage != ShardStage::kNone; }
+  bool uneven() const { return devices > 1 && batch > 0 && batch % devices != 0; }
+  int64_t rank_rows() const { return (batch + devices - 1) / devices; }  // ⌈batch / devices⌉
   // The parameters are per-unit flat arguments (zero3's shards, or streamed whole units).
   bool flat_params() const { return stage == ShardStage::kZero3 || stream_params; }
   // Streaming on N ranks streams each rank's zero3 shards: one device, or zero3.
   bool can_stream() const { return !active() || stage == ShardStage::kZero3; }
 };
+
+// The label of a rank's padding row (ShardOptions::batch).
+inline constexpr int64_t kPaddingLabel = -1;
+
+// Rank r's rows of a global batch split over `devices`: the first batch % devices ranks take
+// one more, so sizes differ by at most one (as micro-batches do).
+struct RankSlice {
+  int64_t first = 0, rows = 0;
+};
+RankSlice rank_slice(int64_t batch, int64_t devices, int64_t rank);
 
 // "none" | "zero1" | "zero2" | "zero3" with --devices N.
 Expected<ShardOptions> parse_shard(const std::string& stage, int64_t devices);

@@ -153,10 +153,18 @@ Expected<StepValues> step_inputs(Module& module, bool loss_scaling) {
   return v;
 }
 
+// The rank's loss when the devices do not divide the global batch: its sum over the real rows,
+// divided by batch/devices (the ranks' mean then is the global batch's mean loss).
+LossRows loss_rows(const ShardOptions& shard) {
+  if (!shard.uneven()) return {};
+  return {.divisor = static_cast<double>(shard.batch) / static_cast<double>(shard.devices), .ignore_label = kPaddingLabel};
+}
+
 // One batch's loss and gradients: softmax cross-entropy (times the loss scale), autodiff, then
 // `after_autodiff` (remat) on the new forward and backward; zero3 regathers for backward.
 Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodiff& after_autodiff, const ShardOptions& shard) {
-  MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> loss_out, module.add_node("softmax_cross_entropy", {v.logits, v.labels}, {}, "loss"));
+  MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> loss_out,
+                        module.add_node("softmax_cross_entropy", {v.logits, v.labels}, loss_rows(shard).attrs(), "loss"));
   v.loss = loss_out[0];
   ValueId loss_for_grad = v.loss;
   if (v.scale != kNoValue) {
@@ -264,7 +272,8 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
   };
   const bool flat = shard.flat_params();
   MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale,
-                                                                      flat ? remat_and_regather : remat, flat ? gather : ParamBinder()));
+                                                                      loss_rows(shard), flat ? remat_and_regather : remat,
+                                                                      flat ? gather : ParamBinder()));
   v.loss = acc.loss;
   v.logits_out = acc.logits;
   v.grads = std::move(acc.grads);
@@ -286,7 +295,7 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
   PassReport report;
   report.changed = true;
   if (micro_.k > 1) {
-    const int64_t batch = rank_batch * shard_.devices;  // the global batch
+    const int64_t batch = shard_.batch > 0 ? shard_.batch : rank_batch * shard_.devices;  // the global batch
     report.lines.push_back(str_cat("microbatch: ", micro_.k, " micro-batches of ", batch / micro_.k,
                                    batch % micro_.k ? "-" + std::to_string(batch / micro_.k + 1) : std::string(),
                                    " samples; gradients accumulated in the parameters' dtype"));
@@ -311,8 +320,10 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
                                    "), each copied to the device before its forward and again for its backward"));
   }
   if (shard_.active()) {
-    report.lines.push_back(str_cat("shard ", shard_stage_name(shard_.stage), ": ", shard_.devices, " ranks of ", rank_batch,
-                                   " samples; optimizer states in blocks of ", units_, " flat units (", units_description_, ")"));
+    const std::string rows = shard_.uneven() ? str_cat(rank_batch, " or ", rank_batch - 1, " samples (a short slice pads a row the loss ignores)")
+                                             : str_cat(rank_batch, " samples");
+    report.lines.push_back(str_cat("shard ", shard_stage_name(shard_.stage), ": ", shard_.devices, " ranks of ", rows,
+                                   "; optimizer states in blocks of ", units_, " flat units (", units_description_, ")"));
   }
   return report;
 }

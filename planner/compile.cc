@@ -125,13 +125,12 @@ Status measure_step(Plan& plan, const std::string& target) {
   return Status::Ok();
 }
 
-// The batch splits evenly over the ranks, and each rank's slice into 1..slice micro-batches.
+// Every rank has a sample, and each rank's step 1..rows micro-batches.
 Status check_batch(const CompileOptions& options) {
   if (options.batch <= 0) return Status::BadInput("--batch must be a positive integer");
   const int64_t devices = options.shard.devices;
-  if (options.batch % devices != 0) {
-    return Status::BadInput(str_cat("--batch ", options.batch, " does not split evenly over --devices ", devices,
-                                    " (each rank takes batch/devices samples; unequal slices are not supported yet)"));
+  if (options.batch < devices) {
+    return Status::BadInput(str_cat("--batch ", options.batch, " is smaller than --devices ", devices, ": every rank needs a sample"));
   }
   const int64_t rank_batch = options.rank_batch();
   if (options.micro_batches < 1 || options.micro_batches > rank_batch) {
@@ -163,6 +162,7 @@ PassInstrumentation instrumentation_for(const CompileOptions& options, bool quie
 Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& options, const Module& forward, Plan& plan, bool quiet,
                                                         bool schedule_quiet) {
   PipelineOptions pipeline = options;
+  pipeline.shard.batch = options.batch;
   pipeline.forward = [this, &options](int64_t batch) -> Expected<Module> {
     MEMC_ASSIGN_OR_RETURN(const Forward* f, this->forward(options, batch));
     return f->module;

@@ -19,8 +19,9 @@ namespace memc {
 // The passes' decisions (passes/pipeline.h) and what the planner adds: the shapes, the run's
 // length, the target and the budget.
 struct CompileOptions : PipelineOptions {
-  int64_t batch = 0;  // the global batch (each of shard.devices ranks takes batch/devices)
-  int64_t rank_batch() const { return batch / std::max<int64_t>(shard.devices, 1); }  // one rank's slice
+  int64_t batch = 0;  // the global batch (rank r takes rank_slice(batch, devices, r)'s rows)
+  // The rows of each rank's step: ⌈batch / devices⌉ (a shorter slice pads; passes/shard.h).
+  int64_t rank_batch() const { return (batch + std::max<int64_t>(shard.devices, 1) - 1) / std::max<int64_t>(shard.devices, 1); }
   int64_t seq = -1;
   ScheduleOptions schedule;
   int64_t epochs = 1;

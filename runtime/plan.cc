@@ -195,11 +195,11 @@ Status validate_fields(const Plan& plan, const std::string& path) {
   if (sc.warmup_steps < 0) return bad("schedule.warmup_steps", sc.warmup_steps, "non-negative");
   if (sc.total_steps < 0) return bad("schedule.total_steps", sc.total_steps, "non-negative");
   if (!parse_precision(plan.decisions.precision).ok()) return bad("decisions.precision", "'" + plan.decisions.precision + "'", "a precision");
-  if (plan.decisions.micro_batches < 1 || plan.decisions.micro_batches > plan.batch / std::max<int64_t>(plan.devices, 1)) {
+  if (plan.devices < 1 || plan.devices > 4096 || plan.devices > plan.batch) return bad("devices", plan.devices, "1 to 4096, at most the batch");
+  if (plan.decisions.micro_batches < 1 || plan.decisions.micro_batches > plan.rank_rows()) {
     return bad("decisions.micro_batches", plan.decisions.micro_batches, "1 to the batch");
   }
   if (plan.decisions.shard < 0 || plan.decisions.shard > 3) return bad("decisions.shard", plan.decisions.shard, "0 to 3");
-  if (plan.devices < 1 || plan.devices > 4096 || plan.batch % plan.devices != 0) return bad("devices", plan.devices, "1 to 4096, dividing the batch");
   if (plan.threads < 0 || plan.threads > 4096) return bad("threads", plan.threads, "0 to 4096");
   if (plan.budget_bytes < 0) return bad("budget_bytes", plan.budget_bytes, "non-negative");
   const MemorySummary& m = plan.memory;

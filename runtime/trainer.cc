@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "backends/cuda/gemm.h"
 #include "frontend/onnx_weights.h"
 #include "frontend/param_audit.h"
+#include "passes/shard.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
 #include "runtime/executor.h"
@@ -295,7 +297,7 @@ struct TrainContext {
   std::vector<InputSpec> specs;  // the step's data inputs
   bool tty;                      // stderr is a terminal: it also sees a line per step
   int64_t horizon() const { return epochs * per_epoch; }
-  int64_t rank_batch() const { return plan.batch / plan.devices; }
+  RankSlice slice() const { return rank_slice(plan.batch, plan.devices, rank); }  // this rank's rows of a global batch
 };
 
 // Where training stands after the last step taken.
@@ -313,11 +315,18 @@ struct StepOutcome {
   bool skip = false;  // loss scaling found an inf/NaN gradient: the update was skipped
 };
 
-// Feeds of step `step`: this rank's slice of batch `b` of `order`, and the runtime scalars.
+// Feeds of step `step`: this rank's slice of batch `b` of `order`, and the runtime scalars. A
+// slice one short of the step's rows repeats its first sample, labelled as padding: the loss
+// ignores it (passes/shard.h).
 static std::map<std::string, Tensor> step_feeds(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order,
                                                 int64_t b, int64_t step, const Scaler& scaler) {
-  const int64_t rank_batch = ctx.rank_batch();
-  auto feeds = make_batch(data, order, b * ctx.plan.batch + ctx.rank * rank_batch, rank_batch, ctx.specs, kLabelsArg);
+  const RankSlice slice = ctx.slice();
+  const auto first = order.begin() + b * ctx.plan.batch + slice.first;
+  std::vector<int64_t> rows(first, first + slice.rows);
+  rows.resize(static_cast<size_t>(ctx.plan.rank_rows()), rows.front());
+  auto feeds = make_batch(data, rows, 0, ctx.plan.rank_rows(), ctx.specs, kLabelsArg);
+  int64_t* labels = feeds[kLabelsArg].data<int64_t>();
+  std::fill(labels + slice.rows, labels + ctx.plan.rank_rows(), kPaddingLabel);
   feeds[kLrArg] = f32_scalar(learning_rate(ctx.plan.schedule, step, ctx.horizon()));
   // Adam's bias correction counts applied updates: a skipped step does not advance it.
   feeds[kStepArg] = f32_scalar(static_cast<double>(ctx.scaling.scaled ? scaler.applied + 1 : step));
@@ -329,7 +338,7 @@ static std::map<std::string, Tensor> step_feeds(const TrainContext& ctx, const D
 // sharded job every rank computes its slice's (collective) and rank 0 writes the whole ones.
 static Status dump_gradients(const TrainContext& ctx, const std::map<std::string, Tensor>& feeds, int64_t step) {
   MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(ctx.backend, ctx.state));
-  const GradientRun where{.comm = ctx.comm, .batch_row_offset = ctx.rank * ctx.rank_batch()};
+  const GradientRun where{.comm = ctx.comm, .batch_row_offset = ctx.slice().first};
   MEMC_ASSIGN_OR_RETURN(auto grads, compute_gradients(ctx.plan, host, feeds, ctx.options.seed, step, where));
   if (ctx.rank != 0) return Status::Ok();
   TensorMap arrays;
@@ -343,7 +352,7 @@ static Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& da
   const auto feeds = step_feeds(ctx, data, order, b, step, scaler);
   for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(ctx.exec.set_argument(name, tensor));
   const ExecOptions opts{.training = ctx.plan.dropout, .seed = ctx.options.seed, .step = step, .comm = ctx.comm,
-                         .batch_row_offset = ctx.rank * ctx.rank_batch()};
+                         .batch_row_offset = ctx.slice().first};
   if (!ctx.options.dump_grads.empty() && first_of_run) MEMC_RETURN_IF_ERROR(dump_gradients(ctx, feeds, step));
   StepOutcome outcome;
   const auto t0 = Clock::now();

@@ -319,6 +319,38 @@ std::vector<Tensor> run_module(const GradModule& g, const ExecOptions& options) 
   return out.ok() ? *out : std::vector<Tensor>{};
 }
 
+// A sharded rank's loss (passes/shard.h): rows labelled {ignore_index} add nothing to the loss
+// and get a zero gradient; the rest are summed and divided by {divisor}, not by the rows.
+TEST(CpuGrad, CrossEntropyIgnoresPaddingRowsAndDividesByItsDivisor) {
+  const Tensor logits = make(DType::kF64, {3, 4}, {0.5, -1, 2, 0.25, 1, 1, -0.5, 3, -2, 0.75, 0, 1.5});
+  const Tensor labels = make(DType::kI64, {3}, {2, -1, 0});
+  const Tensor every = make(DType::kI64, {3}, {2, 3, 0});
+  Attrs attrs;
+  attrs.set("ignore_index", int64_t{-1});
+  attrs.set("divisor", 2.5);
+  auto row_loss = [&](int64_t row, int64_t label) {
+    double sum = 0;
+    for (int64_t c = 0; c < 4; ++c) sum += std::exp(logits.get_as_double(row * 4 + c));
+    return std::log(sum) - logits.get_as_double(row * 4 + label);
+  };
+  EXPECT_NEAR(run1("softmax_cross_entropy", {&logits, &labels}, attrs).get_as_double(0), (row_loss(0, 2) + row_loss(2, 0)) / 2.5, 1e-12);
+  EXPECT_NEAR(run1("softmax_cross_entropy", {&logits, &every}).get_as_double(0), (row_loss(0, 2) + row_loss(1, 3) + row_loss(2, 0)) / 3, 1e-12);
+  // Without ignore_index a negative label is bad input, naming its row.
+  const auto bad = run_op("softmax_cross_entropy", {&logits, &labels});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("label -1 at row 1"), std::string::npos) << bad.status().message();
+
+  const Tensor dloss = make(DType::kF64, {}, {2.0});
+  const Tensor dz = run1("softmax_cross_entropy_grad", {&dloss, &logits, &labels}, attrs);
+  const Tensor dz_every = run1("softmax_cross_entropy_grad", {&dloss, &logits, &every});
+  for (int64_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(dz.get_as_double(4 + c), 0.0) << "the ignored row's gradient is zero";
+    // Kept rows: 2·(softmax - onehot)/2.5, against the same rows' 2·(…)/3 without the attributes.
+    EXPECT_NEAR(dz.get_as_double(c), dz_every.get_as_double(c) * 3 / 2.5, 1e-12);
+    EXPECT_NEAR(dz.get_as_double(8 + c), dz_every.get_as_double(8 + c) * 3 / 2.5, 1e-12);
+  }
+}
+
 TEST(CpuGrad, DropoutGradientReplaysTheForwardMask) {
   std::mt19937 rng(24);
   Attrs attrs;

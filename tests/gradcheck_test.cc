@@ -99,6 +99,9 @@ std::vector<GradCase> cases() {
   c.push_back({"layernorm", "layernorm", {InputSpec{{2, 3, 4}}, InputSpec{{4}}, InputSpec{{4}}}, A({{"axis", int64_t{2}}, {"eps", 1e-5}})});
   c.push_back({"layernorm_2d", "layernorm", {InputSpec{{2, 3, 4}}, InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}, {"eps", 1e-5}})});
   c.push_back({"softmax_cross_entropy", "softmax_cross_entropy", {InputSpec{{4, 5}}, InputSpec{{4}, DType::kI64, 0, 5, false}}});
+  // A sharded rank's loss: labels -1 (padding) ignored, the sum divided by batch/devices.
+  c.push_back({"softmax_cross_entropy_padded", "softmax_cross_entropy", {InputSpec{{8, 5}}, InputSpec{{8}, DType::kI64, -1, 5, false}},
+               A({{"ignore_index", int64_t{-1}}, {"divisor", 2.5}})});
   c.push_back({"reshape", "reshape", {InputSpec{{2, 6}}}, A({{"shape", I{3, 4}}})});
   c.push_back({"transpose", "transpose", {InputSpec{{2, 3, 4}}}, A({{"perm", I{2, 0, 1}}})});
   c.push_back({"slice", "slice", {InputSpec{{4, 5}}}, A({{"axes", I{0, 1}}, {"starts", I{1, 4}}, {"ends", I{4, 0}}, {"steps", I{2, -2}}})});

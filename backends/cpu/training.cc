@@ -1,6 +1,8 @@
 // CPU kernels of the training ops (ir/ops/training.cc): loss, fills and fused backward ops.
 // Float work is done in the compute type of the storage (f32 for f16/bf16, f64 for f64).
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/loops.h"
@@ -39,23 +41,39 @@ Status full_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
-Status check_labels(const Tensor& labels, int64_t classes) {
+// The loss's rows: which label marks a row that adds nothing, and what the sum is divided by
+// (ir/ops/training.cc: {ignore_index}, {divisor}; by default no row is ignored and N divides).
+struct LossRows {
+  std::optional<int64_t> ignore;
+  double divisor;
+  explicit LossRows(const Node& node, int64_t rows)
+      : divisor(node.attrs.get_float("divisor", static_cast<double>(std::max<int64_t>(rows, 1)))) {
+    if (node.attrs.has("ignore_index")) ignore = node.attrs.get_int("ignore_index", -1);
+  }
+  bool ignored(int64_t label) const { return ignore && label == *ignore; }
+};
+
+Status check_labels(const Tensor& labels, int64_t classes, const LossRows& rows) {
   for (int64_t i = 0, count = labels.numel(); i < count; ++i) {
     const int64_t l = labels.data<int64_t>()[i];
-    if (l < 0 || l >= classes) return Status::BadInput(str_cat("label ", l, " at row ", i, " is outside [0, ", classes, ")"));
+    if ((l < 0 || l >= classes) && !rows.ignored(l)) {
+      return Status::BadInput(str_cat("label ", l, " at row ", i, " is outside [0, ", classes, ")"));
+    }
   }
   return Status::Ok();
 }
 
-// loss = (1/N) Σ_n [logsumexp(z_n) - z_n[label_n]]
+// loss = (1/N) Σ_n [logsumexp(z_n) - z_n[label_n]], over rows not ignored
 Status softmax_cross_entropy_kernel(KernelContext& ctx) {
   const Tensor &logits = *ctx.inputs[0], &labels = *ctx.inputs[1];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
-  MEMC_RETURN_IF_ERROR(check_labels(labels, classes));
+  const LossRows loss_rows(ctx.node, rows);
+  MEMC_RETURN_IF_ERROR(check_labels(labels, classes, loss_rows));
   return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
     const T* z = logits.data<T>();  // [N, C]
     double total = 0;
     for (int64_t n = 0; n < rows; ++n) {
+      if (loss_rows.ignored(labels.data<int64_t>()[n])) continue;
       const T* row = z + n * classes;
       double m = -INFINITY;
       for (int64_t c = 0; c < classes; ++c) m = std::max(m, static_cast<double>(load(row[c])));
@@ -63,21 +81,26 @@ Status softmax_cross_entropy_kernel(KernelContext& ctx) {
       for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(load(row[c])) - m);
       total += m + std::log(sum) - static_cast<double>(load(row[labels.data<int64_t>()[n]]));
     }
-    ctx.outputs[0]->set_from_double(0, total / static_cast<double>(std::max<int64_t>(rows, 1)));  // f32 or f64
+    ctx.outputs[0]->set_from_double(0, total / loss_rows.divisor);  // f32 or f64
   });
 }
 
-// dz = dloss·(softmax(z) - onehot(label))/N
+// dz = dloss·(softmax(z) - onehot(label))/N, zero on ignored rows
 Status softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
   const Tensor &dloss = *ctx.inputs[0], &logits = *ctx.inputs[1], &labels = *ctx.inputs[2];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
-  MEMC_RETURN_IF_ERROR(check_labels(labels, classes));
-  const double scale = dloss.get_as_double(0) / static_cast<double>(std::max<int64_t>(rows, 1));
+  const LossRows loss_rows(ctx.node, rows);
+  MEMC_RETURN_IF_ERROR(check_labels(labels, classes, loss_rows));
+  const double scale = dloss.get_as_double(0) / loss_rows.divisor;
   return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* z = logits.data<T>();       // [N, C]
     T* dz = ctx.outputs[0]->data<T>();   // [N, C]
     for (int64_t n = 0; n < rows; ++n) {
+      if (loss_rows.ignored(labels.data<int64_t>()[n])) {
+        std::fill(dz + n * classes, dz + (n + 1) * classes, store<T, C>(C(0)));
+        continue;
+      }
       const T* row = z + n * classes;
       C m = -INFINITY;
       for (int64_t c = 0; c < classes; ++c) m = std::max(m, load(row[c]));

@@ -237,7 +237,7 @@ void register_gradients(OpRegistry& r) {
   });
   set(r, "layernorm", layernorm_grad);
   set(r, "softmax_cross_entropy", [](GradBuilder& g) {
-    g.set_GI(0, g.emit("softmax_cross_entropy_grad", {g.GO(0), g.I(0), g.I(1)}));
+    g.set_GI(0, g.emit("softmax_cross_entropy_grad", {g.GO(0), g.I(0), g.I(1)}, g.attrs()));
     return Status::Ok();
   });
   set(r, "reshape", [](GradBuilder& g) { g.set_GI(0, g.reshape(g.GO(0), g.shape(g.I(0)))); return Status::Ok(); });

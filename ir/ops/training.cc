@@ -27,6 +27,8 @@ void register_training_ops(OpRegistry& r) {
          .doc = "a tensor of {shape, dtype} filled with {value}"});
 
   // softmax_cross_entropy(logits [N, C], labels i64 [N]) → mean over N of -log softmax(logits)[label].
+  // {ignore_index}: rows with that label add nothing (a sharded step's padding row); {divisor}:
+  // the sum is divided by it instead of N (a rank's share of the global batch, B/devices).
   r.add({.name = "softmax_cross_entropy", .min_inputs = 2, .max_inputs = 2,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            const TensorType &logits = c.inputs[0], &labels = c.inputs[1];
@@ -39,8 +41,9 @@ void register_training_ops(OpRegistry& r) {
            return Status::Ok();
          },
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 5 * in[0].numel(); },
-         .doc = "mean cross-entropy of softmax(logits) against integer labels (loss in f32, f64 for f64 logits)"});
-  // dlogits = dloss · (softmax(logits) - onehot(labels)) / N
+         .doc = "mean cross-entropy of softmax(logits) against integer labels (loss in f32, f64 for f64 logits); {ignore_index} rows add "
+                "nothing, and {divisor} replaces N"});
+  // dlogits = dloss · (softmax(logits) - onehot(labels)) / N, zero on {ignore_index} rows ({divisor} replaces N)
   r.add({.name = "softmax_cross_entropy_grad", .min_inputs = 3, .max_inputs = 3,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
          .doc = "(dloss, logits, labels) → dlogits"});

@@ -102,7 +102,7 @@ check_case() {  # NP STAGE PRECISION OPTIMIZER TOL FRACTION [OFFLOAD]
     || { fail "$np ranks $stage $p: $(tail -3 "$d/err")"; return; }
   local same peaks
   same=$(python3 -c "$COMPARE" "$one/r.json" "$d/r.json" "$one/ckpt/checkpoint.safetensors" "$d/ckpt/checkpoint.safetensors" "$tol" "$o" "$fraction" 2>&1) \
-    && pass "$MODEL $np ranks $stage $p $o = one device after 5 steps: losses and $same" || fail "$MODEL $np ranks $stage $p $o vs one device: $same"
+    && pass "$MODEL ${COMMON%% --lr*} $np ranks $stage $p $o = one device after 5 steps: losses and $same" || fail "$MODEL $np ranks $stage $p $o vs one device: $same"
   peaks=$(python3 -c "$PEAKS" "$d/r.json" "$np" 2>&1) && pass "$MODEL $np ranks $stage $p $o: measured = planned on every rank ($peaks bytes)" \
     || fail "$np ranks $stage $p $o peaks: $peaks"
 }
@@ -134,6 +134,24 @@ check_case 2 zero2 fp32 adamw 1e-5 0.0005
 check_case 2 zero3 fp32 adamw 1e-5 0.0005
 check_case 2 zero3 bf16-mixed adamw 0.00390625 0.01 params
 MB=
+# Unequal slices: 10 samples over 4 ranks are 3, 3, 2 and 2, and 9 over 2 are 5 and 4 (sizes
+# differ by at most one). Every rank's step has the longer slice's rows; a short slice pads a
+# row the loss ignores, and each rank's loss sum is divided by batch/devices, so the ranks' mean
+# is the global batch's mean loss. Against one device at the same global batch.
+TAG=-b10 COMMON="--batch 10 --lr 2e-3 --clip-grad-norm 1.0"
+one_device fp32 momentum
+one_device fp32 adamw
+one_device bf16-mixed adamw
+check_case 4 zero2 fp32 momentum 1e-5 0
+check_case 4 zero3 fp32 adamw 1e-5 0.0005
+check_case 4 zero1 bf16-mixed adamw 0.00390625 0.01
+check_case 4 zero3 fp32 adamw 1e-5 0.0005 params
+MB=2 check_case 4 zero3 fp32 adamw 1e-5 0.0005  # each rank's 3 rows as 2 + 1: a short rank's second micro-batch is all padding
+TAG=-b9 COMMON="--batch 9 --lr 2e-3 --clip-grad-norm 1.0"
+one_device fp32 adamw
+check_case 2 zero2 fp32 adamw 1e-5 0.0005
+MB=2 check_case 2 zero3 fp32 adamw 1e-5 0.0005  # 5 rows as 3 + 2; rank 1's padding row is in its second
+TAG="" COMMON="--batch 8 --lr 2e-3 --clip-grad-norm 1.0"
 
 # Parameter streaming on one device (--offload params): the same kernels on the same values, so
 # the losses and the checkpoint are bit-identical to the plan without offload; only the memory
@@ -172,13 +190,16 @@ assert worst <= 1e-5, worst
 print("%d arrays within %.2g" % (len(a), worst))
 '
 $MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g1.npz" >/dev/null 2>"$TMP/err" || fail "dump on one device: $(cat "$TMP/err")"
-for c in "2 zero1 none" "2 zero3 none" "4 zero3 params" "1 none params"; do
+$MEMC run "$TMP/one-b10-fp32-adamw/plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g1-b10.npz" >/dev/null 2>"$TMP/err" || fail "dump on one device: $(cat "$TMP/err")"
+for c in "2 zero1 none 8" "2 zero3 none 8" "4 zero3 params 8" "1 none params 8" "4 zero2 none 10" "4 zero3 none 10"; do
   set -- $c
-  $MEMC compile models/$MODEL.onnx $COMMON --optimizer adamw --devices "$1" --shard "$2" --offload "$3" -o "$TMP/g.plan" --force >/dev/null 2>"$TMP/err" \
+  one=$TMP/g1.npz
+  [ "$4" = 8 ] || one=$TMP/g1-b$4.npz
+  $MEMC compile models/$MODEL.onnx --batch "$4" --lr 2e-3 --clip-grad-norm 1.0 --optimizer adamw --devices "$1" --shard "$2" --offload "$3" -o "$TMP/g.plan" --force >/dev/null 2>"$TMP/err" \
     || { fail "compile $c: $(cat "$TMP/err")"; continue; }
   rm -f "$TMP/g.npz"
   ranks "$1" $MEMC run "$TMP/g.plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g.npz" >/dev/null 2>"$TMP/err" || { fail "dump $c: $(tail -2 "$TMP/err")"; continue; }
-  out=$(python3 -c "$GRADS" "$TMP/g1.npz" "$TMP/g.npz" 2>&1) && pass "--dump-grads, $1 rank(s) $2 offload $3 = one device: $out" || fail "--dump-grads $c: $out"
+  out=$(python3 -c "$GRADS" "$one" "$TMP/g.npz" 2>&1) && pass "--dump-grads, $1 rank(s) $2 offload $3 batch $4 = one device: $out" || fail "--dump-grads $c: $out"
 done
 # The text model (token embeddings, attention mask input).
 MODEL=text_encoder TAG=-text DATA="--data data/text_train.npz" COMMON="$COMMON --seq 32"
@@ -314,7 +335,7 @@ expect_error 2 "mpirun -np 2" -- $MEMC run "$TMP/r2.plan" $DATA --steps 1 --quie
 ranks 2 $MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet >"$TMP/out" 2>"$TMP/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "compile with --devices 2" "$TMP/err" && pass "a one-device plan as 2 ranks: exit 2, $(head -1 "$TMP/err")" \
   || fail "one-device plan on 2 ranks: exit $rc, $(head -3 "$TMP/err")"
-expect_error 2 "does not split evenly" -- $MEMC compile models/vit_tiny.onnx --batch 9 --devices 2 -o "$TMP/x.plan"
+expect_error 2 "--batch 3 is smaller than --devices 4" -- $MEMC compile models/vit_tiny.onnx --batch 3 --devices 4 -o "$TMP/x.plan"
 expect_error 2 "use --shard zero3" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --shard zero2 --offload params -o "$TMP/x.plan"
 expect_error 2 "--offload params needs an elementwise optimizer" -- $MEMC compile models/vit_tiny.onnx --batch 8 --offload params --optimizer adafactor -o "$TMP/x.plan"
 expect_error 2 "elementwise optimizer" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --optimizer adafactor -o "$TMP/x.plan"
