@@ -131,6 +131,48 @@ void exp_row(C* s, int64_t n) {
   }
 }
 
+// A row's max, sum and dot product in 16 interleaved partial results, combined in a fixed order:
+// GCC vectorizes the lanes (a plain loop would be one serial chain, a float reduction it may not
+// reorder: ViT-B/16's softmax rows spent more time in those chains than in their products), and
+// a result depends only on the data and n, never on alignment or threads.
+constexpr int kLanes = 16;
+
+template <typename C>
+C row_max(const C* s, int64_t n) {
+  C part[kLanes];
+  std::fill(part, part + kLanes, -std::numeric_limits<C>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) part[j] = part[j] < s[i + j] ? s[i + j] : part[j];
+  }
+  C m = -std::numeric_limits<C>::infinity();
+  for (int j = 0; j < kLanes; ++j) m = std::max(m, part[j]);
+  for (; i < n; ++i) m = std::max(m, s[i]);
+  return m;
+}
+
+template <typename C>
+C row_dot(const C* a, const C* b, int64_t n) {  // b = nullptr: Σ a
+  C part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    if (b) {
+      for (int j = 0; j < kLanes; ++j) part[j] += a[i + j] * b[i + j];
+    } else {
+      for (int j = 0; j < kLanes; ++j) part[j] += a[i + j];
+    }
+  }
+  C total = 0;
+  for (int j = 0; j < kLanes; ++j) total += part[j];
+  for (; i < n; ++i) total += b ? a[i] * b[i] : a[i];
+  return total;
+}
+
+template <typename C>
+C row_sum(const C* s, int64_t n) {
+  return row_dot<C>(s, nullptr, n);
+}
+
 // Online-softmax update of one block: turns scores into unnormalized weights e^(s - m_new),
 // rescales the running output rows by e^(m_old - m_new) and folds the block's sum into l.
 template <typename C>
@@ -139,9 +181,7 @@ void online_softmax_block(C* scores, C* out, C* row_max, C* row_sum, int64_t row
   const C neg_inf = -std::numeric_limits<C>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
     C* s = scores + r * cols;
-    C block_max = neg_inf;
-    for (int64_t c = 0; c < cols; ++c) block_max = std::max(block_max, s[c]);
-    const C new_max = std::max(row_max[r], block_max);
+    const C new_max = std::max(row_max[r], memc::cpu::row_max(s, cols));
     if (new_max == neg_inf) {  // every key so far masked out: nothing to add
       std::fill(s, s + cols, C(0));
       continue;
@@ -149,9 +189,7 @@ void online_softmax_block(C* scores, C* out, C* row_max, C* row_sum, int64_t row
     const C rescale = std::exp(row_max[r] - new_max);
     for (int64_t c = 0; c < cols; ++c) s[c] -= new_max;
     exp_row(s, cols);
-    C block_sum = 0;
-    for (int64_t c = 0; c < cols; ++c) block_sum += s[c];
-    row_sum[r] = row_sum[r] * rescale + block_sum;
+    row_sum[r] = row_sum[r] * rescale + memc::cpu::row_sum(s, cols);
     row_max[r] = new_max;
     C* o = out + r * dv;
     for (int64_t j = 0; j < dv; ++j) o[j] *= rescale;
@@ -350,11 +388,18 @@ void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const Atte
                           const AttentionDropout& dropout) {  // dy: [Tq, Dv]
   score_block(w.scores, x, q0, k0, rows, cols, g, w.gemm_scratch);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) w.prob[r * cols + c] = w.scores[r * cols + c] - w.row_max[r];
+    const C m = w.row_max[r];
+    for (int64_t c = 0; c < cols; ++c) w.prob[r * cols + c] = w.scores[r * cols + c] - m;
   }
   exp_row(w.prob, rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) w.prob[r * cols + c] = w.inv_sum[r] > C(0) ? w.prob[r * cols + c] * w.inv_sum[r] : C(0);
+    C* p = w.prob + r * cols;
+    const C inv = w.inv_sum[r];
+    if (inv > C(0)) {
+      for (int64_t c = 0; c < cols; ++c) p[c] *= inv;
+    } else {
+      std::fill(p, p + cols, C(0));
+    }
   }
   const C* dropped = w.prob;  // P̃[rows, cols]
   if (dropout.active) {
@@ -367,12 +412,12 @@ void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const Atte
   gemm(d.dv + k0 * g.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
   gemm(w.dprob, dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true}, w.gemm_scratch);
   C* ds = w.dprob;
+  if (dropout.active) {
+    for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= w.factor[i];
+  }
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t i = r * cols + c;
-      const C dp = dropout.active ? ds[i] * w.factor[i] : ds[i];
-      ds[i] = w.prob[i] * (dp - w.delta[r]);
-    }
+    const C delta = w.delta[r];
+    for (int64_t c = 0; c < cols; ++c) ds[r * cols + c] = w.prob[r * cols + c] * (ds[r * cols + c] - delta);
   }
   if (d.dbias) {
     C* db = d.dbias + x.bias_base + q0 * g.bias_row() + k0 * g.bias_col();
@@ -386,18 +431,80 @@ void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const Atte
   gemm(d.dk + k0 * g.d, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
 }
 
+// p[rows, cols] = softmax of each row of s (a row whose every key is masked: 0, not NaN).
+template <typename C>
+void softmax_rows(C* p, const C* s, int64_t rows, int64_t cols) {
+  const C neg_inf = -std::numeric_limits<C>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    const C m = row_max(s + r * cols, cols);
+    for (int64_t c = 0; c < cols; ++c) p[r * cols + c] = m == neg_inf ? neg_inf : s[r * cols + c] - m;
+  }
+  exp_row(p, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const C l = row_sum(p + r * cols, cols);
+    const C inv = l > C(0) ? C(1) / l : C(0);
+    for (int64_t c = 0; c < cols; ++c) p[r * cols + c] *= inv;
+  }
+}
+
+// dS = P∘(dP - D) in place of dP, with D_r = Σ_c P_rc·dP_rc = dy_r·o_r: the rows are whole, so
+// D needs no replayed output o. dP already carries the dropout factors.
+template <typename C>
+void softmax_grad_rows(C* dp, const C* p, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const C delta = row_dot(p + r * cols, dp + r * cols, cols);
+    for (int64_t c = 0; c < cols; ++c) dp[r * cols + c] = p[r * cols + c] * (dp[r * cols + c] - delta);
+  }
+}
+
+// A query block whose rows hold every key (Tk ≤ kKeyBlock): the scores once, the softmax of
+// whole rows, then dv, dP, dS, dq and dk — five products where replaying the online forward
+// (scores, o) and then the block (scores again) takes seven.
+template <typename C>
+void attention_grad_whole_rows(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
+                               int64_t q0, int64_t rows, const AttentionGeometry& g, const AttentionDropout& dropout) {
+  const int64_t cols = g.tk;
+  score_block(w.scores, x, q0, 0, rows, cols, g, w.gemm_scratch);
+  softmax_rows(w.prob, w.scores, rows, cols);
+  const C* dropped = w.prob;  // P̃
+  if (dropout.active) {
+    dropout.factors(w.factor, x.batch_index, q0, 0, rows, cols, g.tq, g.tk);
+    for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] = w.prob[i] * w.factor[i];
+    dropped = w.scores;
+  }
+  const C* dy_blk = dy + q0 * g.dv;
+  gemm(d.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
+  gemm(w.dprob, dy_blk, x.v, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true}, w.gemm_scratch);
+  if (dropout.active) {
+    for (int64_t i = 0; i < rows * cols; ++i) w.dprob[i] *= w.factor[i];
+  }
+  softmax_grad_rows(w.dprob, w.prob, rows, cols);
+  C* ds = w.dprob;
+  if (d.dbias) {
+    C* db = d.dbias + x.bias_base + q0 * g.bias_row();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) db[r * g.bias_row() + c * g.bias_col()] += ds[r * cols + c];
+    }
+  }
+  for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= static_cast<C>(g.scale);
+  gemm(d.dq + q0 * g.d, ds, x.k, GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true}, w.gemm_scratch);
+  gemm(d.dk, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
+}
+
 // One batch entry; only one [kQueryBlock, kKeyBlock] block of probabilities exists at a time.
 template <typename C>
 void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
                            const AttentionGeometry& g, const AttentionDropout& dropout) {  // dy: [Tq, Dv]
   for (int64_t q0 = 0; q0 < g.tq; q0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, g.tq - q0);
+    if (g.tk <= kKeyBlock) {
+      attention_grad_whole_rows(dy, x, d, w, q0, rows, g, dropout);
+      continue;
+    }
     attend_query_block(w, x, q0, rows, g, dropout);
     for (int64_t r = 0; r < rows; ++r) {  // D_r = dy_r·o_r with o_r = out_r / l_r
       w.inv_sum[r] = w.row_sum[r] > C(0) ? C(1) / w.row_sum[r] : C(0);
-      C dot = 0;
-      for (int64_t j = 0; j < g.dv; ++j) dot += dy[(q0 + r) * g.dv + j] * w.out[r * g.dv + j];
-      w.delta[r] = dot * w.inv_sum[r];
+      w.delta[r] = row_dot(dy + (q0 + r) * g.dv, w.out + r * g.dv, g.dv) * w.inv_sum[r];
     }
     for (int64_t k0 = 0; k0 < g.tk; k0 += kKeyBlock) {
       attention_grad_block(dy, x, d, w, q0, rows, k0, std::min(kKeyBlock, g.tk - k0), g, dropout);
@@ -508,14 +615,14 @@ int64_t group_gemm_scratch_floats(const AttentionGeometry& g, int64_t size) {
   return most;
 }
 
-// One thread's scratch for a group of G entries: operands widened (16-bit only), probabilities,
-// dropout factors (when dropout is possible) and outputs; the backward adds dy widened, dP and
-// the row deltas.
+// One thread's scratch for a group of G entries: operands widened (16-bit only), probabilities
+// and dropout factors (when dropout is possible); the forward adds the outputs, the backward dy
+// widened and dP.
 template <typename T, typename C>
 struct GroupScratch {
   C *q, *k, *v, *dy;            // [G, Tq, D], [G, Tk, D], [G, Tk, Dv], [G, Tq, Dv] or null (T is C)
-  C *scores, *factor, *out;     // [G, Tq, Tk], [G, Tq, Tk] or null, [G, Tq, Dv]
-  C *dprob, *delta;             // [G, Tq, Tk], [G, Tq] (backward only)
+  C *scores, *factor, *out;     // [G, Tq, Tk], [G, Tq, Tk] or null, [G, Tq, Dv] (forward only)
+  C* dprob;                     // [G, Tq, Tk] (backward only)
   float* gemm_scratch;
   GroupScratch(Workspace& ws, const AttentionGeometry& g, bool dropout_possible, bool backward, int64_t n) {
     q = take_widened<T>(ws, n * g.tq * g.d);
@@ -524,9 +631,8 @@ struct GroupScratch {
     dy = backward ? take_widened<T>(ws, n * g.tq * g.dv) : nullptr;
     scores = ws.take<C>(n * g.tq * g.tk);
     factor = ws.take<C>(dropout_possible ? n * g.tq * g.tk : 0);
-    out = ws.take<C>(n * g.tq * g.dv);
+    out = backward ? nullptr : ws.take<C>(n * g.tq * g.dv);
     dprob = backward ? ws.take<C>(n * g.tq * g.tk) : nullptr;
-    delta = backward ? ws.take<C>(n * g.tq) : nullptr;
     gemm_scratch = ws.take<float>(group_gemm_scratch_floats<C>(g, n));
   }
 };
@@ -568,17 +674,14 @@ void group_probabilities(GroupScratch<T, C>& w, const C* q, const C* k, const Te
   const C neg_inf = -std::numeric_limits<C>::infinity();
   for (int64_t r = 0; r < n * g.tq; ++r) {
     C* s = w.scores + r * g.tk;
-    C m = neg_inf;
-    for (int64_t c = 0; c < g.tk; ++c) m = std::max(m, s[c]);
+    const C m = row_max(s, g.tk);
     if (m == neg_inf) {
       std::fill(s, s + g.tk, C(0));
       continue;
     }
     for (int64_t c = 0; c < g.tk; ++c) s[c] -= m;
     exp_row(s, g.tk);
-    C l = 0;
-    for (int64_t c = 0; c < g.tk; ++c) l += s[c];
-    const C inv = C(1) / l;
+    const C inv = C(1) / row_sum(s, g.tk);
     for (int64_t c = 0; c < g.tk; ++c) s[c] *= inv;
   }
   for (int64_t e = 0; dropout.active && e < n; ++e) dropout.factors(w.factor + e * per, i0 + e, 0, 0, g.tq, g.tk, g.tq, g.tk);
@@ -622,22 +725,14 @@ void attention_grad_group(GroupScratch<T, C>& w, const Tensor& dy, const Tensor&
   group_probabilities(w, qc, kc, bias, i0, n, g, dropout, p);  // w.scores = P
   const int64_t count = n * g.tq * g.tk;
   const C* dropped = dropped_probabilities(w, w.dprob, count, dropout);  // P̃ (w.dprob is free until dP)
-  gemm(w.out, dropped, vc, p.out, w.gemm_scratch);  // o
-  for (int64_t r = 0; r < n * g.tq; ++r) {
-    C dot = 0;
-    for (int64_t j = 0; j < g.dv; ++j) dot += dyc[r * g.dv + j] * w.out[r * g.dv + j];
-    w.delta[r] = dot;
-  }
   gemm(dv, dropped, dyc, p.grad_v, w.gemm_scratch);  // dv += P̃ᵀ·dy
   gemm(w.dprob, dyc, vc, p.grad_p, w.gemm_scratch);  // dy·vᵀ (P̃ is no longer needed)
-  const C scale = static_cast<C>(g.scale);
-  for (int64_t r = 0; r < n * g.tq; ++r) {
-    for (int64_t c = 0; c < g.tk; ++c) {
-      const int64_t i = r * g.tk + c;
-      const C dp = dropout.active ? w.dprob[i] * w.factor[i] : w.dprob[i];
-      w.dprob[i] = w.scores[i] * (dp - w.delta[r]) * scale;
-    }
+  if (dropout.active) {
+    for (int64_t i = 0; i < count; ++i) w.dprob[i] *= w.factor[i];
   }
+  softmax_grad_rows(w.dprob, w.scores, n * g.tq, g.tk);  // the rows are whole: D from P and dP
+  const C scale = static_cast<C>(g.scale);
+  for (int64_t i = 0; i < count; ++i) w.dprob[i] *= scale;
   gemm(dq, w.dprob, kc, p.grad_q, w.gemm_scratch);  // dq += scale·dS·k
   gemm(dk, w.dprob, qc, p.grad_k, w.gemm_scratch);  // dk += scale·dSᵀ·q
 }
