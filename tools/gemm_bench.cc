@@ -4,6 +4,9 @@
 //   memc-gemm-bench [N=1536] [THREADS=1]   → one JSON line (bench/cpu_speed.sh)
 //   memc-gemm-bench vit_b16 [THREADS=1]    → one JSON line per GEMM shape of a ViT-B/16 step at
 //                                            batch 8 (forward, input and weight gradients)
+//   memc-gemm-bench attention [T=197] [THREADS=1] [PRECISION=f32|bf16]
+//                                          → one JSON line: memc's fused attention, forward and
+//                                            backward, at ViT-B/16's batch 8 × 12 heads × T × 64
 #include <cblas.h>
 #include <malloc.h>
 
@@ -15,6 +18,8 @@
 #include <vector>
 
 #include "backends/cpu/blas.h"
+#include "ir/graph.h"
+#include "runtime/executor.h"
 #include "runtime/host_memory.h"
 
 extern "C" void memc_preinit_anchor();  // tools/preinit.cc names OpenBLAS's kernels before it starts
@@ -116,8 +121,66 @@ void vit_b16_shapes(int64_t threads) {
   }
 }
 
+// Milliseconds of the median of 5 runs of `module` on `feeds`, after one warm-up run.
+double median_ms(const memc::Module& module, const std::map<std::string, memc::Tensor>& feeds) {
+  (void)memc::execute(module, feeds, {});
+  std::vector<double> ms;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)memc::execute(module, feeds, {});
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The fused attention op (backends/cpu/attention.cc) on ViT-B/16's shapes at batch 8: the
+// forward alone, then the forward and attention_grad as one module (a training step runs both).
+int attention_bench(int64_t t, int64_t threads, const std::string& precision) {
+  const memc::DType dtype = precision == "bf16" ? memc::DType::kBF16 : memc::DType::kF32;
+  const memc::TensorType type{dtype, {8, 12, t, 64}};
+  std::map<std::string, memc::Tensor> feeds;
+  uint64_t state = 1;
+  for (const char* name : {"q", "k", "v", "dy"}) {
+    memc::Tensor x = memc::Tensor::zeros(dtype, type.shape);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;  // a fixed LCG: the same inputs every run
+      x.set_from_double(i, static_cast<double>(state >> 40) / static_cast<double>(1 << 24) * 2.0 - 1.0);
+    }
+    feeds[name] = x;
+  }
+  auto build = [&](bool backward) {
+    memc::Module m;
+    const memc::ValueId q = m.add_argument("q", type, memc::Role::kInput), k = m.add_argument("k", type, memc::Role::kInput),
+                        v = m.add_argument("v", type, memc::Role::kInput);
+    std::vector<memc::ValueId> outs = m.add_node("attention", {q, k, v}, {}, "attention").value();
+    if (backward) {
+      const memc::ValueId dy = m.add_argument("dy", type, memc::Role::kInput);
+      const std::vector<memc::ValueId> grads = m.add_node("attention_grad", {dy, q, k, v}, {}, "attention_grad", 3).value();
+      outs.insert(outs.end(), grads.begin(), grads.end());
+    }
+    m.set_outputs(outs);
+    return m;
+  };
+  std::map<std::string, memc::Tensor> forward_feeds = feeds;
+  forward_feeds.erase("dy");
+  const double forward = median_ms(build(false), forward_feeds), both = median_ms(build(true), feeds);
+  const double flop = 4.0 * 8 * 12 * t * t * 64;  // q·kᵀ and p·v; the backward's minimum is twice that
+  std::printf("{\"threads\": %lld, \"precision\": \"%s\", \"shape\": [8, 12, %lld, 64], \"cpu\": \"%s\", \"forward_ms\": %.2f, "
+              "\"forward_backward_ms\": %.2f, \"forward_gflops\": %.1f, \"forward_backward_gflops\": %.1f}\n",
+              static_cast<long long>(threads), precision.c_str(), static_cast<long long>(t), cpu_model().c_str(), forward, both,
+              flop / forward / 1e6, 3 * flop / both / 1e6);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   memc_preinit_anchor();
+  if (argc > 1 && std::string(argv[1]) == "attention") {
+    const int64_t threads = argc > 3 ? std::atoll(argv[3]) : 1;
+    memc::set_compute_threads(threads);
+    (void)*memc::prepare_host_memory();
+    return attention_bench(argc > 2 ? std::atoll(argv[2]) : 197, threads, argc > 4 ? argv[4] : "f32");
+  }
   if (argc > 1 && std::string(argv[1]) == "vit_b16") {
     const int64_t threads = argc > 2 ? std::atoll(argv[2]) : 1;
     memc::set_compute_threads(threads);
