@@ -110,7 +110,8 @@ Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOpti
 }
 
 Expected<int64_t> ModelCompiler::fixed_batch(const CompileOptions& options) {
-  MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, options.batch));
+  // At a rank's batch: the global batch of N ranks is N times what a fixed-batch export holds.
+  MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, options.rank_batch()));
   return f->fixed_batch;
 }
 

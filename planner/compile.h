@@ -57,7 +57,8 @@ class ModelCompiler {
   // compile(options, true, true), without building the step again.
   Expected<Plan> schedule(Plan plan, const CompileOptions& options) const;
   const std::string& model_path() const { return model_path_; }
-  // The batch the export fixes (a static dim 0 on its inputs), or -1 when it is dynamic.
+  // The batch the export fixes (a static dim 0 on its inputs), or -1 when it is dynamic; read at
+  // the rank's batch.
   Expected<int64_t> fixed_batch(const CompileOptions& options);
 
  private:

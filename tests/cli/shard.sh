@@ -317,6 +317,13 @@ $MEMC compile models/vit_tiny.onnx --batch 8 --optimizer adamw --devices 2 --exp
 ranks 2 $MEMC run "$TMP/s.plan" $DATA --steps 2 --quiet --json "$TMP/s_run.json" >/dev/null 2>"$TMP/err" \
   && python3 -c "$PEAKS" "$TMP/s_run.json" 2 >/dev/null && pass "the searched plan runs as 2 ranks, measured = planned" || fail "searched plan run: $(tail -2 "$TMP/err")"
 
+# An export that fixes its batch (bert_t215: 4) searched on 2 ranks at the global batch 8: the
+# search reads the fixed batch at the rank's batch and offers no micro-batches (it refused
+# "batch 8 cannot be used" before).
+$MEMC compile models/bert_t215.onnx --batch 8 --devices 2 --budget 10GB -o "$TMP/fb.plan" --json >"$TMP/fb.json" 2>"$TMP/err" \
+  && python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["decisions"]; assert d["micro_batches"] == 1 and d["shard"] > 0, d' "$TMP/fb.json" \
+  && pass "a fixed-batch export (4 per rank) searched on 2 ranks at batch 8" || fail "fixed-batch search on 2 ranks: $(tail -1 "$TMP/err")"
+
 # memc calibrate under mpirun measures the collectives too (MPI over loopback): rank 0 writes a
 # profile with their latency and bandwidth, and a sharded compile charges its collectives by it.
 ranks 2 $MEMC calibrate -o "$TMP/prof.json" --seconds 0.05 >"$TMP/out" 2>"$TMP/err" || fail "calibrate on 2 ranks: $(tail -2 "$TMP/err")"
