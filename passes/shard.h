@@ -1,7 +1,10 @@
 // shard: data parallelism over N ranks with ZeRO-sharded optimizer states (DESIGN.md, the shard
 // pass). Every rank runs the same training step (SPMD) on its slice of the global batch:
-//   rank r takes rows [r·b, (r+1)·b) of the global batch of N·b samples; random ops offset their
-//   draws by r·b samples (attribute rng_row_stride), so N ranks replay one device's masks.
+//   rank r takes rank_slice(B, N, r): ⌊B/N⌋ rows, one more for the first B mod N ranks; random ops
+//   offset their draws by the slice's first row (attribute rng_row_stride), so N ranks replay one
+//   device's masks. Every rank's step has ⌈B/N⌉ rows: a short slice pads a row labelled
+//   kPaddingLabel, and each rank divides its loss sum by B/N (softmax_cross_entropy's
+//   ignore_index and divisor), so the ranks' mean is the global batch's mean loss.
 //   Parameters are grouped into units (the transformer's embedding, each block and the head,
 //   found from the graph's structure: passes/shard_units.h); a unit's gradients are flattened
 //   into one buffer padded to a multiple of N (so each collective is one call) and reduced:
@@ -25,8 +28,8 @@
 //   units in host memory, copied to the device before the all_gather (or instead of it on one
 //   device); the offload pass places them.
 // TrainingStep applies it between autodiff and the optimizer (passes/training_step.h).
-// Not yet: unequal slices (N must divide the batch), 8-bit and factored optimizer states (their
-// blocks and factors follow the parameter's shape).
+// Not yet: 8-bit and factored optimizer states (their blocks and factors follow the parameter's
+// shape).
 #pragma once
 #include <string>
 #include <vector>
