@@ -192,18 +192,71 @@ Status softmax_grad_kernel(KernelContext& ctx) {
   });
 }
 
-// layernorm_grad's workspace in compute type C: four rows [H] (scale broadcast, dscale, x̂, g)
-// and, when scale broadcasts from fewer elements, dscale in scale's layout [ds_n].
+// layernorm_grad splits the rows into at most kLayernormBlocks blocks of whole rows, a count
+// from the shape alone: blocks run on parallel threads, each with its own x̂ and g rows and its
+// own partial dscale, and the partials are summed in block order, so dscale does not depend on
+// --threads.
+constexpr int64_t kLayernormBlocks = 64;
+
+int64_t layernorm_block_rows(int64_t rows) { return std::max<int64_t>(1, (rows + kLayernormBlocks - 1) / kLayernormBlocks); }
+
+// layernorm_grad's workspace in compute type C: scale broadcast to [H]; per slot (one per thread,
+// at most kMaxKernelSlots) x̂ and g rows [H]; per block a partial dscale [H]; and, when scale
+// broadcasts from fewer elements, dscale in scale's layout [ds_n].
 template <typename C>
 struct LayernormGradScratch {
-  C *scale_h, *dscale, *xhat, *g, *acc;
-  LayernormGradScratch(Workspace& ws, int64_t h, int64_t ds_n)
-      : scale_h(ws.take<C>(h)), dscale(ws.take<C>(h)), xhat(ws.take<C>(h)), g(ws.take<C>(h)),
-        acc(ws.take<C>(ds_n == h ? 0 : ds_n)) {}
+  C *scale_h, *xhat, *g, *partial, *acc;
+  int64_t blocks;
+  LayernormGradScratch(Workspace& ws, int64_t rows, int64_t h, int64_t ds_n)
+      : blocks(rows > 0 ? (rows + layernorm_block_rows(rows) - 1) / layernorm_block_rows(rows) : 0) {
+    const int64_t slots = std::max<int64_t>(1, std::min(blocks, kMaxKernelSlots));
+    scale_h = ws.take<C>(h);
+    xhat = ws.take<C>(slots * h);
+    g = ws.take<C>(slots * h);
+    partial = ws.take<C>(blocks * h);
+    acc = ws.take<C>(ds_n == h ? 0 : ds_n);
+  }
 };
+
+// Σ a[j] (·b[j]) in 8 interleaved partial sums combined in a fixed order: vectorized, where one
+// running sum is a serial chain.
+template <typename C>
+C layernorm_sum(const C* a, const C* b, int64_t n) {
+  constexpr int kParts = 8;
+  C part[kParts] = {};
+  int64_t j = 0;
+  for (; j + kParts <= n; j += kParts) {
+    if (b) {
+      for (int k = 0; k < kParts; ++k) part[k] += a[j + k] * b[j + k];
+    } else {
+      for (int k = 0; k < kParts; ++k) part[k] += a[j + k];
+    }
+  }
+  C total = 0;
+  for (int k = 0; k < kParts; ++k) total += part[k];
+  for (; j < n; ++j) total += b ? a[j] * b[j] : a[j];
+  return total;
+}
 
 // With x̂ = (x - μ)·r over the normalized dims (size H), g = dy·scale:
 //   dx = r·(g - mean(g) - x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂ (scale's full broadcast shape).
+// One row: dx[r] and its dy·x̂ added into `dscale`; xr, dyr in T, xhat and g scratch rows [H].
+template <typename T, typename C>
+void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const C* scale_h, C* xhat, C* g, C* dscale, int64_t h, double eps) {
+  for (int64_t j = 0; j < h; ++j) xhat[j] = load(xr[j]);
+  const C mean = layernorm_sum<C>(xhat, nullptr, h) / static_cast<C>(h);
+  for (int64_t j = 0; j < h; ++j) xhat[j] -= mean;
+  const C inv_std = C(1) / std::sqrt(layernorm_sum<C>(xhat, xhat, h) / static_cast<C>(h) + static_cast<C>(eps));
+  for (int64_t j = 0; j < h; ++j) {
+    xhat[j] *= inv_std;
+    g[j] = load(dyr[j]) * scale_h[j];
+    dscale[j] += load(dyr[j]) * xhat[j];
+  }
+  const C mean_g = layernorm_sum<C>(g, nullptr, h) / static_cast<C>(h);
+  const C mean_gx = layernorm_sum<C>(g, xhat, h) / static_cast<C>(h);
+  for (int64_t j = 0; j < h; ++j) dx[j] = store<T, C>(inv_std * (g[j] - mean_g - xhat[j] * mean_gx));
+}
+
 Status layernorm_grad_kernel(KernelContext& ctx) {
   const Tensor &dy_t = *ctx.inputs[0], &x_t = *ctx.inputs[1], &scale_t = *ctx.inputs[2];
   const int64_t axis = ctx.node.attrs.get_int("axis", x_t.rank() - 1);  // forward's default: the last dim
@@ -221,38 +274,29 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
     const T* scale = scale_t.data<T>();  // broadcast to [H]
     T* dx = ctx.outputs[0]->data<T>();   // [rows, H]
     const int64_t ds_n = ctx.outputs[1]->numel();
-    const LayernormGradScratch<C> w(ws, h, ds_n);
-    C *scale_h = w.scale_h, *dscale = w.dscale, *xhat = w.xhat, *g = w.g;
-    std::fill(dscale, dscale + h, C(0));
-    for (int64_t j = 0; j < h; ++j) scale_h[j] = load(scale[strided_offset(j, normalized, scale_strides)]);
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * h;
-      const T* dyr = dy + r * h;
-      C mean = 0, var = 0;
-      for (int64_t j = 0; j < h; ++j) mean += load(xr[j]);
-      mean /= static_cast<C>(h);
-      for (int64_t j = 0; j < h; ++j) var += (load(xr[j]) - mean) * (load(xr[j]) - mean);
-      const C inv_std = C(1) / std::sqrt(var / static_cast<C>(h) + static_cast<C>(eps));
-      C mean_g = 0, mean_gx = 0;
-      for (int64_t j = 0; j < h; ++j) {
-        xhat[j] = (load(xr[j]) - mean) * inv_std;
-        g[j] = load(dyr[j]) * scale_h[j];
-        mean_g += g[j];
-        mean_gx += g[j] * xhat[j];
-        dscale[j] += load(dyr[j]) * xhat[j];
+    const LayernormGradScratch<C> w(ws, rows, h, ds_n);
+    for (int64_t j = 0; j < h; ++j) w.scale_h[j] = load(scale[strided_offset(j, normalized, scale_strides)]);
+    const int64_t per_block = layernorm_block_rows(rows);
+    std::fill(w.partial, w.partial + w.blocks * h, C(0));
+    parallel_ranges(w.blocks, 1, kMaxKernelSlots, [&](int64_t slot, int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
+          layernorm_grad_row<T, C>(dx + r * h, x + r * h, dy + r * h, w.scale_h, w.xhat + slot * h, w.g + slot * h, w.partial + b * h, h, eps);
+        }
       }
-      mean_g /= static_cast<C>(h);
-      mean_gx /= static_cast<C>(h);
-      for (int64_t j = 0; j < h; ++j) dx[r * h + j] = store<T, C>(inv_std * (g[j] - mean_g - xhat[j] * mean_gx));
+    });
+    C* dscale = w.partial;  // the blocks' partials summed into the first, in block order
+    for (int64_t b = 1; b < w.blocks; ++b) {
+      for (int64_t j = 0; j < h; ++j) dscale[j] += w.partial[b * h + j];
     }
     // dscale has the normalized dims' full shape; the rule sums it down to scale's shape.
     T* ds = ctx.outputs[1]->data<T>();
     if (ds_n == h) {
-      for (int64_t j = 0; j < h; ++j) ds[j] = store<T, C>(dscale[j]);
+      for (int64_t j = 0; j < h; ++j) ds[j] = store<T, C>(rows > 0 ? dscale[j] : C(0));
     } else {  // scale broadcast from fewer elements: accumulate into its own layout
       C* acc = w.acc;
       std::fill(acc, acc + ds_n, C(0));
-      for (int64_t j = 0; j < h; ++j) acc[strided_offset(j, normalized, scale_strides)] += dscale[j];
+      for (int64_t j = 0; rows > 0 && j < h; ++j) acc[strided_offset(j, normalized, scale_strides)] += dscale[j];
       for (int64_t j = 0; j < ds_n; ++j) ds[j] = store<T, C>(acc[j]);
     }
   });
@@ -265,7 +309,7 @@ int64_t layernorm_grad_workspace(const Node& node, std::span<const TensorType> i
   const int64_t h = split_at(x, axis).second, ds_n = out[1].numel();
   return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
     if constexpr (kIsFloatStorage<T>) {
-      const LayernormGradScratch<typename Compute<T>::type> scratch(ws, h, ds_n);
+      const LayernormGradScratch<typename Compute<T>::type> scratch(ws, split_at(x, axis).first, h, ds_n);
       (void)scratch;
     }
   });
