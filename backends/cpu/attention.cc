@@ -131,14 +131,12 @@ void exp_row(C* s, int64_t n) {
   }
 }
 
-// A row's max, sum and dot product in 16 interleaved partial results, combined in a fixed order:
-// GCC vectorizes the lanes (a plain loop would be one serial chain, a float reduction it may not
-// reorder: ViT-B/16's softmax rows spent more time in those chains than in their products), and
-// a result depends only on the data and n, never on alignment or threads.
-constexpr int kLanes = 16;
-
+// A row's max in 16 interleaved partial results combined in a fixed order (as interleaved_dot,
+// backends/cpu/loops.h, does for sums): GCC vectorizes the lanes; a plain loop is one serial
+// chain (ViT-B/16's softmax rows spent more time in those chains than in their products).
 template <typename C>
 C row_max(const C* s, int64_t n) {
+  constexpr int kLanes = 16;
   C part[kLanes];
   std::fill(part, part + kLanes, -std::numeric_limits<C>::infinity());
   int64_t i = 0;
@@ -149,28 +147,6 @@ C row_max(const C* s, int64_t n) {
   for (int j = 0; j < kLanes; ++j) m = std::max(m, part[j]);
   for (; i < n; ++i) m = std::max(m, s[i]);
   return m;
-}
-
-template <typename C>
-C row_dot(const C* a, const C* b, int64_t n) {  // b = nullptr: Σ a
-  C part[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    if (b) {
-      for (int j = 0; j < kLanes; ++j) part[j] += a[i + j] * b[i + j];
-    } else {
-      for (int j = 0; j < kLanes; ++j) part[j] += a[i + j];
-    }
-  }
-  C total = 0;
-  for (int j = 0; j < kLanes; ++j) total += part[j];
-  for (; i < n; ++i) total += b ? a[i] * b[i] : a[i];
-  return total;
-}
-
-template <typename C>
-C row_sum(const C* s, int64_t n) {
-  return row_dot<C>(s, nullptr, n);
 }
 
 // Online-softmax update of one block: turns scores into unnormalized weights e^(s - m_new),
@@ -189,7 +165,7 @@ void online_softmax_block(C* scores, C* out, C* row_max, C* row_sum, int64_t row
     const C rescale = std::exp(row_max[r] - new_max);
     for (int64_t c = 0; c < cols; ++c) s[c] -= new_max;
     exp_row(s, cols);
-    row_sum[r] = row_sum[r] * rescale + memc::cpu::row_sum(s, cols);
+    row_sum[r] = row_sum[r] * rescale + interleaved_dot<C>(s, nullptr, cols);
     row_max[r] = new_max;
     C* o = out + r * dv;
     for (int64_t j = 0; j < dv; ++j) o[j] *= rescale;
@@ -441,7 +417,7 @@ void softmax_rows(C* p, const C* s, int64_t rows, int64_t cols) {
   }
   exp_row(p, rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
-    const C l = row_sum(p + r * cols, cols);
+    const C l = interleaved_dot<C>(p + r * cols, nullptr, cols);
     const C inv = l > C(0) ? C(1) / l : C(0);
     for (int64_t c = 0; c < cols; ++c) p[r * cols + c] *= inv;
   }
@@ -452,7 +428,7 @@ void softmax_rows(C* p, const C* s, int64_t rows, int64_t cols) {
 template <typename C>
 void softmax_grad_rows(C* dp, const C* p, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
-    const C delta = row_dot(p + r * cols, dp + r * cols, cols);
+    const C delta = interleaved_dot<C>(p + r * cols, dp + r * cols, cols);
     for (int64_t c = 0; c < cols; ++c) dp[r * cols + c] = p[r * cols + c] * (dp[r * cols + c] - delta);
   }
 }
@@ -504,7 +480,7 @@ void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const Att
     attend_query_block(w, x, q0, rows, g, dropout);
     for (int64_t r = 0; r < rows; ++r) {  // D_r = dy_r·o_r with o_r = out_r / l_r
       w.inv_sum[r] = w.row_sum[r] > C(0) ? C(1) / w.row_sum[r] : C(0);
-      w.delta[r] = row_dot(dy + (q0 + r) * g.dv, w.out + r * g.dv, g.dv) * w.inv_sum[r];
+      w.delta[r] = interleaved_dot<C>(dy + (q0 + r) * g.dv, w.out + r * g.dv, g.dv) * w.inv_sum[r];
     }
     for (int64_t k0 = 0; k0 < g.tk; k0 += kKeyBlock) {
       attention_grad_block(dy, x, d, w, q0, rows, k0, std::min(kKeyBlock, g.tk - k0), g, dropout);
@@ -681,7 +657,7 @@ void group_probabilities(GroupScratch<T, C>& w, const C* q, const C* k, const Te
     }
     for (int64_t c = 0; c < g.tk; ++c) s[c] -= m;
     exp_row(s, g.tk);
-    const C inv = C(1) / row_sum(s, g.tk);
+    const C inv = C(1) / interleaved_dot<C>(s, nullptr, g.tk);
     for (int64_t c = 0; c < g.tk; ++c) s[c] *= inv;
   }
   for (int64_t e = 0; dropout.active && e < n; ++e) dropout.factors(w.factor + e * per, i0 + e, 0, 0, g.tq, g.tk, g.tq, g.tk);

@@ -218,42 +218,22 @@ struct LayernormGradScratch {
   }
 };
 
-// Σ a[j] (·b[j]) in 8 interleaved partial sums combined in a fixed order: vectorized, where one
-// running sum is a serial chain.
-template <typename C>
-C layernorm_sum(const C* a, const C* b, int64_t n) {
-  constexpr int kParts = 8;
-  C part[kParts] = {};
-  int64_t j = 0;
-  for (; j + kParts <= n; j += kParts) {
-    if (b) {
-      for (int k = 0; k < kParts; ++k) part[k] += a[j + k] * b[j + k];
-    } else {
-      for (int k = 0; k < kParts; ++k) part[k] += a[j + k];
-    }
-  }
-  C total = 0;
-  for (int k = 0; k < kParts; ++k) total += part[k];
-  for (; j < n; ++j) total += b ? a[j] * b[j] : a[j];
-  return total;
-}
-
 // With x̂ = (x - μ)·r over the normalized dims (size H), g = dy·scale:
 //   dx = r·(g - mean(g) - x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂ (scale's full broadcast shape).
 // One row: dx[r] and its dy·x̂ added into `dscale`; xr, dyr in T, xhat and g scratch rows [H].
 template <typename T, typename C>
 void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const C* scale_h, C* xhat, C* g, C* dscale, int64_t h, double eps) {
   for (int64_t j = 0; j < h; ++j) xhat[j] = load(xr[j]);
-  const C mean = layernorm_sum<C>(xhat, nullptr, h) / static_cast<C>(h);
+  const C mean = interleaved_dot<C>(xhat, nullptr, h) / static_cast<C>(h);
   for (int64_t j = 0; j < h; ++j) xhat[j] -= mean;
-  const C inv_std = C(1) / std::sqrt(layernorm_sum<C>(xhat, xhat, h) / static_cast<C>(h) + static_cast<C>(eps));
+  const C inv_std = C(1) / std::sqrt(interleaved_dot<C>(xhat, xhat, h) / static_cast<C>(h) + static_cast<C>(eps));
   for (int64_t j = 0; j < h; ++j) {
     xhat[j] *= inv_std;
     g[j] = load(dyr[j]) * scale_h[j];
     dscale[j] += load(dyr[j]) * xhat[j];
   }
-  const C mean_g = layernorm_sum<C>(g, nullptr, h) / static_cast<C>(h);
-  const C mean_gx = layernorm_sum<C>(g, xhat, h) / static_cast<C>(h);
+  const C mean_g = interleaved_dot<C>(g, nullptr, h) / static_cast<C>(h);
+  const C mean_gx = interleaved_dot<C>(g, xhat, h) / static_cast<C>(h);
   for (int64_t j = 0; j < h; ++j) dx[j] = store<T, C>(inv_std * (g[j] - mean_g - xhat[j] * mean_gx));
 }
 

@@ -95,11 +95,13 @@ t = json.dumps(h).encode(); t += b" " * ((8 - len(t) % 8) % 8); open(sys.argv[1]
 resume_refused "no header checksum"
 
 # One run at a time: a run holding the folder (stopped mid-run) makes a second one exit 2
-# naming its pid; two started together: exactly one proceeds.
-$MEMC run p.plan --data train.npz --checkpoint held --quiet >/dev/null 2>"$TMP/held.err" & holder=$!
+# naming its pid; two started together: exactly one proceeds. The holder trains 800 steps
+# (about 2 s): p.plan's 16 steps (0.16 s) could end before the poll below saw its lock.
+$MEMC compile m.onnx --batch 8 --epochs 400 --steps-per-epoch 2 -o long.plan >/dev/null 2>&1 || fail "compile the holder's plan"
+$MEMC run long.plan --data train.npz --checkpoint held --quiet >/dev/null 2>"$TMP/held.err" & holder=$!
 for _ in $(seq 1 600); do [ "$(cat held/.memc.lock 2>/dev/null)" = "$holder" ] && break; sleep 0.05; done
 kill -STOP $holder
-hostile 2 "in use by memc pid $holder" -- $MEMC run p.plan --data train.npz --checkpoint held --resume --quiet
+hostile 2 "in use by memc pid $holder" -- $MEMC run long.plan --data train.npz --checkpoint held --resume --quiet
 kill -CONT $holder
 wait $holder && pass "the holder finished" || fail "holder: $(cat "$TMP/held.err")"
 for trial in 1 2; do
