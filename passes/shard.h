@@ -31,6 +31,7 @@
 // Not yet: 8-bit and factored optimizer states (their blocks and factors follow the parameter's
 // shape).
 #pragma once
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -47,13 +48,12 @@ struct ShardOptions {
   // the device (copy_to_device, then all_gather when sharded) before the unit's forward and
   // again for its backward, as zero3 gathers them; also on one device.
   bool stream_params = false;
-  // The global batch (0: the rank's rows times devices). Rank r takes rank_slice(r)'s rows; when
-  // devices does not divide it, every rank's step has rank_rows() rows and a rank with one fewer
+  // The global batch (0: the rank's rows times devices). Rank r takes rank_slice's rows; when
+  // devices does not divide it, every rank's step has rank_rows rows and a rank with one fewer
   // pads a row whose label is kPaddingLabel, which the loss ignores.
   int64_t batch = 0;
   bool active() const { return devices > 1 || stage != ShardStage::kNone; }
   bool uneven() const { return devices > 1 && batch > 0 && batch % devices != 0; }
-  int64_t rank_rows() const { return (batch + devices - 1) / devices; }  // ⌈batch / devices⌉
   // The parameters are per-unit flat arguments (zero3's shards, or streamed whole units).
   bool flat_params() const { return stage == ShardStage::kZero3 || stream_params; }
   // Streaming on N ranks streams each rank's zero3 shards: one device, or zero3.
@@ -69,6 +69,11 @@ struct RankSlice {
   int64_t first = 0, rows = 0;
 };
 RankSlice rank_slice(int64_t batch, int64_t devices, int64_t rank);
+// The rows of every rank's step: the longest slice, ⌈batch / devices⌉ (devices < 1 counts as 1).
+inline int64_t rank_rows(int64_t batch, int64_t devices) {
+  devices = std::max<int64_t>(devices, 1);
+  return (batch + devices - 1) / devices;
+}
 
 // "none" | "zero1" | "zero2" | "zero3" with --devices N.
 Expected<ShardOptions> parse_shard(const std::string& stage, int64_t devices);

@@ -2,7 +2,6 @@
 // autodiff, optimizer) and the forward pass for evaluation, verifies both, and fills a Plan.
 // The memory passes and the budget search of later work plug in here.
 #pragma once
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -21,7 +20,7 @@ namespace memc {
 struct CompileOptions : PipelineOptions {
   int64_t batch = 0;  // the global batch (rank r takes rank_slice(batch, devices, r)'s rows)
   // The rows of each rank's step: ⌈batch / devices⌉ (a shorter slice pads; passes/shard.h).
-  int64_t rank_batch() const { return (batch + std::max<int64_t>(shard.devices, 1) - 1) / std::max<int64_t>(shard.devices, 1); }
+  int64_t rank_batch() const { return rank_rows(batch, shard.devices); }
   int64_t seq = -1;
   ScheduleOptions schedule;
   int64_t epochs = 1;

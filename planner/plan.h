@@ -61,7 +61,7 @@ struct Plan {
   ScheduleOptions schedule;
   Decisions decisions;
   int64_t devices = 1;       // ranks the step is sharded over (passes/shard.h); `batch` is their global batch
-  int64_t rank_rows() const { return (batch + devices - 1) / devices; }  // the rows of each rank's step
+  int64_t rank_rows() const { return memc::rank_rows(batch, devices); }  // the rows of each rank's step (passes/shard.h)
   // Compute threads the CPU kernels' workspaces were sized for (the GEMM library's scratchpad
   // grows with its threads); `memc run` uses no more by default. 0: not recorded (older plans).
   int64_t threads = 0;
