@@ -357,57 +357,8 @@ struct BackwardScratch : QueryBlockScratch<C> {
         dprob(ws.take<C>(this->rows * std::min(kKeyBlock, g.tk))), inv_sum(ws.take<C>(this->rows)), delta(ws.take<C>(this->rows)) {}
 };
 
-// The key block k0..k0+cols of query block q0..q0+rows; w holds the replayed row stats.
-template <typename C>
-void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
-                          int64_t q0, int64_t rows, int64_t k0, int64_t cols, const AttentionGeometry& g,
-                          const AttentionDropout& dropout) {  // dy: [Tq, Dv]
-  score_block(w.scores, x, q0, k0, rows, cols, g, w.gemm_scratch);
-  for (int64_t r = 0; r < rows; ++r) {
-    const C m = w.row_max[r];
-    for (int64_t c = 0; c < cols; ++c) w.prob[r * cols + c] = w.scores[r * cols + c] - m;
-  }
-  exp_row(w.prob, rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    C* p = w.prob + r * cols;
-    const C inv = w.inv_sum[r];
-    if (inv > C(0)) {
-      for (int64_t c = 0; c < cols; ++c) p[c] *= inv;
-    } else {
-      std::fill(p, p + cols, C(0));
-    }
-  }
-  const C* dropped = w.prob;  // P̃[rows, cols]
-  if (dropout.active) {
-    dropout.factors(w.factor, x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
-    for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] = w.prob[i] * w.factor[i];
-    dropped = w.scores;
-  }
-  const C* dy_blk = dy + q0 * g.dv;
-  // dv[cols, Dv] += P̃ᵀ[cols, rows]·dy[rows, Dv];  dP[rows, cols] = dy[rows, Dv]·v_blkᵀ
-  gemm(d.dv + k0 * g.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
-  gemm(w.dprob, dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true}, w.gemm_scratch);
-  C* ds = w.dprob;
-  if (dropout.active) {
-    for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= w.factor[i];
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const C delta = w.delta[r];
-    for (int64_t c = 0; c < cols; ++c) ds[r * cols + c] = w.prob[r * cols + c] * (ds[r * cols + c] - delta);
-  }
-  if (d.dbias) {
-    C* db = d.dbias + x.bias_base + q0 * g.bias_row() + k0 * g.bias_col();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) db[r * g.bias_row() + c * g.bias_col()] += ds[r * cols + c];
-    }
-  }
-  for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= static_cast<C>(g.scale);
-  // dq[rows, D] += dS·k_blk;  dk[cols, D] += dSᵀ·q_blk
-  gemm(d.dq + q0 * g.d, ds, x.k + k0 * g.d, GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true}, w.gemm_scratch);
-  gemm(d.dk + k0 * g.d, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
-}
-
-// p[rows, cols] = softmax of each row of s (a row whose every key is masked: 0, not NaN).
+// p[rows, cols] = softmax of each row of s (a row whose every key is masked: 0, not NaN); p may
+// be s.
 template <typename C>
 void softmax_rows(C* p, const C* s, int64_t rows, int64_t cols) {
   const C neg_inf = -std::numeric_limits<C>::infinity();
@@ -433,38 +384,71 @@ void softmax_grad_rows(C* dp, const C* p, int64_t rows, int64_t cols) {
   }
 }
 
-// A query block whose rows hold every key (Tk ≤ kKeyBlock): the scores once, the softmax of
-// whole rows, then dv, dP, dS, dq and dk — five products where replaying the online forward
-// (scores, o) and then the block (scores again) takes seven.
+// P from the scores of the key block with the replayed row stats (w.row_max, w.inv_sum).
 template <typename C>
-void attention_grad_whole_rows(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
-                               int64_t q0, int64_t rows, const AttentionGeometry& g, const AttentionDropout& dropout) {
-  const int64_t cols = g.tk;
-  score_block(w.scores, x, q0, 0, rows, cols, g, w.gemm_scratch);
-  softmax_rows(w.prob, w.scores, rows, cols);
-  const C* dropped = w.prob;  // P̃
+void probabilities_from_stats(BackwardScratch<C>& w, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const C m = w.row_max[r];
+    for (int64_t c = 0; c < cols; ++c) w.prob[r * cols + c] = w.scores[r * cols + c] - m;
+  }
+  exp_row(w.prob, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    C* p = w.prob + r * cols;
+    const C inv = w.inv_sum[r];
+    if (inv > C(0)) {
+      for (int64_t c = 0; c < cols; ++c) p[c] *= inv;
+    } else {
+      std::fill(p, p + cols, C(0));
+    }
+  }
+}
+
+// The key block k0..k0+cols of query block q0..q0+rows. With `whole_rows` (the block holds every
+// key: k0 = 0, cols = Tk) P is the softmax of whole rows and D_r = Σ_c P_rc·dP_rc, so nothing of
+// the forward is replayed: five products where replaying the online forward (scores, o) first
+// takes seven. Otherwise w holds the replayed row stats and D (w.delta).
+template <typename C>
+void attention_grad_block(const C* dy, const AttentionOperands<C>& x, const AttentionGrads<C>& d, BackwardScratch<C>& w,
+                          int64_t q0, int64_t rows, int64_t k0, int64_t cols, const AttentionGeometry& g,
+                          const AttentionDropout& dropout, bool whole_rows) {  // dy: [Tq, Dv]
+  score_block(w.scores, x, q0, k0, rows, cols, g, w.gemm_scratch);
+  if (whole_rows) {
+    softmax_rows(w.prob, w.scores, rows, cols);
+  } else {
+    probabilities_from_stats(w, rows, cols);
+  }
+  const C* dropped = w.prob;  // P̃[rows, cols]
   if (dropout.active) {
-    dropout.factors(w.factor, x.batch_index, q0, 0, rows, cols, g.tq, g.tk);
+    dropout.factors(w.factor, x.batch_index, q0, k0, rows, cols, g.tq, g.tk);
     for (int64_t i = 0; i < rows * cols; ++i) w.scores[i] = w.prob[i] * w.factor[i];
     dropped = w.scores;
   }
   const C* dy_blk = dy + q0 * g.dv;
-  gemm(d.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
-  gemm(w.dprob, dy_blk, x.v, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true}, w.gemm_scratch);
-  if (dropout.active) {
-    for (int64_t i = 0; i < rows * cols; ++i) w.dprob[i] *= w.factor[i];
-  }
-  softmax_grad_rows(w.dprob, w.prob, rows, cols);
+  // dv[cols, Dv] += P̃ᵀ[cols, rows]·dy[rows, Dv];  dP[rows, cols] = dy[rows, Dv]·v_blkᵀ
+  gemm(d.dv + k0 * g.dv, dropped, dy_blk, GemmShape{.m = cols, .n = g.dv, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
+  gemm(w.dprob, dy_blk, x.v + k0 * g.dv, GemmShape{.m = rows, .n = cols, .k = g.dv, .trans_b = true}, w.gemm_scratch);
   C* ds = w.dprob;
+  if (dropout.active) {
+    for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= w.factor[i];
+  }
+  if (whole_rows) {
+    softmax_grad_rows(ds, w.prob, rows, cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      const C delta = w.delta[r];
+      for (int64_t c = 0; c < cols; ++c) ds[r * cols + c] = w.prob[r * cols + c] * (ds[r * cols + c] - delta);
+    }
+  }
   if (d.dbias) {
-    C* db = d.dbias + x.bias_base + q0 * g.bias_row();
+    C* db = d.dbias + x.bias_base + q0 * g.bias_row() + k0 * g.bias_col();
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) db[r * g.bias_row() + c * g.bias_col()] += ds[r * cols + c];
     }
   }
   for (int64_t i = 0; i < rows * cols; ++i) ds[i] *= static_cast<C>(g.scale);
-  gemm(d.dq + q0 * g.d, ds, x.k, GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true}, w.gemm_scratch);
-  gemm(d.dk, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
+  // dq[rows, D] += dS·k_blk;  dk[cols, D] += dSᵀ·q_blk
+  gemm(d.dq + q0 * g.d, ds, x.k + k0 * g.d, GemmShape{.m = rows, .n = g.d, .k = cols, .accumulate = true}, w.gemm_scratch);
+  gemm(d.dk + k0 * g.d, ds, x.q + q0 * g.d, GemmShape{.m = cols, .n = g.d, .k = rows, .trans_a = true, .accumulate = true}, w.gemm_scratch);
 }
 
 // One batch entry; only one [kQueryBlock, kKeyBlock] block of probabilities exists at a time.
@@ -474,7 +458,7 @@ void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const Att
   for (int64_t q0 = 0; q0 < g.tq; q0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, g.tq - q0);
     if (g.tk <= kKeyBlock) {
-      attention_grad_whole_rows(dy, x, d, w, q0, rows, g, dropout);
+      attention_grad_block(dy, x, d, w, q0, rows, 0, g.tk, g, dropout, true);
       continue;
     }
     attend_query_block(w, x, q0, rows, g, dropout);
@@ -483,7 +467,7 @@ void attention_grad_matrix(const C* dy, const AttentionOperands<C>& x, const Att
       w.delta[r] = interleaved_dot<C>(dy + (q0 + r) * g.dv, w.out + r * g.dv, g.dv) * w.inv_sum[r];
     }
     for (int64_t k0 = 0; k0 < g.tk; k0 += kKeyBlock) {
-      attention_grad_block(dy, x, d, w, q0, rows, k0, std::min(kKeyBlock, g.tk - k0), g, dropout);
+      attention_grad_block(dy, x, d, w, q0, rows, k0, std::min(kKeyBlock, g.tk - k0), g, dropout, false);
     }
   }
 }
@@ -647,19 +631,7 @@ void group_probabilities(GroupScratch<T, C>& w, const C* q, const C* k, const Te
   for (int64_t e = 0; bias && e < n; ++e) {
     add_bias_block(w.scores + e * per, *bias, g.bias_offset(i0 + e), g.bias_row(), g.bias_col(), g.tq, g.tk);
   }
-  const C neg_inf = -std::numeric_limits<C>::infinity();
-  for (int64_t r = 0; r < n * g.tq; ++r) {
-    C* s = w.scores + r * g.tk;
-    const C m = row_max(s, g.tk);
-    if (m == neg_inf) {
-      std::fill(s, s + g.tk, C(0));
-      continue;
-    }
-    for (int64_t c = 0; c < g.tk; ++c) s[c] -= m;
-    exp_row(s, g.tk);
-    const C inv = C(1) / interleaved_dot<C>(s, nullptr, g.tk);
-    for (int64_t c = 0; c < g.tk; ++c) s[c] *= inv;
-  }
+  softmax_rows(w.scores, w.scores, n * g.tq, g.tk);
   for (int64_t e = 0; dropout.active && e < n; ++e) dropout.factors(w.factor + e * per, i0 + e, 0, 0, g.tq, g.tk, g.tq, g.tk);
 }
 
