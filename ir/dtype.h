@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "support/float16.h"
+
 namespace memc {
 
 enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI64, kI32, kBool, kU8 };
@@ -18,23 +20,7 @@ bool is_integer(DType t);  // i64, i32, u8 (not bool)
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);
 
-// 16-bit float conversions with round-to-nearest-even.
-uint16_t f32_to_f16(float f);
-float f16_to_f32(uint16_t h);
-// Inline and branch-free (a select, not a branch, for NaN), so loops over bf16 vectorize.
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (x >> 16) | 0x40u;
-  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
-inline float bf16_to_f32(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+// 16-bit float conversions with round-to-nearest-even: support/float16.h (host and device).
 
 // Distinct storage types so templates can tell them apart from uint16_t.
 struct f16_t {

@@ -28,6 +28,14 @@ std::vector<int64_t> row_major_strides(const Shape& shape) {
   return strides;
 }
 
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  const std::vector<int64_t> own = row_major_strides(in);
+  const size_t lead = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) strides[lead + d] = in[d] == 1 ? 0 : own[d];
+  return strides;
+}
+
 Tensor Tensor::zeros(DType dtype, Shape shape) {
   Tensor t;
   t.dtype_ = dtype;

@@ -16,6 +16,9 @@ using Shape = std::vector<int64_t>;
 int64_t numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "16x197x768", "" for scalars
 std::vector<int64_t> row_major_strides(const Shape& shape);
+// Element strides of `in` seen as broadcast to `out` (numpy rules, `in` right-aligned):
+// 0 along dims that `in` lacks or holds as 1.
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 
 class Tensor {
  public:

@@ -81,7 +81,7 @@ std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(size));
   std::iota(order.begin(), order.end(), int64_t{0});
   for (int64_t i = size - 1; i > 0; --i) {
-    const uint32_t r = cpu::counter_random(seed, kShuffleStream + static_cast<uint64_t>(epoch), static_cast<uint64_t>(i));
+    const uint32_t r = counter_random(seed, kShuffleStream + static_cast<uint64_t>(epoch), static_cast<uint64_t>(i));
     std::swap(order[i], order[r % static_cast<uint64_t>(i + 1)]);
   }
   return order;

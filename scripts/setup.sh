@@ -9,6 +9,7 @@ PACKAGES=(cmake g++ make ninja-build pkg-config
           libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev libzip-dev zlib1g-dev
           libcli11-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin  # backends/comm: CPU ranks under mpirun
+          python3-pip  # scripts/cudnn_frontend.sh: the cuDNN frontend's headers from PyPI
           chromium)  # headless: the timeline page's DOM test
 
 missing=()
@@ -23,5 +24,10 @@ fi
 
 [[ "${1:-}" == "--deps-only" ]] && exit 0
 BUILD_DIR="${1:-build}"
+# cuDNN attention (backends/cuda/cudnn_sdpa.cc) needs the cuDNN frontend's headers, from PyPI;
+# without them the build goes on and leaves it out.
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  scripts/cudnn_frontend.sh || echo "setup: no cuDNN frontend headers; cuDNN attention is not built" >&2
+fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD_DIR" -j"$(nproc)"

@@ -113,8 +113,8 @@ struct DropoutSpec {
   double factor(int64_t b, int64_t i, int64_t j, int64_t tq, int64_t tk) const {
     if (!options.training || ratio <= 0) return 1.0;
     const uint64_t index = static_cast<uint64_t>((b * tq + i) * tk + j);
-    const bool kept = cpu::counter_random(options.seed, cpu::dropout_stream(node_seed, options.step), index) <
-                      cpu::dropout_threshold(ratio);
+    const bool kept = counter_random(options.seed, dropout_stream(node_seed, options.step), index) <
+                      dropout_threshold(ratio);
     return kept ? 1.0 / (1.0 - ratio) : 0.0;
   }
 };

@@ -55,13 +55,7 @@ struct LeakyRelu {
 struct Gelu {
   static constexpr bool kFloatOnly = true;
   explicit Gelu(const Node& n) : tanh_form(n.attrs.get_string("approximate", "none") == "tanh") {}
-  template <typename C> C operator()(C x) const {
-    if (tanh_form) {  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-      const C inner = C(0.7978845608028654) * (x + C(0.044715) * x * x * x);
-      return C(0.5) * x * (C(1) + std::tanh(inner));
-    }
-    return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));  // x·Φ(x)
-  }
+  template <typename C> C operator()(C x) const { return gelu<C>(x, tanh_form); }  // backends/kernel_math.h
   void floats(float* x, int64_t n) const {  // the same formulas, the erf or tanh in vectors
     float t[kVectorChunk];
     for (int64_t i = 0; i < n; ++i) t[i] = tanh_form ? 0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i]) : x[i] * 0.7071067811865476f;

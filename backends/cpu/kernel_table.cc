@@ -53,13 +53,5 @@ std::vector<std::string> kernel_ops() {
   return out;
 }
 
-uint32_t counter_random(uint64_t seed, uint64_t stream, uint64_t index) {
-  // SplitMix64 over a combined counter: statistically sound, stateless and cheap.
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (stream + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ index;
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<uint32_t>((z ^ (z >> 31)) >> 16);
-}
 
 }  // namespace memc::cpu

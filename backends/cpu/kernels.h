@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/kernel_math.h"  // counter_random, dropout draws, GELU, Adam
 #include "ir/graph.h"
 
 namespace memc::cpu {
@@ -47,8 +48,5 @@ struct KernelTable {
   std::vector<Entry> entries;
 };
 
-// Counter-based RNG (Philox-style mixing): the same (seed, stream, index) gives the same bits
-// on every run and every recomputation.
-uint32_t counter_random(uint64_t seed, uint64_t stream, uint64_t index);
 
 }  // namespace memc::cpu

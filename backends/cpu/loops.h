@@ -32,15 +32,7 @@ C interleaved_dot(const C* a, const C* b, int64_t n) {
   return total;
 }
 
-// Element strides of `in` seen as broadcast to `out` (numpy rules, `in` right-aligned):
-// 0 along dims that `in` lacks or holds as 1.
-inline std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> strides(out.size(), 0);
-  const std::vector<int64_t> own = row_major_strides(in);
-  const size_t lead = out.size() - in.size();
-  for (size_t d = 0; d < in.size(); ++d) strides[lead + d] = in[d] == 1 ? 0 : own[d];
-  return strides;
-}
+// broadcast_strides: ir/tensor.h.
 
 // Element offset of the `linear`-th row-major position of `shape` under `strides`.
 inline int64_t strided_offset(int64_t linear, const Shape& shape, const std::vector<int64_t>& strides) {
@@ -133,15 +125,7 @@ inline void strided_copy(Tensor& out, const Tensor& in, const Shape& shape, cons
   });
 }
 
-// Dropout keeps an element when its counter-RNG draw falls below (1 - ratio)·2³²; the stream
-// mixes the node's "seed" attribute with the step so masks differ across steps but a
-// recomputation in the same step reproduces them.
-inline uint64_t dropout_stream(int64_t node_seed, int64_t step) {
-  return static_cast<uint64_t>(node_seed) * 0xD1B54A32D192ED03ull ^ (static_cast<uint64_t>(step) + 0x8CB92BA72F3D8DD7ull);
-}
-inline uint64_t dropout_threshold(double ratio) {
-  return static_cast<uint64_t>((1.0 - ratio) * 4294967296.0);
-}
+// dropout_stream and dropout_threshold: backends/kernel_math.h (shared with CUDA).
 // The counter of a random op's first draw: a micro-batch's copy starts at its rows in the full
 // batch (attribute rng_offset, passes/microbatch.h), and a data-parallel rank at its rows in the
 // global batch (batch_row_offset times the op's draws per sample, attribute rng_row_stride,

@@ -75,17 +75,22 @@ Status momentum_kernel(KernelContext& ctx) {
   });
 }
 
-// torch.optim.Adam (L2: g ← g + λw) or AdamW (decoupled: w ← w·(1 - lr·λ)), then
-// m ← β1·m + (1-β1)·g; v ← β2·v + (1-β2)·g²;
-// w ← w - (lr/(1-β1ᵗ))·m / (√v/√(1-β2ᵗ) + ε)
+// torch.optim.Adam or AdamW, one element at a time by AdamStep (backends/kernel_math.h, the
+// arithmetic the CUDA kernel shares).
+// lr and step are the scalar inputs at lr_input and lr_input + 1.
+AdamStep adam_step(const KernelContext& ctx, bool decoupled_default, int lr_input) {
+  AdamStep a;
+  a.beta1 = ctx.node.attrs.get_float("beta1", 0.9), a.beta2 = ctx.node.attrs.get_float("beta2", 0.999);
+  a.eps = ctx.node.attrs.get_float("eps", 1e-8), a.weight_decay = ctx.node.attrs.get_float("weight_decay", 0.0);
+  a.decoupled = ctx.node.attrs.get_int("decoupled", decoupled_default);
+  a.lr = scalar(ctx, lr_input);
+  a.set_step(scalar(ctx, lr_input + 1));
+  return a;
+}
+
 Status adam_kernel(KernelContext& ctx) {
-  const double b1 = ctx.node.attrs.get_float("beta1", 0.9), b2 = ctx.node.attrs.get_float("beta2", 0.999),
-               eps = ctx.node.attrs.get_float("eps", 1e-8), wd = ctx.node.attrs.get_float("weight_decay", 0.0);
-  const bool decoupled = ctx.node.attrs.get_int("decoupled", 0);
   if (skipped(ctx, 6)) return Status::Ok();
-  const double lr = scalar(ctx, 4), t = scalar(ctx, 5);
-  const double bc1 = 1.0 - std::pow(b1, t), bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
-  const double step_size = lr / bc1;
+  const AdamStep adam = adam_step(ctx, false, 4);
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* w = ctx.inputs[0]->data<T>();
@@ -97,15 +102,11 @@ Status adam_kernel(KernelContext& ctx) {
     T* v_out = ctx.outputs[2]->data<T>();
     parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
       for (int64_t i = begin; i < end; ++i) {
-        C wi = load(w[i]), gi = load(g[i]);
-        if (decoupled) wi *= static_cast<C>(1.0 - lr * wd);
-        else gi += static_cast<C>(wd) * wi;
-        const C mi = static_cast<C>(b1) * load(m[i]) + static_cast<C>(1.0 - b1) * gi;
-        const C vi = static_cast<C>(b2) * load(v[i]) + static_cast<C>(1.0 - b2) * gi * gi;
-        const C denom = std::sqrt(vi) / static_cast<C>(bc2_sqrt) + static_cast<C>(eps);
+        C wi = load(w[i]), mi = load(m[i]), vi = load(v[i]);
+        adam.apply<C>(wi, load(g[i]), mi, vi);
         m_out[i] = store<T, C>(mi);
         v_out[i] = store<T, C>(vi);
-        w_out[i] = store<T, C>(wi - static_cast<C>(step_size) * mi / denom);
+        w_out[i] = store<T, C>(wi);
       }
     });
   });
@@ -158,14 +159,9 @@ const DynamicMap& unsigned_map() {
 // is decoded (code value × block absmax), updated in f32 exactly as adam_kernel, and encoded
 // again against its new absmax.
 Status adam8bit_kernel(KernelContext& ctx) {
-  const double b1 = ctx.node.attrs.get_float("beta1", 0.9), b2 = ctx.node.attrs.get_float("beta2", 0.999),
-               eps = ctx.node.attrs.get_float("eps", 1e-8), wd = ctx.node.attrs.get_float("weight_decay", 0.0);
-  const bool decoupled = ctx.node.attrs.get_int("decoupled", 1);
   const int64_t block = ctx.node.attrs.get_int("block", 2048);
   if (skipped(ctx, 8)) return Status::Ok();
-  const double lr = scalar(ctx, 6), t = scalar(ctx, 7);
-  const double bc1 = 1.0 - std::pow(b1, t), bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
-  const double step_size = lr / bc1;
+  const AdamStep adam = adam_step(ctx, true, 6);
   const DynamicMap &ms = signed_map(), &vs = unsigned_map();
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     const T* w = ctx.inputs[0]->data<T>();
@@ -186,13 +182,10 @@ Status adam8bit_kernel(KernelContext& ctx) {
       float new_m_max = 0, new_v_max = 0;
       for (int64_t j = 0; j < len; ++j) {
         const int64_t i = b0 + j;
-        float wi = static_cast<float>(load(w[i])), gi = static_cast<float>(load(g[i]));
-        if (decoupled) wi *= static_cast<float>(1.0 - lr * wd);
-        else gi += static_cast<float>(wd) * wi;
-        const float mi = static_cast<float>(b1) * ms.value[mq[i]] * m_max[bi] + static_cast<float>(1.0 - b1) * gi;
-        const float vi = static_cast<float>(b2) * vs.value[vq[i]] * v_max[bi] + static_cast<float>(1.0 - b2) * gi * gi;
-        const float denom = std::sqrt(vi) / static_cast<float>(bc2_sqrt) + static_cast<float>(eps);
-        w_out[i] = store<T, float>(wi - static_cast<float>(step_size) * mi / denom);
+        float wi = static_cast<float>(load(w[i]));
+        float mi = ms.value[mq[i]] * m_max[bi], vi = vs.value[vq[i]] * v_max[bi];
+        adam.apply<float>(wi, static_cast<float>(load(g[i])), mi, vi);
+        w_out[i] = store<T, float>(wi);
         m[static_cast<size_t>(j)] = mi, v[static_cast<size_t>(j)] = vi;
         new_m_max = std::max(new_m_max, std::abs(mi)), new_v_max = std::max(new_v_max, vi);
       }

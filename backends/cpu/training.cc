@@ -150,14 +150,7 @@ Status gelu_grad_kernel(KernelContext& ctx) {
         }
       } else {
         for (int64_t i = begin; i < end; ++i) {
-          const C v = load(x[i]);
-          C d;
-          if (tanh_form) {
-            const C t = std::tanh(k * (v + a * v * v * v));
-            d = C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3) * a * v * v);
-          } else {
-            d = C(0.5) * (C(1) + std::erf(v * C(0.7071067811865476))) + v * std::exp(C(-0.5) * v * v) * C(0.3989422804014327);
-          }
+          const C d = gelu_derivative<C>(load(x[i]), tanh_form);
           dx[i] = store<T, C>(load(dy[i]) * d);
         }
       }

@@ -162,15 +162,6 @@ Status CudaBackend::require_open(const char* what) const {
   return Status::Ok();
 }
 
-const Kernel* CudaBackend::find_kernel(std::string_view op) const {
-  // The op kernels bound so far (issue 15 adds the rest); a plan needing another op is refused
-  // at PlannedExecutor::create, naming it.
-  static constexpr Kernel kLinear = &linear_kernel, kMatmul = &matmul_kernel;
-  if (op == "linear") return &kLinear;
-  if (op == "matmul") return &kMatmul;
-  return nullptr;
-}
-
 Expected<void*> CudaBackend::allocate(MemoryKind kind, int64_t bytes) {
   MEMC_RETURN_IF_ERROR(require_open("allocate"));
   void* p = nullptr;

@@ -1,4 +1,4 @@
-// memc.linear and memc.matmul on CUDA through cuBLASLt (the first op kernels behind the seam).
+// GEMMs on CUDA through cuBLASLt: linear, matmul and convolution (backends/cuda/ops.h) call gemm().
 //
 // Layout: memc tensors are row-major; cuBLASLt is column-major. A row-major [R, C] matrix is a
 // column-major [C, R] one, so y = x·op(w) is computed as yᵀ = op(w)ᵀ·xᵀ with the operands
@@ -102,42 +102,6 @@ Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* s
   return check_lt(cublasLtMatmul(h, desc.op, &alpha, c.b, desc.a, c.a, desc.b, &beta, c.y, desc.d, c.y, desc.d, &result.algo, workspace,
                                  limit, static_cast<cudaStream_t>(stream)),
                   "matmul");
-}
-
-// y[R, N] = x[R, K] · wᵀ + b (transpose_w, w [N, K]) or x · w + b (w [K, N]).
-Status linear_kernel(KernelContext& ctx) {
-  const Tensor &x = *ctx.inputs[0], &w = *ctx.inputs[1];
-  const Tensor* bias = ctx.inputs.size() >= 3 ? ctx.inputs[2] : nullptr;
-  const bool transpose_w = ctx.node.attrs.get_int("transpose_w", 1);
-  const int64_t k = x.shape().back(), n = transpose_w ? w.shape()[0] : w.shape()[1];
-  GemmCall c{.dtype = x.dtype(), .m = k ? x.numel() / k : 0, .n = n, .k = k, .trans_a = false, .trans_b = transpose_w};
-  c.a = x.raw(), c.b = w.raw(), c.y = ctx.outputs[0]->raw(), c.bias = bias ? bias->raw() : nullptr;
-  return gemm(c, ctx.workspace, ctx.workspace_bytes, ctx.stream);
-}
-
-// Batched matmul with transposes where one strided batch describes it: both operands of rank
-// ≥ 2 with equal batch dims, or one of them unbatched (its stride is 0). Other broadcasts are
-// refused by name rather than run wrong.
-Status matmul_kernel(KernelContext& ctx) {
-  const Tensor &a = *ctx.inputs[0], &b = *ctx.inputs[1];
-  const Shape &sa = a.shape(), &sb = b.shape();
-  if (sa.size() < 2 || sb.size() < 2) return Status::BadInput("CUDA matmul: 1-D operands are not supported yet");
-  const bool ta = ctx.node.attrs.get_int("transpose_a", 0), tb = ctx.node.attrs.get_int("transpose_b", 0);
-  const int64_t m = ta ? sa.back() : sa[sa.size() - 2], k = ta ? sa[sa.size() - 2] : sa.back();
-  const int64_t n = tb ? sb[sb.size() - 2] : sb.back();
-  const int64_t batch_a = a.numel() / std::max<int64_t>(sa[sa.size() - 1] * sa[sa.size() - 2], 1);
-  const int64_t batch_b = b.numel() / std::max<int64_t>(sb[sb.size() - 1] * sb[sb.size() - 2], 1);
-  const Shape batch_dims_a(sa.begin(), sa.end() - 2), batch_dims_b(sb.begin(), sb.end() - 2);
-  if (batch_a > 1 && batch_b > 1 && batch_dims_a != batch_dims_b) {
-    return Status::BadInput(str_cat("CUDA matmul: batch dims [", shape_str(batch_dims_a), "] and [", shape_str(batch_dims_b),
-                                    "] broadcast in a way one strided batch cannot express"));
-  }
-  GemmCall c{.dtype = a.dtype(), .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb};
-  c.batch = std::max(batch_a, batch_b);
-  c.stride_a = batch_a > 1 ? m * k : 0;
-  c.stride_b = batch_b > 1 ? k * n : 0;
-  c.a = a.raw(), c.b = b.raw(), c.y = ctx.outputs[0]->raw();
-  return gemm(c, ctx.workspace, ctx.workspace_bytes, ctx.stream);
 }
 
 }  // namespace memc::cuda

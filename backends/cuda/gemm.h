@@ -1,5 +1,5 @@
-// GEMMs on CUDA through cuBLASLt: the kernels of memc.linear and memc.matmul behind the seam
-// (backends/cuda/gemm.cu). Plain C++ interface; built with the CUDA backend.
+// GEMMs on CUDA through cuBLASLt (backends/cuda/gemm.cu); the ops that use them are in
+// backends/cuda/ops.h. Plain C++ interface, so host code (and host tests) can describe a call.
 #pragma once
 #include <cstdint>
 
@@ -24,7 +24,5 @@ Status gemm(const GemmCall& call, void* workspace, int64_t workspace_bytes, void
 // TF32 for f32 GEMMs: off by default so fp32 matches the CPU backend (`memc run --tf32`).
 void set_tf32(bool allowed);
 
-Status linear_kernel(KernelContext& ctx);
-Status matmul_kernel(KernelContext& ctx);
 
 }  // namespace memc::cuda

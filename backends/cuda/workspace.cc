@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/op_table.h"
 
 namespace memc::cuda {
 
@@ -32,14 +33,13 @@ int64_t attention_grad_bytes(const Module& module, const Node& node) {
 }  // namespace
 
 int64_t CudaBackend::workspace_bytes(const Module& module, const Node& node) const {
-  const std::string& op = node.op;
-  if (op == "matmul" || op == "linear" || op == "conv" || op == "conv_grad_input" || op == "conv_grad_weight") {
-    return cublaslt_workspace_bytes(sm_major_);
-  }
-  if (op == "attention_grad") return attention_grad_bytes(module, node);
-  // Every other op runs on memc's own kernels, which are written to take no scratch; one that
-  // needs some declares it here, so plans for GPU targets count it.
-  return 0;
+  std::vector<TensorType> in, out;  // O(arity)
+  for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
+  for (ValueId v : node.outputs) out.push_back(module.value(v).type);
+  const int64_t kernel = ops::workspace_bytes(node, in, out, cublaslt_workspace_bytes(sm_major_));
+  // The attention backward plans for cuDNN's SDPA too, so either path fits.
+  if (node.op == "attention_grad") return std::max(kernel, attention_grad_bytes(module, node));
+  return kernel;
 }
 
 }  // namespace memc::cuda

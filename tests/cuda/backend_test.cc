@@ -192,7 +192,9 @@ double gemm_error(cuda::CudaBackend& backend, const GemmCase& c) {
   ctx.workspace = workspace;
   ctx.workspace_bytes = workspace_bytes;
   ctx.stream = backend.compute_stream().handle;
-  const Status st = linear ? cuda::linear_kernel(ctx) : cuda::matmul_kernel(ctx);
+  const Kernel* kernel = backend.find_kernel(c.op);
+  EXPECT_NE(kernel, nullptr) << c.op;
+  const Status st = (*kernel)(ctx);
   EXPECT_TRUE(st.ok()) << st.message();
   EXPECT_TRUE(backend.synchronize(backend.compute_stream()).ok());
   Tensor y = Tensor::zeros(c.dtype, out_shape);

@@ -1,0 +1,797 @@
+// The CUDA backend's kernel bodies: what one thread computes for one index (an element, a row,
+// a column). Each is a plain struct of device pointers and sizes with a `MEMC_HD` call
+// operator, so the same code runs as a CUDA grid (backends/cuda/kernels.cu) and as a host loop
+// (tests/cuda/ops_host_test.cc, which checks every op against the CPU backend without a GPU).
+// Storage: f32, bf16 and f16 compute in f32 and round to nearest even (support/float16.h), as
+// the CPU backend does; sums that the CPU keeps in f64 are f64 here too.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "backends/kernel_math.h"
+#include "ir/dtype.h"
+#include "support/float16.h"
+#include "support/hd.h"
+
+namespace memc::cuda {
+
+// ---- element access ---------------------------------------------------------------------------
+MEMC_HD inline float ld(const float* p, int64_t i) { return p[i]; }
+MEMC_HD inline float ld(const bf16_t* p, int64_t i) { return bf16_to_f32(p[i].bits); }
+MEMC_HD inline float ld(const f16_t* p, int64_t i) { return f16_to_f32(p[i].bits); }
+MEMC_HD inline void st(float* p, int64_t i, float v) { p[i] = v; }
+MEMC_HD inline void st(bf16_t* p, int64_t i, float v) { p[i].bits = f32_to_bf16(v); }
+MEMC_HD inline void st(f16_t* p, int64_t i, float v) { p[i].bits = f32_to_f16(v); }
+
+// Any dtype read as a double and written from one, as the CPU's cast converts: float → integer
+// saturates (NaN → 0), → bool is "≠ 0", 16-bit floats round from f32.
+MEMC_HD inline double ld_double(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kF16: return f16_to_f32(static_cast<const f16_t*>(p)[i].bits);
+    case DType::kBF16: return bf16_to_f32(static_cast<const bf16_t*>(p)[i].bits);
+    case DType::kF64: return static_cast<const double*>(p)[i];
+    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kI32: return static_cast<const int32_t*>(p)[i];
+    case DType::kBool: return static_cast<const uint8_t*>(p)[i] ? 1.0 : 0.0;
+    case DType::kU8: return static_cast<const uint8_t*>(p)[i];
+  }
+  return 0;
+}
+template <typename I>
+MEMC_HD I saturate(double x, double lo, double hi) {
+  if (x != x) return I(0);
+  return x <= lo ? static_cast<I>(lo) : x >= hi ? static_cast<I>(hi) : static_cast<I>(x);
+}
+MEMC_HD inline void st_double(void* p, DType t, int64_t i, double x) {
+  switch (t) {
+    case DType::kF32: static_cast<float*>(p)[i] = static_cast<float>(x); return;
+    case DType::kF16: static_cast<f16_t*>(p)[i].bits = f32_to_f16(static_cast<float>(x)); return;
+    case DType::kBF16: static_cast<bf16_t*>(p)[i].bits = f32_to_bf16(static_cast<float>(x)); return;
+    case DType::kF64: static_cast<double*>(p)[i] = x; return;
+    case DType::kI64: static_cast<int64_t*>(p)[i] = saturate<int64_t>(x, -9223372036854775808.0, 9223372036854775807.0); return;
+    case DType::kI32: static_cast<int32_t*>(p)[i] = saturate<int32_t>(x, -2147483648.0, 2147483647.0); return;
+    case DType::kBool: static_cast<uint8_t*>(p)[i] = x != 0; return;
+    case DType::kU8: static_cast<uint8_t*>(p)[i] = saturate<uint8_t>(x, 0.0, 255.0); return;
+  }
+}
+// An index tensor's element (i64 or i32), negative values wrapped by `dim`.
+MEMC_HD inline int64_t ld_index(const void* p, bool wide, int64_t i, int64_t dim) {
+  const int64_t v = wide ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+  return v < 0 ? v + dim : v;
+}
+
+// Float accumulation that other threads may share: atomic on a device, plain on the host.
+MEMC_HD inline void accumulate(float* p, float v) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+
+// ---- index maps -------------------------------------------------------------------------------
+constexpr int kMaxDims = 8;
+
+// The offset of the i-th row-major position of `dims` under per-dim element strides (0 along
+// broadcast dims): transposes, slices, expands and broadcasts are all one of these.
+struct Strided {
+  int rank = 0;
+  int64_t dims[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+  MEMC_HD int64_t offset(int64_t i) const {
+    int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      off += (i % dims[d]) * strides[d];
+      i /= dims[d];
+    }
+    return off;
+  }
+};
+
+// ---- data movement ----------------------------------------------------------------------------
+// E is an unsigned integer of the element's size: these bodies move bytes of any dtype.
+template <typename E>
+struct CopyStrided {
+  const E* in;
+  E* out;
+  int64_t base;
+  Strided src;
+  MEMC_HD void operator()(int64_t i) const { out[i] = in[base + src.offset(i)]; }
+};
+
+// One input of a concat: [outer, chunk] elements into the output's [outer, out_chunk] at offset.
+template <typename E>
+struct ConcatPart {
+  const E* in;
+  E* out;
+  int64_t chunk, out_chunk, offset;
+  MEMC_HD void operator()(int64_t i) const { out[(i / chunk) * out_chunk + offset + i % chunk] = in[i]; }
+};
+
+// numpy take: data [outer, n, inner] → out [outer, count, inner]. An index outside the dim
+// writes zeros (the CPU kernel rejects it; a device kernel cannot return an error mid-step).
+template <typename E>
+struct Gather {
+  const E* data;
+  const void* indices;
+  bool wide_indices;
+  E* out;
+  int64_t n, count, inner;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t o = i / (count * inner), r = i % (count * inner);
+    const int64_t k = ld_index(indices, wide_indices, r / inner, n);
+    out[i] = (k < 0 || k >= n) ? E(0) : data[(o * n + k) * inner + r % inner];
+  }
+};
+
+// gather's gradient: acc[(o·n + idx[j])·inner + i] += dy[(o·count + j)·inner + i] in f32 (acc
+// zeroed first); indices outside the dim add nothing.
+template <typename T>
+struct GatherGradScatter {
+  const T* dy;
+  const void* indices;
+  bool wide_indices;
+  float* acc;
+  int64_t n, count, inner;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t o = i / (count * inner), r = i % (count * inner);
+    const int64_t k = ld_index(indices, wide_indices, r / inner, n);
+    if (k >= 0 && k < n) accumulate(acc + (o * n + k) * inner + r % inner, ld(dy, i));
+  }
+};
+
+template <typename E>
+struct Zero {
+  E* out;
+  MEMC_HD void operator()(int64_t i) const { out[i] = E(0); }
+};
+
+// The strided inverse of CopyStrided: out[base + dst.offset(i)] = in[i] (slice_grad's scatter into
+// a zeroed dx).
+template <typename E>
+struct ScatterStrided {
+  const E* in;
+  E* out;
+  int64_t base;
+  Strided dst;
+  MEMC_HD void operator()(int64_t i) const { out[base + dst.offset(i)] = in[i]; }
+};
+
+// gather_elements: element i of the index tensor reads data at i's coordinates with the axis
+// coordinate replaced by its index. `index_dims` are the index tensor's dims, `data_strides` the
+// data's row-major strides. -1 for an index outside the dim.
+struct ElementsMap {
+  int rank = 0, axis = 0;
+  int64_t index_dims[kMaxDims] = {}, data_strides[kMaxDims] = {};
+  int64_t axis_dim = 0;
+  MEMC_HD int64_t offset(int64_t i, int64_t index) const {
+    if (index < -axis_dim || index >= axis_dim) return -1;
+    if (index < 0) index += axis_dim;
+    int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      off += (d == axis ? index : i % index_dims[d]) * data_strides[d];
+      i /= index_dims[d];
+    }
+    return off;
+  }
+};
+
+template <typename E>
+struct GatherElements {
+  const E* data;
+  const void* indices;
+  bool wide_indices;
+  E* out;
+  ElementsMap map;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t raw = wide_indices ? static_cast<const int64_t*>(indices)[i] : static_cast<const int32_t*>(indices)[i];
+    const int64_t at = map.offset(i, raw);
+    out[i] = at < 0 ? E(0) : data[at];
+  }
+};
+
+template <typename T>
+struct GatherElementsScatter {
+  const T* dy;
+  const void* indices;
+  bool wide_indices;
+  float* acc;
+  ElementsMap map;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t raw = wide_indices ? static_cast<const int64_t*>(indices)[i] : static_cast<const int32_t*>(indices)[i];
+    const int64_t at = map.offset(i, raw);
+    if (at >= 0) accumulate(acc + at, ld(dy, i));
+  }
+};
+
+// ---- elementwise ------------------------------------------------------------------------------
+template <typename T>
+struct Fill {
+  T* out;
+  float value;
+  MEMC_HD void operator()(int64_t i) const { st(out, i, value); }
+};
+
+// A constant of any dtype (f64, integers, bool), converted as a cast would.
+struct FillAny {
+  void* out;
+  DType dtype;
+  double value;
+  MEMC_HD void operator()(int64_t i) const { st_double(out, dtype, i, value); }
+};
+
+// out[i] = acc[i] rounded to T (an f32 accumulator's result in 16-bit storage).
+template <typename T>
+struct StoreF32 {
+  const float* acc;
+  T* out;
+  MEMC_HD void operator()(int64_t i) const { st(out, i, acc[i]); }
+};
+
+struct Cast {
+  const void* in;
+  DType from;
+  void* out;
+  DType to;
+  MEMC_HD void operator()(int64_t i) const { st_double(out, to, i, ld_double(in, from, i)); }
+};
+
+enum class UnaryOp : uint8_t { kNeg, kAbs, kExp, kLog, kSqrt, kRsqrt, kReciprocal, kTanh, kSigmoid, kRelu, kErf, kGelu, kGeluTanh };
+
+MEMC_HD inline float unary(UnaryOp op, float x) {
+  switch (op) {
+    case UnaryOp::kNeg: return -x;
+    case UnaryOp::kAbs: return std::fabs(x);
+    case UnaryOp::kExp: return std::exp(x);
+    case UnaryOp::kLog: return std::log(x);
+    case UnaryOp::kSqrt: return std::sqrt(x);
+    case UnaryOp::kRsqrt: return 1.f / std::sqrt(x);
+    case UnaryOp::kReciprocal: return 1.f / x;
+    case UnaryOp::kTanh: return std::tanh(x);
+    case UnaryOp::kSigmoid: return 1.f / (1.f + std::exp(-x));
+    case UnaryOp::kRelu: return x > 0.f ? x : (x != x ? x : 0.f);
+    case UnaryOp::kErf: return std::erf(x);
+    case UnaryOp::kGelu: return gelu<float>(x, false);
+    case UnaryOp::kGeluTanh: return gelu<float>(x, true);
+  }
+  return x;
+}
+
+template <typename T>
+struct Unary {
+  const T* in;
+  T* out;
+  UnaryOp op;
+  MEMC_HD void operator()(int64_t i) const { st(out, i, unary(op, ld(in, i))); }
+};
+
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin };
+
+MEMC_HD inline float binary(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::kAdd: return a + b;
+    case BinaryOp::kSub: return a - b;
+    case BinaryOp::kMul: return a * b;
+    case BinaryOp::kDiv: return a / b;
+    case BinaryOp::kPow: return std::pow(a, b);
+    case BinaryOp::kMax: return (a > b || a != a) ? a : b;  // NaN propagates, as on the CPU
+    case BinaryOp::kMin: return (a < b || a != a) ? a : b;
+  }
+  return a;
+}
+
+// numpy-broadcast a ∘ b over the output's shape (sa, sb: each operand's strides over it).
+template <typename T>
+struct Binary {
+  const T* a;
+  const T* b;
+  T* out;
+  BinaryOp op;
+  Strided sa, sb;
+  MEMC_HD void operator()(int64_t i) const { st(out, i, binary(op, ld(a, sa.offset(i)), ld(b, sb.offset(i)))); }
+};
+
+// The same ops on integer dtypes, through doubles (exact below 2⁵³; a quotient truncates
+// toward zero when stored, as integer division does).
+struct BinaryAny {
+  const void* a;
+  const void* b;
+  void* out;
+  DType dtype;
+  BinaryOp op;
+  Strided sa, sb;
+  MEMC_HD void operator()(int64_t i) const {
+    const double x = ld_double(a, dtype, sa.offset(i)), y = ld_double(b, dtype, sb.offset(i));
+    double r = 0;
+    switch (op) {
+      case BinaryOp::kAdd: r = x + y; break;
+      case BinaryOp::kSub: r = x - y; break;
+      case BinaryOp::kMul: r = x * y; break;
+      case BinaryOp::kDiv: r = y != 0 ? x / y : 0; break;
+      case BinaryOp::kPow: r = std::pow(x, y); break;
+      case BinaryOp::kMax: r = x > y ? x : y; break;
+      case BinaryOp::kMin: r = x < y ? x : y; break;
+    }
+    st_double(out, dtype, i, r);
+  }
+};
+
+enum class CompareOp : uint8_t { kEqual, kLess, kLessEqual, kGreater, kGreaterEqual, kAnd, kOr, kXor };
+
+// Comparisons of any numeric dtype (read as doubles) and logical ops on i1, to i1.
+struct Compare {
+  const void* a;
+  const void* b;
+  DType dtype;
+  uint8_t* out;
+  CompareOp op;
+  Strided sa, sb;
+  MEMC_HD void operator()(int64_t i) const {
+    const double x = ld_double(a, dtype, sa.offset(i)), y = ld_double(b, dtype, sb.offset(i));
+    bool r = false;
+    switch (op) {
+      case CompareOp::kEqual: r = x == y; break;
+      case CompareOp::kLess: r = x < y; break;
+      case CompareOp::kLessEqual: r = x <= y; break;
+      case CompareOp::kGreater: r = x > y; break;
+      case CompareOp::kGreaterEqual: r = x >= y; break;
+      case CompareOp::kAnd: r = x != 0 && y != 0; break;
+      case CompareOp::kOr: r = x != 0 || y != 0; break;
+      case CompareOp::kXor: r = (x != 0) != (y != 0); break;
+    }
+    out[i] = r;
+  }
+};
+
+// where(cond, a, b), all broadcast to the output; E moves the bytes of any dtype.
+template <typename E>
+struct Where {
+  const uint8_t* cond;
+  const E* a;
+  const E* b;
+  E* out;
+  Strided sc, sa, sb;
+  MEMC_HD void operator()(int64_t i) const { out[i] = cond[sc.offset(i)] ? a[sa.offset(i)] : b[sb.offset(i)]; }
+};
+
+struct Not {
+  const uint8_t* in;
+  uint8_t* out;
+  MEMC_HD void operator()(int64_t i) const { out[i] = !in[i]; }
+};
+
+// Training dropout: y = x·keep/(1 - ratio), keep = counter_random(seed, stream, offset + i) <
+// threshold (backends/kernel_math.h): the CPU backend's masks, bit for bit.
+template <typename T>
+struct Dropout {
+  const T* in;
+  T* out;
+  uint8_t* mask;  // optional
+  uint64_t seed, stream, threshold, offset;
+  float scale;
+  MEMC_HD void operator()(int64_t i) const {
+    const bool kept = counter_random(seed, stream, offset + static_cast<uint64_t>(i)) < threshold;
+    st(out, i, kept ? ld(in, i) * scale : 0.f);
+    if (mask) mask[i] = kept;
+  }
+};
+
+template <typename T>
+struct GeluGrad {
+  const T* dy;
+  const T* x;
+  T* dx;
+  bool tanh_form;
+  MEMC_HD void operator()(int64_t i) const { st(dx, i, ld(dy, i) * gelu_derivative<float>(ld(x, i), tanh_form)); }
+};
+
+// A GEMM of integer (or f64) operands, which cuBLASLt does not take: one output element per
+// thread, summed as doubles. Index arithmetic in exports (an einsum over positions) is tiny.
+struct MatmulAny {
+  const void* a;
+  const void* b;
+  void* y;
+  DType dtype;
+  int64_t m, n, k, stride_a, stride_b;
+  bool trans_a, trans_b;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t p = i / (m * n), row = (i / n) % m, col = i % n;
+    double s = 0;
+    for (int64_t q = 0; q < k; ++q) {
+      s += ld_double(a, dtype, p * stride_a + (trans_a ? q * m + row : row * k + q)) *
+           ld_double(b, dtype, p * stride_b + (trans_b ? col * k + q : q * n + col));
+    }
+    st_double(y, dtype, i, s);
+  }
+};
+
+// ---- reductions -------------------------------------------------------------------------------
+enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
+
+// One output element: `kept` maps it to its first input element, `reduced` walks the reduced
+// dims in row-major order (the CPU's order), accumulating in f64.
+template <typename T>
+struct Reduce {
+  const T* in;
+  T* out;
+  ReduceOp op;
+  Strided kept, reduced;
+  int64_t count;  // elements per output
+  MEMC_HD void operator()(int64_t o) const {
+    const int64_t base = kept.offset(o);
+    const bool is_max = op == ReduceOp::kMax, is_min = op == ReduceOp::kMin;
+    double acc = is_max ? -INFINITY : is_min ? INFINITY : op == ReduceOp::kProd ? 1.0 : 0.0;
+    for (int64_t r = 0; r < count; ++r) {
+      const double x = ld(in, base + reduced.offset(r));
+      if (is_max) acc = (x > acc || x != x) ? x : acc;
+      else if (is_min) acc = (x < acc || x != x) ? x : acc;
+      else if (op == ReduceOp::kProd) acc *= x;
+      else if (op == ReduceOp::kSumSquare || op == ReduceOp::kL2) acc += x * x;
+      else acc += x;
+    }
+    if (op == ReduceOp::kMean && count) acc /= static_cast<double>(count);
+    if (op == ReduceOp::kL2) acc = std::sqrt(acc);
+    st(out, o, static_cast<float>(acc));
+  }
+};
+
+// One line [outer, n, inner] → (o, j) of a softmax-family op or cumsum: element k is at
+// o·n·inner + k·inner + j.
+struct Lines {
+  int64_t n = 1, inner = 1;
+  MEMC_HD int64_t base(int64_t line) const { return (line / inner) * n * inner + line % inner; }
+};
+
+// softmax along a line: e^(x - max) summed in f64, as the CPU (an all -inf line gives 0/0 = NaN
+// on both).
+template <typename T>
+struct SoftmaxLine {
+  const T* x;
+  T* y;
+  Lines lines;
+  MEMC_HD void operator()(int64_t line) const {
+    const int64_t base = lines.base(line), step = lines.inner;
+    float m = -INFINITY;
+    for (int64_t k = 0; k < lines.n; ++k) m = fmaxf(m, ld(x, base + k * step));
+    if (m == -INFINITY) m = 0;
+    double sum = 0;
+    for (int64_t k = 0; k < lines.n; ++k) sum += std::exp(ld(x, base + k * step) - m);
+    const float inv_sum = static_cast<float>(1.0 / sum);
+    for (int64_t k = 0; k < lines.n; ++k) st(y, base + k * step, std::exp(ld(x, base + k * step) - m) * inv_sum);
+  }
+};
+
+// dx = y·(dy - Σ dy·y) along a line.
+template <typename T>
+struct SoftmaxGradLine {
+  const T* dy;
+  const T* y;
+  T* dx;
+  Lines lines;
+  MEMC_HD void operator()(int64_t line) const {
+    const int64_t base = lines.base(line), step = lines.inner;
+    float dot = 0;
+    for (int64_t k = 0; k < lines.n; ++k) dot += ld(dy, base + k * step) * ld(y, base + k * step);
+    for (int64_t k = 0; k < lines.n; ++k) {
+      const int64_t i = base + k * step;
+      st(dx, i, ld(y, i) * (ld(dy, i) - dot));
+    }
+  }
+};
+
+// Running sums along a line, of any numeric dtype (accumulated as a double).
+struct CumsumLine {
+  const void* x;
+  void* y;
+  DType dtype;
+  Lines lines;
+  bool exclusive, reverse;
+  MEMC_HD void operator()(int64_t line) const {
+    const int64_t base = lines.base(line);
+    double acc = 0;
+    for (int64_t step = 0; step < lines.n; ++step) {
+      const int64_t at = base + (reverse ? lines.n - 1 - step : step) * lines.inner;
+      const double value = ld_double(x, dtype, at);
+      if (!exclusive) acc += value;
+      st_double(y, dtype, at, acc);
+      if (exclusive) acc += value;
+    }
+  }
+};
+
+// ---- normalization ----------------------------------------------------------------------------
+// One row of layernorm: mean and variance in f64 as the CPU; scale and bias (T, optional)
+// broadcast to the row's n elements through `param`.
+template <typename T>
+struct LayernormRow {
+  const T* x;
+  const T* scale;  // null: 1
+  const T* bias;   // null: 0
+  T* y;
+  float* mean_out;     // optional [rows]
+  float* inv_std_out;  // optional [rows]
+  int64_t n;
+  double eps;
+  Strided scale_map, bias_map;  // over the normalized dims
+  MEMC_HD void operator()(int64_t r) const {
+    const T* xr = x + r * n;
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += ld(xr, i);
+    const double mean = n ? sum / n : 0;
+    double square_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double c = ld(xr, i) - mean;
+      square_sum += c * c;
+    }
+    const double inv_std = 1.0 / std::sqrt((n ? square_sum / n : 0) + eps);
+    const float mean_f = static_cast<float>(mean), inv_std_f = static_cast<float>(inv_std);
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = scale ? ld(scale, scale_map.offset(i)) : 1.f, b = bias ? ld(bias, bias_map.offset(i)) : 0.f;
+      st(y + r * n, i, (ld(xr, i) - mean_f) * inv_std_f * s + b);
+    }
+    if (mean_out) mean_out[r] = mean_f;
+    if (inv_std_out) inv_std_out[r] = inv_std_f;
+  }
+};
+
+// layernorm_grad, per row: dx, and the row's mean and 1/std for the scale gradient's columns.
+template <typename T>
+struct LayernormGradRow {
+  const T* dy;
+  const T* x;
+  const T* scale;
+  T* dx;
+  float* stats;  // [rows, 2]: mean, 1/std
+  int64_t h;
+  double eps;
+  Strided scale_map;
+  MEMC_HD void operator()(int64_t r) const {
+    const T *xr = x + r * h, *dyr = dy + r * h;
+    float sum = 0;
+    for (int64_t j = 0; j < h; ++j) sum += ld(xr, j);
+    const float mean = sum / static_cast<float>(h);
+    float square = 0;
+    for (int64_t j = 0; j < h; ++j) square += (ld(xr, j) - mean) * (ld(xr, j) - mean);
+    const float inv_std = 1.f / std::sqrt(square / static_cast<float>(h) + static_cast<float>(eps));
+    float sum_g = 0, sum_gx = 0;
+    for (int64_t j = 0; j < h; ++j) {
+      const float g = ld(dyr, j) * ld(scale, scale_map.offset(j)), xhat = (ld(xr, j) - mean) * inv_std;
+      sum_g += g, sum_gx += g * xhat;
+    }
+    const float mean_g = sum_g / static_cast<float>(h), mean_gx = sum_gx / static_cast<float>(h);
+    for (int64_t j = 0; j < h; ++j) {
+      const float g = ld(dyr, j) * ld(scale, scale_map.offset(j)), xhat = (ld(xr, j) - mean) * inv_std;
+      st(dx + r * h, j, inv_std * (g - mean_g - xhat * mean_gx));
+    }
+    stats[2 * r] = mean, stats[2 * r + 1] = inv_std;
+  }
+};
+
+// dscale[j] = Σ_rows dy·x̂, one column per thread (adjacent threads read adjacent elements);
+// into `out` (T) when scale covers the whole row, else into the f32 `acc` [h].
+template <typename T>
+struct LayernormGradScale {
+  const T* dy;
+  const T* x;
+  const float* stats;
+  T* out;
+  float* acc;
+  int64_t rows, h;
+  MEMC_HD void operator()(int64_t j) const {
+    float s = 0;
+    for (int64_t r = 0; r < rows; ++r) s += ld(dy, r * h + j) * ((ld(x, r * h + j) - stats[2 * r]) * stats[2 * r + 1]);
+    if (out) st(out, j, s);
+    else acc[j] = s;
+  }
+};
+
+// A scale broadcast from fewer elements: out[s] = Σ acc[j] over the row positions j it covers.
+template <typename T>
+struct SumInto {
+  const float* acc;
+  T* out;
+  int64_t h;
+  Strided map;  // row position → out element
+  MEMC_HD void operator()(int64_t s) const {
+    float total = 0;
+    for (int64_t j = 0; j < h; ++j) total += map.offset(j) == s ? acc[j] : 0.f;
+    st(out, s, total);
+  }
+};
+
+// ---- loss -------------------------------------------------------------------------------------
+// Softmax cross-entropy of one row in f64 (the CPU's precision): logsumexp(z) - z[label], 0 on an
+// ignored row. A label outside [0, C) gives NaN, so a bad label shows in the loss.
+template <typename T>
+struct CrossEntropyRow {
+  const T* logits;
+  const int64_t* labels;
+  double* row_loss;
+  int64_t classes;
+  bool has_ignore;
+  int64_t ignore;
+  MEMC_HD void operator()(int64_t n) const {
+    const int64_t label = labels[n];
+    if (has_ignore && label == ignore) {
+      row_loss[n] = 0;
+      return;
+    }
+    if (label < 0 || label >= classes) {
+      row_loss[n] = NAN;
+      return;
+    }
+    const T* row = logits + n * classes;
+    double m = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) m = fmax(m, static_cast<double>(ld(row, c)));
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(ld(row, c)) - m);
+    row_loss[n] = m + std::log(sum) - static_cast<double>(ld(row, label));
+  }
+};
+
+// The rows' losses summed in row order and divided, by one thread: the CPU's order.
+struct CrossEntropySum {
+  const double* row_loss;
+  void* out;
+  DType dtype;
+  int64_t rows;
+  double divisor;
+  MEMC_HD void operator()(int64_t) const {
+    double total = 0;
+    for (int64_t n = 0; n < rows; ++n) total += row_loss[n];
+    st_double(out, dtype, 0, total / divisor);
+  }
+};
+
+// dz = dloss·(softmax(z) - onehot(label))/divisor per row, zero on ignored rows.
+template <typename T>
+struct CrossEntropyGradRow {
+  const void* dloss;
+  DType dloss_dtype;
+  const T* logits;
+  const int64_t* labels;
+  T* dz;
+  int64_t classes;
+  bool has_ignore;
+  int64_t ignore;
+  double divisor;
+  MEMC_HD void operator()(int64_t n) const {
+    const int64_t label = labels[n];
+    const T* row = logits + n * classes;
+    T* out = dz + n * classes;
+    if (has_ignore && label == ignore) {
+      for (int64_t c = 0; c < classes; ++c) st(out, c, 0.f);
+      return;
+    }
+    const float scale = static_cast<float>(ld_double(dloss, dloss_dtype, 0) / divisor);
+    float m = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) m = fmaxf(m, ld(row, c));
+    float sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(ld(row, c) - m);
+    for (int64_t c = 0; c < classes; ++c) st(out, c, scale * (std::exp(ld(row, c) - m) / sum - (c == label ? 1.f : 0.f)));
+  }
+};
+
+// Whether the optional skip scalar (loss scaling's found_inf) is set: outputs keep the inputs.
+MEMC_HD inline bool skip_set(const void* skip, DType dtype) { return skip && ld_double(skip, dtype, 0) >= 0.5; }
+
+// ---- optimizer --------------------------------------------------------------------------------
+// Adam(W) on one element (AdamStep, backends/kernel_math.h). lr, step and the optional skip flag
+// are device scalars, read by every thread, so the step needs no host round trip.
+template <typename T>
+struct AdamUpdate {
+  const T *w, *g, *m, *v;
+  T *w_out, *m_out, *v_out;
+  const void* lr;
+  const void* step;
+  const void* skip;  // optional: loss scaling's found_inf
+  DType lr_dtype, step_dtype, skip_dtype;
+  AdamStep adam;  // lr and step filled in per thread
+  MEMC_HD void operator()(int64_t i) const {
+    float wi = ld(w, i), mi = ld(m, i), vi = ld(v, i);
+    if (!skip_set(skip, skip_dtype)) {
+      AdamStep a = adam;
+      a.lr = ld_double(lr, lr_dtype, 0);
+      a.set_step(ld_double(step, step_dtype, 0));
+      a.apply<float>(wi, ld(g, i), mi, vi);
+    }
+    st(w_out, i, wi), st(m_out, i, mi), st(v_out, i, vi);
+  }
+};
+
+// w ← w - lr·(g + λw)
+template <typename T>
+struct SgdUpdate {
+  const T *w, *g;
+  T* w_out;
+  const void* lr;
+  DType lr_dtype;
+  const void* skip;
+  DType skip_dtype;
+  float weight_decay;
+  MEMC_HD void operator()(int64_t i) const {
+    const float wi = ld(w, i);
+    if (skip_set(skip, skip_dtype)) {
+      st(w_out, i, wi);
+      return;
+    }
+    st(w_out, i, wi - static_cast<float>(ld_double(lr, lr_dtype, 0)) * (ld(g, i) + weight_decay * wi));
+  }
+};
+
+// torch.optim.SGD with momentum: g ← g + λw; buf ← g on the first step, else μ·buf + (1-τ)·g;
+// g ← g + μ·buf (Nesterov) or buf; w ← w - lr·g.
+struct MomentumParams {
+  float weight_decay = 0, momentum = 0.9f, dampening = 0;
+  bool nesterov = false;
+};
+template <typename T>
+struct MomentumUpdate {
+  const T *w, *g, *buf;
+  T *w_out, *buf_out;
+  const void* lr;
+  DType lr_dtype;
+  const void* step;
+  DType step_dtype;
+  const void* skip;
+  DType skip_dtype;
+  MomentumParams p;
+  MEMC_HD void operator()(int64_t i) const {
+    const float wi = ld(w, i);
+    if (skip_set(skip, skip_dtype)) {
+      st(w_out, i, wi), st(buf_out, i, ld(buf, i));
+      return;
+    }
+    const float gi = ld(g, i) + p.weight_decay * wi;
+    const bool first = ld_double(step, step_dtype, 0) <= 1.0;
+    const float b = first ? gi : p.momentum * ld(buf, i) + (1.f - p.dampening) * gi;
+    const float direction = p.nesterov ? gi + p.momentum * b : b;
+    st(w_out, i, wi - static_cast<float>(ld_double(lr, lr_dtype, 0)) * direction);
+    st(buf_out, i, b);
+  }
+};
+
+// ---- convolution --------------------------------------------------------------------------------
+// An N-d convolution's index geometry: P output positions, K = C_in·∏kernel taps per position.
+struct ConvDims {
+  int spatial = 0;  // number of spatial dims
+  int64_t channels = 0, positions = 1, taps = 1;
+  int64_t in_dims[kMaxDims] = {}, out_dims[kMaxDims] = {}, kernel[kMaxDims] = {};
+  int64_t stride[kMaxDims] = {}, pad[kMaxDims] = {}, dilation[kMaxDims] = {};
+};
+
+// im2col: cols [N, P, K] from x [N, C_in, in...]; taps outside the padded input are 0. k runs
+// over (channel, kernel offsets) in the weight's row-major order.
+template <typename T>
+struct Im2col {
+  const T* x;
+  T* cols;
+  ConvDims g;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t n = i / (g.positions * g.taps), p = (i / g.taps) % g.positions;
+    int64_t pp = p, kk = i % g.taps, in_offset = 0, in_size = 1;
+    bool inside = true;
+    for (int d = g.spatial - 1; d >= 0; --d) {
+      const int64_t o = pp % g.out_dims[d], kd = kk % g.kernel[d];
+      pp /= g.out_dims[d], kk /= g.kernel[d];
+      const int64_t c = o * g.stride[d] - g.pad[d] + kd * g.dilation[d];
+      inside = inside && c >= 0 && c < g.in_dims[d];
+      in_offset += c * in_size;
+      in_size *= g.in_dims[d];
+    }
+    // kk is now the input channel
+    st(cols, i, inside ? ld(x, (n * g.channels + kk) * in_size + in_offset) : 0.f);
+  }
+};
+
+// y[n, c, p] += bias[c] over an [N, C, P] output.
+template <typename T>
+struct AddChannelBias {
+  const T* bias;
+  T* y;
+  int64_t channels, positions;
+  MEMC_HD void operator()(int64_t i) const { st(y, i, ld(y, i) + ld(bias, (i / positions) % channels)); }
+};
+
+}  // namespace memc::cuda

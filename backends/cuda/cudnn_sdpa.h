@@ -1,0 +1,56 @@
+// cuDNN's fused attention (SDPA, FlashAttention-2 style) for memc.attention and attention_grad,
+// through the cuDNN frontend's graph API (backends/cuda/cudnn_sdpa.cc, library memc_cudnn_sdpa,
+// built when CMake finds cuDNN and the frontend's headers: cmake/cudnn_frontend.cmake).
+//
+// Legend: B batch, H heads, Tq query rows, Tk key rows, D q/k head dim, Dv v head dim.
+// Every tensor is packed row-major (BHSD), as memc's attention operands are:
+//   q [B,H,Tq,D] · k [B,H,Tk,D] · v [B,H,Tk,Dv] · o, do [B,H,Tq,Dv] · dq [B,H,Tq,D] · dk [B,H,Tk,D]
+//   dv [B,H,Tk,Dv] · bias [B, 1|H, 1|Tq, Tk] (added after the scale, as memc does)
+//   stats [B,H,Tq,1] f32: each row's log-sum-exp (natural log) of scale·q·kᵀ + bias, which the
+//   forward writes and the backward reads. Dropout draws from seed and offset, one i64 each in
+//   device memory ([1,1,1,1]); the backward must get the forward's values to redraw its mask
+//   (cuDNN's Philox stream, not memc's CPU counter_random: the masks differ from the CPU's).
+#pragma once
+#include <cstdint>
+
+#include "ir/dtype.h"
+#include "support/status.h"
+
+struct cudnnContext;  // cudnnHandle_t is cudnnContext* (cudnn_graph.h)
+
+namespace memc::cuda {
+
+struct SdpaShape {
+  int64_t batch = 0, heads = 0, tq = 0, tk = 0, d = 0, dv = 0;
+  DType dtype = DType::kBF16;  // q, k, v, o, bias and their gradients; cuDNN takes bf16 and f16
+  bool has_bias = false;
+  bool bias_broadcast_heads = false;  // bias [B,1,·,Tk]
+  bool bias_broadcast_rows = false;   // bias [B,·,1,Tk]
+  float scale = 1.f;                  // scores = scale·q·kᵀ + bias
+  float dropout = 0.f;                // probability of dropping an attention weight
+  bool causal = false;                // row i sees keys 0..i (top-left aligned)
+};
+
+// The graphs' tensor UIDs: the keys of the variant pack the kernels will execute with.
+enum SdpaUid : int64_t {
+  kSdpaQ = 1, kSdpaK = 2, kSdpaV = 3, kSdpaO = 4, kSdpaStats = 5, kSdpaBias = 6, kSdpaSeed = 7, kSdpaOffset = 8,
+  kSdpaDO = 101, kSdpaDQ = 102, kSdpaDK = 103, kSdpaDV = 104,
+};
+
+// Builds the forward graph (o and stats from q, k, v[, bias]) or the backward graph (dq, dk, dv
+// from q, k, v, o, do, stats[, bias]) and runs the frontend's validation, which needs no GPU
+// when sm_version is given (90: H100/H200, 80: A100; 0: the current device's, which fails as
+// Internal without one). Ok: the frontend's support rules accept the graph; engines are only
+// chosen on a device, so a kernel may still find none (and the backward's rules check head dims
+// per architecture but no SM floor). BadInput, message "not supported by cuDNN SDPA: <why>":
+// f32 storage (memc's rule, from cuDNN's support matrix) or a frontend refusal (head dims, SM,
+// ...); the executor then runs memc's own kernel. Internal: a malformed graph, a bug.
+Status validate_sdpa(const SdpaShape& shape, int sm_version, bool backward);
+
+// The workspace cuDNN's chosen plan for this graph needs, in bytes. Needs a GPU: engines and
+// their workspaces exist only once cuDNN has the device, through this handle (cudnnCreate on
+// the device the graph will run on). Without a GPU the frontend could plan from serialized
+// device properties (DeviceProperties, cuDNN ≥ 9.8), but those come from a real device too.
+Expected<int64_t> sdpa_workspace_bytes(const SdpaShape& shape, bool backward, cudnnContext* handle);
+
+}  // namespace memc::cuda

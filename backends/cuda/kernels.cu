@@ -1,0 +1,48 @@
+// The CUDA backend's op kernels: backends/cuda/op_table.h's ops with a runner that launches each
+// body as a grid-stride kernel on the node's stream, copies with cudaMemcpyAsync, and GEMMs
+// through cuBLASLt (backends/cuda/gemm.cu). Launches are asynchronous; the executor synchronizes
+// at the end of the step.
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/op_table.h"
+
+namespace memc::cuda {
+namespace {
+
+template <class Body>
+__global__ void run_body(Body body, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) body(i);
+}
+
+Status check_launch(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Status::Internal(str_cat("CUDA ", what, ": ", cudaGetErrorString(e)));
+}
+
+struct DeviceRunner {
+  cudaStream_t stream;
+  explicit DeviceRunner(const KernelContext& ctx) : stream(static_cast<cudaStream_t>(ctx.stream)) {}
+
+  template <class Body>
+  Status operator()(const Body& body, int64_t n) {
+    if (n <= 0) return Status::Ok();
+    constexpr int kThreads = 256;
+    const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 20);
+    run_body<Body><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(body, n);
+    return check_launch(cudaGetLastError(), "kernel launch");
+  }
+  Status copy(void* dst, const void* src, int64_t bytes) {
+    if (bytes <= 0) return Status::Ok();
+    return check_launch(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream), "copy");
+  }
+  Status upload(void* dst, const void* host, int64_t bytes) { return copy(dst, host, bytes); }
+  Status gemm(const GemmCall& call, void* workspace, int64_t bytes) { return cuda::gemm(call, workspace, bytes, stream); }
+};
+
+}  // namespace
+
+const Kernel* CudaBackend::find_kernel(std::string_view op) const { return ops::find_kernel<DeviceRunner>(op); }
+
+}  // namespace memc::cuda

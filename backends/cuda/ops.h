@@ -1,0 +1,572 @@
+// The CUDA backend's op kernels, written once over a runner R that executes bodies
+// (backends/cuda/bodies.h) for n indices: a CUDA grid on the device (backends/cuda/kernels.cu),
+// a plain loop on the host (tests/cuda/ops_host_test.cc). R provides
+//   Status operator()(const Body& body, int64_t n)          run body(0..n-1), stream-ordered
+//   Status copy(void* dst, const void* src, int64_t bytes)   within device memory
+//   Status upload(void* dst, const void* host, int64_t bytes)  a constant from host memory
+//   Status gemm(const GemmCall& call, void* workspace, int64_t bytes)
+// Everything here runs on the host side of a launch: reading attributes and shapes, carving the
+// node's planned workspace, and choosing bodies. Device data is only touched by bodies.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cuda/attention_bodies.h"
+#include "backends/cuda/bodies.h"
+#include "backends/cuda/gemm.h"
+#include "ir/graph.h"
+#include "ir/tensor.h"
+#include "support/status.h"
+
+namespace memc::cuda::ops {
+
+inline Status unsupported(const KernelContext& ctx, const std::string& what) {
+  return Status::BadInput(str_cat("memc.", ctx.node.op, " on CUDA: ", what));
+}
+
+inline Expected<Strided> strided(const KernelContext& ctx, const Shape& dims, const std::vector<int64_t>& strides) {
+  if (dims.size() > static_cast<size_t>(kMaxDims)) return unsupported(ctx, str_cat("rank ", dims.size(), " > ", kMaxDims));
+  Strided s;
+  s.rank = static_cast<int>(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) s.dims[d] = dims[d], s.strides[d] = strides[d];
+  return s;
+}
+inline Expected<Strided> broadcast_map(const KernelContext& ctx, const Shape& in, const Shape& out) {
+  return strided(ctx, out, broadcast_strides(in, out));
+}
+
+// The node's planned scratch, handed out in 256-byte aligned pieces; the sizes the workspace
+// model (backends/cuda/workspace.cc) plans are these functions' sums.
+constexpr int64_t kScratchAlignment = 256;
+inline int64_t scratch_piece(int64_t bytes) { return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }
+struct Scratch {
+  char* next;
+  int64_t left;
+  explicit Scratch(const KernelContext& ctx) : next(static_cast<char*>(ctx.workspace)), left(ctx.workspace_bytes) {}
+  template <typename T>
+  Expected<T*> take(const KernelContext& ctx, int64_t count) {
+    const int64_t bytes = scratch_piece(count * static_cast<int64_t>(sizeof(T)));
+    if (bytes > left) return unsupported(ctx, str_cat("needs ", bytes, " bytes of workspace, ", left, " planned"));
+    T* p = reinterpret_cast<T*>(next);
+    next += bytes, left -= bytes;
+    return p;
+  }
+};
+
+// Calls fn.template operator()<T>() with T the storage type of a float dtype the bodies handle.
+template <typename Fn>
+Status dispatch_float(const KernelContext& ctx, DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kF32: return fn.template operator()<float>();
+    case DType::kBF16: return fn.template operator()<bf16_t>();
+    case DType::kF16: return fn.template operator()<f16_t>();
+    default: return unsupported(ctx, str_cat("dtype ", dtype_name(t), " (CUDA kernels take f32, bf16 or f16)"));
+  }
+}
+// Calls fn.template operator()<E>() with E an unsigned integer of t's size (data movement).
+template <typename Fn>
+Status dispatch_bytes(DType t, Fn&& fn) {
+  switch (dtype_size(t)) {
+    case 1: return fn.template operator()<uint8_t>();
+    case 2: return fn.template operator()<uint16_t>();
+    case 4: return fn.template operator()<uint32_t>();
+    default: return fn.template operator()<uint64_t>();
+  }
+}
+
+template <typename T>
+const T* in(const KernelContext& ctx, size_t i) {
+  return ctx.inputs.size() > i && ctx.inputs[i] ? static_cast<const T*>(ctx.inputs[i]->raw()) : nullptr;
+}
+template <typename T>
+T* out(const KernelContext& ctx, size_t i) {
+  return ctx.outputs.size() > i && ctx.outputs[i] ? static_cast<T*>(ctx.outputs[i]->raw()) : nullptr;
+}
+
+// ---- data movement ----------------------------------------------------------------------------
+template <class R>
+Status copy_op(KernelContext& ctx, R& run) {
+  return run.copy(ctx.outputs[0]->raw(), ctx.inputs[0]->raw(), static_cast<int64_t>(ctx.outputs[0]->nbytes()));
+}
+
+template <class R>
+Status constant_op(KernelContext& ctx, R& run) {
+  const Tensor* value = ctx.node.attrs.get_tensor("value");
+  if (!value || value->nbytes() != ctx.outputs[0]->nbytes()) return unsupported(ctx, "value does not match the output type");
+  return run.upload(ctx.outputs[0]->raw(), value->raw(), static_cast<int64_t>(value->nbytes()));
+}
+
+// out = in[base + Σ coord·stride] over the output's shape.
+template <class R>
+Status strided_copy(KernelContext& ctx, R& run, int64_t base, const std::vector<int64_t>& strides) {
+  const Tensor& y = *ctx.outputs[0];
+  MEMC_ASSIGN_OR_RETURN(const Strided map, strided(ctx, y.shape(), strides));
+  return dispatch_bytes(y.dtype(), [&]<typename E>() {
+    return run(CopyStrided<E>{in<E>(ctx, 0), out<E>(ctx, 0), base, map}, y.numel());
+  });
+}
+
+template <class R>
+Status transpose_op(KernelContext& ctx, R& run) {
+  const std::vector<int64_t> own = row_major_strides(ctx.inputs[0]->shape());
+  std::vector<int64_t> strides;
+  for (int64_t p : ctx.node.attrs.get_ints("perm")) strides.push_back(own[p]);
+  return strided_copy(ctx, run, 0, strides);
+}
+
+template <class R>
+Status slice_op(KernelContext& ctx, R& run) {
+  const auto axes = ctx.node.attrs.get_ints("axes"), starts = ctx.node.attrs.get_ints("starts"), steps = ctx.node.attrs.get_ints("steps");
+  std::vector<int64_t> strides = row_major_strides(ctx.inputs[0]->shape());
+  int64_t base = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (ctx.outputs[0]->shape()[axes[i]] == 0) return Status::Ok();
+    base += starts[i] * strides[axes[i]];
+    strides[axes[i]] *= steps[i];
+  }
+  return strided_copy(ctx, run, base, strides);
+}
+
+template <class R>
+Status expand_op(KernelContext& ctx, R& run) {
+  return strided_copy(ctx, run, 0, broadcast_strides(ctx.inputs[0]->shape(), ctx.outputs[0]->shape()));
+}
+
+template <class R>
+Status concat_op(KernelContext& ctx, R& run) {
+  const Tensor& y = *ctx.outputs[0];
+  int64_t outer = 1;
+  for (int64_t d = 0; d < ctx.node.attrs.get_int("axis", 0); ++d) outer *= y.shape()[d];
+  if (outer == 0) return Status::Ok();
+  const int64_t out_chunk = y.numel() / outer;
+  int64_t offset = 0;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const int64_t chunk = ctx.inputs[i]->numel() / outer;
+    if (chunk) {
+      MEMC_RETURN_IF_ERROR(dispatch_bytes(y.dtype(), [&]<typename E>() {
+        return run(ConcatPart<E>{in<E>(ctx, i), out<E>(ctx, 0), chunk, out_chunk, offset}, outer * chunk);
+      }));
+    }
+    offset += chunk;
+  }
+  return Status::Ok();
+}
+
+// [outer, n, inner] split of `shape` at `axis`.
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+  AxisSplit(const Shape& shape, int64_t axis) {
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) (d < axis ? outer : d > axis ? inner : n) *= shape[d];
+  }
+};
+
+template <class R>
+Status gather_op(KernelContext& ctx, R& run) {
+  const Tensor &data = *ctx.inputs[0], &indices = *ctx.inputs[1];
+  const AxisSplit s(data.shape(), ctx.node.attrs.get_int("axis", 0));
+  const bool wide = indices.dtype() == DType::kI64;
+  if (!wide && indices.dtype() != DType::kI32) return unsupported(ctx, str_cat("indices of dtype ", dtype_name(indices.dtype())));
+  return dispatch_bytes(data.dtype(), [&]<typename E>() {
+    return run(Gather<E>{in<E>(ctx, 0), indices.raw(), wide, out<E>(ctx, 0), s.n, indices.numel(), s.inner}, ctx.outputs[0]->numel());
+  });
+}
+
+// dx = zeros, then a scatter body adds into f32: dx itself, or scratch for 16-bit dx (rounded
+// once at the end), by atomic adds on the device. make<T>(acc) builds the scatter body.
+template <class R, class MakeScatter>
+Status scatter_add(KernelContext& ctx, R& run, int64_t count, MakeScatter&& make) {
+  Tensor& dx = *ctx.outputs[0];
+  Scratch scratch(ctx);
+  return dispatch_float(ctx, dx.dtype(), [&]<typename T>() -> Status {
+    float* acc = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      acc = out<float>(ctx, 0);
+    } else {
+      MEMC_ASSIGN_OR_RETURN(acc, scratch.take<float>(ctx, dx.numel()));
+    }
+    MEMC_RETURN_IF_ERROR(run(Fill<float>{acc, 0.f}, dx.numel()));
+    MEMC_RETURN_IF_ERROR(run(make.template operator()<T>(acc), count));
+    if constexpr (!std::is_same_v<T, float>) MEMC_RETURN_IF_ERROR(run(StoreF32<T>{acc, out<T>(ctx, 0)}, dx.numel()));
+    return Status::Ok();
+  });
+}
+
+// dx[.., idx[j], ..] += dy[.., j, ..]
+template <class R>
+Status gather_grad_op(KernelContext& ctx, R& run) {
+  const Tensor& indices = *ctx.inputs[1];
+  const AxisSplit s(ctx.outputs[0]->shape(), ctx.node.attrs.get_int("axis", 0));
+  const bool wide = indices.dtype() == DType::kI64;
+  return scatter_add(ctx, run, ctx.inputs[0]->numel(), [&]<typename T>(float* acc) {
+    return GatherGradScatter<T>{in<T>(ctx, 0), indices.raw(), wide, acc, s.n, indices.numel(), s.inner};
+  });
+}
+
+// dx = 0, then dx[slice] = dy.
+template <class R>
+Status slice_grad_op(KernelContext& ctx, R& run) {
+  const Tensor& dy = *ctx.inputs[0];
+  Tensor& dx = *ctx.outputs[0];
+  const auto axes = ctx.node.attrs.get_ints("axes"), starts = ctx.node.attrs.get_ints("starts"), steps = ctx.node.attrs.get_ints("steps");
+  std::vector<int64_t> strides = row_major_strides(dx.shape());
+  int64_t base = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    base += starts[i] * strides[axes[i]];
+    strides[axes[i]] *= steps[i];
+  }
+  MEMC_ASSIGN_OR_RETURN(const Strided map, strided(ctx, dy.shape(), strides));
+  return dispatch_bytes(dx.dtype(), [&]<typename E>() -> Status {
+    MEMC_RETURN_IF_ERROR(run(Zero<E>{out<E>(ctx, 0)}, dx.numel()));
+    return run(ScatterStrided<E>{in<E>(ctx, 0), out<E>(ctx, 0), base, map}, dy.numel());
+  });
+}
+
+inline Expected<ElementsMap> elements_map(const KernelContext& ctx, const Shape& index_shape, const Shape& data_shape) {
+  if (index_shape.size() > static_cast<size_t>(kMaxDims)) return unsupported(ctx, str_cat("rank ", index_shape.size(), " > ", kMaxDims));
+  ElementsMap m;
+  m.rank = static_cast<int>(index_shape.size());
+  m.axis = static_cast<int>(ctx.node.attrs.get_int("axis", 0));
+  m.axis_dim = data_shape[m.axis];
+  const std::vector<int64_t> strides = row_major_strides(data_shape);
+  for (int d = 0; d < m.rank; ++d) m.index_dims[d] = index_shape[d], m.data_strides[d] = strides[d];
+  return m;
+}
+
+template <class R>
+Status gather_elements_op(KernelContext& ctx, R& run) {
+  const Tensor &data = *ctx.inputs[0], &indices = *ctx.inputs[1];
+  MEMC_ASSIGN_OR_RETURN(const ElementsMap map, elements_map(ctx, indices.shape(), data.shape()));
+  const bool wide = indices.dtype() == DType::kI64;
+  return dispatch_bytes(data.dtype(), [&]<typename E>() {
+    return run(GatherElements<E>{in<E>(ctx, 0), indices.raw(), wide, out<E>(ctx, 0), map}, indices.numel());
+  });
+}
+
+// dx[elements of idx] += dy
+template <class R>
+Status gather_elements_grad_op(KernelContext& ctx, R& run) {
+  const Tensor& indices = *ctx.inputs[1];
+  MEMC_ASSIGN_OR_RETURN(const ElementsMap map, elements_map(ctx, indices.shape(), ctx.outputs[0]->shape()));
+  const bool wide = indices.dtype() == DType::kI64;
+  return scatter_add(ctx, run, indices.numel(), [&]<typename T>(float* acc) {
+    return GatherElementsScatter<T>{in<T>(ctx, 0), indices.raw(), wide, acc, map};
+  });
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+template <class R>
+Status cast_op(KernelContext& ctx, R& run) {
+  const Tensor &x = *ctx.inputs[0], &y = *ctx.outputs[0];
+  return run(Cast{x.raw(), x.dtype(), ctx.outputs[0]->raw(), y.dtype()}, x.numel());
+}
+
+template <class R>
+Status unary_op(KernelContext& ctx, R& run, UnaryOp op) {
+  if (op == UnaryOp::kGelu && ctx.node.attrs.get_string("approximate", "none") == "tanh") op = UnaryOp::kGeluTanh;
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    return run(Unary<T>{in<T>(ctx, 0), out<T>(ctx, 0), op}, ctx.outputs[0]->numel());
+  });
+}
+
+template <class R>
+Status binary_op(KernelContext& ctx, R& run, BinaryOp op) {
+  const Shape& y = ctx.outputs[0]->shape();
+  MEMC_ASSIGN_OR_RETURN(const Strided sa, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(const Strided sb, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  const DType t = ctx.inputs[0]->dtype();
+  if (is_integer(t)) return run(BinaryAny{ctx.inputs[0]->raw(), ctx.inputs[1]->raw(), ctx.outputs[0]->raw(), t, op, sa, sb}, ctx.outputs[0]->numel());
+  return dispatch_float(ctx, t, [&]<typename T>() {
+    return run(Binary<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), op, sa, sb}, ctx.outputs[0]->numel());
+  });
+}
+
+template <class R>
+Status compare_op(KernelContext& ctx, R& run, CompareOp op) {
+  const Shape& y = ctx.outputs[0]->shape();
+  MEMC_ASSIGN_OR_RETURN(const Strided sa, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(const Strided sb, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  return run(Compare{ctx.inputs[0]->raw(), ctx.inputs[1]->raw(), ctx.inputs[0]->dtype(), out<uint8_t>(ctx, 0), op, sa, sb},
+             ctx.outputs[0]->numel());
+}
+
+template <class R>
+Status not_op(KernelContext& ctx, R& run) {
+  return run(Not{in<uint8_t>(ctx, 0), out<uint8_t>(ctx, 0)}, ctx.outputs[0]->numel());
+}
+
+template <class R>
+Status where_op(KernelContext& ctx, R& run) {
+  const Shape& y = ctx.outputs[0]->shape();
+  MEMC_ASSIGN_OR_RETURN(const Strided sc, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(const Strided sa, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(const Strided sb, broadcast_map(ctx, ctx.inputs[2]->shape(), y));
+  return dispatch_bytes(ctx.outputs[0]->dtype(), [&]<typename E>() {
+    return run(Where<E>{in<uint8_t>(ctx, 0), in<E>(ctx, 1), in<E>(ctx, 2), out<E>(ctx, 0), sc, sa, sb}, ctx.outputs[0]->numel());
+  });
+}
+
+// The counter of a random op's first draw (the CPU's random_draw_offset, backends/cpu/loops.h).
+inline uint64_t draw_offset(const KernelContext& ctx) {
+  return static_cast<uint64_t>(ctx.node.attrs.get_int("rng_offset", 0) + ctx.batch_row_offset * ctx.node.attrs.get_int("rng_row_stride", 0));
+}
+
+template <class R>
+Status dropout_op(KernelContext& ctx, R& run) {
+  const double ratio = ctx.node.attrs.get_float("ratio", 0.5);
+  const int64_t n = ctx.inputs[0]->numel();
+  uint8_t* mask = out<uint8_t>(ctx, 1);
+  const bool active = ctx.training && ratio != 0.0;
+  const uint64_t stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
+  // Inference: every draw kept (threshold above any 32-bit draw) at scale 1.
+  const uint64_t threshold = active ? dropout_threshold(ratio) : uint64_t{1} << 32;
+  const float scale = active ? static_cast<float>(1.0 / (1.0 - ratio)) : 1.f;
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    return run(Dropout<T>{in<T>(ctx, 0), out<T>(ctx, 0), mask, ctx.seed, stream, threshold, draw_offset(ctx), scale}, n);
+  });
+}
+
+template <class R>
+Status gelu_grad_op(KernelContext& ctx, R& run) {
+  const bool tanh_form = ctx.node.attrs.get_string("approximate", "none") == "tanh";
+  return dispatch_float(ctx, ctx.inputs[1]->dtype(), [&]<typename T>() {
+    return run(GeluGrad<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), tanh_form}, ctx.outputs[0]->numel());
+  });
+}
+
+template <class R>
+Status full_op(KernelContext& ctx, R& run) {
+  const double value = ctx.node.attrs.get_float("value", 0.0);
+  Tensor& y = *ctx.outputs[0];
+  if (is_float(y.dtype()) && y.dtype() != DType::kF64) {
+    return dispatch_float(ctx, y.dtype(), [&]<typename T>() { return run(Fill<T>{out<T>(ctx, 0), static_cast<float>(value)}, y.numel()); });
+  }
+  return run(FillAny{y.raw(), y.dtype(), value}, y.numel());
+}
+
+// ---- reductions and normalization --------------------------------------------------------------
+template <class R>
+Status reduce_op(KernelContext& ctx, R& run, ReduceOp op) {
+  const Shape& x = ctx.inputs[0]->shape();
+  const auto axes = ctx.node.attrs.get_ints("axes");
+  const std::vector<int64_t> own = row_major_strides(x);
+  Shape kept_dims, reduced_dims;
+  std::vector<int64_t> kept_strides, reduced_strides;
+  for (size_t d = 0; d < x.size(); ++d) {
+    const bool reduced = axes.empty() || std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+    (reduced ? reduced_dims : kept_dims).push_back(x[d]);
+    (reduced ? reduced_strides : kept_strides).push_back(own[d]);
+  }
+  MEMC_ASSIGN_OR_RETURN(const Strided kept, strided(ctx, kept_dims, kept_strides));
+  MEMC_ASSIGN_OR_RETURN(const Strided reduced, strided(ctx, reduced_dims, reduced_strides));
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    return run(Reduce<T>{in<T>(ctx, 0), out<T>(ctx, 0), op, kept, reduced, numel(reduced_dims)}, ctx.outputs[0]->numel());
+  });
+}
+
+// A parameter broadcast to the normalized dims (layernorm's scale and bias).
+inline Expected<Strided> param_map(const KernelContext& ctx, size_t input, const Shape& normalized) {
+  if (ctx.inputs.size() <= input || !ctx.inputs[input]) return Strided{};
+  return broadcast_map(ctx, ctx.inputs[input]->shape(), normalized);
+}
+
+template <class R>
+Status layernorm_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[0];
+  const int64_t axis = ctx.node.attrs.get_int("axis", x.rank() - 1);
+  const Shape normalized(x.shape().begin() + axis, x.shape().end());
+  const int64_t n = numel(normalized), rows = n ? x.numel() / n : 0;
+  MEMC_ASSIGN_OR_RETURN(const Strided scale_map, param_map(ctx, 1, normalized));
+  MEMC_ASSIGN_OR_RETURN(const Strided bias_map, param_map(ctx, 2, normalized));
+  const double eps = ctx.node.attrs.get_float("eps", 1e-5);
+  return dispatch_float(ctx, x.dtype(), [&]<typename T>() {
+    return run(LayernormRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<float>(ctx, 1), out<float>(ctx, 2), n, eps,
+                               scale_map, bias_map},
+               rows);
+  });
+}
+
+// Scratch of layernorm_grad: per-row statistics [rows, 2], and a row of f32 partials when the
+// scale covers fewer elements than the row.
+inline int64_t layernorm_grad_scratch(int64_t rows, int64_t h, int64_t scale_numel) {
+  return scratch_piece(rows * 2 * 4) + (scale_numel != h ? scratch_piece(h * 4) : 0);
+}
+
+template <class R>
+Status layernorm_grad_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[1];
+  const int64_t axis = ctx.node.attrs.get_int("axis", x.rank() - 1);
+  const Shape normalized(x.shape().begin() + axis, x.shape().end());
+  const int64_t h = numel(normalized), rows = h ? x.numel() / h : 0;
+  const int64_t ds_n = ctx.outputs[1]->numel();
+  MEMC_ASSIGN_OR_RETURN(const Strided scale_map, param_map(ctx, 2, normalized));
+  const double eps = ctx.node.attrs.get_float("eps", 1e-5);
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, rows * 2));
+  return dispatch_float(ctx, x.dtype(), [&]<typename T>() -> Status {
+    MEMC_RETURN_IF_ERROR(run(LayernormGradRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), stats, h, eps, scale_map}, rows));
+    if (ds_n == h) return run(LayernormGradScale<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, out<T>(ctx, 1), nullptr, rows, h}, h);
+    MEMC_ASSIGN_OR_RETURN(float* acc, scratch.take<float>(ctx, h));
+    MEMC_RETURN_IF_ERROR(run(LayernormGradScale<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, nullptr, acc, rows, h}, h));
+    return run(SumInto<T>{acc, out<T>(ctx, 1), h, scale_map}, ds_n);
+  });
+}
+
+// Lines along `axis` of `shape` ([outer, n, inner]) and how many there are.
+inline std::pair<Lines, int64_t> lines_along(const Shape& shape, int64_t axis) {
+  const AxisSplit s(shape, axis);
+  return {Lines{s.n, s.inner}, s.outer * s.inner};
+}
+
+template <class R>
+Status softmax_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[0];
+  const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", x.rank() - 1));
+  return dispatch_float(ctx, x.dtype(), [&]<typename T>() { return run(SoftmaxLine<T>{in<T>(ctx, 0), out<T>(ctx, 0), lines}, count); });
+}
+
+// (dy, y) → dx
+template <class R>
+Status softmax_grad_op(KernelContext& ctx, R& run) {
+  const Tensor& y = *ctx.inputs[1];
+  const auto [lines, count] = lines_along(y.shape(), ctx.node.attrs.get_int("axis", y.rank() - 1));
+  return dispatch_float(ctx, y.dtype(), [&]<typename T>() {
+    return run(SoftmaxGradLine<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lines}, count);
+  });
+}
+
+template <class R>
+Status cumsum_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[0];
+  const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", 0));
+  const bool exclusive = ctx.node.attrs.get_int("exclusive", 0), reverse = ctx.node.attrs.get_int("reverse", 0);
+  return run(CumsumLine{x.raw(), ctx.outputs[0]->raw(), x.dtype(), lines, exclusive, reverse}, count);
+}
+
+// ---- loss -------------------------------------------------------------------------------------
+struct LossRows {
+  bool has_ignore = false;
+  int64_t ignore = -1;
+  double divisor = 1;
+  LossRows(const Node& node, int64_t rows) : divisor(node.attrs.get_float("divisor", static_cast<double>(std::max<int64_t>(rows, 1)))) {
+    has_ignore = node.attrs.has("ignore_index");
+    if (has_ignore) ignore = node.attrs.get_int("ignore_index", -1);
+  }
+};
+
+template <class R>
+Status cross_entropy_op(KernelContext& ctx, R& run) {
+  const Tensor& logits = *ctx.inputs[0];
+  const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
+  const LossRows loss(ctx.node, rows);
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(double* row_loss, scratch.take<double>(ctx, rows));
+  return dispatch_float(ctx, logits.dtype(), [&]<typename T>() -> Status {
+    MEMC_RETURN_IF_ERROR(run(CrossEntropyRow<T>{in<T>(ctx, 0), in<int64_t>(ctx, 1), row_loss, classes, loss.has_ignore, loss.ignore}, rows));
+    return run(CrossEntropySum{row_loss, ctx.outputs[0]->raw(), ctx.outputs[0]->dtype(), rows, loss.divisor}, 1);
+  });
+}
+
+template <class R>
+Status cross_entropy_grad_op(KernelContext& ctx, R& run) {
+  const Tensor& logits = *ctx.inputs[1];
+  const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
+  const LossRows loss(ctx.node, rows);
+  return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
+    return run(CrossEntropyGradRow<T>{ctx.inputs[0]->raw(), ctx.inputs[0]->dtype(), in<T>(ctx, 1), in<int64_t>(ctx, 2), out<T>(ctx, 0), classes,
+                                      loss.has_ignore, loss.ignore, loss.divisor},
+               rows);
+  });
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+// A device scalar input (lr, step, skip): its pointer and dtype, or none.
+struct DeviceScalar {
+  const void* p = nullptr;
+  DType dtype = DType::kF32;
+};
+inline DeviceScalar device_scalar(const KernelContext& ctx, size_t i) {
+  if (ctx.inputs.size() <= i || !ctx.inputs[i]) return {};
+  return {ctx.inputs[i]->raw(), ctx.inputs[i]->dtype()};
+}
+
+template <class R>
+Status adam_op(KernelContext& ctx, R& run) {
+  AdamStep adam;
+  adam.beta1 = ctx.node.attrs.get_float("beta1", 0.9), adam.beta2 = ctx.node.attrs.get_float("beta2", 0.999);
+  adam.eps = ctx.node.attrs.get_float("eps", 1e-8), adam.weight_decay = ctx.node.attrs.get_float("weight_decay", 0.0);
+  adam.decoupled = ctx.node.attrs.get_int("decoupled", 0);
+  const DeviceScalar lr = device_scalar(ctx, 4), step = device_scalar(ctx, 5), skip = device_scalar(ctx, 6);
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    AdamUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), in<T>(ctx, 3), out<T>(ctx, 0), out<T>(ctx, 1), out<T>(ctx, 2),
+                       lr.p, step.p, skip.p, lr.dtype, step.dtype, skip.dtype, adam};
+    return run(body, ctx.outputs[0]->numel());
+  });
+}
+
+template <class R>
+Status sgd_op(KernelContext& ctx, R& run) {
+  const DeviceScalar lr = device_scalar(ctx, 2), skip = device_scalar(ctx, 3);
+  const float wd = static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0));
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    return run(SgdUpdate<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lr.p, lr.dtype, skip.p, skip.dtype, wd}, ctx.outputs[0]->numel());
+  });
+}
+
+template <class R>
+Status momentum_op(KernelContext& ctx, R& run) {
+  const DeviceScalar lr = device_scalar(ctx, 3), step = device_scalar(ctx, 4), skip = device_scalar(ctx, 5);
+  MomentumParams p;
+  p.weight_decay = static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0));
+  p.momentum = static_cast<float>(ctx.node.attrs.get_float("momentum", 0.9));
+  p.dampening = static_cast<float>(ctx.node.attrs.get_float("dampening", 0.0));
+  p.nesterov = ctx.node.attrs.get_int("nesterov", 0);
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    MomentumUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<T>(ctx, 1), lr.p, lr.dtype, step.p, step.dtype,
+                           skip.p, skip.dtype, p};
+    return run(body, ctx.outputs[0]->numel());
+  });
+}
+
+// ---- GEMMs ------------------------------------------------------------------------------------
+// y[R, N] = x[R, K] · wᵀ + b (transpose_w, w [N, K]) or x · w + b (w [K, N]).
+template <class R>
+Status linear_op(KernelContext& ctx, R& run) {
+  const Tensor &x = *ctx.inputs[0], &w = *ctx.inputs[1];
+  const bool transpose_w = ctx.node.attrs.get_int("transpose_w", 1);
+  const int64_t k = x.shape().back(), n = transpose_w ? w.shape()[0] : w.shape()[1];
+  GemmCall c{.dtype = x.dtype(), .m = k ? x.numel() / k : 0, .n = n, .k = k, .trans_a = false, .trans_b = transpose_w};
+  c.a = x.raw(), c.b = w.raw(), c.y = ctx.outputs[0]->raw(), c.bias = in<void>(ctx, 2);
+  return run.gemm(c, ctx.workspace, ctx.workspace_bytes);
+}
+
+// Batched matmul with transposes where one strided batch describes it: both operands of rank
+// ≥ 2 with equal batch dims, or one of them unbatched (its stride is 0).
+template <class R>
+Status matmul_op(KernelContext& ctx, R& run) {
+  const Tensor &a = *ctx.inputs[0], &b = *ctx.inputs[1];
+  const Shape &sa = a.shape(), &sb = b.shape();
+  if (sa.size() < 2 || sb.size() < 2) return unsupported(ctx, "1-D operands");
+  const bool ta = ctx.node.attrs.get_int("transpose_a", 0), tb = ctx.node.attrs.get_int("transpose_b", 0);
+  const int64_t m = ta ? sa.back() : sa[sa.size() - 2], k = ta ? sa[sa.size() - 2] : sa.back();
+  const int64_t n = tb ? sb[sb.size() - 2] : sb.back();
+  const int64_t batch_a = a.numel() / std::max<int64_t>(sa[sa.size() - 1] * sa[sa.size() - 2], 1);
+  const int64_t batch_b = b.numel() / std::max<int64_t>(sb[sb.size() - 1] * sb[sb.size() - 2], 1);
+  const Shape batch_dims_a(sa.begin(), sa.end() - 2), batch_dims_b(sb.begin(), sb.end() - 2);
+  if (batch_a > 1 && batch_b > 1 && batch_dims_a != batch_dims_b) {
+    return unsupported(ctx, str_cat("batch dims [", shape_str(batch_dims_a), "] and [", shape_str(batch_dims_b),
+                                    "] broadcast in a way one strided batch cannot express"));
+  }
+  GemmCall c{.dtype = a.dtype(), .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb};
+  c.batch = std::max(batch_a, batch_b);
+  c.stride_a = batch_a > 1 ? m * k : 0;
+  c.stride_b = batch_b > 1 ? k * n : 0;
+  c.a = a.raw(), c.b = b.raw(), c.y = ctx.outputs[0]->raw();
+  if (c.dtype == DType::kF32 || c.dtype == DType::kBF16 || c.dtype == DType::kF16) return run.gemm(c, ctx.workspace, ctx.workspace_bytes);
+  return run(MatmulAny{c.a, c.b, c.y, c.dtype, m, n, k, c.stride_a, c.stride_b, ta, tb}, c.batch * m * n);
+}
+
+}  // namespace memc::cuda::ops

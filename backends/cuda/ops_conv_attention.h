@@ -1,0 +1,162 @@
+// The CUDA backend's convolution and attention ops over a runner (backends/cuda/ops.h says what
+// a runner provides). Convolution is im2col into the node's scratch and one cuBLASLt GEMM;
+// attention is memc's own row kernel (backends/cuda/attention_bodies.h).
+#pragma once
+#include "backends/cuda/ops.h"
+
+namespace memc::cuda::ops {
+
+// ---- convolution (group 1) ----------------------------------------------------------------------
+// Geometry over (x [N, C, in...], w [Co, C, kernel...], y [N, Co, out...]).
+struct ConvShape {
+  int64_t batch = 0, out_channels = 0, group = 1;
+  ConvDims dims;
+
+  ConvShape(const Node& node, const Shape& x, const Shape& w, const Shape& y) {
+    const int spatial = static_cast<int>(x.size()) - 2;
+    batch = x[0], out_channels = w[0];
+    group = node.attrs.get_int("group", 1);
+    const auto strides = node.attrs.get_ints("strides", std::vector<int64_t>(spatial, 1));
+    const auto dilations = node.attrs.get_ints("dilations", std::vector<int64_t>(spatial, 1));
+    const auto pads = node.attrs.get_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+    dims.spatial = spatial, dims.channels = x[1], dims.taps = x[1];
+    for (int d = 0; d < spatial && d < kMaxDims; ++d) {
+      dims.in_dims[d] = x[2 + d], dims.out_dims[d] = y[2 + d], dims.kernel[d] = w[2 + d];
+      dims.stride[d] = strides[d], dims.pad[d] = pads[d], dims.dilation[d] = dilations[d];
+      dims.positions *= y[2 + d], dims.taps *= w[2 + d];
+    }
+  }
+  Status check(const KernelContext& ctx) const {
+    if (group != 1) return unsupported(ctx, str_cat("grouped convolution (group ", group, ")"));
+    if (dims.spatial > kMaxDims) return unsupported(ctx, str_cat(dims.spatial, " spatial dims"));
+    return Status::Ok();
+  }
+  int64_t positions() const { return dims.positions; }
+  int64_t taps() const { return dims.taps; }
+  int64_t cols() const { return batch * dims.positions * dims.taps; }
+};
+
+// Scratch: the im2col matrix, then (conv_grad_weight) dy transposed to [Co, N·P]; the rest is
+// cuBLASLt's workspace.
+inline int64_t conv_scratch(const ConvShape& s, DType dtype, bool grad_weight) {
+  const int64_t element = static_cast<int64_t>(dtype_size(dtype));
+  return scratch_piece(s.cols() * element) + (grad_weight ? scratch_piece(s.out_channels * s.batch * s.positions() * element) : 0);
+}
+
+// y_n [Co, P] = w [Co, K] · cols_nᵀ, cols_n [P, K]; then the bias per channel.
+template <class R>
+Status conv_op(KernelContext& ctx, R& run) {
+  const Tensor &x = *ctx.inputs[0], &w = *ctx.inputs[1];
+  const ConvShape s(ctx.node, x.shape(), w.shape(), ctx.outputs[0]->shape());
+  MEMC_RETURN_IF_ERROR(s.check(ctx));
+  Scratch scratch(ctx);
+  return dispatch_float(ctx, x.dtype(), [&]<typename T>() -> Status {
+    MEMC_ASSIGN_OR_RETURN(T* cols, scratch.take<T>(ctx, s.cols()));
+    MEMC_RETURN_IF_ERROR(run(Im2col<T>{in<T>(ctx, 0), cols, s.dims}, s.cols()));
+    GemmCall c{.dtype = x.dtype(), .m = s.out_channels, .n = s.positions(), .k = s.taps(), .trans_a = false, .trans_b = true};
+    c.batch = s.batch, c.stride_a = 0, c.stride_b = s.positions() * s.taps();
+    c.a = w.raw(), c.b = cols, c.y = ctx.outputs[0]->raw();
+    MEMC_RETURN_IF_ERROR(run.gemm(c, scratch.next, scratch.left));
+    if (const T* bias = in<T>(ctx, 2)) {
+      return run(AddChannelBias<T>{bias, out<T>(ctx, 0), s.out_channels, s.positions()}, ctx.outputs[0]->numel());
+    }
+    return Status::Ok();
+  });
+}
+
+// dw [Co, K] = dyᵀ [Co, N·P] · cols [N·P, K].
+template <class R>
+Status conv_grad_weight_op(KernelContext& ctx, R& run) {
+  const Tensor &dy = *ctx.inputs[0], &x = *ctx.inputs[1];
+  const ConvShape s(ctx.node, x.shape(), ctx.outputs[0]->shape(), dy.shape());
+  MEMC_RETURN_IF_ERROR(s.check(ctx));
+  MEMC_ASSIGN_OR_RETURN(const Strided transposed, strided(ctx, {s.out_channels, s.batch, s.positions()}, {s.positions(), s.out_channels * s.positions(), 1}));
+  Scratch scratch(ctx);
+  return dispatch_float(ctx, dy.dtype(), [&]<typename T>() -> Status {
+    MEMC_ASSIGN_OR_RETURN(T* cols, scratch.take<T>(ctx, s.cols()));
+    MEMC_ASSIGN_OR_RETURN(T* dy_t, scratch.take<T>(ctx, dy.numel()));
+    MEMC_RETURN_IF_ERROR(run(Im2col<T>{in<T>(ctx, 1), cols, s.dims}, s.cols()));
+    MEMC_RETURN_IF_ERROR(dispatch_bytes(dy.dtype(), [&]<typename E>() {
+      return run(CopyStrided<E>{in<E>(ctx, 0), reinterpret_cast<E*>(dy_t), 0, transposed}, dy.numel());
+    }));
+    GemmCall c{.dtype = dy.dtype(), .m = s.out_channels, .n = s.taps(), .k = s.batch * s.positions(), .trans_a = false, .trans_b = false};
+    c.a = dy_t, c.b = cols, c.y = ctx.outputs[0]->raw();
+    return run.gemm(c, scratch.next, scratch.left);
+  });
+}
+
+// ---- attention --------------------------------------------------------------------------------
+// The geometry of attention(q, k, v, [bias]) with `out` [batch..., Tq, Dv] (y, or dy backward).
+inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, size_t q_input, const Shape& out) {
+  const Shape &q = ctx.inputs[q_input]->shape(), &k = ctx.inputs[q_input + 1]->shape(), &v = ctx.inputs[q_input + 2]->shape();
+  const Tensor* bias = ctx.inputs.size() > q_input + 3 ? ctx.inputs[q_input + 3] : nullptr;
+  const size_t r = q.size();
+  AttentionGeometry g;
+  const Shape batch(out.begin(), out.end() - 2);
+  g.batch = numel(batch), g.tq = q[r - 2], g.tk = k[r - 2], g.d = q[r - 1], g.dv = v[r - 1];
+  if (g.d > kMaxHeadDim || g.dv > kMaxHeadDim) return unsupported(ctx, str_cat("head dims ", g.d, "/", g.dv, " above ", kMaxHeadDim));
+  auto matrices = [&](const Shape& s, int64_t matrix) -> Expected<Strided> {
+    std::vector<int64_t> strides = broadcast_strides(Shape(s.begin(), s.end() - 2), batch);
+    const std::vector<int64_t> own = row_major_strides(batch);
+    if (strides != own) return unsupported(ctx, "q, k or v broadcast over the batch (each entry needs its own)");
+    for (int64_t& st : strides) st *= matrix;
+    return strided(ctx, batch, strides);
+  };
+  MEMC_ASSIGN_OR_RETURN(g.q_map, matrices(q, g.tq * g.d));
+  MEMC_ASSIGN_OR_RETURN(g.k_map, matrices(k, g.tk * g.d));
+  MEMC_ASSIGN_OR_RETURN(g.v_map, matrices(v, g.tk * g.dv));
+  if (bias) {
+    Shape scores = batch;
+    scores.push_back(g.tq), scores.push_back(g.tk);
+    const std::vector<int64_t> strides = broadcast_strides(bias->shape(), scores);
+    g.bias = bias->raw(), g.bias_dtype = bias->dtype();
+    g.bias_row = strides[strides.size() - 2], g.bias_col = strides.back();
+    MEMC_ASSIGN_OR_RETURN(g.bias_map, strided(ctx, batch, std::vector<int64_t>(strides.begin(), strides.end() - 2)));
+  }
+  g.scale = static_cast<float>(ctx.node.attrs.get_float("scale", 1.0 / std::sqrt(static_cast<double>(g.d))));
+  const double ratio = ctx.node.attrs.get_float("dropout_ratio", 0.0);
+  if (ctx.training && ratio > 0.0) {
+    g.dropout = true;
+    g.seed = ctx.seed, g.stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
+    g.threshold = dropout_threshold(ratio), g.offset = draw_offset(ctx);
+    g.inv_keep = static_cast<float>(1.0 / (1.0 - ratio));
+  }
+  return g;
+}
+
+template <class R>
+Status attention_op(KernelContext& ctx, R& run) {
+  MEMC_ASSIGN_OR_RETURN(const AttentionGeometry g, attention_geometry(ctx, 0, ctx.outputs[0]->shape()));
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    return run(AttentionRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), g}, g.batch * g.tq);
+  });
+}
+
+// Scratch of the fallback attention backward: per query row (log-sum-exp, D), and an f32 dbias
+// accumulator when the node has one.
+inline int64_t attention_grad_scratch(int64_t query_rows, int64_t dbias_numel) {
+  return scratch_piece(query_rows * 2 * 4) + (dbias_numel ? scratch_piece(dbias_numel * 4) : 0);
+}
+
+// (dy, q, k, v, [bias]) → dq, dk, dv, [dbias]
+template <class R>
+Status attention_grad_op(KernelContext& ctx, R& run) {
+  MEMC_ASSIGN_OR_RETURN(const AttentionGeometry g, attention_geometry(ctx, 1, ctx.inputs[0]->shape()));
+  const int64_t rows = g.batch * g.tq;
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, rows * 2));
+  return dispatch_float(ctx, ctx.inputs[1]->dtype(), [&]<typename T>() -> Status {
+    const T *dy = in<T>(ctx, 0), *q = in<T>(ctx, 1), *k = in<T>(ctx, 2), *v = in<T>(ctx, 3);
+    MEMC_RETURN_IF_ERROR(run(AttentionGradStats<T>{dy, q, k, v, stats, g}, rows));
+    MEMC_RETURN_IF_ERROR(run(AttentionGradQ<T>{dy, q, k, v, stats, out<T>(ctx, 0), g}, rows));
+    MEMC_RETURN_IF_ERROR(run(AttentionGradKV<T>{dy, q, k, v, stats, out<T>(ctx, 1), out<T>(ctx, 2), g}, g.batch * g.tk));
+    if (ctx.outputs.size() < 4) return Status::Ok();
+    const int64_t n = ctx.outputs[3]->numel();
+    MEMC_ASSIGN_OR_RETURN(float* acc, scratch.take<float>(ctx, n));
+    MEMC_RETURN_IF_ERROR(run(Fill<float>{acc, 0.f}, n));
+    MEMC_RETURN_IF_ERROR(run(AttentionGradBias<T>{dy, q, k, v, stats, acc, g}, rows * g.tk));
+    return run(StoreF32<T>{acc, out<T>(ctx, 3)}, n);
+  });
+}
+
+}  // namespace memc::cuda::ops

@@ -1,0 +1,71 @@
+// Kernel math shared by the CPU and CUDA backends (support/hd.h): the counter-based RNG and
+// dropout's draws, GELU and its derivative, and the Adam(W) update of one element. The CPU
+// kernels call these, so every CPU test covers what the CUDA kernels compute.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "support/hd.h"
+
+namespace memc {
+
+// Counter-based RNG (SplitMix64 over a combined counter): the same (seed, stream, index) gives
+// the same bits on every run, every recomputation and every backend.
+MEMC_HD inline uint32_t counter_random(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (stream + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ index;
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>((z ^ (z >> 31)) >> 16);
+}
+
+// Dropout keeps an element when its counter-RNG draw falls below (1 - ratio)·2³²; the stream
+// mixes the node's "seed" attribute with the step so masks differ across steps but a
+// recomputation in the same step reproduces them.
+MEMC_HD inline uint64_t dropout_stream(int64_t node_seed, int64_t step) {
+  return static_cast<uint64_t>(node_seed) * 0xD1B54A32D192ED03ull ^ (static_cast<uint64_t>(step) + 0x8CB92BA72F3D8DD7ull);
+}
+MEMC_HD inline uint64_t dropout_threshold(double ratio) { return static_cast<uint64_t>((1.0 - ratio) * 4294967296.0); }
+
+// GELU: x·Φ(x), or 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) in the tanh form.
+template <typename C>
+MEMC_HD C gelu(C x, bool tanh_form) {
+  if (tanh_form) return C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+  return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));
+}
+
+// gelu'(x) = Φ(x) + x·φ(x), or the derivative of the tanh form.
+template <typename C>
+MEMC_HD C gelu_derivative(C x, bool tanh_form) {
+  const C k = C(0.7978845608028654), a = C(0.044715);
+  if (tanh_form) {
+    const C t = std::tanh(k * (x + a * x * x * x));
+    return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * k * (C(1) + C(3) * a * x * x);
+  }
+  return C(0.5) * (C(1) + std::erf(x * C(0.7071067811865476))) + x * std::exp(C(-0.5) * x * x) * C(0.3989422804014327);
+}
+
+// torch.optim.Adam (L2: g ← g + λw) or AdamW (decoupled: w ← w·(1 - lr·λ)), then
+// m ← β1·m + (1-β1)·g; v ← β2·v + (1-β2)·g²; w ← w - (lr/(1-β1ᵗ))·m / (√v/√(1-β2ᵗ) + ε).
+struct AdamStep {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, lr = 0;
+  bool decoupled = false;
+  double bc2_sqrt = 1, step_size = 0;  // √(1-β2ᵗ) and lr/(1-β1ᵗ)
+
+  MEMC_HD void set_step(double t) {
+    bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+    step_size = lr / (1.0 - std::pow(beta1, t));
+  }
+  // Updates one element in the compute type C; w, m and v are read and written.
+  template <typename C>
+  MEMC_HD void apply(C& w, C g, C& m, C& v) const {
+    if (decoupled) w *= static_cast<C>(1.0 - lr * weight_decay);
+    else g += static_cast<C>(weight_decay) * w;
+    m = static_cast<C>(beta1) * m + static_cast<C>(1.0 - beta1) * g;
+    v = static_cast<C>(beta2) * v + static_cast<C>(1.0 - beta2) * g * g;
+    const C denom = std::sqrt(v) / static_cast<C>(bc2_sqrt) + static_cast<C>(eps);
+    w = w - static_cast<C>(step_size) * m / denom;
+  }
+};
+
+}  // namespace memc
