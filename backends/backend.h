@@ -104,6 +104,9 @@ class Backend {
   virtual Status wait(Stream stream, Event event) = 0;
   virtual void destroy(Event event) = 0;
   virtual Status synchronize(Stream stream) = 0;
+  // Bytes in use on the device as its driver reports them (every allocation of every process,
+  // and the runtime's own context), or -1 where there is no such figure (the CPU backend).
+  virtual int64_t device_bytes_in_use() const { return -1; }
 };
 
 // The CPU backend (always present).

@@ -2,8 +2,11 @@
 // dropout's draws, GELU and its derivative, and the Adam(W) update of one element. The CPU
 // kernels call these, so every CPU test covers what the CUDA kernels compute.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "support/hd.h"
 
@@ -65,6 +68,53 @@ struct AdamStep {
     v = static_cast<C>(beta2) * v + static_cast<C>(1.0 - beta2) * g * g;
     const C denom = std::sqrt(v) / static_cast<C>(bc2_sqrt) + static_cast<C>(eps);
     w = w - static_cast<C>(step_size) * m / denom;
+  }
+};
+
+// 8-bit codes of a dynamic quantization map (after Dettmers et al., "8-bit optimizers via
+// block-wise quantization"): a value normalized by its block's absolute maximum is coded by
+// decade (1e-6 … 1) and a linear fraction within the decade, with more fraction steps for the
+// larger decades, so small moments keep relative precision. Code 0 is 0 (zero-filled state
+// decodes to zero). Signed: 127 magnitudes per sign; unsigned: 254 magnitudes. Plain data, so a
+// device kernel reads it from device memory.
+struct QuantMap {
+  float value[256] = {};         // by code
+  float sorted_value[256] = {};  // ascending, with their codes
+  uint8_t sorted_code[256] = {};
+  int count = 0;
+
+  static QuantMap dynamic(bool is_signed) {
+    QuantMap map;
+    std::vector<float> magnitudes;
+    for (int d = 0; d < 7; ++d) {  // decade 10^(d-6): fractions (0.1, 1] in 2^d (signed) or 2^(d+1) steps
+      const int steps = is_signed ? (1 << d) : (2 << d);
+      const double scale = std::pow(10.0, d - 6);
+      for (int k = 1; k <= steps; ++k) magnitudes.push_back(static_cast<float>(scale * (0.1 + 0.9 * k / steps)));
+    }
+    int code = 1;
+    for (float m : magnitudes) {
+      map.value[code++] = m;
+      if (is_signed) map.value[code++] = -m;
+      if (code > 255) break;
+    }
+    std::vector<std::pair<float, uint8_t>> sorted;
+    for (int c = 0; c < code; ++c) sorted.push_back({map.value[c], static_cast<uint8_t>(c)});
+    std::sort(sorted.begin(), sorted.end());
+    map.count = code;
+    for (int i = 0; i < code; ++i) map.sorted_value[i] = sorted[i].first, map.sorted_code[i] = sorted[i].second;
+    return map;
+  }
+  // The code of the nearest value (the lower one on a tie).
+  MEMC_HD uint8_t encode(float x) const {
+    int lo = 0, hi = count;  // first sorted value ≥ x
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (sorted_value[mid] < x) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == count) return sorted_code[count - 1];
+    if (lo == 0) return sorted_code[0];
+    return (x - sorted_value[lo - 1]) <= (sorted_value[lo] - x) ? sorted_code[lo - 1] : sorted_code[lo];
   }
 };
 

@@ -496,6 +496,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   MEMC_ASSIGN_OR_RETURN(FolderLock lock, take_checkpoint_folder(folder_options));
   MEMC_ASSIGN_OR_RETURN(Backend* backend, select_backend(options.device, plan));
   cuda::set_tf32(options.tf32);
+  const int64_t in_use_at_open = backend->device_bytes_in_use();
   DeviceMemory device(*backend);
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec, rank));
@@ -519,6 +520,8 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
     MEMC_RETURN_IF_ERROR(train(ctx, *run_data.train, progress, report));
     MEMC_RETURN_IF_ERROR(finish_training_report(ctx, progress, device.peak_bytes(), report));
   }
+  report.device_in_use_at_open = in_use_at_open;
+  report.device_in_use_after_training = backend->device_bytes_in_use();
   if (run_data.eval && report.error.empty()) {
     MEMC_ASSIGN_OR_RETURN(const StateMap host, whole_state(*backend, plan, state, comm));
     MEMC_ASSIGN_OR_RETURN(report.accuracy, evaluate(plan, host, *run_data.eval, report.eval_samples));

@@ -56,6 +56,9 @@ struct RunReport {
   int64_t diverged_step = 0;        // the 1-based step whose loss was not finite
   int rank = 0, ranks = 1;          // this process's rank in a sharded run, and how many there are
   std::vector<int64_t> rank_peak_bytes;  // every rank's measured_peak_bytes, in rank order (sharded runs)
+  // The device's own count of bytes in use (Backend::device_bytes_in_use; -1 on the CPU): once the
+  // backend is open, before memc allocates (the runtime's context), and after the last step.
+  int64_t device_in_use_at_open = -1, device_in_use_after_training = -1;
 };
 
 // The state a run carries between steps, keyed by source name: parameters by initializer

@@ -1,10 +1,31 @@
 #!/usr/bin/env bash
-# Downloads, from Debian's registry, the packages bench/device_check.sh unpacks on a lent GPU
-# machine (which has no registry): GoogleTest's headers and static libraries. Into .devdeps/
-# (git-ignored; the device tool carries it when named in `carry`).
+# Prepares .devdeps/ (git-ignored) for bench/device_check.sh on a lent GPU machine. That machine
+# has the CUDA toolkit, CMake and Python with PyTorch, but no package registry and none of memc's
+# other dependencies (protobuf, ONNX, oneDNN, OpenBLAS, OpenMPI, GoogleTest), so memc and the CUDA
+# test binaries are built here, stripped, and packed with the shared libraries they load beyond
+# the C runtime and CUDA's own: .devdeps/memc-device.tar.xz (about 30 MB; the tool carries 64 MiB).
+# The machine's C runtime is newer than Debian 12's (Python 3.12 there), so these binaries run.
+#
+# Here:    scripts/device_deps.sh [BUILD_DIR]       (default build/)
+# Device:  run(command="bash bench/device_check.sh", carry=[".devdeps"], timeout_s=540)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=${1:-build}
+targets=(memc cuda_ops_host_test cuda_backend_test)
+grep -q "^build cudnn_sdpa_test:" "$build/build.ninja" && targets+=(cudnn_sdpa_test)
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+strip -o "$stage/bin/memc" "$build/memc"
+for t in "${targets[@]:1}"; do strip -o "$stage/bin/$t" "$build/tests/$t"; done
+# Everything they load but glibc, the GCC runtime (the machine's are newer) and CUDA's libraries
+# (the machine's toolkit and its PyTorch wheels bring those).
+skip='/(libc|libm|libmvec|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnvrtc[a-z-]*)\.so'
+ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+git rev-parse HEAD >"$stage/COMMIT"
 mkdir -p .devdeps
-cd .devdeps
-apt-get download libgtest-dev googletest >/dev/null
-ls -1 *.deb
+tar -cJf .devdeps/memc-device.tar.xz.tmp -C "$stage" COMMIT bin lib
+mv .devdeps/memc-device.tar.xz.tmp .devdeps/memc-device.tar.xz
+echo "device_deps.sh: .devdeps/memc-device.tar.xz ($(du -h .devdeps/memc-device.tar.xz | cut -f1)): ${targets[*]}, $(ls "$stage/lib" | wc -l) libraries"

@@ -470,6 +470,9 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
     j["status"] = r.status;
     if (diverged) j["error"] = r.error, j["diverged_step"] = r.diverged_step;
     j["process_peak_rss_bytes"] = process_peak_rss_bytes();
+    if (r.device_in_use_at_open >= 0) {  // a GPU: the driver's figures beside the accountant's
+      j["device_memory"] = {{"in_use_at_open_bytes", r.device_in_use_at_open}, {"in_use_after_training_bytes", r.device_in_use_after_training}};
+    }
     if (r.ranks > 1) {
       j["devices"] = r.ranks;
       json ranks = json::array();

@@ -112,46 +112,12 @@ Status adam_kernel(KernelContext& ctx) {
   });
 }
 
-// 8-bit codes of a dynamic quantization map (after Dettmers et al., "8-bit optimizers via
-// block-wise quantization"): a value normalized by its block's absolute maximum is coded by
-// decade (1e-6 … 1) and a linear fraction within the decade, with more fraction steps for the
-// larger decades, so small moments keep relative precision. Code 0 is 0 (zero-filled state
-// decodes to zero). Signed: 127 magnitudes per sign; unsigned: 254 magnitudes.
-struct DynamicMap {
-  float value[256] = {};
-  std::vector<std::pair<float, uint8_t>> sorted;  // (value, code), ascending
-
-  explicit DynamicMap(bool is_signed) {
-    std::vector<float> magnitudes;
-    for (int d = 0; d < 7; ++d) {  // decade 10^(d-6): fractions (0.1, 1] in 2^d (signed) or 2^(d+1) steps
-      const int steps = is_signed ? (1 << d) : (2 << d);
-      const double scale = std::pow(10.0, d - 6);
-      for (int k = 1; k <= steps; ++k) magnitudes.push_back(static_cast<float>(scale * (0.1 + 0.9 * k / steps)));
-    }
-    int code = 1;
-    for (float m : magnitudes) {
-      value[code++] = m;
-      if (is_signed) value[code++] = -m;
-      if (code > 255) break;
-    }
-    for (int c = 0; c < code; ++c) sorted.push_back({value[c], static_cast<uint8_t>(c)});
-    std::sort(sorted.begin(), sorted.end());
-  }
-  uint8_t encode(float x) const {  // nearest value
-    auto it = std::lower_bound(sorted.begin(), sorted.end(), std::pair<float, uint8_t>{x, 0});
-    if (it == sorted.end()) return sorted.back().second;
-    if (it == sorted.begin()) return it->second;
-    const auto below = it - 1;
-    return (x - below->first) <= (it->first - x) ? below->second : it->second;
-  }
-};
-
-const DynamicMap& signed_map() {
-  static const DynamicMap map(true);
+const QuantMap& signed_map() {
+  static const QuantMap map = QuantMap::dynamic(true);
   return map;
 }
-const DynamicMap& unsigned_map() {
-  static const DynamicMap map(false);
+const QuantMap& unsigned_map() {
+  static const QuantMap map = QuantMap::dynamic(false);
   return map;
 }
 
@@ -162,7 +128,7 @@ Status adam8bit_kernel(KernelContext& ctx) {
   const int64_t block = ctx.node.attrs.get_int("block", 2048);
   if (skipped(ctx, 8)) return Status::Ok();
   const AdamStep adam = adam_step(ctx, true, 6);
-  const DynamicMap &ms = signed_map(), &vs = unsigned_map();
+  const QuantMap &ms = signed_map(), &vs = unsigned_map();
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     const T* w = ctx.inputs[0]->data<T>();
     const T* g = ctx.inputs[1]->data<T>();

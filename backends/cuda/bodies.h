@@ -752,6 +752,172 @@ struct MomentumUpdate {
   }
 };
 
+// AdamW (or Adam) on moments stored as 8-bit codes per block of `block` elements, one thread per
+// block: the first pass finds the new moments' absolute maxima, the second updates w and encodes
+// against them (recomputing the moments, so an in-place update reads each element before
+// writing it). maps[0] codes m (signed), maps[1] codes v (unsigned).
+template <typename T>
+struct Adam8bitBlock {
+  const T *w, *g;
+  const uint8_t *mq, *vq;
+  const float *m_max, *v_max;
+  T* w_out;
+  uint8_t *mq_out, *vq_out;
+  float *m_max_out, *v_max_out;
+  const QuantMap* maps;
+  const void *lr, *step, *skip;
+  DType lr_dtype, step_dtype, skip_dtype;
+  AdamStep adam;
+  int64_t n, block;
+  MEMC_HD void operator()(int64_t bi) const {
+    const int64_t b0 = bi * block, end = b0 + block < n ? b0 + block : n;
+    const float old_m_max = m_max[bi], old_v_max = v_max[bi];
+    if (skip_set(skip, skip_dtype)) {
+      for (int64_t i = b0; i < end; ++i) st(w_out, i, ld(w, i)), mq_out[i] = mq[i], vq_out[i] = vq[i];
+      m_max_out[bi] = old_m_max, v_max_out[bi] = old_v_max;
+      return;
+    }
+    AdamStep a = adam;
+    a.lr = ld_double(lr, lr_dtype, 0);
+    a.set_step(ld_double(step, step_dtype, 0));
+    float new_m_max = 0, new_v_max = 0;
+    for (int64_t i = b0; i < end; ++i) {
+      float wi = ld(w, i), mi = maps[0].value[mq[i]] * old_m_max, vi = maps[1].value[vq[i]] * old_v_max;
+      a.apply<float>(wi, ld(g, i), mi, vi);
+      new_m_max = fmaxf(new_m_max, std::fabs(mi)), new_v_max = fmaxf(new_v_max, vi);
+    }
+    for (int64_t i = b0; i < end; ++i) {
+      float wi = ld(w, i), mi = maps[0].value[mq[i]] * old_m_max, vi = maps[1].value[vq[i]] * old_v_max;
+      a.apply<float>(wi, ld(g, i), mi, vi);
+      st(w_out, i, wi);
+      mq_out[i] = new_m_max > 0 ? maps[0].encode(mi / new_m_max) : 0;
+      vq_out[i] = new_v_max > 0 ? maps[1].encode(vi / new_v_max) : 0;
+    }
+    m_max_out[bi] = new_m_max, v_max_out[bi] = new_v_max;
+  }
+};
+
+// Adafactor (the CPU kernel's arithmetic), in passes over rows, columns, matrices and elements.
+struct AdafactorScalars {
+  const void *lr, *step, *skip;
+  DType lr_dtype, step_dtype, skip_dtype;
+  double decay, eps1, clip, weight_decay;
+  MEMC_HD bool skipped() const { return skip_set(skip, skip_dtype); }
+  MEMC_HD float beta() const { return static_cast<float>(1.0 - std::pow(ld_double(step, step_dtype, 0), decay)); }
+  MEMC_HD double lr_value() const { return ld_double(lr, lr_dtype, 0); }
+};
+
+// Factored second moment, one thread per row (rows = true) or column of each matrix [rows, cols]:
+// its mean of g² + eps1 in f64, decayed into the f32 state.
+template <typename T>
+struct AdafactorFactor {
+  const T* g;
+  const float* state;
+  float* state_out;
+  int64_t rows, cols;
+  bool along_rows;
+  AdafactorScalars s;
+  MEMC_HD void operator()(int64_t k) const {  // k: matrix·rows + row, or matrix·cols + col
+    const int64_t count = along_rows ? cols : rows;
+    const int64_t b = k / (along_rows ? rows : cols), idx = k % (along_rows ? rows : cols);
+    if (s.skipped()) {
+      state_out[k] = state[k];
+      return;
+    }
+    double mean = 0;
+    for (int64_t t = 0; t < count; ++t) {
+      const int64_t e = along_rows ? (b * rows + idx) * cols + t : (b * rows + t) * cols + idx;
+      const double gi = ld(g, e);
+      mean += (gi * gi + s.eps1) / static_cast<double>(count);
+    }
+    const float beta = s.beta();
+    state_out[k] = beta * state[k] + (1.0f - beta) * static_cast<float>(mean);
+  }
+};
+
+// Per matrix: the mean of its row factors (f64).
+struct AdafactorRowMean {
+  const float* r;
+  double* r_avg;
+  int64_t rows;
+  MEMC_HD void operator()(int64_t b) const {
+    double sum = 0;
+    for (int64_t i = 0; i < rows; ++i) sum += r[b * rows + i];
+    r_avg[b] = sum / static_cast<double>(rows);
+  }
+};
+
+// The update direction u = g/√v̂ per element: v̂ from the factors (factored) or the decayed v.
+template <typename T>
+struct AdafactorDirection {
+  const T* g;
+  const float *r, *c;  // factored: row and column factors; null otherwise
+  const double* r_avg;
+  const float* v;      // non-factored: the state, decayed here into v_out
+  float* v_out;
+  float* u;
+  int64_t rows, cols;
+  AdafactorScalars s;
+  MEMC_HD void operator()(int64_t i) const {
+    if (r) {
+      const int64_t b = i / (rows * cols), row = (i / cols) % rows, col = i % cols;
+      const double v_hat = static_cast<double>(r[b * rows + row]) / r_avg[b] * static_cast<double>(c[b * cols + col]);
+      u[i] = static_cast<float>(static_cast<double>(ld(g, i)) / std::sqrt(v_hat));
+      return;
+    }
+    const float gi = ld(g, i);
+    if (s.skipped()) {
+      v_out[i] = v[i];
+      return;
+    }
+    const float beta = s.beta();
+    const float vi = beta * v[i] + (1.0f - beta) * (gi * gi + static_cast<float>(s.eps1));
+    v_out[i] = vi;
+    u[i] = gi / std::sqrt(vi);
+  }
+};
+
+// Σ u² over chunks of `chunk` elements (f64), then (count 1) the clip scale from their total.
+struct SumSquares {
+  const float* u;
+  double* partial;
+  int64_t n, chunk;
+  MEMC_HD void operator()(int64_t p) const {
+    double sum = 0;
+    for (int64_t i = p * chunk; i < n && i < (p + 1) * chunk; ++i) sum += static_cast<double>(u[i]) * u[i];
+    partial[p] = sum;
+  }
+};
+struct AdafactorClip {
+  double* partial;  // partial[0] becomes the scale
+  int64_t parts, n;
+  double clip;
+  MEMC_HD void operator()(int64_t) const {
+    double sq = 0;
+    for (int64_t p = 0; p < parts; ++p) sq += partial[p];
+    const double rms = std::sqrt(sq / static_cast<double>(n > 1 ? n : 1));
+    partial[0] = 1.0 / (rms / clip > 1.0 ? rms / clip : 1.0);
+  }
+};
+
+template <typename T>
+struct AdafactorApply {
+  const T* w;
+  const float* u;
+  const double* scale;
+  T* w_out;
+  AdafactorScalars s;
+  MEMC_HD void operator()(int64_t i) const {
+    const float wi = ld(w, i);
+    if (s.skipped()) {
+      st(w_out, i, wi);
+      return;
+    }
+    const double lr = s.lr_value();
+    st(w_out, i, wi - static_cast<float>(lr * s.weight_decay) * wi - static_cast<float>(lr) * static_cast<float>(*scale) * u[i]);
+  }
+};
+
 // ---- convolution --------------------------------------------------------------------------------
 // An N-d convolution's index geometry: P output positions, K = C_in·∏kernel taps per position.
 struct ConvDims {

@@ -224,4 +224,10 @@ Status CudaBackend::synchronize(Stream stream) {
   return check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
 }
 
+int64_t CudaBackend::device_bytes_in_use() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (device_ < 0 || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return -1;
+  return static_cast<int64_t>(total_bytes - free_bytes);
+}
+
 }  // namespace memc::cuda

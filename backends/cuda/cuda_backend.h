@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
   Status wait(Stream stream, Event event) override;
   void destroy(Event event) override;
   Status synchronize(Stream stream) override;
+  int64_t device_bytes_in_use() const override;  // cudaMemGetInfo: total - free
 
  private:
   int sm_major_;

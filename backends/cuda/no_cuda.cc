@@ -26,6 +26,7 @@ Expected<Event> CudaBackend::record(Stream) { return not_built(); }
 Status CudaBackend::wait(Stream, Event) { return not_built(); }
 void CudaBackend::destroy(Event) {}
 Status CudaBackend::synchronize(Stream) { return not_built(); }
+int64_t CudaBackend::device_bytes_in_use() const { return -1; }
 void set_tf32(bool) {}
 
 }  // namespace memc::cuda

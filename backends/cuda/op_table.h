@@ -64,7 +64,8 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
       {"softmax_cross_entropy", as_kernel<R, cross_entropy_op<R>>},
       {"softmax_cross_entropy_grad", as_kernel<R, cross_entropy_grad_op<R>>},
       {"sgd_update", as_kernel<R, sgd_op<R>>}, {"momentum_update", as_kernel<R, momentum_op<R>>},
-      {"adam_update", as_kernel<R, adam_op<R>>},
+      {"adam_update", as_kernel<R, adam_op<R>>}, {"adam8bit_update", as_kernel<R, adam8bit_op<R>>},
+      {"adafactor_update", as_kernel<R, adafactor_op<R>>}, {"split_flat", as_kernel<R, split_flat_op<R>>},
       {"linear", as_kernel<R, linear_op<R>>}, {"matmul", as_kernel<R, matmul_op<R>>},
       {"conv", as_kernel<R, conv_op<R>>}, {"conv_grad_weight", as_kernel<R, conv_grad_weight_op<R>>},
       {"attention", as_kernel<R, attention_op<R>>}, {"attention_grad", as_kernel<R, attention_grad_op<R>>},
@@ -102,6 +103,8 @@ inline int64_t workspace_bytes(const Node& node, std::span<const TensorType> in,
   }
   if (op == "gather_grad" || op == "gather_elements_grad") return out[0].dtype == DType::kF32 ? 0 : scratch_piece(out[0].numel() * 4);
   if (op == "softmax_cross_entropy") return scratch_piece(in[0].shape[0] * 8);
+  if (op == "adam8bit_update") return adam8bit_scratch();
+  if (op == "adafactor_update") return adafactor_scratch(in[0].shape, node.attrs.get_int("factored", 0));
   return 0;
 }
 

@@ -531,6 +531,83 @@ Status momentum_op(KernelContext& ctx, R& run) {
   });
 }
 
+// Scratch of adam8bit: the two quantization maps, uploaded by the kernel.
+inline int64_t adam8bit_scratch() { return scratch_piece(2 * static_cast<int64_t>(sizeof(QuantMap))); }
+
+// (w, g, m codes, m absmax, v codes, v absmax, lr, step[, skip]) → (w', codes and absmax of m and v)
+template <class R>
+Status adam8bit_op(KernelContext& ctx, R& run) {
+  static const QuantMap maps[2] = {QuantMap::dynamic(true), QuantMap::dynamic(false)};
+  AdamStep adam;
+  adam.beta1 = ctx.node.attrs.get_float("beta1", 0.9), adam.beta2 = ctx.node.attrs.get_float("beta2", 0.999);
+  adam.eps = ctx.node.attrs.get_float("eps", 1e-8), adam.weight_decay = ctx.node.attrs.get_float("weight_decay", 0.0);
+  adam.decoupled = ctx.node.attrs.get_int("decoupled", 1);
+  const int64_t block = ctx.node.attrs.get_int("block", 2048), n = ctx.outputs[0]->numel();
+  const DeviceScalar lr = device_scalar(ctx, 6), step = device_scalar(ctx, 7), skip = device_scalar(ctx, 8);
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(QuantMap* device_maps, scratch.take<QuantMap>(ctx, 2));
+  MEMC_RETURN_IF_ERROR(run.upload(device_maps, maps, static_cast<int64_t>(sizeof(maps))));
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
+    Adam8bitBlock<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<uint8_t>(ctx, 2), in<uint8_t>(ctx, 4), in<float>(ctx, 3), in<float>(ctx, 5),
+                          out<T>(ctx, 0), out<uint8_t>(ctx, 1), out<uint8_t>(ctx, 3), out<float>(ctx, 2), out<float>(ctx, 4),
+                          device_maps, lr.p, step.p, skip.p, lr.dtype, step.dtype, skip.dtype, adam, n, block};
+    return run(body, (n + block - 1) / block);
+  });
+}
+
+// Adafactor's scratch: u [n] f32, then the row-factor means [matrices] and the Σu² partials (f64).
+constexpr int64_t kSumChunk = 4096;
+inline int64_t adafactor_scratch(const Shape& w, bool factored) {
+  const int64_t n = numel(w), mats = factored ? n / std::max<int64_t>(w[w.size() - 2] * w.back(), 1) : 0;
+  return scratch_piece(n * 4) + (factored ? scratch_piece(mats * 8) : 0) + scratch_piece(((n + kSumChunk - 1) / kSumChunk + 1) * 8);
+}
+
+// (w, g, [r, c] | v, lr, step[, skip]) → (w', [r', c'] | v')
+template <class R>
+Status adafactor_op(KernelContext& ctx, R& run) {
+  const bool factored = ctx.node.attrs.get_int("factored", 0);
+  const size_t first_scalar = factored ? 4 : 3;
+  const DeviceScalar lr = device_scalar(ctx, first_scalar), step = device_scalar(ctx, first_scalar + 1), skip = device_scalar(ctx, first_scalar + 2);
+  const AdafactorScalars sc{lr.p, step.p, skip.p, lr.dtype, step.dtype, skip.dtype, ctx.node.attrs.get_float("decay_rate", -0.8),
+                            ctx.node.attrs.get_float("eps1", 1e-30), ctx.node.attrs.get_float("clip_threshold", 1.0),
+                            ctx.node.attrs.get_float("weight_decay", 0.0)};
+  const Shape& shape = ctx.inputs[0]->shape();
+  const int64_t n = numel(shape), rows = factored ? shape[shape.size() - 2] : 1, cols = factored ? shape.back() : 1;
+  const int64_t mats = factored ? n / std::max<int64_t>(rows * cols, 1) : 0, parts = (n + kSumChunk - 1) / kSumChunk;
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(float* u, scratch.take<float>(ctx, n));
+  double* r_avg = nullptr;
+  if (factored) {
+    MEMC_ASSIGN_OR_RETURN(r_avg, scratch.take<double>(ctx, mats));
+  }
+  MEMC_ASSIGN_OR_RETURN(double* partial, scratch.take<double>(ctx, parts + 1));
+  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() -> Status {
+    const T* g = in<T>(ctx, 1);
+    if (factored) {
+      MEMC_RETURN_IF_ERROR(run(AdafactorFactor<T>{g, in<float>(ctx, 2), out<float>(ctx, 1), rows, cols, true, sc}, mats * rows));
+      MEMC_RETURN_IF_ERROR(run(AdafactorFactor<T>{g, in<float>(ctx, 3), out<float>(ctx, 2), rows, cols, false, sc}, mats * cols));
+      MEMC_RETURN_IF_ERROR(run(AdafactorRowMean{out<float>(ctx, 1), r_avg, rows}, mats));
+      MEMC_RETURN_IF_ERROR(run(AdafactorDirection<T>{g, out<float>(ctx, 1), out<float>(ctx, 2), r_avg, nullptr, nullptr, u, rows, cols, sc}, n));
+    } else {
+      MEMC_RETURN_IF_ERROR(run(AdafactorDirection<T>{g, nullptr, nullptr, nullptr, in<float>(ctx, 2), out<float>(ctx, 1), u, rows, cols, sc}, n));
+    }
+    MEMC_RETURN_IF_ERROR(run(SumSquares{u, partial, n, kSumChunk}, parts));
+    MEMC_RETURN_IF_ERROR(run(AdafactorClip{partial, parts, n, sc.clip}, 1));
+    return run(AdafactorApply<T>{in<T>(ctx, 0), u, partial, out<T>(ctx, 0), sc}, n);
+  });
+}
+
+// Consecutive pieces of a flat buffer (a unit's gathered parameters).
+template <class R>
+Status split_flat_op(KernelContext& ctx, R& run) {
+  const char* x = static_cast<const char*>(ctx.inputs[0]->raw());
+  for (Tensor* piece : ctx.outputs) {
+    MEMC_RETURN_IF_ERROR(run.copy(piece->raw(), x, static_cast<int64_t>(piece->nbytes())));
+    x += piece->nbytes();
+  }
+  return Status::Ok();
+}
+
 // ---- GEMMs ------------------------------------------------------------------------------------
 // y[R, N] = x[R, K] · wᵀ + b (transpose_w, w [N, K]) or x · w + b (w [K, N]).
 template <class R>

@@ -357,3 +357,61 @@ TEST(CudaAttention, BackwardAgainstADoubleReference) {
 
 }  // namespace
 }  // namespace memc
+
+namespace memc {
+namespace {
+
+// Every optimizer's update kernel in a real step: the updated weights and states after one step
+// of the digits ViT, against the CPU backend. The gradients feeding them differ in the last bits
+// (GEMM summation order), so floats agree to 1e-4 and an 8-bit code may land on its neighbour.
+TEST(CudaOptimizers, OneStepMatchesTheCpuBackend) {
+  for (const char* optimizer : {"sgd", "momentum", "adamw", "adam8bit", "adafactor"}) {
+    CompileOptions options;
+    options.batch = 4;
+    options.optimizer.kind = optimizer;
+    const std::string model = source_path("models/vit_tiny.onnx");
+    auto plan = compile_model(model, model + ".plan", options);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    const Module& m = plan->train;
+    // Step 2 with non-negative moments, as a real second step has: at step 1 Adafactor's update
+    // is sign(g) (β = 0), which flips on gradients that are rounding noise (a key bias's).
+    auto feeds = arguments(m, 23);
+    feeds.at("lr").set_from_double(0, 1e-3);
+    feeds.at("step").set_from_double(0, 2);
+    for (ValueId a : m.arguments()) {
+      Tensor& t = feeds.at(m.value(a).name);
+      if (m.value(a).role != Role::kOptimizerState || !is_float(t.dtype())) continue;
+      for (int64_t k = 0; k < t.numel(); ++k) t.set_from_double(k, std::fabs(t.get_as_double(k)));
+    }
+    HostCudaBackend backend;
+    DeviceMemory cuda_memory(backend), cpu_memory;
+    auto ours = PlannedExecutor::create(m, cuda_memory);
+    auto ref = PlannedExecutor::create(m, cpu_memory);
+    ASSERT_TRUE(ours.ok()) << ours.status().message();
+    ASSERT_TRUE(ref.ok());
+    for (const auto& [name, t] : feeds) ASSERT_TRUE(ours->set_argument(name, t).ok() && ref->set_argument(name, t).ok()) << name;
+    const ExecOptions run{.training = true, .seed = 3, .step = 2, .check_workspace = true};
+    ASSERT_TRUE(ours->run(run).ok());
+    ASSERT_TRUE(ref->run(run).ok());
+    double worst = 0;
+    int64_t codes = 0, codes_off = 0;
+    for (size_t i = 0; i < m.outputs().size(); ++i) {
+      const Tensor a = *ours->fetch_output(i), b = *ref->fetch_output(i);
+      if (is_float(b.dtype())) {
+        const double d = relative_difference(a, b, 1e-30);
+        if (d > 1e-4) std::printf("  %s: %.2e\n", m.value(m.outputs()[i]).name.c_str(), d);
+        worst = std::max(worst, d);
+        continue;
+      }
+      for (int64_t k = 0; k < b.numel(); ++k) codes_off += a.get_as_double(k) != b.get_as_double(k);
+      codes += b.numel();
+    }
+    std::printf("[%s] outputs within %.2e; %lld of %lld codes differ\n", optimizer, worst, static_cast<long long>(codes_off),
+                static_cast<long long>(codes));
+    EXPECT_LE(worst, 1e-4) << optimizer;
+    EXPECT_LE(codes_off, codes / 100) << optimizer;
+  }
+}
+
+}  // namespace
+}  // namespace memc
