@@ -43,6 +43,10 @@ struct KernelContext {
   // to their draw counters so N ranks replay the masks of one device's batch.
   comm::Communicator* comm = nullptr;
   int64_t batch_row_offset = 0;
+  // The step in the backend's memory, where the backend keeps a run state
+  // (Backend::run_state_bytes): device kernels read it there, so one captured step (a CUDA
+  // graph) replays with each step's dropout draws. Null on the CPU: `step` holds it.
+  const int64_t* device_step = nullptr;
 };
 
 // Returns bad input for data-dependent errors (an out-of-range token id); shapes and dtypes
@@ -70,6 +74,10 @@ struct Stream {
   void* handle = nullptr;
 };
 struct Event {
+  void* handle = nullptr;
+};
+// A captured sequence of a stream's work, replayable as one launch (a CUDA graph).
+struct Graph {
   void* handle = nullptr;
 };
 
@@ -104,6 +112,18 @@ class Backend {
   virtual Status wait(Stream stream, Event event) = 0;
   virtual void destroy(Event event) = 0;
   virtual Status synchronize(Stream stream) = 0;
+  // Whole-step graphs: what `stream` receives between begin_capture and end_capture is recorded,
+  // not run, and launch() replays it. A backend without them (the CPU) says so; the executor then
+  // runs kernels one by one.
+  virtual bool can_capture() const { return false; }
+  virtual Status begin_capture(Stream) { return Status::Internal(str_cat(name(), " captures no graphs")); }
+  virtual Expected<Graph> end_capture(Stream) { return Status::Internal(str_cat(name(), " captures no graphs")); }
+  virtual Status launch(Graph, Stream) { return Status::Internal(str_cat(name(), " captures no graphs")); }
+  virtual void destroy(Graph) {}
+  // Bytes at the start of the kernel workspace that hold the run state (the step, written by the
+  // executor before each step; KernelContext::device_step); counted in every node's
+  // workspace_bytes, so the plan includes them. 0: the backend reads KernelContext::step.
+  virtual int64_t run_state_bytes() const { return 0; }
   // Bytes in use on the device as its driver reports them (every allocation of every process,
   // and the runtime's own context), or -1 where there is no such figure (the CPU backend).
   virtual int64_t device_bytes_in_use() const { return -1; }

@@ -73,11 +73,48 @@ static bool poison_outputs_from_env() {
   return v && std::strcmp(v, "1") == 0;
 }
 
+// MEMC_CUDA_GRAPHS=0 runs every step kernel by kernel on a backend that could replay graphs.
+static bool graphs_from_env() {
+  const char* v = std::getenv("MEMC_CUDA_GRAPHS");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 Status PlannedExecutor::run(const ExecOptions& options) {
   // Check mode: every output a kernel does not share with an input is filled with NaN bytes
   // first, so a kernel that leaves part of its output unwritten shows up as NaN downstream.
   const bool poison = options.check_workspace || poison_outputs_from_env();
   const Stream stream = backend_->compute_stream();
+  // The run state (Backend::run_state_bytes) leads the workspace: this step's number.
+  if (backend_->run_state_bytes()) MEMC_RETURN_IF_ERROR(backend_->copy(workspace_.get(), &options.step, sizeof(options.step)));
+  const bool graphs = backend_->can_capture() && !poison && !op_profile_enabled() && !options.comm && graphs_from_env();
+  if (graphs && graph_ && graph_options_.training == options.training && graph_options_.seed == options.seed &&
+      graph_options_.batch_row_offset == options.batch_row_offset) {
+    MEMC_RETURN_IF_ERROR(backend_->launch(Graph{graph_.get()}, stream));
+    return backend_->synchronize(stream);
+  }
+  if (graphs && eager_runs_ > 0) return capture_and_launch(options, stream);
+  ++eager_runs_;
+  MEMC_RETURN_IF_ERROR(launch_kernels(options, stream, poison));
+  return backend_->synchronize(stream);
+}
+
+Status PlannedExecutor::capture_and_launch(const ExecOptions& options, Stream stream) {
+  graph_.reset();
+  MEMC_RETURN_IF_ERROR(backend_->begin_capture(stream));
+  const Status launched = launch_kernels(options, stream, false);
+  Expected<Graph> graph = backend_->end_capture(stream);  // ends the capture on every path
+  MEMC_RETURN_IF_ERROR(launched);
+  if (!graph.ok()) return graph.status();
+  Backend* backend = backend_;
+  graph_ = std::shared_ptr<void>(graph->handle, [backend](void* h) { backend->destroy(Graph{h}); });
+  graph_options_ = options;
+  MEMC_RETURN_IF_ERROR(backend_->launch(*graph, stream));
+  return backend_->synchronize(stream);
+}
+
+// Every scheduled kernel, launched on `stream` in order (asynchronous on a device backend).
+Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream, bool poison) {
+  const int64_t run_state = backend_->run_state_bytes();
   std::vector<Tensor> inputs, outputs;
   for (const Step& step : steps_) {
     if (step.skip) continue;  // a view's output is its input's bytes already: nothing to do
@@ -94,8 +131,9 @@ Status PlannedExecutor::run(const ExecOptions& options) {
     ctx.batch_row_offset = options.batch_row_offset;
     for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] == kNoValue ? nullptr : &inputs[k]);
     for (Tensor& t : outputs) ctx.outputs.push_back(&t);
-    ctx.workspace = workspace_.get();
-    ctx.workspace_bytes = step.workspace_bytes;
+    ctx.workspace = static_cast<char*>(workspace_.get()) + run_state;
+    ctx.workspace_bytes = step.workspace_bytes - run_state;
+    if (run_state) ctx.device_step = static_cast<const int64_t*>(workspace_.get());
     ctx.stream = stream.handle;
     const bool timed = op_profile_enabled();
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -106,7 +144,7 @@ Status PlannedExecutor::run(const ExecOptions& options) {
     }
     if (!st.ok()) return st.with_context(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", ": "));
   }
-  return backend_->synchronize(stream);
+  return Status::Ok();
 }
 
 }  // namespace memc

@@ -62,6 +62,14 @@ class PlannedExecutor {
     int64_t workspace_bytes;  // what the kernel declared for this node
   };
   std::vector<Step> steps_;
+  // Backends that capture graphs (CUDA): the first step runs kernel by kernel (libraries set up,
+  // constants staged), the second is captured, and every later one replays the capture. A change
+  // in what the capture fixed (training, seed, batch offset) captures again.
+  int64_t eager_runs_ = 0;
+  std::shared_ptr<void> graph_;  // Graph::handle, destroyed through the backend
+  ExecOptions graph_options_;
+  Status launch_kernels(const ExecOptions& options, Stream stream, bool poison);
+  Status capture_and_launch(const ExecOptions& options, Stream stream);
 };
 
 }  // namespace memc

@@ -182,9 +182,10 @@ TEST(BackendSeam, PoisonedOutputsChangeNothing) {
 TEST(BackendSeam, GpuTargetsPlanCudaWorkspaces) {
   // The largest CUDA kernel scratch is the patch convolution's weight gradient: cuBLASLt's
   // recommended 32 MiB on Hopper (4 MiB on Ampere), the im2col matrix (8 images · 16 positions ·
-  // 4 taps · 4 B = 2,048 B) and dy transposed (32 channels · 8 · 16 · 4 B = 16,384 B).
+  // 4 taps · 4 B = 2,048 B) and dy transposed (32 channels · 8 · 16 · 4 B = 16,384 B), after the
+  // run state's 256 bytes (the step, read by kernels replayed from a CUDA graph).
   const Plan h200 = compile_vit("none", "h200"), a100 = compile_vit("none", "a100"), cpu = compile_vit("none", "cpu");
-  const int64_t conv_scratch = 2048 + 16384;
+  const int64_t conv_scratch = 256 + 2048 + 16384;
   EXPECT_EQ(h200.memory.breakdown.at("workspace"), (int64_t{32} << 20) + conv_scratch);
   EXPECT_EQ(a100.memory.breakdown.at("workspace"), (int64_t{4} << 20) + conv_scratch);
   EXPECT_EQ(cpu.memory.breakdown.at("workspace"), max_workspace_bytes(cpu_backend(), cpu.train));
@@ -197,7 +198,9 @@ TEST(BackendSeam, GpuTargetsPlanCudaWorkspaces) {
 
 TEST(BackendSeam, CudaAttentionBackwardWorkspaceIsTheArithmetic) {
   // attention_grad(dy, q, k, v) with q, k, v bf16 [2, 3, 64, 16]: rows = 2·3·64 = 384.
-  // O: 384·16·2 = 12,288; stats: 384·4 = 1,536; dQ in f32: 384·16·4 = 24,576 — each 256-aligned.
+  // cuDNN's: O: 384·16·2 = 12,288; stats: 384·4 = 1,536; dQ in f32: 384·16·4 = 24,576 — each
+  // 256-aligned; more than memc's own kernel's (384·2 f32 = 3,072), so it is the one planned,
+  // after the run state's 256 bytes (the step, for replayed CUDA graphs).
   const Module m = testing::parse_ok(R"(
 func.func @main(%dy: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "dy"}, %q: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "q"}, %k: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "k"}, %v: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "v"}) -> (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>) {
   %dq, %dk, %dv = "memc.attention_grad"(%dy, %q, %k, %v) {scale = 0.25 : f64} : (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>) -> (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>)
@@ -205,7 +208,7 @@ func.func @main(%dy: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "d
 }
 )");
   const Node& node = m.node(m.schedule().at(0));
-  EXPECT_EQ(planning_backend("h200").workspace_bytes(m, node), 12288 + 1536 + 24576);
+  EXPECT_EQ(planning_backend("h200").workspace_bytes(m, node), 256 + 12288 + 1536 + 24576);
   EXPECT_GT(cpu_backend().workspace_bytes(m, node), 0);  // the CPU's own tiled backward differs
 }
 

@@ -22,14 +22,15 @@ struct AttentionGeometry {
   int64_t bias_row = 0, bias_col = 0;
   float scale = 1.f;
   bool dropout = false;
-  uint64_t seed = 0, stream = 0, threshold = 0, offset = 0;
+  uint64_t seed = 0, threshold = 0, offset = 0;
+  DrawStream stream;
   float inv_keep = 1.f;
 
   // dropout(softmax)'s factor of score (b, r, c): the draw (b·Tq + r)·Tk + c of the CPU kernel.
   MEMC_HD float factor(int64_t b, int64_t r, int64_t c) const {
     if (!dropout) return 1.f;
     const uint64_t index = offset + static_cast<uint64_t>((b * tq + r) * tk + c);
-    return counter_random(seed, stream, index) < threshold ? inv_keep : 0.f;
+    return counter_random(seed, stream.get(), index) < threshold ? inv_keep : 0.f;
   }
   // scale·q_r·k_c + bias, the dot product in f64 (the softmax and its gradient cancel terms).
   template <typename T>

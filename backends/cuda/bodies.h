@@ -363,15 +363,26 @@ struct Not {
 
 // Training dropout: y = x·keep/(1 - ratio), keep = counter_random(seed, stream, offset + i) <
 // threshold (backends/kernel_math.h): the CPU backend's masks, bit for bit.
+// A random op's draw stream: dropout_stream(node seed, step), the step read from the run state
+// in device memory when there is one (a replayed CUDA graph), else fixed at launch.
+struct DrawStream {
+  uint64_t fixed = 0;
+  int64_t node_seed = 0;
+  const int64_t* step = nullptr;
+  MEMC_HD uint64_t get() const { return step ? dropout_stream(node_seed, *step) : fixed; }
+};
+
 template <typename T>
 struct Dropout {
   const T* in;
   T* out;
   uint8_t* mask;  // optional
-  uint64_t seed, stream, threshold, offset;
+  uint64_t seed;
+  DrawStream stream;
+  uint64_t threshold, offset;
   float scale;
   MEMC_HD void operator()(int64_t i) const {
-    const bool kept = counter_random(seed, stream, offset + static_cast<uint64_t>(i)) < threshold;
+    const bool kept = counter_random(seed, stream.get(), offset + static_cast<uint64_t>(i)) < threshold;
     st(out, i, kept ? ld(in, i) * scale : 0.f);
     if (mask) mask[i] = kept;
   }

@@ -230,4 +230,29 @@ int64_t CudaBackend::device_bytes_in_use() const {
   return static_cast<int64_t>(total_bytes - free_bytes);
 }
 
+// Whole-step graphs. Thread-local capture: only this thread's work on `stream` is recorded, and a
+// synchronizing call from it during the capture fails the capture instead of stalling.
+Status CudaBackend::begin_capture(Stream stream) {
+  MEMC_RETURN_IF_ERROR(require_open("begin_capture"));
+  return check(cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+Expected<Graph> CudaBackend::end_capture(Stream stream) {
+  cudaGraph_t graph = nullptr;
+  MEMC_RETURN_IF_ERROR(check(cudaStreamEndCapture(as_stream(stream), &graph), "cudaStreamEndCapture"));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  MEMC_RETURN_IF_ERROR(check(e, "cudaGraphInstantiate"));
+  return Graph{exec};
+}
+
+Status CudaBackend::launch(Graph graph, Stream stream) {
+  return check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.handle), as_stream(stream)), "cudaGraphLaunch");
+}
+
+void CudaBackend::destroy(Graph graph) {
+  if (graph.handle) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph.handle));
+}
+
 }  // namespace memc::cuda

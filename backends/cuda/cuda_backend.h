@@ -79,6 +79,12 @@ class CudaBackend final : public Backend {
   void destroy(Event event) override;
   Status synchronize(Stream stream) override;
   int64_t device_bytes_in_use() const override;  // cudaMemGetInfo: total - free
+  int64_t run_state_bytes() const override;  // ops::kRunStateBytes
+  bool can_capture() const override { return device_ >= 0; }
+  Status begin_capture(Stream stream) override;
+  Expected<Graph> end_capture(Stream stream) override;
+  Status launch(Graph graph, Stream stream) override;
+  void destroy(Graph graph) override;
 
  private:
   int sm_major_;

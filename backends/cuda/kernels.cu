@@ -4,6 +4,11 @@
 // at the end of the step.
 #include <cuda_runtime.h>
 
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/op_table.h"
 
@@ -19,6 +24,22 @@ __global__ void run_body(Body body, int64_t n) {
 Status check_launch(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   return Status::Internal(str_cat("CUDA ", what, ": ", cudaGetErrorString(e)));
+}
+
+// The pinned copy of `bytes` at `host`, made on first use and refreshed if the bytes changed.
+// Keyed by address and size: a constant's value lives as long as its plan.
+Expected<const void*> pinned_copy(const void* host, int64_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int64_t>, void*> staged;
+  std::lock_guard<std::mutex> lock(mutex);
+  void*& pinned = staged[{host, bytes}];
+  if (!pinned) {
+    MEMC_RETURN_IF_ERROR(check_launch(cudaMallocHost(&pinned, static_cast<size_t>(bytes)), "cudaMallocHost (staging)"));
+    std::memcpy(pinned, host, static_cast<size_t>(bytes));
+  } else if (std::memcmp(pinned, host, static_cast<size_t>(bytes)) != 0) {
+    std::memcpy(pinned, host, static_cast<size_t>(bytes));
+  }
+  return static_cast<const void*>(pinned);
 }
 
 struct DeviceRunner {
@@ -37,7 +58,13 @@ struct DeviceRunner {
     if (bytes <= 0) return Status::Ok();
     return check_launch(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream), "copy");
   }
-  Status upload(void* dst, const void* host, int64_t bytes) { return copy(dst, host, bytes); }
+  // Host data a kernel sends every step (a constant's value, the quantization maps) is staged
+  // once in pinned memory, so the copy is asynchronous and a captured graph can hold it.
+  Status upload(void* dst, const void* host, int64_t bytes) {
+    if (bytes <= 0) return Status::Ok();
+    MEMC_ASSIGN_OR_RETURN(const void* pinned, pinned_copy(host, bytes));
+    return copy(dst, pinned, bytes);
+  }
   Status gemm(const GemmCall& call, void* workspace, int64_t bytes) { return cuda::gemm(call, workspace, bytes, stream); }
 };
 

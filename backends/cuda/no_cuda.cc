@@ -27,6 +27,10 @@ Status CudaBackend::wait(Stream, Event) { return not_built(); }
 void CudaBackend::destroy(Event) {}
 Status CudaBackend::synchronize(Stream) { return not_built(); }
 int64_t CudaBackend::device_bytes_in_use() const { return -1; }
+Status CudaBackend::begin_capture(Stream) { return not_built(); }
+Expected<Graph> CudaBackend::end_capture(Stream) { return not_built(); }
+Status CudaBackend::launch(Graph, Stream) { return not_built(); }
+void CudaBackend::destroy(Graph) {}
 void set_tf32(bool) {}
 
 }  // namespace memc::cuda

@@ -81,6 +81,10 @@ const Kernel* find_kernel(std::string_view op) {
   return nullptr;
 }
 
+// The run state that leads the CUDA workspace (Backend::run_state_bytes): the step, for kernels
+// replayed from a captured graph. Every node's planned workspace includes it.
+constexpr int64_t kRunStateBytes = 256;
+
 // The scratch a node's CUDA kernel takes (the pieces it carves, in order), with `gemm_bytes` of
 // cuBLASLt workspace for GEMM ops. `in` and `out` are the node's types (absent inputs default).
 inline int64_t workspace_bytes(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out, int64_t gemm_bytes) {

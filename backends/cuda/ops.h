@@ -309,6 +309,11 @@ Status where_op(KernelContext& ctx, R& run) {
   });
 }
 
+inline DrawStream draw_stream(const KernelContext& ctx) {
+  const int64_t node_seed = ctx.node.attrs.get_int("seed", 0);
+  return DrawStream{dropout_stream(node_seed, ctx.step), node_seed, ctx.device_step};
+}
+
 // The counter of a random op's first draw (the CPU's random_draw_offset, backends/cpu/loops.h).
 inline uint64_t draw_offset(const KernelContext& ctx) {
   return static_cast<uint64_t>(ctx.node.attrs.get_int("rng_offset", 0) + ctx.batch_row_offset * ctx.node.attrs.get_int("rng_row_stride", 0));
@@ -320,7 +325,7 @@ Status dropout_op(KernelContext& ctx, R& run) {
   const int64_t n = ctx.inputs[0]->numel();
   uint8_t* mask = out<uint8_t>(ctx, 1);
   const bool active = ctx.training && ratio != 0.0;
-  const uint64_t stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
+  const DrawStream stream = draw_stream(ctx);
   // Inference: every draw kept (threshold above any 32-bit draw) at scale 1.
   const uint64_t threshold = active ? dropout_threshold(ratio) : uint64_t{1} << 32;
   const float scale = active ? static_cast<float>(1.0 / (1.0 - ratio)) : 1.f;

@@ -117,7 +117,7 @@ inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, 
   const double ratio = ctx.node.attrs.get_float("dropout_ratio", 0.0);
   if (ctx.training && ratio > 0.0) {
     g.dropout = true;
-    g.seed = ctx.seed, g.stream = dropout_stream(ctx.node.attrs.get_int("seed", 0), ctx.step);
+    g.seed = ctx.seed, g.stream = draw_stream(ctx);
     g.threshold = dropout_threshold(ratio), g.offset = draw_offset(ctx);
     g.inv_keep = static_cast<float>(1.0 / (1.0 - ratio));
   }

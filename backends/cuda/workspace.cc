@@ -32,14 +32,16 @@ int64_t attention_grad_bytes(const Module& module, const Node& node) {
 
 }  // namespace
 
+int64_t CudaBackend::run_state_bytes() const { return ops::kRunStateBytes; }
+
 int64_t CudaBackend::workspace_bytes(const Module& module, const Node& node) const {
   std::vector<TensorType> in, out;  // O(arity)
   for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
   for (ValueId v : node.outputs) out.push_back(module.value(v).type);
-  const int64_t kernel = ops::workspace_bytes(node, in, out, cublaslt_workspace_bytes(sm_major_));
+  int64_t kernel = ops::workspace_bytes(node, in, out, cublaslt_workspace_bytes(sm_major_));
   // The attention backward plans for cuDNN's SDPA too, so either path fits.
-  if (node.op == "attention_grad") return std::max(kernel, attention_grad_bytes(module, node));
-  return kernel;
+  if (node.op == "attention_grad") kernel = std::max(kernel, attention_grad_bytes(module, node));
+  return ops::kRunStateBytes + kernel;
 }
 
 }  // namespace memc::cuda

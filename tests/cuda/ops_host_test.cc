@@ -87,8 +87,9 @@ class HostCudaBackend final : public Backend {
     std::vector<TensorType> in, out;
     for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
     for (ValueId v : node.outputs) out.push_back(module.value(v).type);
-    return cuda::ops::workspace_bytes(node, in, out, 0);
+    return cuda::ops::kRunStateBytes + cuda::ops::workspace_bytes(node, in, out, 0);
   }
+  int64_t run_state_bytes() const override { return cuda::ops::kRunStateBytes; }
   Expected<void*> allocate(MemoryKind kind, int64_t bytes) override { return cpu_backend().allocate(kind, bytes); }
   void deallocate(MemoryKind kind, void* p) override { cpu_backend().deallocate(kind, p); }
   Status fill(void* p, uint8_t byte, int64_t bytes) override { return cpu_backend().fill(p, byte, bytes); }
