@@ -83,7 +83,7 @@ Expected<Arena> Arena::create(int64_t bytes) {
     arena.bytes_ = bytes;
     MEMC_RETURN_IF_ERROR(check(cudaMemset(arena.data_, 0, static_cast<size_t>(bytes)), "cudaMemset of the arena"));
   }
-  return std::move(arena);
+  return std::move(arena);  // nvcc needs the move (Expected<Arena> from an lvalue); g++ calls it redundant
 }
 
 Arena::Arena(Arena&& other) noexcept : data_(other.data_), bytes_(other.bytes_) { other.data_ = nullptr, other.bytes_ = 0; }

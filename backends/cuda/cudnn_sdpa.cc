@@ -6,9 +6,14 @@
 
 #include <cudnn_frontend.h>
 
+#include <cuda_runtime.h>
+
 #include <exception>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace memc::cuda {
@@ -160,6 +165,85 @@ Expected<int64_t> sdpa_workspace_bytes(const SdpaShape& shape, bool backward, cu
     return bytes;
   } catch (const std::exception& e) {
     return Status::Internal(str_cat("cuDNN SDPA: ", e.what()));
+  }
+}
+
+namespace {
+
+// One cuDNN handle per device, made on first use there.
+Expected<cudnnHandle_t> handle_for_current_device() {
+  static std::map<int, cudnnHandle_t> handles;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return Status::Internal("cuDNN SDPA: no current CUDA device");
+  cudnnHandle_t& h = handles[device];
+  if (!h && cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) {
+    h = nullptr;
+    return Status::BadInput(str_cat(kUnsupported, "cudnnCreate failed on device ", device));
+  }
+  return h;
+}
+
+std::string key_of(const SdpaShape& s, bool backward, int device) {
+  return str_cat(device, backward ? "b" : "f", s.batch, ",", s.heads, ",", s.tq, ",", s.tk, ",", s.d, ",", s.dv, ",", static_cast<int>(s.dtype), ",",
+                 s.has_bias, s.bias_broadcast_heads, s.bias_broadcast_rows, ",", s.scale, ",", s.causal);
+}
+
+// A graph built for the device, with its workspace size; or why cuDNN cannot run the shape.
+struct Built {
+  std::shared_ptr<Graph> graph;
+  int64_t workspace = 0;
+  Status refusal = Status::Ok();
+};
+
+Built build(const SdpaShape& shape, bool backward, cudnnHandle_t handle) {
+  Built b;
+  Expected<std::shared_ptr<Graph>> graph = validated_graph(shape, 0, backward);
+  if (!graph.ok()) return Built{nullptr, 0, graph.status()};
+  try {
+    Status st = status_of((*graph)->build_operation_graph(handle), "build_operation_graph");
+    if (st.ok()) st = status_of((*graph)->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
+    if (st.ok()) st = status_of((*graph)->check_support(), "check_support");
+    if (st.ok()) st = status_of((*graph)->build_plans(), "build_plans");
+    if (st.ok()) st = status_of((*graph)->get_workspace_size(b.workspace), "get_workspace_size");
+    if (!st.ok()) return Built{nullptr, 0, st};
+  } catch (const std::exception& e) {
+    return Built{nullptr, 0, Status::BadInput(str_cat(kUnsupported, e.what()))};
+  }
+  b.graph = *graph;
+  return b;
+}
+
+}  // namespace
+
+Status run_sdpa(const SdpaShape& shape, bool backward, const SdpaPointers& p, void* workspace, int64_t workspace_bytes, void* stream) {
+  if (shape.dropout > 0.f) return Status::BadInput(str_cat(kUnsupported, "dropout (memc draws its own masks)"));
+  static std::mutex mutex;
+  static std::unordered_map<std::string, Built> built;
+  std::lock_guard<std::mutex> lock(mutex);
+  MEMC_ASSIGN_OR_RETURN(cudnnHandle_t handle, handle_for_current_device());
+  int device = 0;
+  cudaGetDevice(&device);
+  const std::string key = key_of(shape, backward, device);
+  auto it = built.find(key);
+  if (it == built.end()) it = built.emplace(key, build(shape, backward, handle)).first;
+  const Built& b = it->second;
+  if (!b.refusal.ok()) return b.refusal;
+  if (b.workspace > workspace_bytes) {
+    return Status::BadInput(str_cat(kUnsupported, "its engine wants ", b.workspace, " bytes of workspace, the plan has ", workspace_bytes));
+  }
+  std::unordered_map<int64_t, void*> pack = {{kSdpaQ, const_cast<void*>(p.q)}, {kSdpaK, const_cast<void*>(p.k)},
+                                             {kSdpaV, const_cast<void*>(p.v)}, {kSdpaO, p.o}, {kSdpaStats, p.stats}};
+  if (shape.has_bias) pack[kSdpaBias] = const_cast<void*>(p.bias);
+  if (backward) {
+    pack[kSdpaDO] = const_cast<void*>(p.d_o), pack[kSdpaDQ] = p.dq, pack[kSdpaDK] = p.dk, pack[kSdpaDV] = p.dv;
+  }
+  if (cudnnSetStream(handle, static_cast<cudaStream_t>(stream)) != CUDNN_STATUS_SUCCESS) {
+    return Status::Internal("cuDNN SDPA: cudnnSetStream failed");
+  }
+  try {
+    return status_of(b.graph->execute(handle, pack, workspace), "execute");
+  } catch (const std::exception& e) {
+    return Status::Internal(str_cat("cuDNN SDPA execute: ", e.what()));
   }
 }
 

@@ -53,4 +53,22 @@ Status validate_sdpa(const SdpaShape& shape, int sm_version, bool backward);
 // device properties (DeviceProperties, cuDNN ≥ 9.8), but those come from a real device too.
 Expected<int64_t> sdpa_workspace_bytes(const SdpaShape& shape, bool backward, cudnnContext* handle);
 
+// Device pointers of one execution; those a graph does not use stay null.
+struct SdpaPointers {
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *bias = nullptr;
+  void* o = nullptr;      // forward: written; backward: read
+  float* stats = nullptr;  // forward: written; backward: read
+  const void* d_o = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+// Runs the forward graph (o and stats) or the backward graph (dq, dk, dv) for `shape` on the
+// current device's `stream` (a cudaStream_t), with `workspace_bytes` of scratch at `workspace`.
+// Each shape's graph is built once (cuDNN picks its engine on the device) and kept, and so is a
+// refusal: BadInput "not supported by cuDNN SDPA: …" when cuDNN has no engine for it or wants
+// more workspace than the plan gave; the caller then runs memc's own kernel. No dropout: memc's
+// masks come from its counter RNG, cuDNN's from Philox, and a step must be one or the other.
+Status run_sdpa(const SdpaShape& shape, bool backward, const SdpaPointers& pointers, void* workspace, int64_t workspace_bytes,
+                void* stream);
+
 }  // namespace memc::cuda

@@ -66,6 +66,13 @@ struct DeviceRunner {
     return copy(dst, pinned, bytes);
   }
   Status gemm(const GemmCall& call, void* workspace, int64_t bytes) { return cuda::gemm(call, workspace, bytes, stream); }
+  Status sdpa(const SdpaShape& shape, bool backward, const SdpaPointers& p, void* workspace, int64_t bytes) {
+#ifdef MEMC_HAVE_CUDNN_SDPA
+    return run_sdpa(shape, backward, p, workspace, bytes, stream);
+#else
+    return Status::BadInput("not supported by cuDNN SDPA: memc was built without the cuDNN frontend");
+#endif
+  }
 };
 
 }  // namespace

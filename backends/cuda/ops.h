@@ -5,6 +5,8 @@
 //   Status copy(void* dst, const void* src, int64_t bytes)   within device memory
 //   Status upload(void* dst, const void* host, int64_t bytes)  a constant from host memory
 //   Status gemm(const GemmCall& call, void* workspace, int64_t bytes)
+//   Status sdpa(const SdpaShape&, bool backward, const SdpaPointers&, void* workspace, int64_t bytes)
+//     cuDNN's attention (backends/cuda/cudnn_sdpa.h); bad input where it cannot run the shape
 // Everything here runs on the host side of a launch: reading attributes and shapes, carving the
 // node's planned workspace, and choosing bodies. Device data is only touched by bodies.
 #pragma once

@@ -2,6 +2,9 @@
 // a runner provides). Convolution is im2col into the node's scratch and one cuBLASLt GEMM;
 // attention is memc's own row kernel (backends/cuda/attention_bodies.h).
 #pragma once
+#include <optional>
+
+#include "backends/cuda/cudnn_sdpa.h"
 #include "backends/cuda/ops.h"
 
 namespace memc::cuda::ops {
@@ -124,9 +127,48 @@ inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, 
   return g;
 }
 
+// The cuDNN SDPA shape of an attention node, when cuDNN can take it: bf16/f16, q [B, H, T, D]
+// (each entry its own), no active dropout (memc's masks are its own draws), and a bias of the
+// same dtype shaped [B, 1|H, 1|Tq, Tk]. Anything else runs memc's kernel.
+inline std::optional<SdpaShape> sdpa_shape(const KernelContext& ctx, size_t q_input, const AttentionGeometry& g) {
+  const Tensor& q = *ctx.inputs[q_input];
+  const Tensor* bias = ctx.inputs.size() > q_input + 3 ? ctx.inputs[q_input + 3] : nullptr;
+  if ((q.dtype() != DType::kBF16 && q.dtype() != DType::kF16) || g.dropout || q.rank() != 4) return std::nullopt;
+  SdpaShape s{.batch = q.shape()[0], .heads = q.shape()[1], .tq = g.tq, .tk = g.tk, .d = g.d, .dv = g.dv, .dtype = q.dtype()};
+  s.scale = g.scale;
+  if (bias) {
+    const Shape& b = bias->shape();
+    if (bias->dtype() != q.dtype() || b.size() != 4 || b[0] != s.batch || (b[1] != 1 && b[1] != s.heads) || (b[2] != 1 && b[2] != s.tq) ||
+        b[3] != s.tk) {
+      return std::nullopt;
+    }
+    s.has_bias = true, s.bias_broadcast_heads = b[1] == 1 && s.heads != 1, s.bias_broadcast_rows = b[2] == 1 && s.tq != 1;
+  }
+  return s;
+}
+
+// Scratch of the attention forward on cuDNN: the row statistics it writes (f32 per query row);
+// the rest of the node's workspace is cuDNN's.
+inline int64_t attention_scratch(const TensorType& q) {
+  const bool half = q.dtype == DType::kBF16 || q.dtype == DType::kF16;
+  return half ? scratch_piece(numel(q.shape) / std::max<int64_t>(q.shape.back(), 1) * 4) : 0;
+}
+
+// Whether a cuDNN refusal (bad input: no engine, too little workspace, not built) leaves the
+// node to memc's own kernel; any other failure is an error.
+inline bool fall_back(const Status& st) { return !st.ok() && st.kind() == ErrorKind::kBadInput; }
+
 template <class R>
 Status attention_op(KernelContext& ctx, R& run) {
   MEMC_ASSIGN_OR_RETURN(const AttentionGeometry g, attention_geometry(ctx, 0, ctx.outputs[0]->shape()));
+  if (const std::optional<SdpaShape> shape = sdpa_shape(ctx, 0, g)) {
+    Scratch scratch(ctx);
+    MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, g.batch * g.tq));
+    SdpaPointers p{.q = in<void>(ctx, 0), .k = in<void>(ctx, 1), .v = in<void>(ctx, 2), .bias = in<void>(ctx, 3)};
+    p.o = ctx.outputs[0]->raw(), p.stats = stats;
+    const Status st = run.sdpa(*shape, false, p, scratch.next, scratch.left);
+    if (!fall_back(st)) return st;
+  }
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     return run(AttentionRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), g}, g.batch * g.tq);
   });
@@ -139,9 +181,28 @@ inline int64_t attention_grad_scratch(int64_t query_rows, int64_t dbias_numel) {
 }
 
 // (dy, q, k, v, [bias]) → dq, dk, dv, [dbias]
+// cuDNN's backward needs the forward's output and row statistics, which memc does not keep: the
+// forward runs again into scratch (o, stats; workspace.cc plans them), then the backward.
+template <class R>
+Status attention_grad_on_cudnn(KernelContext& ctx, R& run, const SdpaShape& shape) {
+  const int64_t rows = shape.batch * shape.heads * shape.tq;
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(char* o, scratch.take<char>(ctx, rows * shape.dv * static_cast<int64_t>(dtype_size(shape.dtype))));
+  MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, rows));
+  SdpaPointers p{.q = in<void>(ctx, 1), .k = in<void>(ctx, 2), .v = in<void>(ctx, 3), .bias = in<void>(ctx, 4)};
+  p.o = o, p.stats = stats, p.d_o = in<void>(ctx, 0);
+  p.dq = ctx.outputs[0]->raw(), p.dk = ctx.outputs[1]->raw(), p.dv = ctx.outputs[2]->raw();
+  MEMC_RETURN_IF_ERROR(run.sdpa(shape, false, p, scratch.next, scratch.left));
+  return run.sdpa(shape, true, p, scratch.next, scratch.left);
+}
+
 template <class R>
 Status attention_grad_op(KernelContext& ctx, R& run) {
   MEMC_ASSIGN_OR_RETURN(const AttentionGeometry g, attention_geometry(ctx, 1, ctx.inputs[0]->shape()));
+  if (const std::optional<SdpaShape> shape = sdpa_shape(ctx, 1, g); shape && ctx.outputs.size() == 3) {
+    const Status st = attention_grad_on_cudnn(ctx, run, *shape);
+    if (!fall_back(st)) return st;
+  }
   const int64_t rows = g.batch * g.tq;
   Scratch scratch(ctx);
   MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, rows * 2));

@@ -37,6 +37,10 @@ struct HostRunner {
     return Status::Ok();
   }
   Status upload(void* dst, const void* host, int64_t bytes) { return copy(dst, host, bytes); }
+  // No cuDNN on the host: attention runs memc's own kernel, as on a GPU where cuDNN refuses.
+  Status sdpa(const cuda::SdpaShape&, bool, const cuda::SdpaPointers&, void*, int64_t) {
+    return Status::BadInput("not supported by cuDNN SDPA: no GPU");
+  }
   Status gemm(const cuda::GemmCall& c, void*, int64_t) {
     return ops_gemm(c);
   }
