@@ -198,9 +198,9 @@ TEST(BackendSeam, GpuTargetsPlanCudaWorkspaces) {
 
 TEST(BackendSeam, CudaAttentionBackwardWorkspaceIsTheArithmetic) {
   // attention_grad(dy, q, k, v) with q, k, v bf16 [2, 3, 64, 16]: rows = 2·3·64 = 384.
-  // cuDNN's: O: 384·16·2 = 12,288; stats: 384·4 = 1,536; dQ in f32: 384·16·4 = 24,576 — each
-  // 256-aligned; more than memc's own kernel's (384·2 f32 = 3,072), so it is the one planned,
-  // after the run state's 256 bytes (the step, for replayed CUDA graphs).
+  // cuDNN's: O: 384·16·2 = 12,288; stats: 384·4 = 1,536; its own workspace: the larger of the
+  // dQ accumulator (384·16·4 = 24,576) and cuBLASLt's 32 MiB — more than memc's own kernel's
+  // (384·2 f32 = 3,072), so it is the one planned, after the run state's 256 bytes.
   const Module m = testing::parse_ok(R"(
 func.func @main(%dy: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "dy"}, %q: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "q"}, %k: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "k"}, %v: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "v"}) -> (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>) {
   %dq, %dk, %dv = "memc.attention_grad"(%dy, %q, %k, %v) {scale = 0.25 : f64} : (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>) -> (tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>, tensor<2x3x64x16xbf16>)
@@ -208,7 +208,7 @@ func.func @main(%dy: tensor<2x3x64x16xbf16> {memc.role = "input", memc.name = "d
 }
 )");
   const Node& node = m.node(m.schedule().at(0));
-  EXPECT_EQ(planning_backend("h200").workspace_bytes(m, node), 256 + 12288 + 1536 + 24576);
+  EXPECT_EQ(planning_backend("h200").workspace_bytes(m, node), 256 + 12288 + 1536 + (int64_t{32} << 20));
   EXPECT_GT(cpu_backend().workspace_bytes(m, node), 0);  // the CPU's own tiled backward differs
 }
 

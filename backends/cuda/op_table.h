@@ -95,7 +95,7 @@ inline int64_t workspace_bytes(const Node& node, std::span<const TensorType> in,
     const ConvShape s(node, grad ? in[1].shape : in[0].shape, grad ? out[0].shape : in[1].shape, grad ? in[0].shape : out[0].shape);
     return conv_scratch(s, in[0].dtype, grad) + gemm_bytes;
   }
-  if (op == "attention") return attention_scratch(in[0]);
+  if (op == "attention") return attention_scratch(in[0], gemm_bytes);
   if (op == "attention_grad") {  // query rows: dy is [batch..., Tq, Dv]
     const int64_t rows = numel(in[0].shape) / std::max<int64_t>(in[0].shape.back(), 1);
     return attention_grad_scratch(rows, out.size() >= 4 ? out[3].numel() : 0);

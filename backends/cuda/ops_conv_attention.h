@@ -147,11 +147,11 @@ inline std::optional<SdpaShape> sdpa_shape(const KernelContext& ctx, size_t q_in
   return s;
 }
 
-// Scratch of the attention forward on cuDNN: the row statistics it writes (f32 per query row);
-// the rest of the node's workspace is cuDNN's.
-inline int64_t attention_scratch(const TensorType& q) {
+// Scratch of the attention forward on cuDNN: the row statistics it writes (f32 per query row),
+// then cuDNN's own workspace, given cuBLASLt's figure (the step's GEMMs plan it already).
+inline int64_t attention_scratch(const TensorType& q, int64_t gemm_bytes) {
   const bool half = q.dtype == DType::kBF16 || q.dtype == DType::kF16;
-  return half ? scratch_piece(numel(q.shape) / std::max<int64_t>(q.shape.back(), 1) * 4) : 0;
+  return half ? scratch_piece(numel(q.shape) / std::max<int64_t>(q.shape.back(), 1) * 4) + gemm_bytes : 0;
 }
 
 // Whether a cuDNN refusal (bad input: no engine, too little workspace, not built) leaves the

@@ -18,16 +18,20 @@ int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * 
 // attention_grad(dy, q, k, v, [bias]) through cuDNN's SDPA backward. memc's attention forward
 // keeps no softmax statistics (the backward recomputes them, as the CPU kernel does), so the
 // backward first reruns the forward into scratch: the output O [.., Tq, Dv] in the data dtype and
-// the row statistics [.., Tq] in f32; cuDNN then accumulates dQ in f32 [.., Tq, D].
-int64_t attention_grad_bytes(const Module& module, const Node& node) {
+// the row statistics [.., Tq] in f32. cuDNN's own workspace (its dQ accumulator, f32 [.., Tq, D],
+// at least) is only known on a device: it gets the larger of that accumulator and cuBLASLt's
+// figure, which the step's GEMMs already plan, so the cuDNN path rarely raises the peak; where
+// its engine wants more, the kernel runs memc's own attention instead (run_sdpa refuses).
+int64_t attention_grad_bytes(const Module& module, const Node& node, int64_t gemm_bytes) {
   const TensorType& q = module.value(node.inputs[1]).type;
   const TensorType& v = module.value(node.inputs[3]).type;
+  if (q.dtype != DType::kBF16 && q.dtype != DType::kF16) return 0;  // cuDNN takes 16-bit attention only
   const int64_t head_dim = q.shape.back(), value_dim = v.shape.back();
   const int64_t rows = q.numel() / std::max<int64_t>(head_dim, 1);  // batch × heads × Tq
   const int64_t output = rows * value_dim * static_cast<int64_t>(dtype_size(q.dtype));
   const int64_t stats = rows * 4;
   const int64_t dq_accumulator = rows * head_dim * 4;
-  return aligned(output) + aligned(stats) + aligned(dq_accumulator);
+  return aligned(output) + aligned(stats) + std::max(aligned(dq_accumulator), gemm_bytes);
 }
 
 }  // namespace
@@ -40,7 +44,7 @@ int64_t CudaBackend::workspace_bytes(const Module& module, const Node& node) con
   for (ValueId v : node.outputs) out.push_back(module.value(v).type);
   int64_t kernel = ops::workspace_bytes(node, in, out, cublaslt_workspace_bytes(sm_major_));
   // The attention backward plans for cuDNN's SDPA too, so either path fits.
-  if (node.op == "attention_grad") kernel = std::max(kernel, attention_grad_bytes(module, node));
+  if (node.op == "attention_grad") kernel = std::max(kernel, attention_grad_bytes(module, node, cublaslt_workspace_bytes(sm_major_)));
   return ops::kRunStateBytes + kernel;
 }
 
