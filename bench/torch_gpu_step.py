@@ -18,25 +18,13 @@ cuBLAS's workspace are outside it).
 import argparse
 import contextlib
 import json
+import os
 import statistics
+import sys
 import time
 
-
-def from_onnx(name, path):
-    import onnx
-    import torch
-    import torchvision
-    from onnx import numpy_helper
-    model = getattr(torchvision.models, name)()
-    inits = {i.name: i for i in onnx.load(path).graph.initializer}
-    state = model.state_dict()
-    loaded = 0
-    for key, value in state.items():
-        if key in inits and tuple(inits[key].dims) == tuple(value.shape):
-            state[key] = torch.from_numpy(numpy_helper.to_array(inits[key]).copy())
-            loaded += 1
-    model.load_state_dict(state)
-    return model, loaded, len(state)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_train_step import torchvision_from_onnx  # noqa: E402  (the same weights as the CPU benchmarks)
 
 
 def checkpoint_blocks(model):
@@ -64,7 +52,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
-    model, loaded, of = from_onnx(args.model, args.onnx)
+    model, loaded, of = torchvision_from_onnx(args.model, args.onnx)
     if args.remat == "blocks":
         checkpoint_blocks(model)
     model.to(dev).train()

@@ -83,21 +83,29 @@ ONNX_PATH = "/tmp/vit_b_16_random.onnx"
 DATA_PATH = "/tmp/vit_b_16_data.npz"
 
 
-def vit_b_16_from_onnx(path):
+def torchvision_from_onnx(name, path):
+    """torchvision's `name` with the weights of the ONNX file memc trains: every initializer
+    whose name and shape match a parameter (the rest keep torch's init). Returns
+    (model, loaded, of)."""
     import onnx
     import torch
     import torchvision
     from onnx import numpy_helper
-    model = torchvision.models.vit_b_16()
+    model = getattr(torchvision.models, name)()
     inits = {i.name: i for i in onnx.load(path).graph.initializer}
     state = model.state_dict()
     loaded = 0
-    for name, value in state.items():
-        if name in inits and tuple(inits[name].dims) == tuple(value.shape):
-            state[name] = torch.from_numpy(numpy_helper.to_array(inits[name]).copy())
+    for key, value in state.items():
+        if key in inits and tuple(inits[key].dims) == tuple(value.shape):
+            state[key] = torch.from_numpy(numpy_helper.to_array(inits[key]).copy())
             loaded += 1
     model.load_state_dict(state)
-    print(json.dumps({"vit_b_16_tensors_from_onnx": loaded, "of": len(state)}), file=sys.stderr)
+    return model, loaded, len(state)
+
+
+def vit_b_16_from_onnx(path):
+    model, loaded, of = torchvision_from_onnx("vit_b_16", path)
+    print(json.dumps({"vit_b_16_tensors_from_onnx": loaded, "of": of}), file=sys.stderr)
     return model
 
 
