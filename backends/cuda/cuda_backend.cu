@@ -144,6 +144,10 @@ Expected<std::unique_ptr<CudaBackend>> CudaBackend::open(int device) {
   backend->device_ = device;
   backend->name_ = str_cat("cuda:", device);
   MEMC_RETURN_IF_ERROR(check(cudaSetDevice(device), "cudaSetDevice"));
+  // The attention row kernels keep up to 2 KiB of per-thread accumulators (ptxas: 2048-byte
+  // stack frame for the backward's key rows); reserving it now keeps the driver from resizing
+  // local memory at a launch, which a graph capture does not allow.
+  MEMC_RETURN_IF_ERROR(check(cudaDeviceSetLimit(cudaLimitStackSize, 4096), "cudaDeviceSetLimit(stack)"));
   cudaStream_t compute = nullptr, copy = nullptr;
   MEMC_RETURN_IF_ERROR(check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate"));
   backend->compute_ = compute;
