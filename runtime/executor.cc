@@ -92,7 +92,7 @@ Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::
   }
   for (ValueId v : module.outputs()) last_use[v] = static_cast<int>(order.size());
 
-  const Backend& backend = cpu_backend();
+  const Backend& backend = options.kernels ? *options.kernels : cpu_backend();
   std::vector<int64_t> workspace_bytes(order.size());
   int64_t max_bytes = 0;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -104,7 +104,10 @@ Expected<std::vector<Tensor>> execute(const Module& module, const std::map<std::
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
     const Node& node = module.node(order[i]);
     const Kernel* kernel = backend.find_kernel(node.op);
-    if (!kernel) return Status::BadInput(str_cat("no CPU kernel for memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")"));
+    if (!kernel) {
+      return Status::BadInput(str_cat("no ", backend.name() == "cpu" ? "CPU" : backend.name(), " kernel for memc.", node.op,
+                                      node.source.empty() ? "" : " (" + node.source + ")"));
+    }
     KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
     ctx.comm = options.comm;
     ctx.batch_row_offset = options.batch_row_offset;

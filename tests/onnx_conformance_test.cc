@@ -1,4 +1,5 @@
-// ONNX backend node tests (Debian's libonnx-testdata) through the importer and CPU executor.
+// ONNX backend node tests (Debian's libonnx-testdata) through the importer and CPU executor, and
+// again through the CUDA backend's kernels run on the host (tests/cuda/host_cuda_backend.h).
 // A case whose ops memc supports must pass, or be listed in tests/onnx_conformance_expected.txt
 // with its reason; a listed case that passes fails the test too, so the list stays honest.
 // Prints per-op counts and a closing "N passed, N failed" line.
@@ -13,6 +14,7 @@
 #include "frontend/onnx_import.h"
 #include "frontend/onnx_tensor.h"
 #include "runtime/executor.h"
+#include "tests/cuda/host_cuda_backend.h"
 #include "tests/test_util.h"
 
 namespace memc {
@@ -68,7 +70,8 @@ bool close_enough(const Tensor& actual, const Tensor& expected, std::string& det
   return true;
 }
 
-CaseResult run_case(const fs::path& dir, const std::set<std::string>& supported) {
+// `kernels`: the backend whose kernels run the case (null: the CPU's).
+CaseResult run_case(const fs::path& dir, const std::set<std::string>& supported, const Backend* kernels = nullptr) {
   CaseResult r{dir.filename().string(), case_op(dir), CaseResult::kFail, ""};
   onnx::ModelProto model;
   if (!read_proto(dir / "model.onnx", model)) {
@@ -122,7 +125,7 @@ CaseResult run_case(const fs::path& dir, const std::set<std::string>& supported)
     r.detail = "import: " + module.status().message();
     return r;
   }
-  Expected<std::vector<Tensor>> outputs = execute(*module, feeds);
+  Expected<std::vector<Tensor>> outputs = execute(*module, feeds, ExecOptions{.kernels = kernels});
   if (!outputs.ok()) {
     r.detail = "run: " + outputs.status().message();
     return r;
@@ -208,6 +211,50 @@ TEST(OnnxConformance, NodeTests) {
   }
   std::printf("cases: %zu; outside memc's op set: %d; listed with reasons: %d\n", dirs.size(), unsupported, listed);
   std::printf("conformance: %d passed, %d failed\n", passed, failed);
+}
+
+}  // namespace
+}  // namespace memc
+
+namespace memc {
+namespace {
+
+// The same node tests through the CUDA kernels (run as host loops): every case the CPU passes
+// must pass on them too, against ONNX's expected outputs, unless one of its memc ops has no CUDA
+// kernel (counted per op and printed; those ops are outside the committed models' steps).
+TEST(OnnxConformance, NodeTestsOnTheCudaKernels) {
+  if (!fs::exists(kNodeTestDir)) GTEST_SKIP() << kNodeTestDir << " missing: install libonnx-testdata";
+  std::vector<std::string> ops = supported_onnx_ops();
+  const std::set<std::string> supported(ops.begin(), ops.end());
+  const auto expected_failures = read_expected_failures();
+  std::vector<fs::path> dirs;
+  for (const auto& entry : fs::directory_iterator(kNodeTestDir)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "model.onnx")) dirs.push_back(entry.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  const testing::HostCudaBackend cuda;
+  int passed = 0, failed = 0;
+  std::map<std::string, int> no_kernel;  // memc op → cases
+  for (const fs::path& dir : dirs) {
+    if (expected_failures.count(dir.filename().string()) || run_case(dir, supported).kind != CaseResult::kPass) continue;
+    const CaseResult r = run_case(dir, supported, &cuda);
+    const std::string missing = "no cuda-on-host kernel for memc.";
+    if (r.kind == CaseResult::kPass) {
+      ++passed;
+    } else if (const size_t at = r.detail.find(missing); at != std::string::npos) {
+      const std::string rest = r.detail.substr(at + missing.size());
+      ++no_kernel[rest.substr(0, rest.find_first_of(" ("))];
+    } else {
+      ++failed;
+      ADD_FAILURE() << r.name << " (" << r.op << ") on the CUDA kernels: " << r.detail;
+    }
+  }
+  std::string missing_ops;
+  int missing_cases = 0;
+  for (const auto& [op, n] : no_kernel) missing_ops += str_cat(" ", op, " (", n, ")"), missing_cases += n;
+  std::printf("CUDA kernels: %d of the CPU's passing cases passed, %d failed; %d need a memc op without a CUDA kernel:%s\n", passed,
+              failed, missing_cases, missing_ops.c_str());
+  EXPECT_GT(passed, 0);
 }
 
 }  // namespace

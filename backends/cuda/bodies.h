@@ -205,6 +205,45 @@ struct GatherElementsScatter {
   }
 };
 
+// pad: each output coordinate's source along every dim (the CPU's pad_source): in range, or
+// per mode constant (none: `value`), edge (clamped) or reflect (mirrored without the edge).
+enum class PadMode : uint8_t { kConstant, kEdge, kReflect };
+template <typename E>
+struct Pad {
+  const E* in;
+  E* out;
+  E value;
+  PadMode mode;
+  int rank;
+  int64_t in_dims[kMaxDims], out_dims[kMaxDims], begin[kMaxDims];
+  MEMC_HD void operator()(int64_t o) const {
+    int64_t rest = o, offset = 0, stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t n = in_dims[d];
+      int64_t i = rest % out_dims[d] - begin[d];
+      rest /= out_dims[d];
+      if (i < 0 || i >= n) {
+        if (n == 0 || mode == PadMode::kConstant) {
+          out[o] = value;
+          return;
+        }
+        if (mode == PadMode::kEdge) {
+          i = i < 0 ? 0 : n - 1;
+        } else if (n == 1) {
+          i = 0;
+        } else {
+          const int64_t period = 2 * (n - 1);
+          i = ((i % period) + period) % period;
+          if (i >= n) i = period - i;
+        }
+      }
+      offset += i * stride;
+      stride *= n;
+    }
+    out[o] = in[offset];
+  }
+};
+
 // ---- elementwise ------------------------------------------------------------------------------
 template <typename T>
 struct Fill {
@@ -237,10 +276,22 @@ struct Cast {
   MEMC_HD void operator()(int64_t i) const { st_double(out, to, i, ld_double(in, from, i)); }
 };
 
-enum class UnaryOp : uint8_t { kNeg, kAbs, kExp, kLog, kSqrt, kRsqrt, kReciprocal, kTanh, kSigmoid, kRelu, kErf, kGelu, kGeluTanh };
+enum class UnaryOp : uint8_t {
+  kNeg, kAbs, kExp, kLog, kSqrt, kRsqrt, kReciprocal, kTanh, kSigmoid, kRelu, kErf, kGelu, kGeluTanh,
+  kFloor, kCeil, kRound, kSin, kCos, kSoftplus, kSign, kLeakyRelu,
+};
 
-MEMC_HD inline float unary(UnaryOp op, float x) {
+// The CPU kernels' formulas (backends/cpu/elementwise.cc) in f32; `alpha` is leaky_relu's slope.
+MEMC_HD inline float unary(UnaryOp op, float x, float alpha) {
   switch (op) {
+    case UnaryOp::kFloor: return std::floor(x);
+    case UnaryOp::kCeil: return std::ceil(x);
+    case UnaryOp::kRound: return rintf(x);  // half to even
+    case UnaryOp::kSin: return std::sin(x);
+    case UnaryOp::kCos: return std::cos(x);
+    case UnaryOp::kSoftplus: return fmaxf(x, 0.f) + std::log1p(std::exp(-std::fabs(x)));
+    case UnaryOp::kSign: return x != x ? x : static_cast<float>((0.f < x) - (x < 0.f));
+    case UnaryOp::kLeakyRelu: return x >= 0.f ? x : alpha * x;
     case UnaryOp::kNeg: return -x;
     case UnaryOp::kAbs: return std::fabs(x);
     case UnaryOp::kExp: return std::exp(x);
@@ -263,10 +314,18 @@ struct Unary {
   const T* in;
   T* out;
   UnaryOp op;
-  MEMC_HD void operator()(int64_t i) const { st(out, i, unary(op, ld(in, i))); }
+  float alpha;
+  MEMC_HD void operator()(int64_t i) const { st(out, i, unary(op, ld(in, i), alpha)); }
 };
 
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin };
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kMod, kFmod };
+
+// Python's remainder (the sign of b) or C's fmod (the sign of a), as the CPU's mod {fmod}.
+MEMC_HD inline double remainder_of(double a, double b, bool c_fmod) {
+  double r = std::fmod(a, b);
+  if (!c_fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
 
 MEMC_HD inline float binary(BinaryOp op, float a, float b) {
   switch (op) {
@@ -277,6 +336,8 @@ MEMC_HD inline float binary(BinaryOp op, float a, float b) {
     case BinaryOp::kPow: return std::pow(a, b);
     case BinaryOp::kMax: return (a > b || a != a) ? a : b;  // NaN propagates, as on the CPU
     case BinaryOp::kMin: return (a < b || a != a) ? a : b;
+    case BinaryOp::kMod: return static_cast<float>(remainder_of(a, b, false));
+    case BinaryOp::kFmod: return static_cast<float>(remainder_of(a, b, true));
   }
   return a;
 }
@@ -312,6 +373,8 @@ struct BinaryAny {
       case BinaryOp::kPow: r = std::pow(x, y); break;
       case BinaryOp::kMax: r = x > y ? x : y; break;
       case BinaryOp::kMin: r = x < y ? x : y; break;
+      case BinaryOp::kMod: r = y == -1 ? 0 : remainder_of(x, y, false); break;
+      case BinaryOp::kFmod: r = y == -1 ? 0 : remainder_of(x, y, true); break;
     }
     st_double(out, dtype, i, r);
   }
@@ -421,11 +484,11 @@ struct MatmulAny {
 enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
 
 // One output element: `kept` maps it to its first input element, `reduced` walks the reduced
-// dims in row-major order (the CPU's order), accumulating in f64.
-template <typename T>
+// dims in row-major order (the CPU's order), accumulating in f64; any float dtype.
 struct Reduce {
-  const T* in;
-  T* out;
+  const void* in;
+  void* out;
+  DType dtype;
   ReduceOp op;
   Strided kept, reduced;
   int64_t count;  // elements per output
@@ -434,7 +497,7 @@ struct Reduce {
     const bool is_max = op == ReduceOp::kMax, is_min = op == ReduceOp::kMin;
     double acc = is_max ? -INFINITY : is_min ? INFINITY : op == ReduceOp::kProd ? 1.0 : 0.0;
     for (int64_t r = 0; r < count; ++r) {
-      const double x = ld(in, base + reduced.offset(r));
+      const double x = ld_double(in, dtype, base + reduced.offset(r));
       if (is_max) acc = (x > acc || x != x) ? x : acc;
       else if (is_min) acc = (x < acc || x != x) ? x : acc;
       else if (op == ReduceOp::kProd) acc *= x;
@@ -443,7 +506,7 @@ struct Reduce {
     }
     if (op == ReduceOp::kMean && count) acc /= static_cast<double>(count);
     if (op == ReduceOp::kL2) acc = std::sqrt(acc);
-    st(out, o, static_cast<float>(acc));
+    st_double(out, dtype, o, acc);
   }
 };
 
@@ -488,6 +551,67 @@ struct SoftmaxGradLine {
       const int64_t i = base + k * step;
       st(dx, i, ld(y, i) * (ld(dy, i) - dot));
     }
+  }
+};
+
+// log_softmax along a line: x - max - log Σ e^(x - max), the sum in f64.
+template <typename T>
+struct LogSoftmaxLine {
+  const T* x;
+  T* y;
+  Lines lines;
+  MEMC_HD void operator()(int64_t line) const {
+    const int64_t base = lines.base(line), step = lines.inner;
+    float m = -INFINITY;
+    for (int64_t k = 0; k < lines.n; ++k) m = fmaxf(m, ld(x, base + k * step));
+    if (m == -INFINITY) m = 0;
+    double sum = 0;
+    for (int64_t k = 0; k < lines.n; ++k) sum += std::exp(ld(x, base + k * step) - m);
+    const float log_sum = static_cast<float>(std::log(sum));
+    for (int64_t k = 0; k < lines.n; ++k) st(y, base + k * step, ld(x, base + k * step) - m - log_sum);
+  }
+};
+
+// dx = dy - e^y·Σ dy along a line (y = log_softmax(x)).
+template <typename T>
+struct LogSoftmaxGradLine {
+  const T* dy;
+  const T* y;
+  T* dx;
+  Lines lines;
+  MEMC_HD void operator()(int64_t line) const {
+    const int64_t base = lines.base(line), step = lines.inner;
+    float sum = 0;
+    for (int64_t k = 0; k < lines.n; ++k) sum += ld(dy, base + k * step);
+    for (int64_t k = 0; k < lines.n; ++k) {
+      const int64_t i = base + k * step;
+      st(dx, i, ld(dy, i) - std::exp(ld(y, i)) * sum);
+    }
+  }
+};
+
+// argmax / argmin along a line, as the CPU: the first extreme (the last with select_last), NaN
+// counting as the extreme.
+struct ArgExtremeLine {
+  const void* x;
+  DType dtype;
+  int64_t* y;
+  Lines lines;
+  bool is_max, select_last;
+  MEMC_HD void operator()(int64_t line) const {
+    const int64_t base = lines.base(line);
+    double best = ld_double(x, dtype, base);
+    int64_t best_index = 0;
+    for (int64_t k = 1; k < lines.n; ++k) {
+      const double value = ld_double(x, dtype, base + k * lines.inner);
+      const bool best_nan = best != best, value_nan = value != value;
+      bool better = is_max ? value > best : value < best;
+      if (select_last && value == best) better = true;
+      if (best_nan) better = select_last && value_nan;
+      else if (value_nan) better = true;
+      if (better) best = value, best_index = k;
+    }
+    y[line] = best_index;
   }
 };
 

@@ -26,6 +26,8 @@ template <class R, CompareOp op>
 Status compare(KernelContext& ctx, R& run) { return compare_op(ctx, run, op); }
 template <class R, ReduceOp op>
 Status reduce(KernelContext& ctx, R& run) { return reduce_op(ctx, run, op); }
+template <class R, bool is_max>
+Status arg_extreme(KernelContext& ctx, R& run) { return arg_extreme_op(ctx, run, is_max); }
 
 template <class R>
 const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
@@ -39,6 +41,8 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
       {"gather_elements", as_kernel<R, gather_elements_op<R>>}, {"gather_elements_grad", as_kernel<R, gather_elements_grad_op<R>>},
       {"slice_grad", as_kernel<R, slice_grad_op<R>>}, {"cumsum", as_kernel<R, cumsum_op<R>>},
       {"softmax", as_kernel<R, softmax_op<R>>}, {"softmax_grad", as_kernel<R, softmax_grad_op<R>>},
+      {"log_softmax", as_kernel<R, log_softmax_op<R>>}, {"log_softmax_grad", as_kernel<R, log_softmax_grad_op<R>>},
+      {"argmax", as_kernel<R, arg_extreme<R, true>>}, {"argmin", as_kernel<R, arg_extreme<R, false>>},
       {"cast", as_kernel<R, cast_op<R>>}, {"dropout", as_kernel<R, dropout_op<R>>},
       {"neg", as_kernel<R, unary<R, UnaryOp::kNeg>>}, {"abs", as_kernel<R, unary<R, UnaryOp::kAbs>>},
       {"exp", as_kernel<R, unary<R, UnaryOp::kExp>>}, {"log", as_kernel<R, unary<R, UnaryOp::kLog>>},
@@ -46,11 +50,16 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
       {"reciprocal", as_kernel<R, unary<R, UnaryOp::kReciprocal>>}, {"tanh", as_kernel<R, unary<R, UnaryOp::kTanh>>},
       {"sigmoid", as_kernel<R, unary<R, UnaryOp::kSigmoid>>}, {"relu", as_kernel<R, unary<R, UnaryOp::kRelu>>},
       {"erf", as_kernel<R, unary<R, UnaryOp::kErf>>}, {"gelu", as_kernel<R, unary<R, UnaryOp::kGelu>>},
+      {"floor", as_kernel<R, unary<R, UnaryOp::kFloor>>}, {"ceil", as_kernel<R, unary<R, UnaryOp::kCeil>>},
+      {"round", as_kernel<R, unary<R, UnaryOp::kRound>>}, {"sin", as_kernel<R, unary<R, UnaryOp::kSin>>},
+      {"cos", as_kernel<R, unary<R, UnaryOp::kCos>>}, {"softplus", as_kernel<R, unary<R, UnaryOp::kSoftplus>>},
+      {"sign", as_kernel<R, unary<R, UnaryOp::kSign>>}, {"leaky_relu", as_kernel<R, unary<R, UnaryOp::kLeakyRelu>>},
       {"gelu_grad", as_kernel<R, gelu_grad_op<R>>},
       {"add", as_kernel<R, binary<R, BinaryOp::kAdd>>}, {"sub", as_kernel<R, binary<R, BinaryOp::kSub>>},
       {"mul", as_kernel<R, binary<R, BinaryOp::kMul>>}, {"div", as_kernel<R, binary<R, BinaryOp::kDiv>>},
       {"pow", as_kernel<R, binary<R, BinaryOp::kPow>>}, {"max", as_kernel<R, binary<R, BinaryOp::kMax>>},
-      {"min", as_kernel<R, binary<R, BinaryOp::kMin>>},
+      {"min", as_kernel<R, binary<R, BinaryOp::kMin>>}, {"mod", as_kernel<R, binary<R, BinaryOp::kMod>>},
+      {"tile", as_kernel<R, tile_op<R>>}, {"pad", as_kernel<R, pad_op<R>>},
       {"equal", as_kernel<R, compare<R, CompareOp::kEqual>>}, {"less", as_kernel<R, compare<R, CompareOp::kLess>>},
       {"less_equal", as_kernel<R, compare<R, CompareOp::kLessEqual>>}, {"greater", as_kernel<R, compare<R, CompareOp::kGreater>>},
       {"greater_equal", as_kernel<R, compare<R, CompareOp::kGreaterEqual>>}, {"and", as_kernel<R, compare<R, CompareOp::kAnd>>},

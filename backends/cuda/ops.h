@@ -158,6 +158,38 @@ Status concat_op(KernelContext& ctx, R& run) {
   return Status::Ok();
 }
 
+// y = x repeated `repeats` times along each dim: a strided copy over [r0, d0, r1, d1, ...] with
+// stride 0 along each repeat.
+template <class R>
+Status tile_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[0];
+  const auto repeats = ctx.node.attrs.get_ints("repeats");
+  const std::vector<int64_t> own = row_major_strides(x.shape());
+  Shape view;
+  std::vector<int64_t> strides;
+  for (size_t d = 0; d < repeats.size(); ++d) view.insert(view.end(), {repeats[d], x.shape()[d]}), strides.insert(strides.end(), {0, own[d]});
+  MEMC_ASSIGN_OR_RETURN(const Strided map, strided(ctx, view, strides));
+  return dispatch_bytes(x.dtype(), [&]<typename E>() { return run(CopyStrided<E>{in<E>(ctx, 0), out<E>(ctx, 0), 0, map}, numel(view)); });
+}
+
+template <class R>
+Status pad_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[0];
+  Tensor& y = *ctx.outputs[0];
+  const std::string mode = ctx.node.attrs.get_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") return Status::BadInput(str_cat("unknown pad mode '", mode, "'"));
+  if (x.rank() > kMaxDims) return unsupported(ctx, str_cat("rank ", x.rank(), " > ", kMaxDims));
+  const auto pads = ctx.node.attrs.get_ints("pads");
+  Tensor value = Tensor::zeros(x.dtype(), {});  // the pad value in x's storage
+  value.set_from_double(0, ctx.node.attrs.get_float("value", 0.0));
+  return dispatch_bytes(x.dtype(), [&]<typename E>() {
+    Pad<E> body{in<E>(ctx, 0), out<E>(ctx, 0), *static_cast<const E*>(value.raw()),
+                mode == "edge" ? PadMode::kEdge : mode == "reflect" ? PadMode::kReflect : PadMode::kConstant, static_cast<int>(x.rank())};
+    for (int d = 0; d < body.rank; ++d) body.in_dims[d] = x.shape()[d], body.out_dims[d] = y.shape()[d], body.begin[d] = pads[d];
+    return run(body, y.numel());
+  });
+}
+
 // [outer, n, inner] split of `shape` at `axis`.
 struct AxisSplit {
   int64_t outer = 1, n = 1, inner = 1;
@@ -269,18 +301,20 @@ Status cast_op(KernelContext& ctx, R& run) {
 template <class R>
 Status unary_op(KernelContext& ctx, R& run, UnaryOp op) {
   if (op == UnaryOp::kGelu && ctx.node.attrs.get_string("approximate", "none") == "tanh") op = UnaryOp::kGeluTanh;
+  const float alpha = static_cast<float>(ctx.node.attrs.get_float("alpha", 0.01));
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    return run(Unary<T>{in<T>(ctx, 0), out<T>(ctx, 0), op}, ctx.outputs[0]->numel());
+    return run(Unary<T>{in<T>(ctx, 0), out<T>(ctx, 0), op, alpha}, ctx.outputs[0]->numel());
   });
 }
 
 template <class R>
 Status binary_op(KernelContext& ctx, R& run, BinaryOp op) {
+  if (op == BinaryOp::kMod && ctx.node.attrs.get_int("fmod", 0)) op = BinaryOp::kFmod;
   const Shape& y = ctx.outputs[0]->shape();
   MEMC_ASSIGN_OR_RETURN(const Strided sa, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
   MEMC_ASSIGN_OR_RETURN(const Strided sb, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
   const DType t = ctx.inputs[0]->dtype();
-  if (is_integer(t)) return run(BinaryAny{ctx.inputs[0]->raw(), ctx.inputs[1]->raw(), ctx.outputs[0]->raw(), t, op, sa, sb}, ctx.outputs[0]->numel());
+  if (is_integer(t) || t == DType::kF64) return run(BinaryAny{ctx.inputs[0]->raw(), ctx.inputs[1]->raw(), ctx.outputs[0]->raw(), t, op, sa, sb}, ctx.outputs[0]->numel());
   return dispatch_float(ctx, t, [&]<typename T>() {
     return run(Binary<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), op, sa, sb}, ctx.outputs[0]->numel());
   });
@@ -369,9 +403,9 @@ Status reduce_op(KernelContext& ctx, R& run, ReduceOp op) {
   }
   MEMC_ASSIGN_OR_RETURN(const Strided kept, strided(ctx, kept_dims, kept_strides));
   MEMC_ASSIGN_OR_RETURN(const Strided reduced, strided(ctx, reduced_dims, reduced_strides));
-  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    return run(Reduce<T>{in<T>(ctx, 0), out<T>(ctx, 0), op, kept, reduced, numel(reduced_dims)}, ctx.outputs[0]->numel());
-  });
+  const DType t = ctx.inputs[0]->dtype();
+  if (!is_float(t)) return unsupported(ctx, str_cat("dtype ", dtype_name(t)));
+  return run(Reduce{ctx.inputs[0]->raw(), ctx.outputs[0]->raw(), t, op, kept, reduced, numel(reduced_dims)}, ctx.outputs[0]->numel());
 }
 
 // A parameter broadcast to the normalized dims (layernorm's scale and bias).
@@ -443,6 +477,32 @@ Status softmax_grad_op(KernelContext& ctx, R& run) {
   return dispatch_float(ctx, y.dtype(), [&]<typename T>() {
     return run(SoftmaxGradLine<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lines}, count);
   });
+}
+
+template <class R>
+Status log_softmax_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[0];
+  const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", x.rank() - 1));
+  return dispatch_float(ctx, x.dtype(), [&]<typename T>() { return run(LogSoftmaxLine<T>{in<T>(ctx, 0), out<T>(ctx, 0), lines}, count); });
+}
+
+// (dy, y) → dx
+template <class R>
+Status log_softmax_grad_op(KernelContext& ctx, R& run) {
+  const Tensor& y = *ctx.inputs[1];
+  const auto [lines, count] = lines_along(y.shape(), ctx.node.attrs.get_int("axis", y.rank() - 1));
+  return dispatch_float(ctx, y.dtype(), [&]<typename T>() {
+    return run(LogSoftmaxGradLine<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lines}, count);
+  });
+}
+
+template <class R>
+Status arg_extreme_op(KernelContext& ctx, R& run, bool is_max) {
+  const Tensor& x = *ctx.inputs[0];
+  const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", 0));
+  if (lines.n == 0) return Status::BadInput("argmax/argmin over an empty axis");
+  return run(ArgExtremeLine{x.raw(), x.dtype(), out<int64_t>(ctx, 0), lines, is_max, ctx.node.attrs.get_int("select_last_index", 0) != 0},
+             count);
 }
 
 template <class R>

@@ -15,6 +15,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/op_table.h"
+#include "tests/cuda/host_cuda_backend.h"
 #include "planner/compile.h"
 #include "runtime/planned_executor.h"
 #include "tests/test_util.h"
@@ -22,95 +23,9 @@
 namespace memc {
 namespace {
 
+using testing::HostCudaBackend;
+using testing::HostRunner;
 using testing::source_path;
-
-// Runs bodies as loops on the host; GEMMs accumulate in double.
-struct HostRunner {
-  explicit HostRunner(const KernelContext&) {}
-  template <class Body>
-  Status operator()(const Body& body, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) body(i);
-    return Status::Ok();
-  }
-  Status copy(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
-    return Status::Ok();
-  }
-  Status upload(void* dst, const void* host, int64_t bytes) { return copy(dst, host, bytes); }
-  // No cuDNN on the host: attention runs memc's own kernel, as on a GPU where cuDNN refuses.
-  Status sdpa(const cuda::SdpaShape&, bool, const cuda::SdpaPointers&, void*, int64_t) {
-    return Status::BadInput("not supported by cuDNN SDPA: no GPU");
-  }
-  Status gemm(const cuda::GemmCall& c, void*, int64_t) {
-    return ops_gemm(c);
-  }
-
-  static Status ops_gemm(const cuda::GemmCall& c) {
-    switch (c.dtype) {
-      case DType::kF32: return typed_gemm<float>(c);
-      case DType::kBF16: return typed_gemm<bf16_t>(c);
-      case DType::kF16: return typed_gemm<f16_t>(c);
-      default: return Status::BadInput("host GEMM: dtype");
-    }
-  }
-  template <typename T>
-  static Status typed_gemm(const cuda::GemmCall& c) {
-    const T* a = static_cast<const T*>(c.a);
-    const T* b = static_cast<const T*>(c.b);
-    const T* bias = static_cast<const T*>(c.bias);
-    T* y = static_cast<T*>(c.y);
-    for (int64_t p = 0; p < c.batch; ++p) {
-      const T* ap = a + p * c.stride_a;
-      const T* bp = b + p * c.stride_b;
-      for (int64_t i = 0; i < c.m; ++i) {
-        for (int64_t j = 0; j < c.n; ++j) {
-          double s = bias ? cuda::ld(bias, j) : 0.0;
-          for (int64_t k = 0; k < c.k; ++k) {
-            const double x = cuda::ld(ap, c.trans_a ? k * c.m + i : i * c.k + k);
-            const double w = cuda::ld(bp, c.trans_b ? j * c.k + k : k * c.n + j);
-            s += x * w;
-          }
-          cuda::st(y, (p * c.m + i) * c.n + j, static_cast<float>(s));
-        }
-      }
-    }
-    return Status::Ok();
-  }
-};
-
-// The CPU backend with the CUDA kernels (on the host runner) and their workspace model.
-class HostCudaBackend final : public Backend {
- public:
-  explicit HostCudaBackend(bool check_nodes = false) : check_nodes_(check_nodes) {}
-  std::string_view name() const override { return "cuda-on-host"; }
-  const Kernel* find_kernel(std::string_view op) const override {
-    const Kernel* kernel = cuda::ops::find_kernel<HostRunner>(op);
-    return kernel && check_nodes_ ? &kChecked : kernel;
-  }
-  int64_t workspace_bytes(const Module& module, const Node& node) const override {
-    std::vector<TensorType> in, out;
-    for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
-    for (ValueId v : node.outputs) out.push_back(module.value(v).type);
-    return cuda::ops::kRunStateBytes + cuda::ops::workspace_bytes(node, in, out, 0);
-  }
-  int64_t run_state_bytes() const override { return cuda::ops::kRunStateBytes; }
-  Expected<void*> allocate(MemoryKind kind, int64_t bytes) override { return cpu_backend().allocate(kind, bytes); }
-  void deallocate(MemoryKind kind, void* p) override { cpu_backend().deallocate(kind, p); }
-  Status fill(void* p, uint8_t byte, int64_t bytes) override { return cpu_backend().fill(p, byte, bytes); }
-  Status copy(void* dst, const void* src, int64_t bytes) override { return cpu_backend().copy(dst, src, bytes); }
-  Status copy_async(void* dst, const void* src, int64_t bytes, Stream s) override { return cpu_backend().copy_async(dst, src, bytes, s); }
-  Stream compute_stream() override { return {}; }
-  Stream copy_stream() override { return {}; }
-  Expected<Event> record(Stream) override { return Event{}; }
-  Status wait(Stream, Event) override { return Status::Ok(); }
-  void destroy(Event) override {}
-  Status synchronize(Stream) override { return Status::Ok(); }
-
- private:
-  bool check_nodes_;
-  static Status checked(KernelContext& ctx);
-  static constexpr Kernel kChecked = &checked;
-};
 
 double l2_norm(const Tensor& t) {
   double sum = 0;
@@ -162,7 +77,7 @@ struct NodeCheck {
   }
 };
 
-Status HostCudaBackend::checked(KernelContext& ctx) { return NodeCheck::kernel(ctx); }
+constexpr Kernel kCheckedKernel = &NodeCheck::kernel;
 
 struct Case {
   std::string model;
@@ -306,7 +221,7 @@ TEST_P(CudaKernels, EachNodeMatchesTheCpuKernel) {
   NodeCheck::module = &plan.train;
   NodeCheck::mismatches.clear();
   NodeCheck::nodes = 0;
-  HostCudaBackend backend(/*check_nodes=*/true);
+  HostCudaBackend backend(&kCheckedKernel);
   auto step = train_step(backend, plan.train, arguments(plan.train, 17));
   ASSERT_TRUE(step.ok()) << step.status().message();
   EXPECT_GT(NodeCheck::nodes, 0);
@@ -330,6 +245,9 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaKernels, ::testing::ValuesIn(kCases), [](co
 
 namespace memc {
 namespace {
+
+using testing::HostCudaBackend;
+using testing::HostRunner;
 
 // attention_grad's dq cancels terms (Σ_c dS_c = 0 per row), so f32 kernels differ by more than a
 // GEMM's rounding. Both f32 kernels against the CPU kernel run in f64 on the same values.
@@ -365,6 +283,9 @@ TEST(CudaAttention, BackwardAgainstADoubleReference) {
 
 namespace memc {
 namespace {
+
+using testing::HostCudaBackend;
+using testing::HostRunner;
 
 // Every optimizer's update kernel in a real step: the updated weights and states after one step
 // of the digits ViT, against the CPU backend. The gradients feeding them differ in the last bits

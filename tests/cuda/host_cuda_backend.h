@@ -1,0 +1,101 @@
+// The CUDA backend's kernels on the host, for tests without a GPU: HostRunner runs each kernel
+// body (backends/cuda/bodies.h) as a plain loop and GEMMs in double precision; HostCudaBackend
+// is the CPU backend in every respect but its kernels (the CUDA op table on HostRunner) and its
+// workspace model (the CUDA one, without cuBLASLt's share, which the host GEMMs do not use).
+#pragma once
+#include <cstring>
+
+#include "backends/backend.h"
+#include "backends/cuda/op_table.h"
+
+namespace memc::testing {
+
+// Runs bodies as loops on the host; GEMMs accumulate in double.
+struct HostRunner {
+  explicit HostRunner(const KernelContext&) {}
+  template <class Body>
+  Status operator()(const Body& body, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return Status::Ok();
+  }
+  Status copy(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
+    return Status::Ok();
+  }
+  Status upload(void* dst, const void* host, int64_t bytes) { return copy(dst, host, bytes); }
+  // No cuDNN on the host: attention runs memc's own kernel, as on a GPU where cuDNN refuses.
+  Status sdpa(const cuda::SdpaShape&, bool, const cuda::SdpaPointers&, void*, int64_t) {
+    return Status::BadInput("not supported by cuDNN SDPA: no GPU");
+  }
+  Status gemm(const cuda::GemmCall& c, void*, int64_t) {
+    return ops_gemm(c);
+  }
+
+  static Status ops_gemm(const cuda::GemmCall& c) {
+    switch (c.dtype) {
+      case DType::kF32: return typed_gemm<float>(c);
+      case DType::kBF16: return typed_gemm<bf16_t>(c);
+      case DType::kF16: return typed_gemm<f16_t>(c);
+      default: return Status::BadInput("host GEMM: dtype");
+    }
+  }
+  template <typename T>
+  static Status typed_gemm(const cuda::GemmCall& c) {
+    const T* a = static_cast<const T*>(c.a);
+    const T* b = static_cast<const T*>(c.b);
+    const T* bias = static_cast<const T*>(c.bias);
+    T* y = static_cast<T*>(c.y);
+    for (int64_t p = 0; p < c.batch; ++p) {
+      const T* ap = a + p * c.stride_a;
+      const T* bp = b + p * c.stride_b;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          double s = bias ? cuda::ld(bias, j) : 0.0;
+          for (int64_t k = 0; k < c.k; ++k) {
+            const double x = cuda::ld(ap, c.trans_a ? k * c.m + i : i * c.k + k);
+            const double w = cuda::ld(bp, c.trans_b ? j * c.k + k : k * c.n + j);
+            s += x * w;
+          }
+          cuda::st(y, (p * c.m + i) * c.n + j, static_cast<float>(s));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+// The CPU backend with the CUDA kernels (on the host runner) and their workspace model.
+class HostCudaBackend final : public Backend {
+ public:
+  // `wrapper`, when given, is returned instead of each op's kernel (which it must then call:
+  // cuda::ops::find_kernel<HostRunner>), for checks that run something beside every kernel.
+  explicit HostCudaBackend(const Kernel* wrapper = nullptr) : wrapper_(wrapper) {}
+  std::string_view name() const override { return "cuda-on-host"; }
+  const Kernel* find_kernel(std::string_view op) const override {
+    const Kernel* kernel = cuda::ops::find_kernel<HostRunner>(op);
+    return kernel && wrapper_ ? wrapper_ : kernel;
+  }
+  int64_t workspace_bytes(const Module& module, const Node& node) const override {
+    std::vector<TensorType> in, out;
+    for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
+    for (ValueId v : node.outputs) out.push_back(module.value(v).type);
+    return cuda::ops::kRunStateBytes + cuda::ops::workspace_bytes(node, in, out, 0);
+  }
+  int64_t run_state_bytes() const override { return cuda::ops::kRunStateBytes; }
+  Expected<void*> allocate(MemoryKind kind, int64_t bytes) override { return cpu_backend().allocate(kind, bytes); }
+  void deallocate(MemoryKind kind, void* p) override { cpu_backend().deallocate(kind, p); }
+  Status fill(void* p, uint8_t byte, int64_t bytes) override { return cpu_backend().fill(p, byte, bytes); }
+  Status copy(void* dst, const void* src, int64_t bytes) override { return cpu_backend().copy(dst, src, bytes); }
+  Status copy_async(void* dst, const void* src, int64_t bytes, Stream s) override { return cpu_backend().copy_async(dst, src, bytes, s); }
+  Stream compute_stream() override { return {}; }
+  Stream copy_stream() override { return {}; }
+  Expected<Event> record(Stream) override { return Event{}; }
+  Status wait(Stream, Event) override { return Status::Ok(); }
+  void destroy(Event) override {}
+  Status synchronize(Stream) override { return Status::Ok(); }
+
+ private:
+  const Kernel* wrapper_;
+};
+
+}  // namespace memc::testing
