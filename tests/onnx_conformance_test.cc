@@ -170,17 +170,23 @@ std::map<std::string, std::string> read_expected_failures() {
   return out;
 }
 
+// Every node test's folder, sorted.
+std::vector<fs::path> node_test_dirs() {
+  std::vector<fs::path> dirs;
+  for (const auto& entry : fs::directory_iterator(kNodeTestDir)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "model.onnx")) dirs.push_back(entry.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
 TEST(OnnxConformance, NodeTests) {
   if (!fs::exists(kNodeTestDir)) GTEST_SKIP() << kNodeTestDir << " missing: install libonnx-testdata";
   std::vector<std::string> ops = supported_onnx_ops();
   const std::set<std::string> supported(ops.begin(), ops.end());
   const auto expected_failures = read_expected_failures();
 
-  std::vector<fs::path> dirs;
-  for (const auto& entry : fs::directory_iterator(kNodeTestDir)) {
-    if (entry.is_directory() && fs::exists(entry.path() / "model.onnx")) dirs.push_back(entry.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
+  const std::vector<fs::path> dirs = node_test_dirs();
 
   struct Counts {
     int pass = 0, fail = 0, listed = 0, unsupported = 0;
@@ -213,12 +219,6 @@ TEST(OnnxConformance, NodeTests) {
   std::printf("conformance: %d passed, %d failed\n", passed, failed);
 }
 
-}  // namespace
-}  // namespace memc
-
-namespace memc {
-namespace {
-
 // The same node tests through the CUDA kernels (run as host loops): every case the CPU passes
 // must pass on them too, against ONNX's expected outputs, unless one of its memc ops has no CUDA
 // kernel (counted per op and printed; those ops are outside the committed models' steps).
@@ -227,11 +227,7 @@ TEST(OnnxConformance, NodeTestsOnTheCudaKernels) {
   std::vector<std::string> ops = supported_onnx_ops();
   const std::set<std::string> supported(ops.begin(), ops.end());
   const auto expected_failures = read_expected_failures();
-  std::vector<fs::path> dirs;
-  for (const auto& entry : fs::directory_iterator(kNodeTestDir)) {
-    if (entry.is_directory() && fs::exists(entry.path() / "model.onnx")) dirs.push_back(entry.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
+  const std::vector<fs::path> dirs = node_test_dirs();
   const testing::HostCudaBackend cuda;
   int passed = 0, failed = 0;
   std::map<std::string, int> no_kernel;  // memc op → cases

@@ -517,6 +517,18 @@ struct Lines {
   MEMC_HD int64_t base(int64_t line) const { return (line / inner) * n * inner + line % inner; }
 };
 
+// Σ e^(x - m) along the line at `base`, in f64, with m its max (0 when every x is -inf, as on
+// the CPU; 0/0 then gives NaN on both).
+template <typename T>
+MEMC_HD double exp_sum(const T* x, const Lines& lines, int64_t base, float& m) {
+  m = -INFINITY;
+  for (int64_t k = 0; k < lines.n; ++k) m = fmaxf(m, ld(x, base + k * lines.inner));
+  if (m == -INFINITY) m = 0;
+  double sum = 0;
+  for (int64_t k = 0; k < lines.n; ++k) sum += std::exp(ld(x, base + k * lines.inner) - m);
+  return sum;
+}
+
 // softmax along a line: e^(x - max) summed in f64, as the CPU (an all -inf line gives 0/0 = NaN
 // on both).
 template <typename T>
@@ -526,11 +538,8 @@ struct SoftmaxLine {
   Lines lines;
   MEMC_HD void operator()(int64_t line) const {
     const int64_t base = lines.base(line), step = lines.inner;
-    float m = -INFINITY;
-    for (int64_t k = 0; k < lines.n; ++k) m = fmaxf(m, ld(x, base + k * step));
-    if (m == -INFINITY) m = 0;
-    double sum = 0;
-    for (int64_t k = 0; k < lines.n; ++k) sum += std::exp(ld(x, base + k * step) - m);
+    float m = 0;
+    const double sum = exp_sum(x, lines, base, m);
     const float inv_sum = static_cast<float>(1.0 / sum);
     for (int64_t k = 0; k < lines.n; ++k) st(y, base + k * step, std::exp(ld(x, base + k * step) - m) * inv_sum);
   }
@@ -562,12 +571,8 @@ struct LogSoftmaxLine {
   Lines lines;
   MEMC_HD void operator()(int64_t line) const {
     const int64_t base = lines.base(line), step = lines.inner;
-    float m = -INFINITY;
-    for (int64_t k = 0; k < lines.n; ++k) m = fmaxf(m, ld(x, base + k * step));
-    if (m == -INFINITY) m = 0;
-    double sum = 0;
-    for (int64_t k = 0; k < lines.n; ++k) sum += std::exp(ld(x, base + k * step) - m);
-    const float log_sum = static_cast<float>(std::log(sum));
+    float m = 0;
+    const float log_sum = static_cast<float>(std::log(exp_sum(x, lines, base, m)));
     for (int64_t k = 0; k < lines.n; ++k) st(y, base + k * step, ld(x, base + k * step) - m - log_sum);
   }
 };
