@@ -9,7 +9,8 @@
 #          $OUT/runs.json (every memc and PyTorch run's figures)
 #
 # Parts: 1. the CUDA backend's unit tests; 2. one training step of every committed model on the
-# GPU against the CPU backend (fp32 with TF32 off ≤ 1e-5 relative, bf16-mixed ≤ 1e-2); 3. the
+# GPU against the CPU backend (fp32 with TF32 off ≤ 1e-5 relative, bf16-mixed ≤ 1e-2), and a
+# step captured as a CUDA graph and replayed against the same step run eagerly; 3. the
 # cuDNN attention graphs built on the device; 4. the digits ViT trained on the GPU (≥ 95 %);
 # 5. ViT-B/16 and ViT-L/16 at batch 16 in fp32, bf16-mixed, + remat blocks, + offload optimizer:
 # planned peak, the accountant's measured peak, the driver's bytes in use (cudaMemGetInfo) at
@@ -44,8 +45,8 @@ runs="$out/runs.jsonl"
 part "1. CUDA backend unit tests"
 "$root/bin/cuda_backend_test" --gtest_output="xml:$out/cuda_backend_test.xml" 2>&1 | grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED|cuda)|Skipped|no CUDA" | sort -u
 
-part "2. one training step of every committed model, GPU against CPU"
-"$root/bin/cuda_ops_host_test" --gtest_filter='*OnTheGpu*' --gtest_output="xml:$out/gpu_parity.xml" 2>&1 |
+part "2. one training step of every committed model, GPU against CPU; a captured and a replayed step against the eager one"
+"$root/bin/cuda_ops_host_test" --gtest_filter='*OnTheGpu*:CudaGraphs.*' --gtest_output="xml:$out/gpu_parity.xml" 2>&1 |
   grep -E "^\[(cuda|  FAILED|  SKIPPED|  PASSED| +OK)|Skipped|no GPU|Failure|Expected|actual" | grep -v "where GetParam"
 
 part "3. cuDNN attention graphs"
