@@ -80,8 +80,8 @@ struct AttentionRow {
   }
 };
 
-// Per query row: stats[2·row] = log-sum-exp of its scores, stats[2·row + 1] = D = Σ_c P_c·dP_c
-// where dP_c = f_c·(dy·v_c) is the gradient of the probability P_c.
+// Per query row: stats[2·row] = log-sum-exp of its scores (an online pass, as the forward's),
+// stats[2·row + 1] = D = Σ_c P_c·dP_c where dP_c = f_c·(dy·v_c) is the gradient of P_c.
 template <typename T>
 struct AttentionGradStats {
   const T *dy, *q, *k, *v;
@@ -89,10 +89,13 @@ struct AttentionGradStats {
   AttentionGeometry g;
   MEMC_HD void operator()(int64_t row) const {
     const int64_t b = row / g.tq, r = row % g.tq;
-    float m = -INFINITY;
-    for (int64_t c = 0; c < g.tk; ++c) m = fmaxf(m, g.score(q, k, b, r, c));
-    float l = 0.f;
-    for (int64_t c = 0; c < g.tk; ++c) l += std::exp(g.score(q, k, b, r, c) - m);
+    float m = -INFINITY, l = 0.f;  // the running max and sum, one pass over the keys
+    for (int64_t c = 0; c < g.tk; ++c) {
+      const float s = g.score(q, k, b, r, c), m_new = fmaxf(m, s);
+      if (m_new == -INFINITY) continue;
+      l = l * std::exp(m - m_new) + std::exp(s - m_new);
+      m = m_new;
+    }
     const float lse = m + std::log(l);
     float d_sum = 0.f;
     for (int64_t c = 0; c < g.tk; ++c) {
