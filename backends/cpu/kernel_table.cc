@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "backends/cpu/kernels.h"
+#include "backends/kernel_attrs.h"
 
 namespace memc::cpu {
 
@@ -40,10 +41,8 @@ const Kernel* find_kernel(std::string_view op) {
 int64_t cpu_workspace_bytes(const Module& module, const Node& node) {
   const KernelTable::Entry* e = find_entry(node.op);
   if (!e || !e->workspace_bytes) return 0;
-  std::vector<TensorType> in, out;  // O(arity)
-  for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
-  for (ValueId v : node.outputs) out.push_back(module.value(v).type);
-  return e->workspace_bytes(node, in, out);
+  const NodeTypes types(module, node);
+  return e->workspace_bytes(node, types.in, types.out);
 }
 
 std::vector<std::string> kernel_ops() {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/kernel_attrs.h"
 
 namespace memc::cpu {
 
@@ -125,16 +126,8 @@ inline void strided_copy(Tensor& out, const Tensor& in, const Shape& shape, cons
   });
 }
 
-// dropout_stream and dropout_threshold: backends/kernel_math.h (shared with CUDA).
-// The counter of a random op's first draw: a micro-batch's copy starts at its rows in the full
-// batch (attribute rng_offset, passes/microbatch.h), and a data-parallel rank at its rows in the
-// global batch (batch_row_offset times the op's draws per sample, attribute rng_row_stride,
-// passes/shard.h), so any split of a batch replays one device's masks.
-inline uint64_t random_draw_offset(const KernelContext& ctx) {
-  const int64_t own = ctx.node.attrs.get_int("rng_offset", 0);
-  const int64_t stride = ctx.node.attrs.get_int("rng_row_stride", 0);
-  return static_cast<uint64_t>(own + ctx.batch_row_offset * stride);
-}
+// dropout_stream and dropout_threshold: backends/kernel_math.h; random_draw_offset:
+// backends/kernel_attrs.h (both shared with CUDA).
 
 // Offset into data [row-major `data_shape`] of output element `i` of gather_elements /
 // scatter target of its gradient: i's coordinates over `index_shape`, with the axis coordinate

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/kernel_attrs.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
 
@@ -79,10 +80,7 @@ Status momentum_kernel(KernelContext& ctx) {
 // arithmetic the CUDA kernel shares).
 // lr and step are the scalar inputs at lr_input and lr_input + 1.
 AdamStep adam_step(const KernelContext& ctx, bool decoupled_default, int lr_input) {
-  AdamStep a;
-  a.beta1 = ctx.node.attrs.get_float("beta1", 0.9), a.beta2 = ctx.node.attrs.get_float("beta2", 0.999);
-  a.eps = ctx.node.attrs.get_float("eps", 1e-8), a.weight_decay = ctx.node.attrs.get_float("weight_decay", 0.0);
-  a.decoupled = ctx.node.attrs.get_int("decoupled", decoupled_default);
+  AdamStep a = adam_settings(ctx.node.attrs, decoupled_default);
   a.lr = scalar(ctx, lr_input);
   a.set_step(scalar(ctx, lr_input + 1));
   return a;

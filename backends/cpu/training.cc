@@ -41,19 +41,8 @@ Status full_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
-// The loss's rows: which label marks a row that adds nothing, and what the sum is divided by
-// (ir/ops/training.cc: {ignore_index}, {divisor}; by default no row is ignored and N divides).
-struct LossRows {
-  std::optional<int64_t> ignore;
-  double divisor;
-  explicit LossRows(const Node& node, int64_t rows)
-      : divisor(node.attrs.get_float("divisor", static_cast<double>(std::max<int64_t>(rows, 1)))) {
-    if (node.attrs.has("ignore_index")) ignore = node.attrs.get_int("ignore_index", -1);
-  }
-  bool ignored(int64_t label) const { return ignore && label == *ignore; }
-};
-
-Status check_labels(const Tensor& labels, int64_t classes, const LossRows& rows) {
+// CrossEntropyRows: backends/kernel_attrs.h (shared with CUDA).
+Status check_labels(const Tensor& labels, int64_t classes, const CrossEntropyRows& rows) {
   for (int64_t i = 0, count = labels.numel(); i < count; ++i) {
     const int64_t l = labels.data<int64_t>()[i];
     if ((l < 0 || l >= classes) && !rows.ignored(l)) {
@@ -67,7 +56,7 @@ Status check_labels(const Tensor& labels, int64_t classes, const LossRows& rows)
 Status softmax_cross_entropy_kernel(KernelContext& ctx) {
   const Tensor &logits = *ctx.inputs[0], &labels = *ctx.inputs[1];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
-  const LossRows loss_rows(ctx.node, rows);
+  const CrossEntropyRows loss_rows(ctx.node, rows);
   MEMC_RETURN_IF_ERROR(check_labels(labels, classes, loss_rows));
   return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
     const T* z = logits.data<T>();  // [N, C]
@@ -89,7 +78,7 @@ Status softmax_cross_entropy_kernel(KernelContext& ctx) {
 Status softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
   const Tensor &dloss = *ctx.inputs[0], &logits = *ctx.inputs[1], &labels = *ctx.inputs[2];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
-  const LossRows loss_rows(ctx.node, rows);
+  const CrossEntropyRows loss_rows(ctx.node, rows);
   MEMC_RETURN_IF_ERROR(check_labels(labels, classes, loss_rows));
   const double scale = dloss.get_as_double(0) / loss_rows.divisor;
   return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {

@@ -109,35 +109,41 @@ struct ConcatPart {
   MEMC_HD void operator()(int64_t i) const { out[(i / chunk) * out_chunk + offset + i % chunk] = in[i]; }
 };
 
-// numpy take: data [outer, n, inner] → out [outer, count, inner]. An index outside the dim
-// writes zeros (the CPU kernel rejects it; a device kernel cannot return an error mid-step).
-template <typename E>
-struct Gather {
-  const E* data;
+// numpy take (gather): output element i of [outer, count, inner] reads data [outer, n, inner] at
+// source(i), or -1 where its index is outside the dim (the CPU kernel rejects it; a device kernel
+// cannot return an error mid-step, so the gather writes 0 and the scatter adds nothing).
+struct TakeMap {
   const void* indices;
   bool wide_indices;
-  E* out;
   int64_t n, count, inner;
-  MEMC_HD void operator()(int64_t i) const {
+  MEMC_HD int64_t source(int64_t i) const {
     const int64_t o = i / (count * inner), r = i % (count * inner);
     const int64_t k = ld_index(indices, wide_indices, r / inner, n);
-    out[i] = (k < 0 || k >= n) ? E(0) : data[(o * n + k) * inner + r % inner];
+    return (k < 0 || k >= n) ? -1 : (o * n + k) * inner + r % inner;
   }
 };
 
-// gather's gradient: acc[(o·n + idx[j])·inner + i] += dy[(o·count + j)·inner + i] in f32 (acc
-// zeroed first); indices outside the dim add nothing.
-template <typename T>
-struct GatherGradScatter {
-  const T* dy;
-  const void* indices;
-  bool wide_indices;
-  float* acc;
-  int64_t n, count, inner;
+// out[i] = data[map.source(i)] (0 where the source is -1), for gather and gather_elements.
+template <typename E, class Map>
+struct GatherBy {
+  const E* data;
+  E* out;
+  Map map;
   MEMC_HD void operator()(int64_t i) const {
-    const int64_t o = i / (count * inner), r = i % (count * inner);
-    const int64_t k = ld_index(indices, wide_indices, r / inner, n);
-    if (k >= 0 && k < n) accumulate(acc + (o * n + k) * inner + r % inner, ld(dy, i));
+    const int64_t at = map.source(i);
+    out[i] = at < 0 ? E(0) : data[at];
+  }
+};
+
+// Their gradients: acc[map.source(i)] += dy[i] in f32 (acc zeroed first).
+template <typename T, class Map>
+struct ScatterAddBy {
+  const T* dy;
+  float* acc;
+  Map map;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t at = map.source(i);
+    if (at >= 0) accumulate(acc + at, ld(dy, i));
   }
 };
 
@@ -162,46 +168,20 @@ struct ScatterStrided {
 // coordinate replaced by its index. `index_dims` are the index tensor's dims, `data_strides` the
 // data's row-major strides. -1 for an index outside the dim.
 struct ElementsMap {
+  const void* indices = nullptr;
+  bool wide_indices = true;
   int rank = 0, axis = 0;
   int64_t index_dims[kMaxDims] = {}, data_strides[kMaxDims] = {};
   int64_t axis_dim = 0;
-  MEMC_HD int64_t offset(int64_t i, int64_t index) const {
-    if (index < -axis_dim || index >= axis_dim) return -1;
-    if (index < 0) index += axis_dim;
+  MEMC_HD int64_t source(int64_t i) const {
+    const int64_t index = ld_index(indices, wide_indices, i, axis_dim);
+    if (index < 0 || index >= axis_dim) return -1;
     int64_t off = 0;
     for (int d = rank - 1; d >= 0; --d) {
       off += (d == axis ? index : i % index_dims[d]) * data_strides[d];
       i /= index_dims[d];
     }
     return off;
-  }
-};
-
-template <typename E>
-struct GatherElements {
-  const E* data;
-  const void* indices;
-  bool wide_indices;
-  E* out;
-  ElementsMap map;
-  MEMC_HD void operator()(int64_t i) const {
-    const int64_t raw = wide_indices ? static_cast<const int64_t*>(indices)[i] : static_cast<const int32_t*>(indices)[i];
-    const int64_t at = map.offset(i, raw);
-    out[i] = at < 0 ? E(0) : data[at];
-  }
-};
-
-template <typename T>
-struct GatherElementsScatter {
-  const T* dy;
-  const void* indices;
-  bool wide_indices;
-  float* acc;
-  ElementsMap map;
-  MEMC_HD void operator()(int64_t i) const {
-    const int64_t raw = wide_indices ? static_cast<const int64_t*>(indices)[i] : static_cast<const int32_t*>(indices)[i];
-    const int64_t at = map.offset(i, raw);
-    if (at >= 0) accumulate(acc + at, ld(dy, i));
   }
 };
 
@@ -813,29 +793,34 @@ struct CrossEntropyGradRow {
   }
 };
 
-// Whether the optional skip scalar (loss scaling's found_inf) is set: outputs keep the inputs.
-MEMC_HD inline bool skip_set(const void* skip, DType dtype) { return skip && ld_double(skip, dtype, 0) >= 0.5; }
-
 // ---- optimizer --------------------------------------------------------------------------------
-// Adam(W) on one element (AdamStep, backends/kernel_math.h). lr, step and the optional skip flag
-// are device scalars, read by every thread, so the step needs no host round trip.
+// An update's per-step scalars in device memory: the learning rate, the step (absent for plain
+// SGD) and the optional skip flag (loss scaling's found_inf: outputs keep the inputs). Every
+// thread reads them, so a step needs no host round trip and a replayed graph sees each step's.
+struct StepScalars {
+  const void *lr = nullptr, *step = nullptr, *skip = nullptr;
+  DType lr_dtype = DType::kF32, step_dtype = DType::kF32, skip_dtype = DType::kF32;
+  MEMC_HD bool skipped() const { return skip && ld_double(skip, skip_dtype, 0) >= 0.5; }
+  MEMC_HD double lr_value() const { return ld_double(lr, lr_dtype, 0); }
+  MEMC_HD double step_value() const { return ld_double(step, step_dtype, 0); }
+  // Adam's settings with this step's learning rate and bias corrections.
+  MEMC_HD AdamStep adam(AdamStep a) const {
+    a.lr = lr_value();
+    a.set_step(step_value());
+    return a;
+  }
+};
+
+// Adam(W) on one element (AdamStep, backends/kernel_math.h).
 template <typename T>
 struct AdamUpdate {
   const T *w, *g, *m, *v;
   T *w_out, *m_out, *v_out;
-  const void* lr;
-  const void* step;
-  const void* skip;  // optional: loss scaling's found_inf
-  DType lr_dtype, step_dtype, skip_dtype;
+  StepScalars s;
   AdamStep adam;  // lr and step filled in per thread
   MEMC_HD void operator()(int64_t i) const {
     float wi = ld(w, i), mi = ld(m, i), vi = ld(v, i);
-    if (!skip_set(skip, skip_dtype)) {
-      AdamStep a = adam;
-      a.lr = ld_double(lr, lr_dtype, 0);
-      a.set_step(ld_double(step, step_dtype, 0));
-      a.apply<float>(wi, ld(g, i), mi, vi);
-    }
+    if (!s.skipped()) s.adam(adam).apply<float>(wi, ld(g, i), mi, vi);
     st(w_out, i, wi), st(m_out, i, mi), st(v_out, i, vi);
   }
 };
@@ -845,18 +830,15 @@ template <typename T>
 struct SgdUpdate {
   const T *w, *g;
   T* w_out;
-  const void* lr;
-  DType lr_dtype;
-  const void* skip;
-  DType skip_dtype;
+  StepScalars s;
   float weight_decay;
   MEMC_HD void operator()(int64_t i) const {
     const float wi = ld(w, i);
-    if (skip_set(skip, skip_dtype)) {
+    if (s.skipped()) {
       st(w_out, i, wi);
       return;
     }
-    st(w_out, i, wi - static_cast<float>(ld_double(lr, lr_dtype, 0)) * (ld(g, i) + weight_decay * wi));
+    st(w_out, i, wi - static_cast<float>(s.lr_value()) * (ld(g, i) + weight_decay * wi));
   }
 };
 
@@ -870,24 +852,19 @@ template <typename T>
 struct MomentumUpdate {
   const T *w, *g, *buf;
   T *w_out, *buf_out;
-  const void* lr;
-  DType lr_dtype;
-  const void* step;
-  DType step_dtype;
-  const void* skip;
-  DType skip_dtype;
+  StepScalars s;
   MomentumParams p;
   MEMC_HD void operator()(int64_t i) const {
     const float wi = ld(w, i);
-    if (skip_set(skip, skip_dtype)) {
+    if (s.skipped()) {
       st(w_out, i, wi), st(buf_out, i, ld(buf, i));
       return;
     }
     const float gi = ld(g, i) + p.weight_decay * wi;
-    const bool first = ld_double(step, step_dtype, 0) <= 1.0;
+    const bool first = s.step_value() <= 1.0;
     const float b = first ? gi : p.momentum * ld(buf, i) + (1.f - p.dampening) * gi;
     const float direction = p.nesterov ? gi + p.momentum * b : b;
-    st(w_out, i, wi - static_cast<float>(ld_double(lr, lr_dtype, 0)) * direction);
+    st(w_out, i, wi - static_cast<float>(s.lr_value()) * direction);
     st(buf_out, i, b);
   }
 };
@@ -905,21 +882,18 @@ struct Adam8bitBlock {
   uint8_t *mq_out, *vq_out;
   float *m_max_out, *v_max_out;
   const QuantMap* maps;
-  const void *lr, *step, *skip;
-  DType lr_dtype, step_dtype, skip_dtype;
+  StepScalars s;
   AdamStep adam;
   int64_t n, block;
   MEMC_HD void operator()(int64_t bi) const {
     const int64_t b0 = bi * block, end = b0 + block < n ? b0 + block : n;
     const float old_m_max = m_max[bi], old_v_max = v_max[bi];
-    if (skip_set(skip, skip_dtype)) {
+    if (s.skipped()) {
       for (int64_t i = b0; i < end; ++i) st(w_out, i, ld(w, i)), mq_out[i] = mq[i], vq_out[i] = vq[i];
       m_max_out[bi] = old_m_max, v_max_out[bi] = old_v_max;
       return;
     }
-    AdamStep a = adam;
-    a.lr = ld_double(lr, lr_dtype, 0);
-    a.set_step(ld_double(step, step_dtype, 0));
+    const AdamStep a = s.adam(adam);
     float new_m_max = 0, new_v_max = 0;
     for (int64_t i = b0; i < end; ++i) {
       float wi = ld(w, i), mi = maps[0].value[mq[i]] * old_m_max, vi = maps[1].value[vq[i]] * old_v_max;
@@ -939,12 +913,11 @@ struct Adam8bitBlock {
 
 // Adafactor (the CPU kernel's arithmetic), in passes over rows, columns, matrices and elements.
 struct AdafactorScalars {
-  const void *lr, *step, *skip;
-  DType lr_dtype, step_dtype, skip_dtype;
+  StepScalars step;
   double decay, eps1, clip, weight_decay;
-  MEMC_HD bool skipped() const { return skip_set(skip, skip_dtype); }
-  MEMC_HD float beta() const { return static_cast<float>(1.0 - std::pow(ld_double(step, step_dtype, 0), decay)); }
-  MEMC_HD double lr_value() const { return ld_double(lr, lr_dtype, 0); }
+  MEMC_HD bool skipped() const { return step.skipped(); }
+  MEMC_HD float beta() const { return static_cast<float>(1.0 - std::pow(step.step_value(), decay)); }
+  MEMC_HD double lr_value() const { return step.lr_value(); }
 };
 
 // Factored second moment, one thread per row (rows = true) or column of each matrix [rows, cols]:

@@ -1,8 +1,6 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/gemm.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace memc::cuda {
@@ -11,45 +9,6 @@ namespace {
 Status check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   return Status::Internal(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
-}
-
-template <typename T>
-__device__ float load(const T* p, int64_t i) {
-  if constexpr (std::is_same_v<T, float>) return p[i];
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(p[i]);
-  else return __half2float(p[i]);
-}
-template <typename T>
-__device__ void store(T* p, int64_t i, float v) {
-  if constexpr (std::is_same_v<T, float>) p[i] = v;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) p[i] = __float2bfloat16_rn(v);
-  else p[i] = __float2half_rn(v);
-}
-
-template <typename T>
-__global__ void elementwise_kernel(Elementwise op, const T* a, const T* b, T* out, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = load(a, i);
-    float y = 0.f;
-    switch (op) {
-      case Elementwise::kAdd: y = x + load(b, i); break;
-      case Elementwise::kMul: y = x * load(b, i); break;
-      case Elementwise::kTanh: y = tanhf(x); break;
-      case Elementwise::kGelu: y = 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); break;
-    }
-    store(out, i, y);
-  }
-}
-
-template <typename T>
-Status launch(Elementwise op, const Arena& arena, int64_t a, int64_t b, int64_t out, int64_t n) {
-  char* base = static_cast<char*>(arena.data());
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
-  if (n == 0) return Status::Ok();
-  elementwise_kernel<T><<<blocks, threads>>>(op, reinterpret_cast<const T*>(base + a), reinterpret_cast<const T*>(base + b),
-                                             reinterpret_cast<T*>(base + out), n);
-  return check(cudaGetLastError(), "elementwise launch");
 }
 
 }  // namespace
@@ -111,16 +70,6 @@ Status Arena::download(int64_t offset, void* host, int64_t bytes) const {
   return check(cudaMemcpy(host, static_cast<const char*>(data_) + offset, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), "download");
 }
 
-Status elementwise(Elementwise op, Storage storage, const Arena& arena, int64_t a, int64_t b, int64_t out, int64_t n) {
-  switch (storage) {
-    case Storage::kF32: return launch<float>(op, arena, a, b, out, n);
-    case Storage::kBF16: return launch<__nv_bfloat16>(op, arena, a, b, out, n);
-    case Storage::kF16: return launch<__half>(op, arena, a, b, out, n);
-  }
-  return Status::Internal("unknown storage");
-}
-
-Status synchronize() { return check(cudaDeviceSynchronize(), "synchronize"); }
 
 }  // namespace memc::cuda
 

@@ -1,5 +1,5 @@
-// The CUDA backend's first layer (issue 7 in progress): device probe, one-allocation device
-// arenas, and elementwise kernels with f32 compute over f32/bf16/f16 storage. Plain C++
+// The CUDA backend: device probe, one-allocation device arenas, and the Backend seam (memory,
+// copies, streams, events, graphs; the op kernels are backends/cuda/op_table.h's). Plain C++
 // interface; the .cu files hold everything CUDA. Built when CMake finds nvcc (MEMC_HAVE_CUDA);
 // without a GPU or driver every entry point reports it as a Status, never aborts.
 #pragma once
@@ -41,14 +41,6 @@ class Arena {
   void* data_ = nullptr;
   int64_t bytes_ = 0;
 };
-
-enum class Storage { kF32, kBF16, kF16 };
-enum class Elementwise { kAdd, kMul, kTanh, kGelu };
-
-// out[i] = op(a[i], b[i]) (b ignored by unary ops) for `n` elements at arena offsets, in f32
-// arithmetic; 16-bit storage rounds to nearest even, as the CPU backend.
-Status elementwise(Elementwise op, Storage storage, const Arena& arena, int64_t a, int64_t b, int64_t out, int64_t n);
-Status synchronize();
 
 // cuBLASLt's workspace per GEMM call: NVIDIA's recommendation (cublasSetWorkspace) is 32 MiB on
 // Hopper (sm_90) and 4 MiB before it. One region of this size serves every GEMM of a step.

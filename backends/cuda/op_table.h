@@ -40,8 +40,9 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
       {"gather", as_kernel<R, gather_op<R>>}, {"gather_grad", as_kernel<R, gather_grad_op<R>>},
       {"gather_elements", as_kernel<R, gather_elements_op<R>>}, {"gather_elements_grad", as_kernel<R, gather_elements_grad_op<R>>},
       {"slice_grad", as_kernel<R, slice_grad_op<R>>}, {"cumsum", as_kernel<R, cumsum_op<R>>},
-      {"softmax", as_kernel<R, softmax_op<R>>}, {"softmax_grad", as_kernel<R, softmax_grad_op<R>>},
-      {"log_softmax", as_kernel<R, log_softmax_op<R>>}, {"log_softmax_grad", as_kernel<R, log_softmax_grad_op<R>>},
+      {"softmax", as_kernel<R, line_op<SoftmaxLine, R>>}, {"softmax_grad", as_kernel<R, line_grad_op<SoftmaxGradLine, R>>},
+      {"log_softmax", as_kernel<R, line_op<LogSoftmaxLine, R>>},
+      {"log_softmax_grad", as_kernel<R, line_grad_op<LogSoftmaxGradLine, R>>},
       {"argmax", as_kernel<R, arg_extreme<R, true>>}, {"argmin", as_kernel<R, arg_extreme<R, false>>},
       {"cast", as_kernel<R, cast_op<R>>}, {"dropout", as_kernel<R, dropout_op<R>>},
       {"neg", as_kernel<R, unary<R, UnaryOp::kNeg>>}, {"abs", as_kernel<R, unary<R, UnaryOp::kAbs>>},
@@ -96,7 +97,7 @@ constexpr int64_t kRunStateBytes = 256;
 
 // The scratch a node's CUDA kernel takes (the pieces it carves, in order), with `gemm_bytes` of
 // cuBLASLt workspace for GEMM ops. `in` and `out` are the node's types (absent inputs default).
-inline int64_t workspace_bytes(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out, int64_t gemm_bytes) {
+inline int64_t kernel_scratch_bytes(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out, int64_t gemm_bytes) {
   const std::string& op = node.op;
   if (op == "matmul" || op == "linear") return gemm_bytes;
   if (op == "conv" || op == "conv_grad_weight") {
@@ -105,9 +106,9 @@ inline int64_t workspace_bytes(const Node& node, std::span<const TensorType> in,
     return conv_scratch(s, in[0].dtype, grad) + gemm_bytes;
   }
   if (op == "attention") return attention_scratch(in[0], gemm_bytes);
-  if (op == "attention_grad") {  // query rows: dy is [batch..., Tq, Dv]
-    const int64_t rows = numel(in[0].shape) / std::max<int64_t>(in[0].shape.back(), 1);
-    return attention_grad_scratch(rows, out.size() >= 4 ? out[3].numel() : 0);
+  if (op == "attention_grad") {  // either path may run: memc's kernel's scratch or cuDNN's
+    const int64_t rows = numel(in[0].shape) / std::max<int64_t>(in[0].shape.back(), 1);  // dy [.., Tq, Dv]
+    return std::max(attention_grad_scratch(rows, out.size() >= 4 ? out[3].numel() : 0), attention_grad_cudnn_scratch(in[1], in[3], gemm_bytes));
   }
   if (op == "layernorm_grad") {
     const Shape& x = in[1].shape;
@@ -120,6 +121,11 @@ inline int64_t workspace_bytes(const Node& node, std::span<const TensorType> in,
   if (op == "adam8bit_update") return adam8bit_scratch();
   if (op == "adafactor_update") return adafactor_scratch(in[0].shape, node.attrs.get_int("factored", 0));
   return 0;
+}
+
+// A node's planned CUDA workspace: the run state, then its kernel's scratch.
+inline int64_t workspace_bytes(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out, int64_t gemm_bytes) {
+  return kRunStateBytes + kernel_scratch_bytes(node, in, out, gemm_bytes);
 }
 
 }  // namespace memc::cuda::ops

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/kernel_attrs.h"
 #include "backends/cuda/attention_bodies.h"
 #include "backends/cuda/bodies.h"
 #include "backends/cuda/gemm.h"
@@ -198,21 +199,39 @@ struct AxisSplit {
   }
 };
 
-template <class R>
-Status gather_op(KernelContext& ctx, R& run) {
-  const Tensor &data = *ctx.inputs[0], &indices = *ctx.inputs[1];
-  const AxisSplit s(data.shape(), ctx.node.attrs.get_int("axis", 0));
-  const bool wide = indices.dtype() == DType::kI64;
-  if (!wide && indices.dtype() != DType::kI32) return unsupported(ctx, str_cat("indices of dtype ", dtype_name(indices.dtype())));
-  return dispatch_bytes(data.dtype(), [&]<typename E>() {
-    return run(Gather<E>{in<E>(ctx, 0), indices.raw(), wide, out<E>(ctx, 0), s.n, indices.numel(), s.inner}, ctx.outputs[0]->numel());
+// Whether `indices` is i64 (else i32; other dtypes are refused).
+inline Expected<bool> wide_indices(const KernelContext& ctx, const Tensor& indices) {
+  if (indices.dtype() != DType::kI64 && indices.dtype() != DType::kI32) {
+    return unsupported(ctx, str_cat("indices of dtype ", dtype_name(indices.dtype())));
+  }
+  return indices.dtype() == DType::kI64;
+}
+
+// gather's sources in data [.., n at axis, ..].
+inline Expected<TakeMap> take_map(const KernelContext& ctx, const Tensor& indices, const Shape& data_shape) {
+  const AxisSplit s(data_shape, ctx.node.attrs.get_int("axis", 0));
+  MEMC_ASSIGN_OR_RETURN(const bool wide, wide_indices(ctx, indices));
+  return TakeMap{indices.raw(), wide, s.n, indices.numel(), s.inner};
+}
+
+// out = data at map's sources (gather, gather_elements); E moves the bytes of any dtype.
+template <class R, class Map>
+Status gather_by(KernelContext& ctx, R& run, const Map& map) {
+  return dispatch_bytes(ctx.inputs[0]->dtype(), [&]<typename E>() {
+    return run(GatherBy<E, Map>{in<E>(ctx, 0), out<E>(ctx, 0), map}, ctx.outputs[0]->numel());
   });
 }
 
-// dx = zeros, then a scatter body adds into f32: dx itself, or scratch for 16-bit dx (rounded
-// once at the end), by atomic adds on the device. make<T>(acc) builds the scatter body.
-template <class R, class MakeScatter>
-Status scatter_add(KernelContext& ctx, R& run, int64_t count, MakeScatter&& make) {
+template <class R>
+Status gather_op(KernelContext& ctx, R& run) {
+  MEMC_ASSIGN_OR_RETURN(const TakeMap map, take_map(ctx, *ctx.inputs[1], ctx.inputs[0]->shape()));
+  return gather_by(ctx, run, map);
+}
+
+// dx = zeros, then dx[map.source(i)] += dy[i] over dy's elements, in f32: dx itself, or scratch
+// for 16-bit dx (rounded once at the end), by atomic adds on the device.
+template <class R, class Map>
+Status scatter_add_by(KernelContext& ctx, R& run, const Map& map) {
   Tensor& dx = *ctx.outputs[0];
   Scratch scratch(ctx);
   return dispatch_float(ctx, dx.dtype(), [&]<typename T>() -> Status {
@@ -223,7 +242,7 @@ Status scatter_add(KernelContext& ctx, R& run, int64_t count, MakeScatter&& make
       MEMC_ASSIGN_OR_RETURN(acc, scratch.take<float>(ctx, dx.numel()));
     }
     MEMC_RETURN_IF_ERROR(run(Fill<float>{acc, 0.f}, dx.numel()));
-    MEMC_RETURN_IF_ERROR(run(make.template operator()<T>(acc), count));
+    MEMC_RETURN_IF_ERROR(run(ScatterAddBy<T, Map>{in<T>(ctx, 0), acc, map}, ctx.inputs[0]->numel()));
     if constexpr (!std::is_same_v<T, float>) MEMC_RETURN_IF_ERROR(run(StoreF32<T>{acc, out<T>(ctx, 0)}, dx.numel()));
     return Status::Ok();
   });
@@ -232,12 +251,8 @@ Status scatter_add(KernelContext& ctx, R& run, int64_t count, MakeScatter&& make
 // dx[.., idx[j], ..] += dy[.., j, ..]
 template <class R>
 Status gather_grad_op(KernelContext& ctx, R& run) {
-  const Tensor& indices = *ctx.inputs[1];
-  const AxisSplit s(ctx.outputs[0]->shape(), ctx.node.attrs.get_int("axis", 0));
-  const bool wide = indices.dtype() == DType::kI64;
-  return scatter_add(ctx, run, ctx.inputs[0]->numel(), [&]<typename T>(float* acc) {
-    return GatherGradScatter<T>{in<T>(ctx, 0), indices.raw(), wide, acc, s.n, indices.numel(), s.inner};
-  });
+  MEMC_ASSIGN_OR_RETURN(const TakeMap map, take_map(ctx, *ctx.inputs[1], ctx.outputs[0]->shape()));
+  return scatter_add_by(ctx, run, map);
 }
 
 // dx = 0, then dx[slice] = dy.
@@ -259,9 +274,13 @@ Status slice_grad_op(KernelContext& ctx, R& run) {
   });
 }
 
-inline Expected<ElementsMap> elements_map(const KernelContext& ctx, const Shape& index_shape, const Shape& data_shape) {
+// gather_elements' sources in data of `data_shape`.
+inline Expected<ElementsMap> elements_map(const KernelContext& ctx, const Tensor& indices, const Shape& data_shape) {
+  const Shape& index_shape = indices.shape();
   if (index_shape.size() > static_cast<size_t>(kMaxDims)) return unsupported(ctx, str_cat("rank ", index_shape.size(), " > ", kMaxDims));
   ElementsMap m;
+  MEMC_ASSIGN_OR_RETURN(m.wide_indices, wide_indices(ctx, indices));
+  m.indices = indices.raw();
   m.rank = static_cast<int>(index_shape.size());
   m.axis = static_cast<int>(ctx.node.attrs.get_int("axis", 0));
   m.axis_dim = data_shape[m.axis];
@@ -272,23 +291,15 @@ inline Expected<ElementsMap> elements_map(const KernelContext& ctx, const Shape&
 
 template <class R>
 Status gather_elements_op(KernelContext& ctx, R& run) {
-  const Tensor &data = *ctx.inputs[0], &indices = *ctx.inputs[1];
-  MEMC_ASSIGN_OR_RETURN(const ElementsMap map, elements_map(ctx, indices.shape(), data.shape()));
-  const bool wide = indices.dtype() == DType::kI64;
-  return dispatch_bytes(data.dtype(), [&]<typename E>() {
-    return run(GatherElements<E>{in<E>(ctx, 0), indices.raw(), wide, out<E>(ctx, 0), map}, indices.numel());
-  });
+  MEMC_ASSIGN_OR_RETURN(const ElementsMap map, elements_map(ctx, *ctx.inputs[1], ctx.inputs[0]->shape()));
+  return gather_by(ctx, run, map);
 }
 
 // dx[elements of idx] += dy
 template <class R>
 Status gather_elements_grad_op(KernelContext& ctx, R& run) {
-  const Tensor& indices = *ctx.inputs[1];
-  MEMC_ASSIGN_OR_RETURN(const ElementsMap map, elements_map(ctx, indices.shape(), ctx.outputs[0]->shape()));
-  const bool wide = indices.dtype() == DType::kI64;
-  return scatter_add(ctx, run, indices.numel(), [&]<typename T>(float* acc) {
-    return GatherElementsScatter<T>{in<T>(ctx, 0), indices.raw(), wide, acc, map};
-  });
+  MEMC_ASSIGN_OR_RETURN(const ElementsMap map, elements_map(ctx, *ctx.inputs[1], ctx.outputs[0]->shape()));
+  return scatter_add_by(ctx, run, map);
 }
 
 // ---- elementwise ------------------------------------------------------------------------------
@@ -350,11 +361,6 @@ inline DrawStream draw_stream(const KernelContext& ctx) {
   return DrawStream{dropout_stream(node_seed, ctx.step), node_seed, ctx.device_step};
 }
 
-// The counter of a random op's first draw (the CPU's random_draw_offset, backends/cpu/loops.h).
-inline uint64_t draw_offset(const KernelContext& ctx) {
-  return static_cast<uint64_t>(ctx.node.attrs.get_int("rng_offset", 0) + ctx.batch_row_offset * ctx.node.attrs.get_int("rng_row_stride", 0));
-}
-
 template <class R>
 Status dropout_op(KernelContext& ctx, R& run) {
   const double ratio = ctx.node.attrs.get_float("ratio", 0.5);
@@ -366,7 +372,7 @@ Status dropout_op(KernelContext& ctx, R& run) {
   const uint64_t threshold = active ? dropout_threshold(ratio) : uint64_t{1} << 32;
   const float scale = active ? static_cast<float>(1.0 / (1.0 - ratio)) : 1.f;
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    return run(Dropout<T>{in<T>(ctx, 0), out<T>(ctx, 0), mask, ctx.seed, stream, threshold, draw_offset(ctx), scale}, n);
+    return run(Dropout<T>{in<T>(ctx, 0), out<T>(ctx, 0), mask, ctx.seed, stream, threshold, random_draw_offset(ctx), scale}, n);
   });
 }
 
@@ -462,37 +468,21 @@ inline std::pair<Lines, int64_t> lines_along(const Shape& shape, int64_t axis) {
   return {Lines{s.n, s.inner}, s.outer * s.inner};
 }
 
-template <class R>
-Status softmax_op(KernelContext& ctx, R& run) {
+// softmax and log_softmax: y = Line(x) along {axis} (default the last).
+template <template <typename> class Line, class R>
+Status line_op(KernelContext& ctx, R& run) {
   const Tensor& x = *ctx.inputs[0];
   const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", x.rank() - 1));
-  return dispatch_float(ctx, x.dtype(), [&]<typename T>() { return run(SoftmaxLine<T>{in<T>(ctx, 0), out<T>(ctx, 0), lines}, count); });
+  return dispatch_float(ctx, x.dtype(), [&]<typename T>() { return run(Line<T>{in<T>(ctx, 0), out<T>(ctx, 0), lines}, count); });
 }
 
-// (dy, y) → dx
-template <class R>
-Status softmax_grad_op(KernelContext& ctx, R& run) {
+// Their gradients: (dy, y) → dx along the forward's axis.
+template <template <typename> class GradLine, class R>
+Status line_grad_op(KernelContext& ctx, R& run) {
   const Tensor& y = *ctx.inputs[1];
   const auto [lines, count] = lines_along(y.shape(), ctx.node.attrs.get_int("axis", y.rank() - 1));
   return dispatch_float(ctx, y.dtype(), [&]<typename T>() {
-    return run(SoftmaxGradLine<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lines}, count);
-  });
-}
-
-template <class R>
-Status log_softmax_op(KernelContext& ctx, R& run) {
-  const Tensor& x = *ctx.inputs[0];
-  const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", x.rank() - 1));
-  return dispatch_float(ctx, x.dtype(), [&]<typename T>() { return run(LogSoftmaxLine<T>{in<T>(ctx, 0), out<T>(ctx, 0), lines}, count); });
-}
-
-// (dy, y) → dx
-template <class R>
-Status log_softmax_grad_op(KernelContext& ctx, R& run) {
-  const Tensor& y = *ctx.inputs[1];
-  const auto [lines, count] = lines_along(y.shape(), ctx.node.attrs.get_int("axis", y.rank() - 1));
-  return dispatch_float(ctx, y.dtype(), [&]<typename T>() {
-    return run(LogSoftmaxGradLine<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lines}, count);
+    return run(GradLine<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lines}, count);
   });
 }
 
@@ -513,26 +503,17 @@ Status cumsum_op(KernelContext& ctx, R& run) {
   return run(CumsumLine{x.raw(), ctx.outputs[0]->raw(), x.dtype(), lines, exclusive, reverse}, count);
 }
 
-// ---- loss -------------------------------------------------------------------------------------
-struct LossRows {
-  bool has_ignore = false;
-  int64_t ignore = -1;
-  double divisor = 1;
-  LossRows(const Node& node, int64_t rows) : divisor(node.attrs.get_float("divisor", static_cast<double>(std::max<int64_t>(rows, 1)))) {
-    has_ignore = node.attrs.has("ignore_index");
-    if (has_ignore) ignore = node.attrs.get_int("ignore_index", -1);
-  }
-};
+// ---- loss (CrossEntropyRows: backends/kernel_attrs.h) --------------------------------------------------
 
 template <class R>
 Status cross_entropy_op(KernelContext& ctx, R& run) {
   const Tensor& logits = *ctx.inputs[0];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
-  const LossRows loss(ctx.node, rows);
+  const CrossEntropyRows loss(ctx.node, rows);
   Scratch scratch(ctx);
   MEMC_ASSIGN_OR_RETURN(double* row_loss, scratch.take<double>(ctx, rows));
   return dispatch_float(ctx, logits.dtype(), [&]<typename T>() -> Status {
-    MEMC_RETURN_IF_ERROR(run(CrossEntropyRow<T>{in<T>(ctx, 0), in<int64_t>(ctx, 1), row_loss, classes, loss.has_ignore, loss.ignore}, rows));
+    MEMC_RETURN_IF_ERROR(run(CrossEntropyRow<T>{in<T>(ctx, 0), in<int64_t>(ctx, 1), row_loss, classes, loss.ignore.has_value(), loss.ignore.value_or(-1)}, rows));
     return run(CrossEntropySum{row_loss, ctx.outputs[0]->raw(), ctx.outputs[0]->dtype(), rows, loss.divisor}, 1);
   });
 }
@@ -541,59 +522,55 @@ template <class R>
 Status cross_entropy_grad_op(KernelContext& ctx, R& run) {
   const Tensor& logits = *ctx.inputs[1];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
-  const LossRows loss(ctx.node, rows);
+  const CrossEntropyRows loss(ctx.node, rows);
   return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
     return run(CrossEntropyGradRow<T>{ctx.inputs[0]->raw(), ctx.inputs[0]->dtype(), in<T>(ctx, 1), in<int64_t>(ctx, 2), out<T>(ctx, 0), classes,
-                                      loss.has_ignore, loss.ignore, loss.divisor},
+                                      loss.ignore.has_value(), loss.ignore.value_or(-1), loss.divisor},
                rows);
   });
 }
 
 // ---- optimizer --------------------------------------------------------------------------------
-// A device scalar input (lr, step, skip): its pointer and dtype, or none.
-struct DeviceScalar {
-  const void* p = nullptr;
-  DType dtype = DType::kF32;
-};
-inline DeviceScalar device_scalar(const KernelContext& ctx, size_t i) {
-  if (ctx.inputs.size() <= i || !ctx.inputs[i]) return {};
-  return {ctx.inputs[i]->raw(), ctx.inputs[i]->dtype()};
+// An update node's per-step scalar inputs at these indices (-1, or an absent optional input: none).
+inline StepScalars step_scalars(const KernelContext& ctx, int lr, int step, int skip) {
+  StepScalars s;
+  auto take = [&](int i, const void*& p, DType& t) {
+    if (i < 0 || ctx.inputs.size() <= static_cast<size_t>(i) || !ctx.inputs[i]) return;
+    p = ctx.inputs[i]->raw(), t = ctx.inputs[i]->dtype();
+  };
+  take(lr, s.lr, s.lr_dtype), take(step, s.step, s.step_dtype), take(skip, s.skip, s.skip_dtype);
+  return s;
 }
 
 template <class R>
 Status adam_op(KernelContext& ctx, R& run) {
-  AdamStep adam;
-  adam.beta1 = ctx.node.attrs.get_float("beta1", 0.9), adam.beta2 = ctx.node.attrs.get_float("beta2", 0.999);
-  adam.eps = ctx.node.attrs.get_float("eps", 1e-8), adam.weight_decay = ctx.node.attrs.get_float("weight_decay", 0.0);
-  adam.decoupled = ctx.node.attrs.get_int("decoupled", 0);
-  const DeviceScalar lr = device_scalar(ctx, 4), step = device_scalar(ctx, 5), skip = device_scalar(ctx, 6);
+  const AdamStep adam = adam_settings(ctx.node.attrs, false);
+  const StepScalars s = step_scalars(ctx, 4, 5, 6);
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    AdamUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), in<T>(ctx, 3), out<T>(ctx, 0), out<T>(ctx, 1), out<T>(ctx, 2),
-                       lr.p, step.p, skip.p, lr.dtype, step.dtype, skip.dtype, adam};
+    AdamUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), in<T>(ctx, 3), out<T>(ctx, 0), out<T>(ctx, 1), out<T>(ctx, 2), s, adam};
     return run(body, ctx.outputs[0]->numel());
   });
 }
 
 template <class R>
 Status sgd_op(KernelContext& ctx, R& run) {
-  const DeviceScalar lr = device_scalar(ctx, 2), skip = device_scalar(ctx, 3);
+  const StepScalars s = step_scalars(ctx, 2, -1, 3);
   const float wd = static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0));
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    return run(SgdUpdate<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), lr.p, lr.dtype, skip.p, skip.dtype, wd}, ctx.outputs[0]->numel());
+    return run(SgdUpdate<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), s, wd}, ctx.outputs[0]->numel());
   });
 }
 
 template <class R>
 Status momentum_op(KernelContext& ctx, R& run) {
-  const DeviceScalar lr = device_scalar(ctx, 3), step = device_scalar(ctx, 4), skip = device_scalar(ctx, 5);
+  const StepScalars s = step_scalars(ctx, 3, 4, 5);
   MomentumParams p;
   p.weight_decay = static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0));
   p.momentum = static_cast<float>(ctx.node.attrs.get_float("momentum", 0.9));
   p.dampening = static_cast<float>(ctx.node.attrs.get_float("dampening", 0.0));
   p.nesterov = ctx.node.attrs.get_int("nesterov", 0);
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    MomentumUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<T>(ctx, 1), lr.p, lr.dtype, step.p, step.dtype,
-                           skip.p, skip.dtype, p};
+    MomentumUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<T>(ctx, 1), s, p};
     return run(body, ctx.outputs[0]->numel());
   });
 }
@@ -605,19 +582,16 @@ inline int64_t adam8bit_scratch() { return scratch_piece(2 * static_cast<int64_t
 template <class R>
 Status adam8bit_op(KernelContext& ctx, R& run) {
   static const QuantMap maps[2] = {QuantMap::dynamic(true), QuantMap::dynamic(false)};
-  AdamStep adam;
-  adam.beta1 = ctx.node.attrs.get_float("beta1", 0.9), adam.beta2 = ctx.node.attrs.get_float("beta2", 0.999);
-  adam.eps = ctx.node.attrs.get_float("eps", 1e-8), adam.weight_decay = ctx.node.attrs.get_float("weight_decay", 0.0);
-  adam.decoupled = ctx.node.attrs.get_int("decoupled", 1);
+  const AdamStep adam = adam_settings(ctx.node.attrs, true);
   const int64_t block = ctx.node.attrs.get_int("block", 2048), n = ctx.outputs[0]->numel();
-  const DeviceScalar lr = device_scalar(ctx, 6), step = device_scalar(ctx, 7), skip = device_scalar(ctx, 8);
+  const StepScalars s = step_scalars(ctx, 6, 7, 8);
   Scratch scratch(ctx);
   MEMC_ASSIGN_OR_RETURN(QuantMap* device_maps, scratch.take<QuantMap>(ctx, 2));
   MEMC_RETURN_IF_ERROR(run.upload(device_maps, maps, static_cast<int64_t>(sizeof(maps))));
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     Adam8bitBlock<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<uint8_t>(ctx, 2), in<uint8_t>(ctx, 4), in<float>(ctx, 3), in<float>(ctx, 5),
                           out<T>(ctx, 0), out<uint8_t>(ctx, 1), out<uint8_t>(ctx, 3), out<float>(ctx, 2), out<float>(ctx, 4),
-                          device_maps, lr.p, step.p, skip.p, lr.dtype, step.dtype, skip.dtype, adam, n, block};
+                          device_maps, s, adam, n, block};
     return run(body, (n + block - 1) / block);
   });
 }
@@ -633,9 +607,8 @@ inline int64_t adafactor_scratch(const Shape& w, bool factored) {
 template <class R>
 Status adafactor_op(KernelContext& ctx, R& run) {
   const bool factored = ctx.node.attrs.get_int("factored", 0);
-  const size_t first_scalar = factored ? 4 : 3;
-  const DeviceScalar lr = device_scalar(ctx, first_scalar), step = device_scalar(ctx, first_scalar + 1), skip = device_scalar(ctx, first_scalar + 2);
-  const AdafactorScalars sc{lr.p, step.p, skip.p, lr.dtype, step.dtype, skip.dtype, ctx.node.attrs.get_float("decay_rate", -0.8),
+  const int first_scalar = factored ? 4 : 3;
+  const AdafactorScalars sc{step_scalars(ctx, first_scalar, first_scalar + 1, first_scalar + 2), ctx.node.attrs.get_float("decay_rate", -0.8),
                             ctx.node.attrs.get_float("eps1", 1e-30), ctx.node.attrs.get_float("clip_threshold", 1.0),
                             ctx.node.attrs.get_float("weight_decay", 0.0)};
   const Shape& shape = ctx.inputs[0]->shape();

@@ -121,7 +121,7 @@ inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, 
   if (ctx.training && ratio > 0.0) {
     g.dropout = true;
     g.seed = ctx.seed, g.stream = draw_stream(ctx);
-    g.threshold = dropout_threshold(ratio), g.offset = draw_offset(ctx);
+    g.threshold = dropout_threshold(ratio), g.offset = random_draw_offset(ctx);
     g.inv_keep = static_cast<float>(1.0 / (1.0 - ratio));
   }
   return g;
@@ -181,8 +181,20 @@ inline int64_t attention_grad_scratch(int64_t query_rows, int64_t dbias_numel) {
 }
 
 // (dy, q, k, v, [bias]) → dq, dk, dv, [dbias]
-// cuDNN's backward needs the forward's output and row statistics, which memc does not keep: the
-// forward runs again into scratch (o, stats; workspace.cc plans them), then the backward.
+// Scratch of the backward on cuDNN (attention_grad_on_cudnn carves it): memc's forward keeps no
+// softmax statistics, so the forward runs again into scratch for o [.., Tq, Dv] (data dtype) and
+// the row statistics [.., Tq] (f32). cuDNN's own workspace (its dQ accumulator, f32 [.., Tq, D],
+// at least) is only known on a device: it gets the larger of that accumulator and cuBLASLt's
+// figure, which the step's GEMMs already plan; where its engine wants more, run_sdpa refuses and
+// memc's own kernel runs. 0 for f32: cuDNN takes 16-bit attention only.
+inline int64_t attention_grad_cudnn_scratch(const TensorType& q, const TensorType& v, int64_t gemm_bytes) {
+  if (q.dtype != DType::kBF16 && q.dtype != DType::kF16) return 0;
+  const int64_t head_dim = q.shape.back(), rows = numel(q.shape) / std::max<int64_t>(head_dim, 1);  // batch × heads × Tq
+  const int64_t output = rows * v.shape.back() * static_cast<int64_t>(dtype_size(q.dtype));
+  return scratch_piece(output) + scratch_piece(rows * 4) + std::max(scratch_piece(rows * head_dim * 4), gemm_bytes);
+}
+
+// cuDNN's backward: the forward again into scratch (o, stats), then the backward.
 template <class R>
 Status attention_grad_on_cudnn(KernelContext& ctx, R& run, const SdpaShape& shape) {
   const int64_t rows = shape.batch * shape.heads * shape.tq;

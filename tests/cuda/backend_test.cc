@@ -1,5 +1,5 @@
-// The CUDA backend against the host: device probe, arena round trips, and elementwise kernels
-// in f32, bf16 and f16 storage against the CPU backend's arithmetic (f32 ≤ 1e-6 relative,
+// The CUDA backend against the host: device probe, arena round trips, the op table's
+// elementwise kernels in f32 and bf16 storage against host arithmetic (f32 ≤ 1e-6 relative,
 // 16-bit storage within one rounding), and the Backend seam (memory kinds, copies, streams and
 // events). Without a GPU every case is skipped, naming why.
 #include <gtest/gtest.h>
@@ -43,49 +43,54 @@ TEST(CudaBackend, ArenaRoundTrip) {
   EXPECT_FALSE(arena->upload((1 << 20) - 8, host.data(), 4000).ok());  // outside: refused
 }
 
-float reference(cuda::Elementwise op, float a, float b) {
-  switch (op) {
-    case cuda::Elementwise::kAdd: return a + b;
-    case cuda::Elementwise::kMul: return a * b;
-    case cuda::Elementwise::kTanh: return std::tanh(a);
-    case cuda::Elementwise::kGelu: return 0.5f * a * (1.f + std::erf(a * 0.70710678118654752f));
-  }
-  return 0;
+float reference(const std::string& op, float a, float b) {
+  if (op == "add") return a + b;
+  if (op == "mul") return a * b;
+  if (op == "tanh") return std::tanh(a);
+  return 0.5f * a * (1.f + std::erf(a * 0.70710678118654752f));  // gelu
 }
 
+// The op table's elementwise kernels (backends/cuda/op_table.h) on the device, in f32 and bf16
+// storage: f32 arithmetic, the output rounded to nearest even.
 TEST(CudaBackend, ElementwiseMatchesHostInEveryStorage) {
   REQUIRE_GPU();
+  auto opened = cuda::CudaBackend::open(0);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  cuda::CudaBackend& backend = **opened;
   const int64_t n = 100'003;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-3.f, 3.f);
-  std::vector<float> a(n), b(n);
-  for (int64_t i = 0; i < n; ++i) a[i] = dist(rng), b[i] = dist(rng);
-  for (auto op : {cuda::Elementwise::kAdd, cuda::Elementwise::kMul, cuda::Elementwise::kTanh, cuda::Elementwise::kGelu}) {
-    // f32
-    auto arena = cuda::Arena::create(3 * n * 4);
-    ASSERT_TRUE(arena.ok());
-    ASSERT_TRUE(arena->upload(0, a.data(), n * 4).ok());
-    ASSERT_TRUE(arena->upload(n * 4, b.data(), n * 4).ok());
-    ASSERT_TRUE(cuda::elementwise(op, cuda::Storage::kF32, *arena, 0, n * 4, 2 * n * 4, n).ok());
-    std::vector<float> out(n);
-    ASSERT_TRUE(arena->download(2 * n * 4, out.data(), n * 4).ok());
-    for (int64_t i = 0; i < n; i += 97) {
-      const float want = reference(op, a[i], b[i]);
-      EXPECT_NEAR(out[i], want, 1e-6f * std::max(1.f, std::abs(want))) << i;
-    }
-    // bf16 storage: inputs rounded, f32 arithmetic, output rounded to nearest even.
-    std::vector<bf16_t> a16(n), b16(n), o16(n);
-    for (int64_t i = 0; i < n; ++i) a16[i] = store<bf16_t, float>(a[i]), b16[i] = store<bf16_t, float>(b[i]);
-    ASSERT_TRUE(arena->upload(0, a16.data(), n * 2).ok());
-    ASSERT_TRUE(arena->upload(n * 2, b16.data(), n * 2).ok());
-    ASSERT_TRUE(cuda::elementwise(op, cuda::Storage::kBF16, *arena, 0, n * 2, 2 * n * 2, n).ok());
-    ASSERT_TRUE(arena->download(2 * n * 2, o16.data(), n * 2).ok());
-    for (int64_t i = 0; i < n; i += 97) {
-      const float want = load(store<bf16_t, float>(reference(op, load(a16[i]), load(b16[i]))));
-      EXPECT_NEAR(load(o16[i]), want, 1e-2f * std::max(1.f, std::abs(want))) << i;
+  Tensor a = Tensor::zeros(DType::kF32, {n}), b = Tensor::zeros(DType::kF32, {n});
+  for (int64_t i = 0; i < n; ++i) a.data<float>()[i] = dist(rng), b.data<float>()[i] = dist(rng);
+  for (const std::string op : {"add", "mul", "tanh", "gelu"}) {
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      const Tensor ha = a.cast(t), hb = b.cast(t);
+      const int64_t bytes = static_cast<int64_t>(ha.nbytes());
+      void* p = *backend.allocate(MemoryKind::kDevice, 3 * bytes);
+      char* base = static_cast<char*>(p);
+      ASSERT_TRUE(backend.copy(base, ha.raw(), bytes).ok() && backend.copy(base + bytes, hb.raw(), bytes).ok());
+      Tensor da = Tensor::borrow(t, {n}, base), db = Tensor::borrow(t, {n}, base + bytes), dy = Tensor::borrow(t, {n}, base + 2 * bytes);
+      Node node;
+      node.op = op;
+      KernelContext ctx{node, {&da}, {&dy}};
+      if (op == "add" || op == "mul") ctx.inputs.push_back(&db);
+      ctx.stream = backend.compute_stream().handle;
+      const Kernel* kernel = backend.find_kernel(op);
+      ASSERT_NE(kernel, nullptr) << op;
+      ASSERT_TRUE((*kernel)(ctx).ok()) << op;
+      ASSERT_TRUE(backend.synchronize(backend.compute_stream()).ok());
+      Tensor y = Tensor::zeros(t, {n});
+      ASSERT_TRUE(backend.copy(y.raw(), dy.raw(), bytes).ok());
+      backend.deallocate(MemoryKind::kDevice, p);
+      const double bound = t == DType::kF32 ? 1e-6 : 1e-2;
+      for (int64_t i = 0; i < n; i += 97) {
+        Tensor want = Tensor::zeros(t, {});  // the reference rounded to t
+        want.set_from_double(0, reference(op, static_cast<float>(ha.get_as_double(i)), static_cast<float>(hb.get_as_double(i))));
+        const double w = want.get_as_double(0);
+        EXPECT_NEAR(y.get_as_double(i), w, bound * std::max(1.0, std::abs(w))) << op << " " << dtype_name(t) << " " << i;
+      }
     }
   }
-  EXPECT_TRUE(cuda::synchronize().ok());
 }
 
 }  // namespace

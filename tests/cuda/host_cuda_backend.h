@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/backend.h"
+#include "backends/kernel_attrs.h"
 #include "backends/cuda/op_table.h"
 
 namespace memc::testing {
@@ -76,10 +77,8 @@ class HostCudaBackend final : public Backend {
     return kernel && wrapper_ ? wrapper_ : kernel;
   }
   int64_t workspace_bytes(const Module& module, const Node& node) const override {
-    std::vector<TensorType> in, out;
-    for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
-    for (ValueId v : node.outputs) out.push_back(module.value(v).type);
-    return cuda::ops::kRunStateBytes + cuda::ops::workspace_bytes(node, in, out, 0);
+    const NodeTypes types(module, node);
+    return cuda::ops::workspace_bytes(node, types.in, types.out, 0);
   }
   int64_t run_state_bytes() const override { return cuda::ops::kRunStateBytes; }
   Expected<void*> allocate(MemoryKind kind, int64_t bytes) override { return cpu_backend().allocate(kind, bytes); }

@@ -44,6 +44,17 @@ double relative_difference(const Tensor& a, const Tensor& ref, double floor = 0)
   return std::sqrt(diff) / std::max({std::sqrt(norm), floor, 1e-300});
 }
 
+// A kernel's scratch on the host, 64-byte aligned as the CPU kernels require.
+struct Scratch64 {
+  std::vector<uint64_t> words;
+  int64_t bytes;
+  explicit Scratch64(int64_t n) : words(static_cast<size_t>(n / 8 + 16)), bytes(n) {}
+  void give(KernelContext& ctx) {
+    ctx.workspace = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(words.data()) + 63) / 64 * 64);
+    ctx.workspace_bytes = bytes;
+  }
+};
+
 // Node by node: each CUDA kernel call also runs the CPU backend's kernel on the same inputs into
 // outputs of its own, and any float output further than one op's rounding from it is recorded.
 // Inputs are identical, so this isolates each kernel's error from the step's accumulated one.
@@ -58,10 +69,8 @@ struct NodeCheck {
     KernelContext cpu_ctx = ctx;
     cpu_ctx.outputs.clear();
     for (Tensor& t : ref) cpu_ctx.outputs.push_back(&t);
-    const int64_t bytes = cpu::cpu_workspace_bytes(*module, ctx.node);
-    std::vector<uint64_t> workspace(static_cast<size_t>(bytes / 8 + 16));
-    cpu_ctx.workspace = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(workspace.data()) + 63) / 64 * 64);
-    cpu_ctx.workspace_bytes = bytes;
+    Scratch64 workspace(cpu::cpu_workspace_bytes(*module, ctx.node));
+    workspace.give(cpu_ctx);
     MEMC_RETURN_IF_ERROR((*cpu::find_kernel(ctx.node.op))(cpu_ctx));
     MEMC_RETURN_IF_ERROR((*cuda::ops::find_kernel<HostRunner>(ctx.node.op))(ctx));
     ++nodes;
@@ -240,14 +249,6 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaKernels, ::testing::ValuesIn(kCases), [](co
   return name;
 });
 
-}  // namespace
-}  // namespace memc
-
-namespace memc {
-namespace {
-
-using testing::HostCudaBackend;
-using testing::HostRunner;
 
 // attention_grad's dq cancels terms (Σ_c dS_c = 0 per row), so f32 kernels differ by more than a
 // GEMM's rounding. Both f32 kernels against the CPU kernel run in f64 on the same values.
@@ -263,9 +264,8 @@ TEST(CudaAttention, BackwardAgainstADoubleReference) {
     for (const Tensor& x : in32) in.push_back(x.cast(t));
     for (int i = 0; i < 3; ++i) out.push_back(Tensor::zeros(t, shape));
     KernelContext ctx{node, {&in[0], &in[1], &in[2], &in[3]}, {&out[0], &out[1], &out[2]}};
-    std::vector<uint64_t> workspace((1 << 20) + 8);
-    ctx.workspace = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(workspace.data()) + 63) / 64 * 64);
-    ctx.workspace_bytes = int64_t{8} << 20;
+    Scratch64 workspace(int64_t{8} << 20);
+    workspace.give(ctx);
     const Kernel* k = cuda_kernel ? cuda::ops::find_kernel<HostRunner>("attention_grad") : cpu::find_kernel("attention_grad");
     EXPECT_TRUE((*k)(ctx).ok());
     return out;
@@ -278,14 +278,6 @@ TEST(CudaAttention, BackwardAgainstADoubleReference) {
   }
 }
 
-}  // namespace
-}  // namespace memc
-
-namespace memc {
-namespace {
-
-using testing::HostCudaBackend;
-using testing::HostRunner;
 
 // Every optimizer's update kernel in a real step: the updated weights and states after one step
 // of the digits ViT, against the CPU backend. The gradients feeding them differ in the last bits
@@ -338,12 +330,6 @@ TEST(CudaOptimizers, OneStepMatchesTheCpuBackend) {
     EXPECT_LE(codes_off, codes / 100) << optimizer;
   }
 }
-
-}  // namespace
-}  // namespace memc
-
-namespace memc {
-namespace {
 
 // On a GPU the planned executor runs its first step kernel by kernel, captures the second as a
 // CUDA graph and replays it from the third on. The same step (same arguments, same step number,

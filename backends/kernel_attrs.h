@@ -1,0 +1,55 @@
+// What the kernels of every backend read from a node and its context the same way (host side):
+// a random op's first draw, the loss's rows, Adam's settings, and a node's operand types for the
+// workspace models.
+#pragma once
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/kernel_math.h"
+
+namespace memc {
+
+// The counter of a random op's first draw: a micro-batch's copy starts at its rows in the full
+// batch (attribute rng_offset, passes/microbatch.h), and a data-parallel rank at its rows in the
+// global batch (batch_row_offset times the op's draws per sample, attribute rng_row_stride,
+// passes/shard.h), so any split of a batch replays one device's masks.
+inline uint64_t random_draw_offset(const KernelContext& ctx) {
+  const int64_t own = ctx.node.attrs.get_int("rng_offset", 0);
+  const int64_t stride = ctx.node.attrs.get_int("rng_row_stride", 0);
+  return static_cast<uint64_t>(own + ctx.batch_row_offset * stride);
+}
+
+// The loss's rows as the kernels read them (passes/microbatch.h's LossRows writes them): which
+// label marks a row that adds nothing, and what the sum is divided by
+// (ir/ops/training.cc: {ignore_index}, {divisor}; by default no row is ignored and N divides).
+struct CrossEntropyRows {
+  std::optional<int64_t> ignore;
+  double divisor;
+  explicit CrossEntropyRows(const Node& node, int64_t rows)
+      : divisor(node.attrs.get_float("divisor", static_cast<double>(std::max<int64_t>(rows, 1)))) {
+    if (node.attrs.has("ignore_index")) ignore = node.attrs.get_int("ignore_index", -1);
+  }
+  bool ignored(int64_t label) const { return ignore && label == *ignore; }
+};
+
+// Adam(W)'s settings from an update node's attributes (lr and the step come per step).
+inline AdamStep adam_settings(const Attrs& attrs, bool decoupled_default) {
+  AdamStep a;
+  a.beta1 = attrs.get_float("beta1", 0.9), a.beta2 = attrs.get_float("beta2", 0.999);
+  a.eps = attrs.get_float("eps", 1e-8), a.weight_decay = attrs.get_float("weight_decay", 0.0);
+  a.decoupled = attrs.get_int("decoupled", decoupled_default);
+  return a;
+}
+
+// A node's input types (an absent optional input: a default TensorType) and output types.
+struct NodeTypes {
+  std::vector<TensorType> in, out;  // O(arity)
+  NodeTypes(const Module& module, const Node& node) {
+    for (ValueId v : node.inputs) in.push_back(v == kNoValue ? TensorType{} : module.value(v).type);
+    for (ValueId v : node.outputs) out.push_back(module.value(v).type);
+  }
+};
+
+}  // namespace memc
