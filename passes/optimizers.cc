@@ -49,9 +49,11 @@ UpdateNode build_adam_moments(const UpdateContext& c, bool decoupled) {
 UpdateNode build_adam(const UpdateContext& c) { return build_adam_moments(c, false); }
 UpdateNode build_adamw(const UpdateContext& c) { return build_adam_moments(c, true); }
 
+// adam8bit's quantization block: a flat unit aligns each parameter and rank share to it.
+constexpr int64_t kBlock = 2048;
+
 // AdamW with block-wise 8-bit moments: u8 codes shaped like the parameter, an f32 absmax per block.
 UpdateNode build_adam8bit(const UpdateContext& c) {
-  constexpr int64_t kBlock = 2048;
   const TensorType t = c.weight_type();
   const int64_t blocks = (t.numel() + kBlock - 1) / kBlock;
   Attrs a = decay_attrs(c);
@@ -97,12 +99,12 @@ UpdateNode build_adafactor(const UpdateContext& c) {
 
 const std::vector<OptimizerDef>& optimizers() {
   static const std::vector<OptimizerDef> kOptimizers = {
-      {"sgd", "sgd", 0.0, true, &build_sgd},
-      {"momentum", "momentum", 0.0, true, &build_momentum},
-      {"adam", "adam", 0.0, true, &build_adam},
-      {"adamw", "adamw (default)", 0.01, true, &build_adamw},
-      {"adam8bit", "adam8bit (AdamW, 8-bit block-wise moments)", 0.01, false, &build_adam8bit},
-      {"adafactor", "adafactor (factored second moment)", 0.0, false, &build_adafactor},
+      {"sgd", "sgd", 0.0, 1, &build_sgd},
+      {"momentum", "momentum", 0.0, 1, &build_momentum},
+      {"adam", "adam", 0.0, 1, &build_adam},
+      {"adamw", "adamw (default)", 0.01, 1, &build_adamw},
+      {"adam8bit", "adam8bit (AdamW, 8-bit block-wise moments)", 0.01, kBlock, &build_adam8bit},
+      {"adafactor", "adafactor (factored second moment)", 0.0, 0, &build_adafactor},
   };
   return kOptimizers;
 }
@@ -114,10 +116,10 @@ const OptimizerDef* find_optimizer(std::string_view name) {
   return nullptr;
 }
 
-std::string optimizer_names(bool elementwise_only, std::string_view last_separator) {
+std::string optimizer_names(bool flat_only, std::string_view last_separator) {
   std::vector<std::string_view> names;
   for (const OptimizerDef& o : optimizers()) {
-    if (!elementwise_only || o.elementwise) names.push_back(o.name);
+    if (!flat_only || o.flat_align > 0) names.push_back(o.name);
   }
   std::string s;
   for (size_t i = 0; i < names.size(); ++i) {

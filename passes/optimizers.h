@@ -45,14 +45,17 @@ struct OptimizerDef {
   std::string_view name;          // --optimizer NAME; the plan's optimizer.kind
   std::string_view help;          // its line in --optimizer's help
   double default_weight_decay;    // when --weight-decay is not given
-  bool elementwise;               // every state is elementwise in the weight: flat shard blocks work
+  // Its states on a flat buffer of units (sharded, streamed; passes/shard.h): each parameter and
+  // each rank's share aligned to this many elements (1: elementwise states; adam8bit: its
+  // quantization block), or 0: a state spans a parameter's rows and columns, no flat units.
+  int64_t flat_align;
   UpdateNode (*build)(const UpdateContext& context);
 };
 
 // In the order the CLI lists them.
 const std::vector<OptimizerDef>& optimizers();
 const OptimizerDef* find_optimizer(std::string_view name);
-// "sgd, momentum, adam" (elementwise_only: those with elementwise states), for messages.
-std::string optimizer_names(bool elementwise_only = false, std::string_view last_separator = ", ");
+// "sgd, momentum, adam" (flat_only: those whose states work on flat units), for messages.
+std::string optimizer_names(bool flat_only = false, std::string_view last_separator = ", ");
 
 }  // namespace memc

@@ -43,30 +43,36 @@ std::vector<std::vector<size_t>> size_buckets(const Module& m, const std::vector
   return units;
 }
 
-// Unit `index` of the parameters `members` (indices into `params`): names, sizes and block.
+// Unit `index` of the parameters `members` (indices into `params`): names, offsets and block.
 ShardUnit make_unit(const Module& m, const std::vector<ValueId>& params, const std::vector<size_t>& members, size_t index,
                     const ShardOptions& o) {
   ShardUnit u;
   u.name = str_cat("shard.unit", index);
+  std::vector<int64_t> numels;
   for (size_t i : members) {
     u.params.push_back(params[i]);
     u.param_names.push_back(m.value(params[i]).source_name);
-    u.elements += m.value(params[i]).type.numel();
+    numels.push_back(m.value(params[i]).type.numel());
   }
-  u.block = (u.elements + o.devices - 1) / o.devices;
+  u.offsets = flat_offsets(numels, o.align);
+  u.elements = u.offsets.back() + numels.back();
+  u.block = flat_block(u.elements, o.devices, o.align);
   return u;
 }
 
-// concat(flatten(values)…, zeros) → [block·N]: one flat, padded buffer.
-ValueId flatten_padded(Module& m, const std::vector<ValueId>& values, int64_t padded) {
+// concat(flatten(values) at `offsets`, zeros between and after) → [padded]: one flat buffer.
+ValueId flatten_padded(Module& m, const std::vector<ValueId>& values, const std::vector<int64_t>& offsets, int64_t padded) {
+  const DType dtype = m.value(values[0]).type.dtype;
+  auto zeros = [&](int64_t n) { return m.add_constant(Tensor::zeros(dtype, {n}), "pad"); };
   std::vector<ValueId> parts;
-  int64_t elements = 0;
-  for (ValueId v : values) {
-    const int64_t n = m.value(v).type.numel();
-    parts.push_back(emit(m, "reshape", {v}, make_attrs({{"shape", std::vector<int64_t>{n}}})));
-    elements += n;
+  int64_t end = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t n = m.value(values[i]).type.numel();
+    if (offsets[i] > end) parts.push_back(zeros(offsets[i] - end));
+    parts.push_back(emit(m, "reshape", {values[i]}, make_attrs({{"shape", std::vector<int64_t>{n}}})));
+    end = offsets[i] + n;
   }
-  if (padded > elements) parts.push_back(m.add_constant(Tensor::zeros(m.value(values[0]).type.dtype, {padded - elements}), "pad"));
+  if (padded > end) parts.push_back(zeros(padded - end));
   return parts.size() == 1 ? parts[0] : emit(m, "concat", parts, make_attrs({{"axis", int64_t{0}}}));
 }
 
@@ -84,7 +90,9 @@ std::vector<ValueId> gather_unit(Module& m, ShardUnit& u, const std::vector<Tens
     u.pending = emit(m, "all_gather_start", {flat}, group(o));
     flat = emit(m, "all_gather_done", {u.pending, flat}, group(o));
   }
-  auto pieces = m.add_node("split_flat", {flat}, make_attrs({{"sizes", sizes}}), "shard", static_cast<int>(sizes.size()));
+  Attrs split = make_attrs({{"sizes", sizes}});
+  if (o.align > 1) split.set("offsets", u.offsets);
+  auto pieces = m.add_node("split_flat", {flat}, std::move(split), "shard", static_cast<int>(sizes.size()));
   MEMC_CHECK(pieces.ok(), pieces.status().message());
   if (u.pending != kNoValue) u.split = (*pieces)[0];
   std::vector<ValueId> views;
@@ -148,6 +156,16 @@ std::string shard_stage_name(ShardStage stage) {
   return "?";
 }
 
+std::vector<int64_t> flat_offsets(const std::vector<int64_t>& numels, int64_t align) {
+  std::vector<int64_t> offsets;
+  int64_t end = 0;
+  for (int64_t n : numels) {
+    offsets.push_back((end + align - 1) / align * align);
+    end = offsets.back() + n;
+  }
+  return offsets;
+}
+
 RankSlice rank_slice(int64_t batch, int64_t devices, int64_t rank) {
   const int64_t base = batch / devices, extra = batch % devices;
   return {.first = rank * base + std::min(rank, extra), .rows = base + (rank < extra ? 1 : 0)};
@@ -193,9 +211,9 @@ Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<Va
       }
     }
     const int64_t padded = u.block * o.devices;
-    u.weight = emit(m, "shard_block", {flatten_padded(m, u.params, padded)}, group(o));
+    u.weight = emit(m, "shard_block", {flatten_padded(m, u.params, u.offsets, padded)}, group(o));
     m.rename(u.weight, u.name);
-    const ValueId flat = flatten_padded(m, unit_grads, padded);
+    const ValueId flat = flatten_padded(m, unit_grads, u.offsets, padded);
     const ValueId reduced = o.stage == ShardStage::kZero2 ? emit(m, "reduce_scatter", {flat}, make_attrs({{"ranks", o.devices}, {"reduce", std::string("sum")}}))
                                                           : emit(m, "shard_block", {all_reduce_value(m, flat, o)}, group(o));
     u.grad = mean_over_ranks(m, reduced, o);
@@ -372,9 +390,10 @@ ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& o) {
 
 Status gather_updated_params(Module& m, const ShardUnit& u, ValueId updated, const ShardOptions& o) {
   const ValueId flat = emit(m, "all_gather", {updated}, group(o));
-  int64_t offset = 0;
-  for (ValueId p : u.params) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const ValueId p = u.params[i];
     const TensorType t = m.value(p).type;
+    const int64_t offset = u.offsets[i];
     const int64_t n = t.numel();
     const ValueId part = emit(m, "slice", {flat}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{offset}},
                                                              {"ends", std::vector<int64_t>{offset + n}}, {"steps", std::vector<int64_t>{1}}}));
@@ -382,7 +401,6 @@ Status gather_updated_params(Module& m, const ShardUnit& u, ValueId updated, con
     m.value(next).role = m.value(p).role;
     m.rename(next, m.value(p).name + ".next");
     m.add_update(p, next);
-    offset += n;
   }
   return Status::Ok();
 }
@@ -411,6 +429,7 @@ void record_shard_layout(Module& m, const std::vector<ShardUnit>& units, const S
   }
   m.metadata().set("memc.shard.units", names);
   if (o.flat_params()) m.metadata().set("memc.shard.flat_params", int64_t{1});
+  if (o.align > 1) m.metadata().set("memc.shard.align", o.align);
   m.metadata().set("memc.shard.blocks", blocks);
 }
 
@@ -421,6 +440,8 @@ Expected<ShardLayout> shard_layout(const Module& m) {
   if (layout.devices < 1 || stage < 0 || stage > 3) return Status::BadInput(str_cat("shard layout: devices ", layout.devices, ", stage ", stage));
   layout.stage = static_cast<ShardStage>(stage);
   layout.flat_params = m.metadata().get_int("memc.shard.flat_params", stage == 3 ? 1 : 0) != 0;
+  layout.align = m.metadata().get_int("memc.shard.align", 1);
+  if (layout.align < 1) return Status::BadInput(str_cat("shard layout: align ", layout.align));
   const Attr* names = m.metadata().find("memc.shard.units");
   if (!names) return layout;
   const auto* unit_names = std::get_if<std::vector<std::string>>(names);

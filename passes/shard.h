@@ -28,8 +28,11 @@
 //   units in host memory, copied to the device before the all_gather (or instead of it on one
 //   device); the offload pass places them.
 // TrainingStep applies it between autodiff and the optimizer (passes/training_step.h).
-// Not yet: 8-bit and factored optimizer states (their blocks and factors follow the parameter's
-// shape).
+//   Block-wise optimizer states (adam8bit's 2048-element quantization blocks) need every block to
+//   hold one parameter's elements only, as on one device: ShardOptions::align places each
+//   parameter at a multiple of the block in its unit's flat buffer (zeros between) and makes
+//   each rank's share a multiple of it, so a rank's quantization blocks are one device's.
+// Not yet: factored optimizer states (Adafactor's row and column statistics span ranks).
 #pragma once
 #include <algorithm>
 #include <string>
@@ -52,6 +55,9 @@ struct ShardOptions {
   // devices does not divide it, every rank's step has rank_rows rows and a rank with one fewer
   // pads a row whose label is kPaddingLabel, which the loss ignores.
   int64_t batch = 0;
+  // Each parameter starts at a multiple of `align` elements in its unit's flat buffer, and a
+  // rank's share is a multiple of it (the optimizer's state block; 1: packed).
+  int64_t align = 1;
   bool active() const { return devices > 1 || stage != ShardStage::kNone; }
   bool uneven() const { return devices > 1 && batch > 0 && batch % devices != 0; }
   // The parameters are per-unit flat arguments (zero3's shards, or streamed whole units).
@@ -75,6 +81,16 @@ inline int64_t rank_rows(int64_t batch, int64_t devices) {
   return (batch + devices - 1) / devices;
 }
 
+// Each parameter's first element in a unit's flat buffer: packed, each at the multiple of
+// `align` at or after the previous one's end.
+std::vector<int64_t> flat_offsets(const std::vector<int64_t>& numels, int64_t align);
+// A rank's share of a flat buffer whose used length is `elements`: ⌈elements / devices⌉, rounded
+// up to a multiple of `align`.
+inline int64_t flat_block(int64_t elements, int64_t devices, int64_t align) {
+  const int64_t share = (elements + devices - 1) / devices;
+  return (share + align - 1) / align * align;
+}
+
 // "none" | "zero1" | "zero2" | "zero3" with --devices N.
 Expected<ShardOptions> parse_shard(const std::string& stage, int64_t devices);
 std::string shard_stage_name(ShardStage stage);
@@ -84,7 +100,8 @@ struct ShardUnit {
   std::string name;              // "shard.unit3": its optimizer states are "<state>.shard.unit3"
   std::vector<ValueId> params;   // in flat order (zero3: removed from the module's arguments)
   std::vector<std::string> param_names;  // their source names
-  int64_t elements = 0;          // Σ numel of the parameters
+  std::vector<int64_t> offsets;  // each parameter's first element in the flat buffer
+  int64_t elements = 0;          // the flat buffer's used length: the last parameter's end
   int64_t block = 0;             // ⌈elements / N⌉: this rank's share, padding included
   ValueId weight = kNoValue;     // this rank's block of the flat parameters [block]
   ValueId grad = kNoValue;       // this rank's block of the mean gradient over ranks [block]
@@ -146,6 +163,7 @@ struct ShardLayout {
     std::vector<std::string> params;  // source names, in flat order
     int64_t block = 0;
   };
+  int64_t align = 1;  // ShardOptions::align: parameter i starts at the multiple of it after i − 1 ends
   std::vector<Unit> units;
   bool flat_params = false;  // the parameters are the units' flat arguments (zero3, streaming)
 };

@@ -117,16 +117,17 @@ struct StepValues {
   std::vector<ValueId> grads;           // one per params entry
 };
 
-// The optimizer named in `o`, known, and elementwise when its states are sharded.
+// The optimizer named in `o`, known, and one whose states work on flat units when they are
+// sharded or streamed.
 Expected<const OptimizerDef*> checked_optimizer(const OptimizerOptions& o, const ShardOptions& shard) {
   const OptimizerDef* def = find_optimizer(o.kind);
   if (!def) return Status::BadInput("unknown optimizer '" + o.kind + "' (" + optimizer_names() + ")");
-  if (shard.stream_params && !def->elementwise) {
-    return Status::BadInput(str_cat("--offload params needs an elementwise optimizer (", optimizer_names(true), "); ", o.kind,
+  if (shard.stream_params && def->flat_align == 0) {
+    return Status::BadInput(str_cat("--offload params needs an optimizer whose states work on flat units (", optimizer_names(true), "); ", o.kind,
                                     "'s states follow each parameter's shape"));
   }
-  if (shard.active() && !def->elementwise) {
-    return Status::BadInput(str_cat("--shard ", shard_stage_name(shard.stage), " needs an elementwise optimizer (", optimizer_names(true), "); ",
+  if (shard.active() && def->flat_align == 0) {
+    return Status::BadInput(str_cat("--shard ", shard_stage_name(shard.stage), " needs an optimizer whose states work on flat units (", optimizer_names(true), "); ",
                                     o.kind, "'s states follow each parameter's shape"));
   }
   return def;
@@ -330,6 +331,7 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
 
 Status TrainingStep::build(Module& module) {
   MEMC_ASSIGN_OR_RETURN(const OptimizerDef* optimizer, checked_optimizer(options_, shard_));
+  if (shard_.active() || shard_.stream_params) shard_.align = optimizer->flat_align;
   MEMC_ASSIGN_OR_RETURN(StepValues v, step_inputs(module, options_.loss_scaling));
   // zero3 and streaming: the parameters become per-unit flat arguments (shards, or host units),
   // gathered or streamed before use; autodiff differentiates them (passes/shard.h).

@@ -36,37 +36,48 @@ std::map<std::string, TensorType> param_types(const Plan& plan) {
   return types;
 }
 
-// Calls `each(param name, its type, its first element in the unit's flat buffer)`.
+// A sharded state's elements per flat element: 1 for a state shaped like the weight, the block
+// size for one value per block (adam8bit's absmax: [block / 2048] per rank).
+Expected<int64_t> granularity(const ShardLayout& layout, const ShardLayout::Unit& unit, const std::string& name, int64_t per_rank) {
+  if (per_rank == unit.block) return 1;
+  if (per_rank > 0 && unit.block % per_rank == 0 && layout.align % (unit.block / per_rank) == 0) return unit.block / per_rank;
+  return Status::BadInput(str_cat(name, " has ", per_rank, " elements per rank; its unit's block is ", unit.block, " (align ", layout.align, ")"));
+}
+
+// Calls `each(param name, its consolidated shape, its first element in the state's flat
+// buffer)` for one state of `granularity` flat elements per element (the parameter's shape at
+// 1, else one element per started block).
 template <typename F>
-Status for_each_param(const ShardLayout::Unit& unit, const std::map<std::string, TensorType>& types, F&& each) {
-  int64_t offset = 0;
+Status for_each_param(const ShardLayout& layout, const ShardLayout::Unit& unit, const std::map<std::string, TensorType>& types,
+                      int64_t granularity, F&& each) {
+  std::vector<int64_t> numels;
   for (const std::string& p : unit.params) {
     auto it = types.find(p);
     if (it == types.end()) return Status::BadInput(str_cat("shard layout names parameter '", p, "', which the step does not have"));
-    MEMC_RETURN_IF_ERROR(each(p, it->second, offset));
-    offset += it->second.numel();
+    numels.push_back(it->second.numel());
+  }
+  const std::vector<int64_t> offsets = flat_offsets(numels, layout.align);
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const Shape shape = granularity == 1 ? types.at(unit.params[i]).shape : Shape{(numels[i] + granularity - 1) / granularity};
+    MEMC_RETURN_IF_ERROR(each(unit.params[i], shape, offsets[i] / granularity));
   }
   return Status::Ok();
 }
 
-// The unit's flat buffer [block × devices], zero padded, filled with each parameter's tensor
-// `part_of(param)` at its flat offset: what every rank's block is cut from.
+// The unit's flat buffer [block × devices / granularity], zero padded, filled with each
+// parameter's tensor `part_of(param)` at its flat offset: what every rank's block is cut from.
 template <typename PartOf>
-Expected<Tensor> flat_unit_buffer(const ShardLayout::Unit& unit, int64_t devices, DType dtype,
+Expected<Tensor> flat_unit_buffer(const ShardLayout& layout, const ShardLayout::Unit& unit, DType dtype, int64_t granularity,
                                   const std::map<std::string, TensorType>& types, PartOf&& part_of) {
-  Tensor flat = Tensor::zeros(dtype, {unit.block * devices});
+  Tensor flat = Tensor::zeros(dtype, {unit.block / granularity * layout.devices});
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  MEMC_RETURN_IF_ERROR(for_each_param(unit, types, [&](const std::string& p, const TensorType&, int64_t offset) {
+  MEMC_RETURN_IF_ERROR(for_each_param(layout, unit, types, granularity, [&](const std::string& p, const Shape& shape, int64_t offset) {
     const Tensor& part = part_of(p);
+    if (part.shape() != shape || part.dtype() != dtype) return Status::BadInput(str_cat("state of ", p, " is [", shape_str(part.shape()), "], not [", shape_str(shape), "]"));
     std::memcpy(static_cast<char*>(flat.raw()) + offset * elem, part.raw(), part.nbytes());
     return Status::Ok();
   }));
   return flat;
-}
-
-// The first byte of rank `rank`'s block of a unit's flat buffer.
-const char* rank_block(const Tensor& flat, const ShardLayout::Unit& unit, int rank) {
-  return static_cast<const char*>(flat.raw()) + rank * unit.block * static_cast<int64_t>(dtype_size(flat.dtype()));
 }
 
 }  // namespace
@@ -81,7 +92,8 @@ Expected<StateMap> consolidate_state(const Plan& plan, const StateMap& state, co
       out[name] = tensor;
       continue;
     }
-    const int64_t block = sharded.unit->block;
+    MEMC_ASSIGN_OR_RETURN(const int64_t g, granularity(layout, *sharded.unit, name, tensor.numel()));
+    const int64_t block = tensor.numel();
     Tensor flat = Tensor::zeros(tensor.dtype(), {block * layout.devices});
     if (comm) {
       MEMC_RETURN_IF_ERROR(comm->all_gather(tensor.raw(), flat.raw(), block, tensor.dtype()));
@@ -91,8 +103,8 @@ Expected<StateMap> consolidate_state(const Plan& plan, const StateMap& state, co
       return Status::Internal(str_cat(name, ": consolidating ", layout.devices, " ranks' states needs their communicator"));
     }
     const int64_t elem = static_cast<int64_t>(dtype_size(tensor.dtype()));
-    MEMC_RETURN_IF_ERROR(for_each_param(*sharded.unit, types, [&](const std::string& p, const TensorType& t, int64_t offset) {
-      Tensor part = Tensor::zeros(tensor.dtype(), t.shape);
+    MEMC_RETURN_IF_ERROR(for_each_param(layout, *sharded.unit, types, g, [&](const std::string& p, const Shape& shape, int64_t offset) {
+      Tensor part = Tensor::zeros(tensor.dtype(), shape);
       std::memcpy(part.raw(), static_cast<const char*>(flat.raw()) + offset * elem, part.nbytes());
       out[consolidated_name(sharded, p)] = std::move(part);
       return Status::Ok();
@@ -111,8 +123,9 @@ Expected<StateMap> consolidated_template(const Plan& plan, const StateMap& state
       out[name] = tensor;
       continue;
     }
-    MEMC_RETURN_IF_ERROR(for_each_param(*sharded.unit, types, [&](const std::string& p, const TensorType& t, int64_t) {
-      out[consolidated_name(sharded, p)] = Tensor::zeros(tensor.dtype(), t.shape);
+    MEMC_ASSIGN_OR_RETURN(const int64_t g, granularity(layout, *sharded.unit, name, tensor.numel()));
+    MEMC_RETURN_IF_ERROR(for_each_param(layout, *sharded.unit, types, g, [&](const std::string& p, const Shape& shape, int64_t) {
+      out[consolidated_name(sharded, p)] = Tensor::zeros(tensor.dtype(), shape);
       return Status::Ok();
     }));
   }
@@ -128,11 +141,11 @@ Status distribute_state(const Plan& plan, const StateMap& consolidated, StateMap
       MEMC_RETURN_IF_ERROR(backend.copy(view.raw(), consolidated.at(name).raw(), static_cast<int64_t>(view.nbytes())));
       continue;
     }
-    MEMC_ASSIGN_OR_RETURN(const Tensor flat, flat_unit_buffer(*sharded.unit, layout.devices, view.dtype(), types, [&](const std::string& p) -> const Tensor& {
+    MEMC_ASSIGN_OR_RETURN(const int64_t g, granularity(layout, *sharded.unit, name, view.numel()));
+    MEMC_ASSIGN_OR_RETURN(const Tensor flat, flat_unit_buffer(layout, *sharded.unit, view.dtype(), g, types, [&](const std::string& p) -> const Tensor& {
       return consolidated.at(consolidated_name(sharded, p));
     }));
-    const int64_t block_bytes = sharded.unit->block * static_cast<int64_t>(dtype_size(view.dtype()));
-    MEMC_RETURN_IF_ERROR(backend.copy(view.raw(), rank_block(flat, *sharded.unit, rank), block_bytes));
+    MEMC_RETURN_IF_ERROR(backend.copy(view.raw(), static_cast<const char*>(flat.raw()) + rank * view.nbytes(), static_cast<int64_t>(view.nbytes())));
   }
   return Status::Ok();
 }
@@ -142,10 +155,10 @@ Expected<Tensor> parameter_block(const Plan& plan, const std::string& unit, cons
   const ShardedName sharded = parse_name(unit, layout);
   if (!sharded.unit || !sharded.prefix.empty()) return Status::Internal(unit + " is not a unit of sharded parameters");
   const DType dtype = params.at(sharded.unit->params.front()).dtype();
-  MEMC_ASSIGN_OR_RETURN(const Tensor flat, flat_unit_buffer(*sharded.unit, layout.devices, dtype, param_types(plan),
+  MEMC_ASSIGN_OR_RETURN(const Tensor flat, flat_unit_buffer(layout, *sharded.unit, dtype, 1, param_types(plan),
                                                             [&](const std::string& p) -> const Tensor& { return params.at(p); }));
   Tensor mine = Tensor::zeros(dtype, {sharded.unit->block});
-  std::memcpy(mine.raw(), rank_block(flat, *sharded.unit, rank), mine.nbytes());
+  std::memcpy(mine.raw(), static_cast<const char*>(flat.raw()) + rank * mine.nbytes(), mine.nbytes());
   return mine;
 }
 

@@ -4,7 +4,9 @@
 // A unit's state "<state>.shard.unitK" (under zero3 the parameters too: "shard.unitK") is one
 // rank's block [block] of the unit's flat buffer; consolidated, it is "<state>.<param>" (the
 // parameter itself) with the parameter's shape for each of the unit's parameters, in flat
-// order (the padding after the last one is dropped). Parameter shapes come from the plan's
+// order, at the layout's aligned offsets (the padding between and after them is dropped). A
+// state with one value per block of the flat buffer (adam8bit's absmax: [block / 2048] per rank)
+// consolidates to the per-parameter [⌈numel / 2048⌉] one device keeps. Parameter shapes come from the plan's
 // forward pass, which is never sharded.
 #pragma once
 #include <map>

@@ -51,6 +51,12 @@ TEST(CollectiveOps, RefusalsNameTheProblem) {
   expect_refused("broadcast", {f}, make_attrs({{"ranks", int64_t{2}}, {"root", int64_t{2}}}), "root 2 is not a rank");
   expect_refused("all_gather_done", {f, f}, group(2), "pending buffer is tensor<10xf32>, the collective of tensor<10xf32> gives tensor<20xf32>");
   expect_refused("all_gather", {f}, make_attrs({{"ranks", int64_t{2}}, {"group", int64_t{1}}}), "'group' must be a string");
+  expect_refused("split_flat", {f}, make_attrs({{"sizes", std::vector<int64_t>{4, 4}}, {"offsets", std::vector<int64_t>{0, 3}}}),
+                 "split_flat piece 1 at 3 overlaps the one before (ends at 4)");
+  expect_refused("split_flat", {f}, make_attrs({{"sizes", std::vector<int64_t>{4, 4}}, {"offsets", std::vector<int64_t>{0, 8}}}),
+                 "split_flat pieces end at 12, beyond the buffer's 10");
+  expect_refused("split_flat", {f}, make_attrs({{"sizes", std::vector<int64_t>{4, 4}}, {"offsets", std::vector<int64_t>{0}}}),
+                 "split_flat has 2 sizes and 1 offsets");
 }
 
 // A ZeRO-style step in text: gather a parameter shard asynchronously around other work, then

@@ -53,6 +53,9 @@ std::vector<GradCase> cases() {
   c.push_back({"where", "where", {InputSpec{{2, 3}, DType::kBool, 0, 2, false}, InputSpec{{2, 3}}, InputSpec{{3}}}});
   c.push_back({"cast_f32", "cast", {x23}, A({{"to", std::string("f64")}})});
   c.push_back({"copy", "copy", {x23}});
+  // A flat unit's pieces at aligned offsets (adam8bit's layout): the loss reads the first piece,
+  // so d x is its gradient at [2, 5) and zeros elsewhere, the unread piece's span included.
+  c.push_back({"split_flat_offsets", "split_flat", {InputSpec{{10}}}, A({{"sizes", I{3, 2}}, {"offsets", I{2, 7}}}), 2});
   c.push_back({"matmul", "matmul", {InputSpec{{3, 4}}, InputSpec{{4, 2}}}});
   c.push_back({"matmul_ta", "matmul", {InputSpec{{4, 3}}, InputSpec{{4, 2}}}, A({{"transpose_a", int64_t{1}}})});
   c.push_back({"matmul_tb", "matmul", {InputSpec{{3, 4}}, InputSpec{{2, 4}}}, A({{"transpose_b", int64_t{1}}})});

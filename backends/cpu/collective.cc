@@ -7,6 +7,7 @@
 
 #include "backends/comm/communicator.h"
 #include "backends/cpu/kernels.h"
+#include "ir/ops/ops.h"
 
 namespace memc::cpu {
 namespace {
@@ -107,13 +108,12 @@ Status shard_block_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
-// Consecutive pieces of a flat buffer (a unit's gathered parameters).
+// Pieces of a flat buffer at their offsets (a unit's gathered parameters).
 Status split_flat_kernel(KernelContext& ctx) {
   const char* x = static_cast<const char*>(ctx.inputs[0]->raw());
-  for (Tensor* piece : ctx.outputs) {
-    std::memcpy(piece->raw(), x, piece->nbytes());
-    x += piece->nbytes();
-  }
+  const std::vector<int64_t> offsets = split_flat_offsets(ctx.node.attrs);
+  const size_t elem = dtype_size(ctx.inputs[0]->dtype());
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) std::memcpy(ctx.outputs[i]->raw(), x + offsets[i] * elem, ctx.outputs[i]->nbytes());
   return Status::Ok();
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "ir/ops/ops.h"
 #include "backends/kernel_attrs.h"
 #include "backends/cuda/attention_bodies.h"
 #include "backends/cuda/bodies.h"
@@ -637,13 +638,14 @@ Status adafactor_op(KernelContext& ctx, R& run) {
   });
 }
 
-// Consecutive pieces of a flat buffer (a unit's gathered parameters).
+// Pieces of a flat buffer at their offsets (a unit's gathered parameters).
 template <class R>
 Status split_flat_op(KernelContext& ctx, R& run) {
   const char* x = static_cast<const char*>(ctx.inputs[0]->raw());
-  for (Tensor* piece : ctx.outputs) {
-    MEMC_RETURN_IF_ERROR(run.copy(piece->raw(), x, static_cast<int64_t>(piece->nbytes())));
-    x += piece->nbytes();
+  const std::vector<int64_t> offsets = split_flat_offsets(ctx.node.attrs);
+  const size_t elem = dtype_size(ctx.inputs[0]->dtype());
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    MEMC_RETURN_IF_ERROR(run.copy(ctx.outputs[i]->raw(), x + offsets[i] * elem, static_cast<int64_t>(ctx.outputs[i]->nbytes())));
   }
   return Status::Ok();
 }

@@ -5,8 +5,9 @@
 //   reduce_scatter(x [ranks·n, …]) → [n, …]  rank r gets Σ over ranks of block r
 //   all_reduce(x) → x's shape, Σ (or max) over ranks;  broadcast(x) → the root's x
 //   shard_block(x [ranks·n, …]) → [n, …]  block r of x on rank r (local: no communication)
-//   split_flat(x [n]) → [s_0], …, [s_k−1]  consecutive pieces of a unit's flat buffer {sizes},
-//                       Σ s_i ≤ n (the rest is padding); gradient: their concatenation, padded
+//   split_flat(x [n]) → [s_0], …, [s_k−1]  pieces of a unit's flat buffer {sizes}, consecutive
+//                       or at ascending, non-overlapping {offsets}; what no piece covers is
+//                       padding; gradient: the pieces at their offsets, zeros elsewhere
 // Attributes: ranks (group size), group (a name; "world" when absent), reduce = "sum" | "max"
 // on the reducing ops, root on broadcast. kernels call backends/comm's Communicator.
 //
@@ -78,31 +79,37 @@ Status split_flat_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const std::vector<int64_t> sizes = c.node.attrs.get_ints("sizes");
   if (x.shape.size() != 1) return Status::BadInput(str_cat("split_flat input is [", shape_str(x.shape), "], not a flat buffer"));
   if (sizes.empty()) return Status::BadInput("split_flat needs 'sizes'");
-  int64_t total = 0;
+  const std::vector<int64_t> offsets = split_flat_offsets(c.node.attrs);
+  if (offsets.size() != sizes.size()) return Status::BadInput(str_cat("split_flat has ", sizes.size(), " sizes and ", offsets.size(), " offsets"));
+  int64_t end = 0;
   out.clear();
-  for (int64_t n : sizes) {
-    if (n < 1) return Status::BadInput(str_cat("split_flat size ", n, " is not positive"));
-    total += n;
-    out.push_back({x.dtype, {n}});
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 1) return Status::BadInput(str_cat("split_flat size ", sizes[i], " is not positive"));
+    if (offsets[i] < end) return Status::BadInput(str_cat("split_flat piece ", i, " at ", offsets[i], " overlaps the one before (ends at ", end, ")"));
+    end = offsets[i] + sizes[i];
+    out.push_back({x.dtype, {sizes[i]}});
   }
-  if (total > x.shape[0]) return Status::BadInput(str_cat("split_flat sizes add up to ", total, ", beyond the buffer's ", x.shape[0]));
+  if (end > x.shape[0]) return Status::BadInput(str_cat("split_flat pieces end at ", end, ", beyond the buffer's ", x.shape[0]));
   return Status::Ok();
 }
 
-// d x = concat(d piece_0, …, zeros for the padding); a piece nobody read contributes zeros.
+// d x = the pieces' gradients at their offsets, zeros between and after them; a piece nobody
+// read contributes zeros.
 Status split_flat_grad(GradBuilder& g) {
   if (!g.needs_GI(0)) return Status::Ok();
-  const std::vector<int64_t> sizes = g.attrs().get_ints("sizes");
+  const std::vector<int64_t> sizes = g.attrs().get_ints("sizes"), offsets = split_flat_offsets(g.attrs());
   const DType dtype = g.dtype(g.I(0));
+  auto zeros = [&](int64_t n) { return g.emit("constant", {}, make_attrs({{"value", Tensor::zeros(dtype, {n})}})); };
   std::vector<ValueId> parts;
-  int64_t total = 0;
+  int64_t end = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
+    if (offsets[i] > end) parts.push_back(zeros(offsets[i] - end));
     const ValueId go = g.GO(static_cast<int>(i));
-    parts.push_back(go != kNoValue ? go : g.emit("constant", {}, make_attrs({{"value", Tensor::zeros(dtype, {sizes[i]})}})));
-    total += sizes[i];
+    parts.push_back(go != kNoValue ? go : zeros(sizes[i]));
+    end = offsets[i] + sizes[i];
   }
-  const int64_t padding = g.shape(g.I(0))[0] - total;
-  if (padding > 0) parts.push_back(g.emit("constant", {}, make_attrs({{"value", Tensor::zeros(dtype, {padding})}})));
+  const int64_t padding = g.shape(g.I(0))[0] - end;
+  if (padding > 0) parts.push_back(zeros(padding));
   g.set_GI(0, parts.size() == 1 ? parts[0] : g.emit("concat", parts, make_attrs({{"axis", int64_t{0}}})));
   return Status::Ok();
 }
@@ -196,6 +203,18 @@ struct Collective {
 };
 
 }  // namespace
+
+std::vector<int64_t> split_flat_offsets(const Attrs& attrs) {
+  std::vector<int64_t> offsets = attrs.get_ints("offsets");
+  if (!offsets.empty()) return offsets;
+  int64_t at = 0;
+  for (int64_t n : attrs.get_ints("sizes")) {
+    offsets.push_back(at);
+    at += n;
+  }
+  return offsets;
+}
+
 
 void register_collective_ops(OpRegistry& r) {
   const Collective collectives[] = {

@@ -27,4 +27,7 @@ Status check_small(const std::vector<int64_t>& values, const char* what);
 // Checks every axis in `axes` lies in [0, rank) and appears once.
 Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what);
 
+// Where each piece of split_flat starts in its flat input: {offsets}, or consecutive from 0.
+std::vector<int64_t> split_flat_offsets(const Attrs& attrs);
+
 }  // namespace memc
