@@ -118,10 +118,10 @@ Expected<int64_t> ModelCompiler::fixed_batch(const CompileOptions& options) {
 namespace {
 
 // The plan's estimated step time on `target` and the memory summary of its training step.
-Status measure_step(Plan& plan, const std::string& target) {
+Status measure_step(Plan& plan, const std::string& target, int64_t threads) {
   MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(target));
   plan.target = profile.name;
-  plan.estimated_step_ms = estimate_step(plan.train, profile).step_ms;
+  plan.estimated_step_ms = estimate_step(plan.train, profile, threads).step_ms;
   MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(target)));
   return Status::Ok();
 }
@@ -239,7 +239,7 @@ Status ModelCompiler::describe_plan(Plan& plan, const CompileOptions& options, i
   plan.decisions.shard = static_cast<int64_t>(options.shard.stage);
   plan.devices = options.shard.devices;
   plan.budget_bytes = options.budget_bytes;
-  return measure_step(plan, options.target);
+  return measure_step(plan, options.target, options.threads);
 }
 
 // Remat never raises the peak of the plan to write: the step without it is among the choices,
@@ -268,7 +268,7 @@ Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options)
   PassPipeline pipeline;  // the schedule pass alone, verified like every other
   pipeline.add(std::make_unique<Schedule>());
   if (auto scheduled = pipeline.run(plan.train, PassInstrumentation{}); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
-  MEMC_RETURN_IF_ERROR(measure_step(plan, options.target));
+  MEMC_RETURN_IF_ERROR(measure_step(plan, options.target, options.threads));
   return plan;
 }
 

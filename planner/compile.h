@@ -26,6 +26,7 @@ struct CompileOptions : PipelineOptions {
   int64_t epochs = 1;
   int64_t steps_per_epoch = 0;
   std::string target = "cpu";  // device profile of the step-time estimate (planner/cost_model.h)
+  int64_t threads = 1;         // compute threads the step runs with on a CPU target (the estimate's speedup)
   // Called with "import" and each pass's name, and the module after it (--print-ir-after-all,
   // --dump-dir); only for plans that report (not for search candidates).
   std::function<void(std::string_view pass, const Module& module)> after_pass;

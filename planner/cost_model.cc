@@ -33,6 +33,10 @@ DeviceProfile cpu_default() {
   p.half_flops = 2e6;
   p.low_other_factor = 2.5;
   p.node_overhead_s = 4e-6;
+  // Two threads against one on the 2-core Xeon VM (bench/RESULTS.md §29, `memc run --profile`):
+  // GEMMs 1.54× (ViT-B/16 b8) and 1.59× (vit_small32 b32), the rest 1.32× and 1.35×.
+  p.heavy_thread_gain = 0.55;
+  p.other_thread_gain = 0.33;
   p.memory_bytes = 24LL << 30;
   // Ranks on one machine talk over MPI's shared-memory transport: `mpirun -np 2 memc calibrate`
   // measured 1.5 us and 2.1 GB/s sent per rank on a 2-core Xeon VM (bench/RESULTS.md §26).
@@ -98,12 +102,17 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
     p.half_flops = j.value("half_flops", p.half_flops);
     p.low_other_factor = j.value("low_other_factor", p.low_other_factor);
     p.node_overhead_s = j.value("node_overhead_s", p.node_overhead_s);
+    p.heavy_thread_gain = j.value("heavy_thread_gain", p.heavy_thread_gain);
+    p.other_thread_gain = j.value("other_thread_gain", p.other_thread_gain);
     p.memory_bytes = j.value("memory_bytes", p.memory_bytes);
   } catch (const json::exception& e) {
     return Status::BadInput(path + ": " + e.what());
   }
   if (!(p.f32_flops > 0 && p.low_flops > 0 && p.mem_bandwidth > 0 && p.host_bandwidth > 0)) {
     return Status::BadInput(path + ": rates must be positive");
+  }
+  if (!(p.heavy_thread_gain >= 0 && p.heavy_thread_gain <= 1 && p.other_thread_gain >= 0 && p.other_thread_gain <= 1)) {
+    return Status::BadInput(path + ": thread gains must be between 0 and 1");
   }
   return p;
 }
@@ -125,11 +134,15 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
             {"half_flops", p.half_flops},
             {"low_other_factor", p.low_other_factor},
             {"node_overhead_s", p.node_overhead_s},
+            {"heavy_thread_gain", p.heavy_thread_gain},
+            {"other_thread_gain", p.other_thread_gain},
             {"memory_bytes", p.memory_bytes}};
   return write_file_atomic(path, j.dump(2) + "\n");
 }
 
-StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
+StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t threads) {
+  const double extra = static_cast<double>(std::max<int64_t>(threads, 1) - 1);
+  const double heavy_speedup = 1.0 + p.heavy_thread_gain * extra, other_speedup = 1.0 + p.other_thread_gain * extra;
   const OpRegistry& registry = OpRegistry::get();
   double seconds = 0, comm = 0;
   // An update on the host is charged at host bandwidth with its copies over the link; where
@@ -170,9 +183,9 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p) {
     const double rate = low ? p.low_flops : p.f32_flops;
     double efficiency = p.other_efficiency;
     if (def && (def->flags & kOpComputeHeavy)) efficiency = p.heavy_efficiency * flops / (flops + p.half_flops);
-    const double compute = flops > 0 ? flops / (rate * std::max(efficiency, 1e-6)) : 0.0;
-    const double memory = bytes / (p.mem_bandwidth * p.bandwidth_efficiency);
     const bool heavy = def && (def->flags & kOpComputeHeavy);
+    const double compute = flops > 0 ? flops / (rate * std::max(efficiency, 1e-6)) / (heavy ? heavy_speedup : other_speedup) : 0.0;
+    const double memory = bytes / (p.mem_bandwidth * p.bandwidth_efficiency) / other_speedup;
     seconds += std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + p.node_overhead_s;
   }
   StepEstimate e;

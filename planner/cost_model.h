@@ -1,7 +1,7 @@
 // The cost model: a step-time estimate for a training step on a device profile.
 //
 // Each node costs max(compute, memory) plus a per-node overhead (kernel launch on a GPU, the
-// executor's dispatch on the CPU):
+// executor's dispatch on the CPU), its time divided by the profile's thread speedup on a CPU:
 //   compute = FLOPs / (peak rate of its dtype · efficiency of its family)
 //             families: compute-heavy (matmul, linear, conv, attention and their gradients)
 //             and the rest (elementwise, reductions, normalizations); a small heavy op runs
@@ -35,6 +35,9 @@ struct DeviceProfile {
   double half_flops = 1e8;    // FLOPs at which a heavy op reaches half its efficiency
   double low_other_factor = 1.0;  // time factor of non-heavy ops on 16-bit operands (CPU: conversions)
   double node_overhead_s = 5e-6;
+  // CPU threads: T threads run a heavy op's compute 1 + heavy_thread_gain·(T − 1) times as fast,
+  // and the rest's compute and memory time 1 + other_thread_gain·(T − 1) (0: no gain; GPUs).
+  double heavy_thread_gain = 0, other_thread_gain = 0;
   int64_t memory_bytes = 0;   // device memory (for reports only: the budget is the user's)
   // Collectives between ranks (ring algorithms: ir/op_registry.h collective_wire_bytes):
   // bytes/s each rank sends, and the latency of one collective call.
@@ -57,7 +60,7 @@ struct StepEstimate {
 };
 
 // Nodes that run on the host (passes/offload.h) are charged at host bandwidth, and their
-// device-side operands cross the host link.
-StepEstimate estimate_step(const Module& train, const DeviceProfile& profile);
+// device-side operands cross the host link. `threads`: the CPU compute threads the step runs with.
+StepEstimate estimate_step(const Module& train, const DeviceProfile& profile, int64_t threads = 1);
 
 }  // namespace memc

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/blas.h"
 #include "ir/op_registry.h"
+#include "runtime/host_memory.h"
 #include "runtime/planned_executor.h"
 
 namespace memc {
@@ -46,6 +47,10 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
   if (!base.ok()) return base.status();
   DeviceProfile p = *base;
   p.name = "cpu";
+  // Every rate at one thread; then the GEMM and the tanh again at the compute threads memc runs
+  // with, for the profile's thread gains (planner/cost_model.h).
+  const int64_t threads = std::max<int64_t>(host_memory().threads, 1);
+  set_compute_threads(1);
   // GEMM: the rate of a large product, and a small one for the half-efficiency point
   // (efficiency(f) = f/(f + half) relative to the large rate).
   const double big = gemm_rate<float>(1024, budget);
@@ -76,15 +81,16 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
     m.set_outputs(y);
     return m;
   };
+  MEMC_ASSIGN_OR_RETURN(Module tanh_f32, tanh_module(DType::kF32));
+  double t_tanh = 0;
   {
-    MEMC_ASSIGN_OR_RETURN(Module m, tanh_module(DType::kF32));
     MEMC_ASSIGN_OR_RETURN(Module low, tanh_module(DType::kBF16));
-    double t = 0, t_low = 0;
-    MEMC_RETURN_IF_ERROR(run_planned(m, t));
+    double t_low = 0;
+    MEMC_RETURN_IF_ERROR(run_planned(tanh_f32, t_tanh));
     MEMC_RETURN_IF_ERROR(run_planned(low, t_low));
-    p.low_other_factor = std::max(1.0, t_low / t);
-    const double flops = static_cast<double>(node_flops(m, m.node(m.schedule()[0])));
-    p.other_efficiency = std::clamp(flops / std::max(t, 1e-9) / p.f32_flops, 1e-4, 1.0);
+    p.low_other_factor = std::max(1.0, t_low / t_tanh);
+    const double flops = static_cast<double>(node_flops(tanh_f32, tanh_f32.node(tanh_f32.schedule()[0])));
+    p.other_efficiency = std::clamp(flops / std::max(t_tanh, 1e-9) / p.f32_flops, 1e-4, 1.0);
   }
   {
     Module m;
@@ -97,6 +103,15 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
     double t = 0;
     MEMC_RETURN_IF_ERROR(run_planned(m, t));
     p.node_overhead_s = t / 512;
+  }
+  set_compute_threads(threads);
+  p.heavy_thread_gain = p.other_thread_gain = 0;
+  if (threads > 1) {
+    const double extra = static_cast<double>(threads - 1);
+    double t_tanh_threads = 0;
+    MEMC_RETURN_IF_ERROR(run_planned(tanh_f32, t_tanh_threads));
+    p.heavy_thread_gain = std::clamp((gemm_rate<float>(1024, budget) / big - 1.0) / extra, 0.0, 1.0);
+    p.other_thread_gain = std::clamp((t_tanh / std::max(t_tanh_threads, 1e-9) - 1.0) / extra, 0.0, 1.0);
   }
   p.link_bandwidth = 0;
   return p;

@@ -1,6 +1,7 @@
 // `memc calibrate`: measures this machine for the cost model's "cpu" profile — f32 and 16-bit
 // GEMM rates (large and small, for the small-op efficiency), memory bandwidth, an elementwise
-// op's throughput and the executor's per-node overhead — and writes a profile file that
+// op's throughput and the executor's per-node overhead, all at one thread, then the GEMM and the
+// elementwise op at memc's compute threads for the gain per extra thread — and writes a profile file that
 // `memc compile --target FILE` (or MEMC_CPU_PROFILE=FILE with --target cpu) reads.
 // Under mpirun (`mpirun -np N memc calibrate -o F`) it also measures the ranks' collectives over
 // MPI (loopback between processes on one machine): their latency and bandwidth, which the cost

@@ -73,6 +73,40 @@ TEST(CostModel, MoreMicroBatchesAndRecomputeCostTimeAndTensorCoresFavorBf16) {
   EXPECT_LT(bf16, f32);
 }
 
+// A CPU plan for T threads is estimated faster by the profile's gains per extra thread: without
+// a per-node overhead (which does not shrink), between the rest's speedup and the GEMMs'. A
+// GPU's estimate does not depend on threads; a profile file keeps its gains and refuses gains
+// outside [0, 1].
+TEST(CostModel, CpuThreadsSpeedTheEstimateByTheProfileGains) {
+  const Expected<DeviceProfile> cpu = device_profile("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_GT(cpu->heavy_thread_gain, 0);
+  EXPECT_GT(cpu->other_thread_gain, 0);
+  CompileOptions o = vit_options(32);
+  auto estimate = [&](int64_t threads) {
+    o.threads = threads;
+    return testing::compile_committed("vit_tiny", o).estimated_step_ms;
+  };
+  EXPECT_LT(estimate(2), estimate(1));
+  const std::string path = ::testing::TempDir() + "/threads_profile.json";
+  DeviceProfile p = *cpu;
+  p.node_overhead_s = 0;
+  p.heavy_thread_gain = 0.5;
+  p.other_thread_gain = 0.2;
+  ASSERT_TRUE(write_profile(path, p).ok());
+  EXPECT_EQ(device_profile(path)->heavy_thread_gain, 0.5);
+  o.target = path;
+  const double one = estimate(1), four = estimate(4);
+  EXPECT_LE(four, one / (1 + 3 * 0.2) * (1 + 1e-9)) << one << " → " << four;
+  EXPECT_GE(four, one / (1 + 3 * 0.5) * (1 - 1e-9)) << one << " → " << four;
+  o.target = "h200";
+  EXPECT_EQ(estimate(4), estimate(1));
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("{\"heavy_thread_gain\": 1.5}", f);
+  std::fclose(f);
+  EXPECT_EQ(device_profile(path).status().kind(), ErrorKind::kBadInput);
+}
+
 TEST(Search, EveryBudgetMetWithoutChangingOptimizerOrNumerics) {
   const std::string path = testing::source_path("models/vit_tiny.onnx");
   const int64_t unconstrained = testing::compile_committed("vit_tiny", vit_options(32)).memory.predicted_peak_bytes;

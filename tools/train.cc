@@ -298,6 +298,7 @@ int run_compile(const CompileArgs& args) {
   if (Status st = check_compile_args(args); !st.ok()) return report(st);
   CompileOptions options = args.options;
   options.schedule = args.schedule;
+  options.threads = host_memory().threads;  // the estimate's (and the kernel workspaces') threads
   if (!args.budget.empty()) {
     Expected<int64_t> budget = parse_size(args.budget);
     if (!budget.ok()) return report(budget.status().with_context("--budget: "));
@@ -601,6 +602,8 @@ int run_calibrate(const CalibrateArgs& args) {
               p->low_flops / 1e9);
   std::printf("memory     %.1f GB/s; elementwise at %.3f of the GEMM rate; %.1f us per node\n", p->mem_bandwidth / 1e9,
               p->other_efficiency, p->node_overhead_s * 1e6);
+  std::printf("threads    %lld: each thread past the first adds %.2f of the GEMM rate, %.2f of the rest's (all above at 1 thread)\n",
+              static_cast<long long>(host_memory().threads), p->heavy_thread_gain, p->other_thread_gain);
   if (c && c->size() > 1) {
     std::printf("collectives %d ranks over %.*s: %.1f us latency, %.2f GB/s sent per rank\n", c->size(), static_cast<int>(c->transport().size()),
                 c->transport().data(), p->comm_latency_s * 1e6, p->comm_bandwidth / 1e9);

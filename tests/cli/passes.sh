@@ -145,4 +145,11 @@ $MEMC calibrate -o "$TMP/cpu.json" --seconds 0.02 >/dev/null 2>"$TMP/err" || fai
 $MEMC compile models/vit_tiny.onnx --batch 16 --target "$TMP/cpu.json" --json -o "$TMP/t.plan" >"$TMP/t.json" 2>"$TMP/err" \
   && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["target"] == "cpu" and d["estimated_step_ms"] > 0, d' "$TMP/t.json" \
   && pass "memc calibrate → --target PROFILE" || fail "calibrated target: $(cat "$TMP/err")"
+# The profile's gains per extra compute thread (measured at memc's threads; 0 on one core).
+python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert all(0 <= p[k] <= 1 for k in ("heavy_thread_gain", "other_thread_gain")), p
+print("GEMM %.2f, the rest %.2f" % (p["heavy_thread_gain"], p["other_thread_gain"]))' "$TMP/cpu.json" >"$TMP/out" 2>&1 \
+  && pass "memc calibrate measures the gain per extra thread: $(cat "$TMP/out")" || fail "calibrate thread gains: $(cat "$TMP/out")"
 finish
