@@ -47,7 +47,8 @@ struct OptimizerDef {
   double default_weight_decay;    // when --weight-decay is not given
   // Its states on a flat buffer of units (sharded, streamed; passes/shard.h): each parameter and
   // each rank's share aligned to this many elements (1: elementwise states; adam8bit: its
-  // quantization block), or 0: a state spans a parameter's rows and columns, no flat units.
+  // quantization block), or 0: a state spans a parameter's rows and columns, no flat units (on
+  // zero1/zero2 its states stay whole and replicated; zero3 and streaming refuse it).
   int64_t flat_align;
   UpdateNode (*build)(const UpdateContext& context);
 };

@@ -388,16 +388,48 @@ ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& o) {
   return emit(m, "mul", {v, scalar_like(m, m.value(v).type.dtype, 1.0 / static_cast<double>(o.devices))});
 }
 
+namespace {
+
+// Elements [offset, offset + numel of `t`) of a flat buffer, shaped as `t`.
+ValueId unflatten(Module& m, ValueId flat, int64_t offset, const TensorType& t) {
+  const int64_t n = t.numel();
+  const ValueId part = emit(m, "slice", {flat}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{offset}},
+                                                           {"ends", std::vector<int64_t>{offset + n}}, {"steps", std::vector<int64_t>{1}}}));
+  return emit(m, "reshape", {part}, make_attrs({{"shape", t.shape}}));
+}
+
+}  // namespace
+
+std::vector<ValueId> all_reduce_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                                          const UnitGroups& groups, const ShardOptions& o) {
+  std::vector<ValueId> mean(params.size(), kNoValue);
+  for (const std::vector<size_t>& members : groups.members) {
+    std::vector<ValueId> unit_grads;
+    std::vector<int64_t> numels;
+    for (size_t i : members) {
+      unit_grads.push_back(grads[i]);
+      numels.push_back(m.value(grads[i]).type.numel());
+    }
+    const std::vector<int64_t> offsets = flat_offsets(numels, 1);
+    const ValueId flat = flatten_padded(m, unit_grads, offsets, offsets.back() + numels.back());
+    const ValueId reduced = mean_over_ranks(m, all_reduce_value(m, flat, o), o);
+    for (size_t k = 0; k < members.size(); ++k) {
+      const size_t i = members[k];
+      mean[i] = unflatten(m, reduced, offsets[k], m.value(grads[i]).type);
+      m.value(mean[i]).role = Role::kGrad;
+      const std::string name = m.value(params[i]).name;  // "grad.<param>" is the mean's (--dump-grads reads it)
+      m.rename(grads[i], "rank_grad." + name);
+      m.rename(mean[i], "grad." + name);
+    }
+  }
+  return mean;
+}
+
 Status gather_updated_params(Module& m, const ShardUnit& u, ValueId updated, const ShardOptions& o) {
   const ValueId flat = emit(m, "all_gather", {updated}, group(o));
   for (size_t i = 0; i < u.params.size(); ++i) {
     const ValueId p = u.params[i];
-    const TensorType t = m.value(p).type;
-    const int64_t offset = u.offsets[i];
-    const int64_t n = t.numel();
-    const ValueId part = emit(m, "slice", {flat}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{offset}},
-                                                             {"ends", std::vector<int64_t>{offset + n}}, {"steps", std::vector<int64_t>{1}}}));
-    const ValueId next = emit(m, "reshape", {part}, make_attrs({{"shape", t.shape}}));
+    const ValueId next = unflatten(m, flat, u.offsets[i], m.value(p).type);
     m.value(next).role = m.value(p).role;
     m.rename(next, m.value(p).name + ".next");
     m.add_update(p, next);

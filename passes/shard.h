@@ -32,7 +32,12 @@
 //   hold one parameter's elements only, as on one device: ShardOptions::align places each
 //   parameter at a multiple of the block in its unit's flat buffer (zeros between) and makes
 //   each rank's share a multiple of it, so a rank's quantization blocks are one device's.
-// Not yet: factored optimizer states (Adafactor's row and column statistics span ranks).
+//   Optimizers whose states follow each parameter's shape (Adafactor's factored row and column
+//   statistics span any flat block) keep them whole and replicated instead: under zero1/zero2
+//   each unit's flat gradient is all-reduced (one call per unit) and every rank updates the
+//   whole parameters in place, as one device does (ShardOptions::replicate_states). Their
+//   states are a parameter's rows plus columns, so replicating them costs little; zero3 and
+//   parameter streaming, whose parameters live only as flat blocks, refuse them.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -58,6 +63,9 @@ struct ShardOptions {
   // Each parameter starts at a multiple of `align` elements in its unit's flat buffer, and a
   // rank's share is a multiple of it (the optimizer's state block; 1: packed).
   int64_t align = 1;
+  // The optimizer's states follow each parameter's shape: gradients are all-reduced, every rank
+  // updates whole parameters with replicated states (zero1/zero2 only).
+  bool replicate_states = false;
   bool active() const { return devices > 1 || stage != ShardStage::kNone; }
   bool uneven() const { return devices > 1 && batch > 0 && batch % devices != 0; }
   // The parameters are per-unit flat arguments (zero3's shards, or streamed whole units).
@@ -141,6 +149,10 @@ Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, Nod
 // parameter block.
 Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
                                                  const UnitGroups& groups, const ShardOptions& options);
+// replicate_states: each parameter's mean gradient over ranks, from one all_reduce of each
+// unit's flat gradient.
+std::vector<ValueId> all_reduce_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                                          const UnitGroups& groups, const ShardOptions& options);
 // The sum (or max) of a value over ranks; `v` itself on one rank.
 ValueId all_reduce_value(Module& m, ValueId v, const ShardOptions& options, const std::string& reduce = "sum");
 // v / N in v's dtype (the mean over ranks of an all-reduced sum).

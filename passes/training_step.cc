@@ -117,8 +117,8 @@ struct StepValues {
   std::vector<ValueId> grads;           // one per params entry
 };
 
-// The optimizer named in `o`, known, and one whose states work on flat units when they are
-// sharded or streamed.
+// The optimizer named in `o`, known, and one whose states work on flat units when the
+// parameters are (zero3, streaming); on zero1/zero2 the others keep whole, replicated states.
 Expected<const OptimizerDef*> checked_optimizer(const OptimizerOptions& o, const ShardOptions& shard) {
   const OptimizerDef* def = find_optimizer(o.kind);
   if (!def) return Status::BadInput("unknown optimizer '" + o.kind + "' (" + optimizer_names() + ")");
@@ -126,8 +126,8 @@ Expected<const OptimizerDef*> checked_optimizer(const OptimizerOptions& o, const
     return Status::BadInput(str_cat("--offload params needs an optimizer whose states work on flat units (", optimizer_names(true), "); ", o.kind,
                                     "'s states follow each parameter's shape"));
   }
-  if (shard.active() && def->flat_align == 0) {
-    return Status::BadInput(str_cat("--shard ", shard_stage_name(shard.stage), " needs an optimizer whose states work on flat units (", optimizer_names(true), "); ",
+  if (shard.stage == ShardStage::kZero3 && def->flat_align == 0) {
+    return Status::BadInput(str_cat("--shard zero3 needs an optimizer whose states work on flat units (", optimizer_names(true), "); ",
                                     o.kind, "'s states follow each parameter's shape"));
   }
   return def;
@@ -203,6 +203,9 @@ Expected<std::vector<UpdateTarget>> update_targets(Module& module, StepValues& v
       module.rename(g, "grad." + v.units[i].name);
       targets.push_back({v.units[i].weight, g, v.units[i].name});
     }
+  } else if (shard.replicate_states) {  // whole parameters, updated alike on every rank
+    const std::vector<ValueId> mean = all_reduce_gradients(module, v.params, v.grads, v.groups, shard);
+    for (size_t i = 0; i < v.params.size(); ++i) targets.push_back({v.params[i], mean[i], module.value(v.params[i]).source_name});
   } else {
     MEMC_ASSIGN_OR_RETURN(v.units, shard_gradients(module, v.params, v.grads, v.groups, shard));
     for (const ShardUnit& u : v.units) targets.push_back({u.weight, u.grad, u.name});
@@ -218,13 +221,15 @@ ValueId finish_gradients(Module& module, const StepValues& v, std::vector<Update
                          const ShardOptions& shard) {
   std::vector<ValueId> grads;
   for (const UpdateTarget& t : targets) grads.push_back(t.grad);
+  // Blocks of the gradients are summed over ranks; replicated whole gradients are not.
+  const ShardOptions over = shard.replicate_states ? ShardOptions{} : shard;
   ValueId skip = kNoValue;
   if (o.loss_scaling) {
     grads = unscale(module, grads, v.scale);
-    skip = found_inf(module, grads, shard);
+    skip = found_inf(module, grads, over);
     module.rename(skip, kFoundInfOutput);
   }
-  if (o.clip_grad_norm > 0) grads = clip_by_global_norm(module, grads, o.clip_grad_norm, shard);
+  if (o.clip_grad_norm > 0) grads = clip_by_global_norm(module, grads, o.clip_grad_norm, over);
   for (size_t i = 0; i < targets.size(); ++i) targets[i].grad = grads[i];
   return skip;
 }
@@ -323,15 +328,21 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
   if (shard_.active()) {
     const std::string rows = shard_.uneven() ? str_cat(rank_batch, " or ", rank_batch - 1, " samples (a short slice pads a row the loss ignores)")
                                              : str_cat(rank_batch, " samples");
-    report.lines.push_back(str_cat("shard ", shard_stage_name(shard_.stage), ": ", shard_.devices, " ranks of ", rows,
-                                   "; optimizer states in blocks of ", units_, " flat units (", units_description_, ")"));
+    const std::string states = shard_.replicate_states
+                                   ? str_cat("; gradients all-reduced in ", units_, " flat units (", units_description_, "), ", options_.kind,
+                                             "'s states whole on every rank (they follow each parameter's shape)")
+                                   : str_cat("; optimizer states in blocks of ", units_, " flat units (", units_description_, ")");
+    report.lines.push_back(str_cat("shard ", shard_stage_name(shard_.stage), ": ", shard_.devices, " ranks of ", rows, states));
   }
   return report;
 }
 
 Status TrainingStep::build(Module& module) {
   MEMC_ASSIGN_OR_RETURN(const OptimizerDef* optimizer, checked_optimizer(options_, shard_));
-  if (shard_.active() || shard_.stream_params) shard_.align = optimizer->flat_align;
+  if (shard_.active() || shard_.stream_params) {
+    shard_.align = std::max<int64_t>(optimizer->flat_align, 1);
+    shard_.replicate_states = shard_.active() && optimizer->flat_align == 0;
+  }
   MEMC_ASSIGN_OR_RETURN(StepValues v, step_inputs(module, options_.loss_scaling));
   // zero3 and streaming: the parameters become per-unit flat arguments (shards, or host units),
   // gathered or streamed before use; autodiff differentiates them (passes/shard.h).
@@ -360,12 +371,12 @@ Status TrainingStep::build(Module& module) {
     module.set_outputs({v.loss, v.logits_out});
   }
   for (size_t i = 0; i < targets.size(); ++i) {
-    const bool whole = !shard_.active() || flat;  // the target is an argument: updated in place
+    const bool whole = !shard_.active() || flat || shard_.replicate_states;  // the target is an argument: updated in place
     MEMC_ASSIGN_OR_RETURN(const ValueId next, add_optimizer_update(module, *optimizer, options_, targets[i], scalars, whole));
     if (!whole) MEMC_RETURN_IF_ERROR(gather_updated_params(module, v.units[i], next, shard_));
   }
   if (shard_.active() || flat) record_shard_layout(module, v.units, shard_);
-  units_ = static_cast<int64_t>(v.units.size());
+  units_ = static_cast<int64_t>(shard_.replicate_states ? v.groups.members.size() : v.units.size());
   record_metadata(module);
   return Status::Ok();
 }

@@ -26,7 +26,8 @@ COMMON="--batch 8 --lr 2e-3 --clip-grad-norm 1.0"
 
 # compare.py A.json B.json CKPT_A CKPT_B TOL MODE FRACTION: losses and every checkpoint tensor
 # within TOL relative to the tensor's largest value; MODE adamw lets FRACTION of the elements
-# (noise-level gradients) be farther, within 2·lr per step, and skips zero-gradient ones; MODE
+# (noise-level gradients) be farther, within 2·lr per step, and skips zero-gradient ones (MODE
+# adafactor: the same, without the skip); MODE
 # adam8bit lets FRACTION of the elements and 8-bit codes (counted together) differ so, and skips
 # the elements whose second moment's code is 0 (zero-gradient ones).
 COMPARE='
@@ -74,7 +75,7 @@ for k in ta:
         counted += 1
         if d <= t:
             worst = max(worst, d)
-        elif mode in ("adamw", "adam8bit") and abs(x - y) <= bound:
+        elif mode in ("adamw", "adam8bit", "adafactor") and abs(x - y) <= bound:
             over += 1
         else:
             raise AssertionError("%s[%d] differs by %.3g of its largest value (%r vs %r)" % (k, i, d, x, y))
@@ -148,6 +149,21 @@ check_case 4 zero3 fp32 adam8bit 1e-5 0.0005 params
 # run every code is equal and every element within 1e-6 (the f32 sums' order; 3.6e-7 seen).
 TAG=-mb2 COMMON="$COMMON --micro-batches 2" one_device bf16-mixed adam8bit
 TAG=-mb2 check_case 2 zero2 bf16-mixed adam8bit 1e-6 0
+# Adafactor: its factored statistics follow each parameter's rows and columns, so on zero1/zero2
+# each unit's gradient is all-reduced and every rank updates whole parameters with the same
+# states. Adafactor's per-tensor RMS amplifies f32 summation order (one device at batch 8 and as
+# 2 micro-batches of 4 already differ in 5,335 elements beyond 1e-5), and N ranks sum as N
+# micro-batches do: against one device with --micro-batches 2, 2 ranks are equal bit for bit. On
+# 4 ranks MPI's all-reduce adds the 4 partial sums in its own order, so there the bound is that
+# noise's: every element within 2e-3 of its tensor's largest value but 2 %, those within 2·lr
+# per step (mostly the key biases, whose gradient is noise).
+TAG=-mb2 COMMON="$COMMON --micro-batches 2" one_device fp32 adafactor
+TAG=-mb2 COMMON="$COMMON --micro-batches 2" one_device bf16-mixed adafactor
+TAG=-mb4 COMMON="$COMMON --micro-batches 4" one_device fp32 adafactor
+TAG=-mb2 check_case 2 zero1 fp32 adafactor 0 0
+TAG=-mb2 check_case 2 zero2 fp32 adafactor 0 0
+TAG=-mb2 check_case 2 zero2 bf16-mixed adafactor 0 0
+TAG=-mb4 check_case 4 zero2 fp32 adafactor 0.002 0.02 optimizer
 # Micro-batches on each rank (its slice split again; zero3 and streaming gather every unit again
 # per micro-batch). Dropout draws continue at the rank's first row in every micro-batch (before,
 # ranks > 0 replayed rank 0's masks once a rank micro-batched).
@@ -213,15 +229,16 @@ print("%d arrays within %.2g" % (len(a), worst))
 '
 $MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g1.npz" >/dev/null 2>"$TMP/err" || fail "dump on one device: $(cat "$TMP/err")"
 $MEMC run "$TMP/one-b10-fp32-adamw/plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g1-b10.npz" >/dev/null 2>"$TMP/err" || fail "dump on one device: $(cat "$TMP/err")"
-for c in "2 zero1 none 8" "2 zero3 none 8" "4 zero3 params 8" "1 none params 8" "4 zero2 none 10" "4 zero3 none 10"; do
+# (The gradients do not depend on the optimizer; adafactor's are all-reduced whole.)
+for c in "2 zero1 none 8" "2 zero3 none 8" "4 zero3 params 8" "1 none params 8" "4 zero2 none 10" "4 zero3 none 10" "2 zero2 none 8 adafactor"; do
   set -- $c
   one=$TMP/g1.npz
   [ "$4" = 8 ] || one=$TMP/g1-b$4.npz
-  $MEMC compile models/$MODEL.onnx --batch "$4" --lr 2e-3 --clip-grad-norm 1.0 --optimizer adamw --devices "$1" --shard "$2" --offload "$3" -o "$TMP/g.plan" --force >/dev/null 2>"$TMP/err" \
+  $MEMC compile models/$MODEL.onnx --batch "$4" --lr 2e-3 --clip-grad-norm 1.0 --optimizer "${5:-adamw}" --devices "$1" --shard "$2" --offload "$3" -o "$TMP/g.plan" --force >/dev/null 2>"$TMP/err" \
     || { fail "compile $c: $(cat "$TMP/err")"; continue; }
   rm -f "$TMP/g.npz"
   ranks "$1" $MEMC run "$TMP/g.plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g.npz" >/dev/null 2>"$TMP/err" || { fail "dump $c: $(tail -2 "$TMP/err")"; continue; }
-  out=$(python3 -c "$GRADS" "$one" "$TMP/g.npz" 2>&1) && pass "--dump-grads, $1 rank(s) $2 offload $3 batch $4 = one device: $out" || fail "--dump-grads $c: $out"
+  out=$(python3 -c "$GRADS" "$one" "$TMP/g.npz" 2>&1) && pass "--dump-grads, $1 rank(s) $2 offload $3 batch $4 ${5:-adamw} = one device: $out" || fail "--dump-grads $c: $out"
 done
 # The text model (token embeddings, attention mask input).
 MODEL=text_encoder TAG=-text DATA="--data data/text_train.npz" COMMON="$COMMON --seq 32"
@@ -278,6 +295,16 @@ for a, b in zip(full[2:], res):
     assert abs(a - b) <= 1e-5 * abs(a), (full, res)
 print("max difference %.2g" % max(abs(a - b) for a, b in zip(full[2:], res)))' "$TMP/one-fp32-adam8bit/r.json" "$TMP/c8.json" >"$TMP/out" 2>&1 \
   && pass "adam8bit: 4 ranks (zero3, streamed) → 1 device resumes the uninterrupted losses: $(cat "$TMP/out")" || fail "adam8bit 4 → 1 resume: $(cat "$TMP/out")"
+
+# Adafactor's replicated states resume too: 2 ranks (zero2) for 3 steps, then one device (as 2
+# micro-batches) for 2, equal to the uninterrupted run.
+ranks 2 $MEMC run "$TMP/2-mb2-zero2-fp32-adafactor-none/plan" $DATA --steps 3 --quiet --checkpoint "$TMP/chainf" >/dev/null 2>"$TMP/err" || fail "adafactor on 2: $(tail -2 "$TMP/err")"
+$MEMC run "$TMP/one-mb2-fp32-adafactor/plan" $DATA --steps 2 --quiet --checkpoint "$TMP/chainf" --resume --json "$TMP/cf.json" >/dev/null 2>"$TMP/err" || fail "adafactor resume on 1: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+full, res = json.load(open(sys.argv[1]))["losses"], json.load(open(sys.argv[2]))["losses"]
+assert res == full[3:], (full, res)' "$TMP/one-mb2-fp32-adafactor/r.json" "$TMP/cf.json" 2>"$TMP/out" \
+  && pass "adafactor: 2 ranks (zero2) → 1 device resumes the uninterrupted losses exactly" || fail "adafactor 2 → 1 resume: $(cat "$TMP/out")"
 
 # A checkpoint written by sharded ranks is the one-device file: memc export reads it unchanged.
 $MEMC export "$TMP/r4.plan" --weights "$TMP/resume4" -o "$TMP/trained.onnx" >/dev/null 2>"$TMP/err" \
@@ -380,5 +407,5 @@ ranks 2 $MEMC run "$TMP/one-fp32-adamw/plan" $DATA --steps 1 --quiet >"$TMP/out"
 expect_error 2 "--batch 3 is smaller than --devices 4" -- $MEMC compile models/vit_tiny.onnx --batch 3 --devices 4 -o "$TMP/x.plan"
 expect_error 2 "use --shard zero3" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --shard zero2 --offload params -o "$TMP/x.plan"
 expect_error 2 "--offload params needs an optimizer whose states work on flat units" -- $MEMC compile models/vit_tiny.onnx --batch 8 --offload params --optimizer adafactor -o "$TMP/x.plan"
-expect_error 2 "needs an optimizer whose states work on flat units" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --optimizer adafactor -o "$TMP/x.plan"
+expect_error 2 "--shard zero3 needs an optimizer whose states work on flat units" -- $MEMC compile models/vit_tiny.onnx --batch 8 --devices 2 --shard zero3 --optimizer adafactor -o "$TMP/x.plan"
 finish
