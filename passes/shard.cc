@@ -391,7 +391,7 @@ ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& o) {
 namespace {
 
 // Elements [offset, offset + numel of `t`) of a flat buffer, shaped as `t`.
-ValueId unflatten(Module& m, ValueId flat, int64_t offset, const TensorType& t) {
+ValueId unflatten(Module& m, ValueId flat, int64_t offset, TensorType t) {  // t by value: emit() grows the value table
   const int64_t n = t.numel();
   const ValueId part = emit(m, "slice", {flat}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{offset}},
                                                            {"ends", std::vector<int64_t>{offset + n}}, {"steps", std::vector<int64_t>{1}}}));
