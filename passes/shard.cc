@@ -224,11 +224,17 @@ Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<Va
   return units;
 }
 
-std::vector<ValueId> gather_again(Module& m, const ShardUnit& u, const ShardOptions& o) {
+ShardUnit gather_again(Module& m, const ShardUnit& u, const ShardOptions& o) {
   ShardUnit chain = u;  // its own pending and split values
+  chain.pending = chain.split = kNoValue;
   std::vector<TensorType> types;
   for (ValueId p : u.params) types.push_back(m.value(p).type);
-  return gather_unit(m, chain, types, o);
+  chain.views = gather_unit(m, chain, types, o);
+  return chain;
+}
+
+void prefetch_gathers(Module& m, const std::vector<ShardUnit>& chains) {
+  prefetch_one_ahead(m, chains, [](const ShardUnit& u) { return u.split; }, [](const ShardUnit& u) { return u.pending; });
 }
 
 Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& o) {

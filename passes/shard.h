@@ -23,7 +23,8 @@
 //   unit k−1's first split piece as its `after` point, forward and backward (the schedule pass
 //   keeps that order when it costs at most one unit in flight each way, passes/schedule.h).
 //   With micro-batches each micro-batch gathers the units again for its forward (and its
-//   backward), and the shards' reduce-scattered gradients accumulate (not prefetched).
+//   backward), prefetched one unit ahead within the micro-batch both ways, and the shards'
+//   reduce-scattered gradients accumulate (not yet prefetched across micro-batches).
 //   Parameter streaming (--offload params, ShardOptions::stream_params) builds the same flat
 //   units in host memory, copied to the device before the all_gather (or instead of it on one
 //   device); the offload pass places them.
@@ -138,9 +139,13 @@ UnitGroups plan_units(const Module& forward, const std::vector<ValueId>& params)
 // becomes the flat arguments.
 Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& options);
 // zero3 and streaming with micro-batches: unit `u`'s parameters gathered again for one
-// micro-batch's forward (a new chain at the end of the schedule; the schedule pass places it),
-// one view per parameter in u.params order.
-std::vector<ValueId> gather_again(Module& m, const ShardUnit& u, const ShardOptions& options);
+// micro-batch's forward (a new chain at the end of the schedule; the schedule pass places it):
+// a copy of `u` whose views (one per parameter in u.params order), pending and split are the
+// new chain's.
+ShardUnit gather_again(Module& m, const ShardUnit& u, const ShardOptions& options);
+// Prefetch one unit ahead over `chains` (one micro-batch's gathers, in any order): each unit's
+// all_gather_start follows the split of the unit gathered before it.
+void prefetch_gathers(Module& m, const std::vector<ShardUnit>& chains);
 // zero3, after autodiff: backward nodes (ids ≥ backward_begin) read a second gather of each
 // unit, so the forward's gathered parameters die when the forward is done with them.
 Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions& options);

@@ -260,21 +260,30 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
   if (micro.k == 1) return differentiate_one_batch(module, v, remat, shard);
   for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
   // zero3 and streaming: each micro-batch gathers every unit again, and its backward regathers.
-  std::map<std::pair<size_t, size_t>, std::vector<ValueId>> gathered;  // (micro-batch, unit) → views
+  // Each micro-batch's chains are prefetched one unit ahead, in its forward and (through the
+  // regathered clones of its chains) in its backward.
+  std::map<std::pair<size_t, size_t>, ShardUnit> gathered;  // (micro-batch, unit) → its chain
+  size_t current = 0;                                        // the micro-batch being built
   const ParamBinder gather = [&](const std::string& name, size_t mb) -> Expected<ValueId> {
+    current = mb;
     for (size_t i = 0; i < v.units.size(); ++i) {
       const std::vector<std::string>& names = v.units[i].param_names;
       const auto it = std::find(names.begin(), names.end(), name);
       if (it == names.end()) continue;
-      std::vector<ValueId>& views = gathered[{mb, i}];
-      if (views.empty()) views = gather_again(module, v.units[i], shard);
-      return views[static_cast<size_t>(it - names.begin())];
+      auto chain = gathered.find({mb, i});
+      if (chain == gathered.end()) chain = gathered.emplace(std::make_pair(mb, i), gather_again(module, v.units[i], shard)).first;
+      return chain->second.views[static_cast<size_t>(it - names.begin())];
     }
     return Status::Internal(str_cat("parameter '", name, "' is in no shard unit"));
   };
   const AfterAutodiff remat_and_regather = [&](Module& m, NodeId forward_begin, NodeId backward_begin, NodeId backward_end) -> Status {
     MEMC_RETURN_IF_ERROR(remat(m, forward_begin, backward_begin, backward_end));
-    return regather_for_backward(m, v.units, backward_begin, shard);
+    std::vector<ShardUnit> chains;
+    for (const auto& [key, chain] : gathered) {
+      if (key.first == current) chains.push_back(chain);
+    }
+    prefetch_gathers(m, chains);
+    return regather_for_backward(m, chains, backward_begin, shard);
   };
   const bool flat = shard.flat_params();
   MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale,
