@@ -156,16 +156,6 @@ std::string shard_stage_name(ShardStage stage) {
   return "?";
 }
 
-std::vector<int64_t> flat_offsets(const std::vector<int64_t>& numels, int64_t align) {
-  std::vector<int64_t> offsets;
-  int64_t end = 0;
-  for (int64_t n : numels) {
-    offsets.push_back((end + align - 1) / align * align);
-    end = offsets.back() + n;
-  }
-  return offsets;
-}
-
 RankSlice rank_slice(int64_t batch, int64_t devices, int64_t rank) {
   const int64_t base = batch / devices, extra = batch % devices;
   return {.first = rank * base + std::min(rank, extra), .rows = base + (rank < extra ? 1 : 0)};

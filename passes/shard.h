@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/ops/ops.h"
 
 namespace memc {
 
@@ -90,9 +91,7 @@ inline int64_t rank_rows(int64_t batch, int64_t devices) {
   return (batch + devices - 1) / devices;
 }
 
-// Each parameter's first element in a unit's flat buffer: packed, each at the multiple of
-// `align` at or after the previous one's end.
-std::vector<int64_t> flat_offsets(const std::vector<int64_t>& numels, int64_t align);
+// Each parameter's first element in a unit's flat buffer: flat_offsets (ir/ops/ops.h).
 // A rank's share of a flat buffer whose used length is `elements`: ⌈elements / devices⌉, rounded
 // up to a multiple of `align`.
 inline int64_t flat_block(int64_t elements, int64_t devices, int64_t align) {

@@ -204,15 +204,19 @@ struct Collective {
 
 }  // namespace
 
-std::vector<int64_t> split_flat_offsets(const Attrs& attrs) {
-  std::vector<int64_t> offsets = attrs.get_ints("offsets");
-  if (!offsets.empty()) return offsets;
-  int64_t at = 0;
-  for (int64_t n : attrs.get_ints("sizes")) {
-    offsets.push_back(at);
-    at += n;
+std::vector<int64_t> flat_offsets(const std::vector<int64_t>& numels, int64_t align) {
+  std::vector<int64_t> offsets;
+  int64_t end = 0;
+  for (int64_t n : numels) {
+    offsets.push_back((end + align - 1) / align * align);
+    end = offsets.back() + n;
   }
   return offsets;
+}
+
+std::vector<int64_t> split_flat_offsets(const Attrs& attrs) {
+  std::vector<int64_t> offsets = attrs.get_ints("offsets");
+  return offsets.empty() ? flat_offsets(attrs.get_ints("sizes"), 1) : offsets;
 }
 
 

@@ -27,7 +27,10 @@ Status check_small(const std::vector<int64_t>& values, const char* what);
 // Checks every axis in `axes` lies in [0, rank) and appears once.
 Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what);
 
-// Where each piece of split_flat starts in its flat input: {offsets}, or consecutive from 0.
+// Where pieces of `numels` elements start in a flat buffer: each at the multiple of `align` at or
+// after the previous one's end (align 1: packed). The shard pass lays out its units so.
+std::vector<int64_t> flat_offsets(const std::vector<int64_t>& numels, int64_t align);
+// Where each piece of split_flat starts in its flat input: {offsets}, or packed from 0.
 std::vector<int64_t> split_flat_offsets(const Attrs& attrs);
 
 }  // namespace memc
