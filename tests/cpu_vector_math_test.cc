@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/vector_math.h"
@@ -45,6 +46,25 @@ TEST(VectorMath, EveryWidthWithin4UlpOfF64) {
         EXPECT_LE(worst, 4.0) << f.name << " at " << lanes << " lanes, n = " << n;
         EXPECT_EQ(y[n], 12345.0f) << f.name << " wrote past n at " << lanes << " lanes";
       }
+    }
+  }
+}
+
+// exp near and past the ends of its normal range: results subnormal, zero or infinite, which
+// vector_math.cc evaluates as (e^(x/2))² so libmvec stays on its vector path. Vectors mixing
+// such lanes with ordinary ones are included (the ranges straddle -87 and 88).
+TEST(VectorMath, ExpSubnormalAndOverflowingResults) {
+  for (int lanes : {4, 8, 16}) {
+    if (lanes > vector_lanes()) continue;
+    for (auto [lo, hi] : {std::pair{-110.0f, -80.0f}, std::pair{80.0f, 89.0f}, std::pair{-104.5f, -103.5f}}) {
+      const int64_t n = 4099;
+      std::vector<float> x(n);
+      for (int64_t i = 0; i < n; ++i) x[i] = lo + (hi - lo) * static_cast<float>(i) / static_cast<float>(n);
+      std::vector<float> y = x;
+      exp_in_place(y.data(), n, lanes);
+      double worst = 0;
+      for (int64_t i = 0; i < n; ++i) worst = std::max(worst, ulps(y[i], std::exp(static_cast<double>(x[i]))));
+      EXPECT_LE(worst, 4.0) << "exp over [" << lo << ", " << hi << "] at " << lanes << " lanes";
     }
   }
 }
