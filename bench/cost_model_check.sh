@@ -29,7 +29,7 @@ COMMON="--optimizer adamw --no-dropout --threads 1 --force"
 PROFILE=${PROFILE:-cpu}
 $M compile "$ROOT/models/vit_tiny.onnx" --batch 16 $COMMON -o "$OUT/host.plan" >/dev/null
 $M run "$OUT/host.plan" --data "$TINY" --steps 1 --quiet --json "$OUT/host.json" --force >/dev/null
-"$PY" -c 'import json, sys; h = json.load(open(sys.argv[1]))["host_memory"]; print("gemm library:", h["gemm_library"], "| vector math:", h["vector_math"])' "$OUT/host.json"
+"$PY" -c 'import json, sys; h = json.load(open(sys.argv[1]))["host_memory"]; print("gemm library:", h["gemm_library"], "| vector math:", h["vector_math"], "| vector loops:", h.get("vector_loops"))' "$OUT/host.json"
 
 rm -f "$OUT/rows.jsonl"
 while IFS='|' read -r label model data steps flags; do  # model: an ONNX path

@@ -51,5 +51,5 @@ if [[ "$B16" == 1 ]]; then
   "$PY" bench/train_step.py --models vit_b_16 --threads 1,2 --precisions "$PRECISIONS" \
     --reps "$B16_REPS" --steps "$B16_STEPS" --warmup 1 --json /tmp/cpu_speed_b16.json
 fi
-echo "memc's GEMMs: $("$PY" -c 'import json; c = json.load(open("/tmp/cpu_speed_small.json"))["cases"][0]["raw"]["memc"][0]["host"]; print(c.get("gemm_library"), "| vector math", c.get("vector_math"), "| OpenBLAS core", c.get("openblas_core"))')"
+echo "memc's GEMMs: $("$PY" -c 'import json; c = json.load(open("/tmp/cpu_speed_small.json"))["cases"][0]["raw"]["memc"][0]["host"]; print(c.get("gemm_library"), "| vector math", c.get("vector_math"), "| vector loops", c.get("vector_loops"), "| OpenBLAS core", c.get("openblas_core"))')"
 echo "load at end: $(load)"

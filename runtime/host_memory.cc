@@ -84,6 +84,7 @@ Expected<HostMemory> prepare_host_memory() {
   hm.gemm_threads = openblas_get_num_threads();
   hm.gemm_library = cpu::onednn_description();
   hm.vector_math = cpu::vector_math_isa();
+  hm.vector_loops = cpu::vector_loops_isa();
   hm.openblas_core = openblas_get_corename();
   hm.gemm_buffer_bytes = hm.gemm_threads * kGemmBufferBytes;  // the bound: mapped lazily by OpenBLAS
   struct rlimit limit {};

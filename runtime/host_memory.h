@@ -22,6 +22,7 @@ struct HostMemory {
   int64_t gemm_threads = 0;          // threads OpenBLAS (f64 GEMMs) may use
   std::string gemm_library;          // "oneDNN 2.6.3, ISA avx2, bf16 GEMMs ...": what runs the f32 and bf16 GEMMs
   std::string vector_math;           // "avx512f (16 lanes)": the width of exp/erf/tanh (backends/cpu/vector_math.h)
+  std::string vector_loops;          // "x86-64-v4 (AVX-512)": the build of memc's own kernel loops (backends/cpu/parallel.h)
   std::string openblas_core;         // OpenBLAS's kernel choice ("Haswell", "SkylakeX", ...)
   int64_t gemm_buffer_bytes = 0;     // their buffers, outside the arena: threads × kGemmBufferBytes (mapped up
                                      // front under a limit, lazily by OpenBLAS without one)

@@ -135,6 +135,12 @@ int vector_lanes() {
   return lanes;
 }
 
+const char* vector_loops_isa() {  // the same test GCC's target_clones resolver makes
+  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2 + FMA)";
+  return "x86-64 (SSE2)";
+}
+
 const char* vector_math_isa() {
   switch (vector_lanes()) {
     case 16: return "avx512f (16 lanes)";

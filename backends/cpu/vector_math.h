@@ -18,6 +18,9 @@ void tanh_in_place(float* x, int64_t n, int lanes = 0);
 int vector_lanes();
 // "avx512f (16 lanes)", "avx2 (8 lanes)" or "sse2 (4 lanes)": what the functions above run.
 const char* vector_math_isa();
+// "x86-64-v4 (AVX-512)", "x86-64-v3 (AVX2 + FMA)" or "x86-64 (SSE2)": the build of memc's own
+// kernel loops this CPU runs (run_range in backends/cpu/parallel.h).
+const char* vector_loops_isa();
 
 // Elements per chunk when a kernel stages values in a stack buffer for the functions above.
 inline constexpr int64_t kVectorChunk = 256;
