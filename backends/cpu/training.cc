@@ -303,19 +303,32 @@ Status gather_grad_kernel(KernelContext& ctx) {
     using C = typename Compute<T>::type;
     const T* dy = dy_t.data<T>();  // [outer, count, inner]
     C* acc = gather_grad_accumulator<T>(ws, dx_t);
-    std::fill(acc, acc + dx_t.numel(), C(0));
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t j = 0; j < count; ++j) {
-        int64_t k = idx_t.get_as_int(j);
-        if (k < 0) k += dim;
-        if (k < 0 || k >= dim) continue;  // forward already rejected it
-        for (int64_t i = 0; i < inner; ++i) acc[(o * dim + k) * inner + i] += load(dy[(o * count + j) * inner + i]);
+    std::vector<int64_t> rows(static_cast<size_t>(count));
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t k = idx_t.get_as_int(j);
+      if (k < 0) k += dim;
+      rows[j] = k >= 0 && k < dim ? k : -1;  // the forward already rejected it
+    }
+    // Split over (outer, inner) positions: each position's sum runs over the indices in their
+    // order on one thread, so repeated indices add as they would serially.
+    parallel_elementwise(outer * inner, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin / inner; o * inner < end; ++o) {
+        const int64_t i0 = std::max(begin - o * inner, int64_t{0}), i1 = std::min(end - o * inner, inner);
+        for (int64_t k = 0; k < dim; ++k) std::fill(acc + (o * dim + k) * inner + i0, acc + (o * dim + k) * inner + i1, C(0));
+        for (int64_t j = 0; j < count; ++j) {
+          if (rows[j] < 0) continue;
+          C* a = acc + (o * dim + rows[j]) * inner;
+          const T* g = dy + (o * count + j) * inner;
+          for (int64_t i = i0; i < i1; ++i) a[i] += load(g[i]);
+        }
+        if constexpr (!std::is_same_v<T, C>) {
+          T* dx = dx_t.data<T>();
+          for (int64_t k = 0; k < dim; ++k) {
+            for (int64_t i = i0; i < i1; ++i) dx[(o * dim + k) * inner + i] = store<T, C>(acc[(o * dim + k) * inner + i]);
+          }
+        }
       }
-    }
-    if constexpr (!std::is_same_v<T, C>) {
-      T* dx = dx_t.data<T>();
-      for (int64_t i = 0, count = dx_t.numel(); i < count; ++i) dx[i] = store<T, C>(acc[i]);
-    }
+    });
   });
 }
 
