@@ -16,23 +16,39 @@ namespace {
 using json = nlohmann::json;
 
 DeviceProfile cpu_default() {
-  // 2-core AMD EPYC (Zen 5) KVM guest, OpenBLAS 0.3.21: `memc calibrate` on 2026-11-29.
+  // The 2-core Intel Xeon VM (AVX-512, AMX) with oneDNN, measured at one thread with
+  // `memc run --profile` on vit_tiny b32 (1 and 8 micro-batches) and vit_small32 b32 (fp32 and
+  // bf16-mixed), 2026-12-02 (bench/RESULTS.md §30).
   DeviceProfile p;
   p.name = "cpu";
+  // GEMMs run at ≈120 GFLOP/s (vit_small32's, ViT-B/16's 114–156) after a fixed ≈3.5 µs per
+  // call (vit_tiny's linear: 32 µs at 3.3 MFLOP, 7.2 µs at 0.41 MFLOP).
   p.f32_flops = 1.2e11;
+  p.heavy_efficiency = 1.0;
+  p.half_flops = 4e5;
   // 16-bit GEMMs: widened to f32 (conversions cost a little) unless the CPU has bf16 dot products
   // that oneDNN uses (backends/cpu/blas.h); then they run 2–4× the f32 rate (AMX on a Xeon:
-  // 183–600 GFLOP/s against 93–149 f32 on one core, bench/RESULTS.md §23), counted as 3×.
+  // 183–600 GFLOP/s against 93–149 f32 on one core, bench/RESULTS.md §23; vit_small32's GEMMs
+  // 3.1× faster in bf16-mixed), counted as 3×.
   p.low_flops = cpu::onednn_bf16_gemm() ? 3.0 * p.f32_flops : 1.0e11;
+  // Attention (backends/cpu/attention.cc) runs its block products at ≈45 % of the GEMM rate on
+  // ViT-B/16 (T = 197), and a short head costs ≈5 µs (forward) to 11 µs (backward) whatever its
+  // FLOPs (vit_tiny, T = 17).
+  p.attention_efficiency = 0.45;
+  p.attention_entry_flops = 2e5;
   p.mem_bandwidth = 1.2e10;
   p.host_bandwidth = 1.2e10;
   p.link_bandwidth = 0;  // host and device are one memory
-  p.heavy_efficiency = 0.7;
   p.other_efficiency = 0.1;
-  p.bandwidth_efficiency = 0.5;
-  p.half_flops = 2e6;
-  p.low_other_factor = 2.5;
-  p.node_overhead_s = 4e-6;
+  // Streaming kernels reach ≈9 GB/s, three quarters of the nominal 12 (`memc calibrate`'s memcpy
+  // measures 19–20 GB/s here; a kernel also computes and writes what it reads).
+  p.bandwidth_efficiency = 0.75;
+  // bf16 elementwise work moves half the bytes but widens and rounds: vit_small32's elementwise
+  // and normalization took 0.85–1.0× their fp32 time.
+  p.low_other_factor = 1.8;
+  // The executor between two kernels: a step's wall time less its kernels' (vit_tiny b32:
+  // 0.2 ms over 223 nodes; 8 micro-batches, 0.9 ms over ≈1,800).
+  p.node_overhead_s = 1e-6;
   // Two threads against one on the 2-core Xeon VM (bench/RESULTS.md §29, `memc run --profile`):
   // GEMMs 1.54× (ViT-B/16 b8) and 1.59× (vit_small32 b32), the rest 1.32× and 1.35×.
   p.heavy_thread_gain = 0.55;
@@ -54,6 +70,7 @@ DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, d
   p.host_bandwidth = 2e11;  // a dual-socket server's DRAM, shared by the host update's threads
   p.link_bandwidth = link;
   p.heavy_efficiency = 0.6;
+  p.attention_efficiency = 0.6;  // cuDNN's fused attention: one kernel for every entry
   p.other_efficiency = 0.5;
   p.bandwidth_efficiency = 0.8;
   p.half_flops = 5e9;  // GPUs need big GEMMs to fill
@@ -100,6 +117,8 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
     p.other_efficiency = j.value("other_efficiency", p.other_efficiency);
     p.bandwidth_efficiency = j.value("bandwidth_efficiency", p.bandwidth_efficiency);
     p.half_flops = j.value("half_flops", p.half_flops);
+    p.attention_efficiency = j.value("attention_efficiency", p.attention_efficiency);
+    p.attention_entry_flops = j.value("attention_entry_flops", p.attention_entry_flops);
     p.low_other_factor = j.value("low_other_factor", p.low_other_factor);
     p.node_overhead_s = j.value("node_overhead_s", p.node_overhead_s);
     p.heavy_thread_gain = j.value("heavy_thread_gain", p.heavy_thread_gain);
@@ -132,6 +151,8 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
             {"other_efficiency", p.other_efficiency},
             {"bandwidth_efficiency", p.bandwidth_efficiency},
             {"half_flops", p.half_flops},
+            {"attention_efficiency", p.attention_efficiency},
+            {"attention_entry_flops", p.attention_entry_flops},
             {"low_other_factor", p.low_other_factor},
             {"node_overhead_s", p.node_overhead_s},
             {"heavy_thread_gain", p.heavy_thread_gain},
@@ -181,10 +202,17 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
       if (t == DType::kBF16 || t == DType::kF16) low = true;
     }
     const double rate = low ? p.low_flops : p.f32_flops;
-    double efficiency = p.other_efficiency;
-    if (def && (def->flags & kOpComputeHeavy)) efficiency = p.heavy_efficiency * flops / (flops + p.half_flops);
     const bool heavy = def && (def->flags & kOpComputeHeavy);
-    const double compute = flops > 0 ? flops / (rate * std::max(efficiency, 1e-6)) / (heavy ? heavy_speedup : other_speedup) : 0.0;
+    double compute = 0;
+    if (heavy) {  // the FLOPs plus the call's fixed cost (and attention's per entry)
+      const bool attention = node.op == "attention" || node.op == "attention_grad";
+      const Shape& y = train.value(node.outputs[0]).type.shape;  // [batch…, T, D]
+      const double entries = attention && y.size() >= 2 ? static_cast<double>(numel(Shape(y.begin(), y.end() - 2))) : 0.0;
+      const double work = flops + p.half_flops + entries * p.attention_entry_flops;
+      compute = work / (rate * std::max(attention ? p.attention_efficiency : p.heavy_efficiency, 1e-6)) / heavy_speedup;
+    } else if (flops > 0) {
+      compute = flops / (rate * std::max(p.other_efficiency, 1e-6)) / other_speedup;
+    }
     const double memory = bytes / (p.mem_bandwidth * p.bandwidth_efficiency) / other_speedup;
     seconds += std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + p.node_overhead_s;
   }

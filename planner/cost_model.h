@@ -3,9 +3,12 @@
 // Each node costs max(compute, memory) plus a per-node overhead (kernel launch on a GPU, the
 // executor's dispatch on the CPU), its time divided by the profile's thread speedup on a CPU:
 //   compute = FLOPs / (peak rate of its dtype · efficiency of its family)
-//             families: compute-heavy (matmul, linear, conv, attention and their gradients)
-//             and the rest (elementwise, reductions, normalizations); a small heavy op runs
-//             below peak: efficiency · f/(f + f_half), f its FLOPs
+//             families: compute-heavy (matmul, linear, conv and their gradients), attention
+//             (forward and backward: the fused kernel, its own efficiency) and the rest
+//             (elementwise, reductions, normalizations); a heavy call also pays a fixed cost
+//             of f_half FLOPs, so it runs at efficiency · f/(f + f_half), f its FLOPs, and
+//             attention pays another fixed cost per batch·head entry (a CPU kernel's per-entry
+//             block products; 0 on a GPU, where one kernel covers every entry)
 //   memory  = bytes read and written / (memory bandwidth · efficiency)
 // Views (reshape and friends) are free. A collective costs its wire bytes over the interconnect
 // plus a latency per call (NVLink/NVSwitch on the GPU profiles, MPI over shared memory on cpu). Host↔device copies of offloaded state go over the
@@ -33,6 +36,8 @@ struct DeviceProfile {
   double link_bandwidth = 0;  // bytes/s, host↔device copies (0: same memory)
   double heavy_efficiency = 0.6, other_efficiency = 0.3, bandwidth_efficiency = 0.8;
   double half_flops = 1e8;    // FLOPs at which a heavy op reaches half its efficiency
+  double attention_efficiency = 0.6;  // attention's share of the peak rate
+  double attention_entry_flops = 0;   // attention's fixed cost per batch·head entry, in FLOPs
   double low_other_factor = 1.0;  // time factor of non-heavy ops on 16-bit operands (CPU: conversions)
   double node_overhead_s = 5e-6;
   // CPU threads: T threads run a heavy op's compute 1 + heavy_thread_gain·(T − 1) times as fast,

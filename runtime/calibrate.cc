@@ -40,6 +40,38 @@ double gemm_rate(int64_t n, double budget) {
   return 2.0 * static_cast<double>(n * n * n) / t;
 }
 
+// Attention: a long head (T = 197, ViT-B/16's) and many short ones (T = 16). Each takes
+// (FLOPs + half_flops + entries · entry_flops) / (f32 rate · efficiency): two equations for the
+// efficiency and the per-entry cost. `run_planned(module, seconds)` times a module's step.
+template <typename RunPlanned>
+Status calibrate_attention(DeviceProfile& p, RunPlanned&& run_planned) {
+  struct Probe {
+    int64_t entries, t, d;
+    double seconds = 0, flops = 0;
+  };
+  Probe probes[] = {{16, 197, 64}, {256, 16, 16}};
+  for (Probe& probe : probes) {
+    Module m;
+    const TensorType type{DType::kF32, {probe.entries, probe.t, probe.d}};
+    const ValueId q = m.add_argument("q", type, Role::kInput), k = m.add_argument("k", type, Role::kInput),
+                  v = m.add_argument("v", type, Role::kInput);
+    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> y, m.add_node("attention", {q, k, v}));
+    m.set_outputs(y);
+    MEMC_RETURN_IF_ERROR(run_planned(m, probe.seconds));
+    probe.flops = static_cast<double>(node_flops(m, m.node(m.schedule()[0])));
+  }
+  // a_i · e − n_i · c = f_i + h, with a_i = t_i · rate
+  const double a0 = probes[0].seconds * p.f32_flops, a1 = probes[1].seconds * p.f32_flops;
+  const double n0 = static_cast<double>(probes[0].entries), n1 = static_cast<double>(probes[1].entries);
+  const double r0 = probes[0].flops + p.half_flops, r1 = probes[1].flops + p.half_flops;
+  const double det = -a0 * n1 + a1 * n0;
+  if (det != 0) {
+    p.attention_efficiency = std::clamp((-r0 * n1 + r1 * n0) / det, 0.01, 1.0);
+    p.attention_entry_flops = std::max(0.0, (a0 * p.attention_efficiency - r0) / n0);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<DeviceProfile> calibrate_cpu(double budget) {
@@ -92,6 +124,7 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
     const double flops = static_cast<double>(node_flops(tanh_f32, tanh_f32.node(tanh_f32.schedule()[0])));
     p.other_efficiency = std::clamp(flops / std::max(t_tanh, 1e-9) / p.f32_flops, 1e-4, 1.0);
   }
+  MEMC_RETURN_IF_ERROR(calibrate_attention(p, run_planned));
   {
     Module m;
     ValueId v = m.add_argument("x", TensorType{DType::kF32, {1}}, Role::kInput);

@@ -601,6 +601,8 @@ int run_calibrate(const CalibrateArgs& args) {
   std::printf("profile    %s\n", args.output.c_str());
   std::printf("gemm       %.1f GFLOP/s f32 (half efficiency at %.3g FLOP), %.1f GFLOP/s bf16\n", p->f32_flops / 1e9, p->half_flops,
               p->low_flops / 1e9);
+  std::printf("attention  at %.2f of the GEMM rate, plus %.3g FLOP per batch·head entry\n", p->attention_efficiency,
+              p->attention_entry_flops);
   std::printf("memory     %.1f GB/s; elementwise at %.3f of the GEMM rate; %.1f us per node\n", p->mem_bandwidth / 1e9,
               p->other_efficiency, p->node_overhead_s * 1e6);
   std::printf("threads    %lld: each thread past the first adds %.2f of the GEMM rate, %.2f of the rest's (all above at 1 thread)\n",
