@@ -192,10 +192,19 @@ static Status check_ranks(const Plan& plan, const RunOptions& options) {
 }
 
 // The backend of `memc run --device` (RunOptions::device says how an empty one is chosen).
-static Expected<Backend*> select_backend(const std::string& device, const Plan& plan) {
-  if (!device.empty()) return open_backend(device);
+// A rank's GPU is its local rank's (OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK; else its rank): one
+// GPU per rank. One device: cuda:0, or the --device given.
+static int rank_gpu(comm::Communicator* comm) {
+  if (!comm) return 0;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return local && *local ? std::atoi(local) : comm->rank();
+}
+
+static Expected<Backend*> select_backend(const std::string& device, const Plan& plan, comm::Communicator* comm) {
+  const std::string gpu = comm ? str_cat("cuda:", rank_gpu(comm)) : "cuda";
+  if (!device.empty()) return open_backend(device == "cuda" ? gpu : device);
   if (plan.target != "a100" && plan.target != "h100" && plan.target != "h200") return &cpu_backend();
-  Expected<Backend*> cuda = open_backend("cuda");
+  Expected<Backend*> cuda = open_backend(gpu);
   if (!cuda.ok()) return &cpu_backend();
   for (NodeId n : plan.train.schedule()) {
     if (!(*cuda)->find_kernel(plan.train.node(n).op)) return &cpu_backend();
@@ -290,7 +299,8 @@ struct TrainContext {
   PlannedExecutor& exec;
   const StateMap& state;  // views of the arena
   Backend& backend;
-  comm::Communicator* comm;  // nullptr: one device
+  comm::Communicator* comm;  // nullptr: one device; host buffers (checks, gathered state, reports)
+  comm::Communicator* kernel_comm;  // the collective kernels': comm on the CPU, NCCL on GPU ranks
   int rank;
   int64_t epochs, per_epoch;  // of the schedule (RunData)
   LossScaling scaling;
@@ -351,7 +361,7 @@ static Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& da
                                       int64_t step, bool first_of_run, const Scaler& scaler) {
   const auto feeds = step_feeds(ctx, data, order, b, step, scaler);
   for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(ctx.exec.set_argument(name, tensor));
-  const ExecOptions opts{.training = ctx.plan.dropout, .seed = ctx.options.seed, .step = step, .comm = ctx.comm,
+  const ExecOptions opts{.training = ctx.plan.dropout, .seed = ctx.options.seed, .step = step, .comm = ctx.kernel_comm,
                          .batch_row_offset = ctx.slice().first};
   if (!ctx.options.dump_grads.empty() && first_of_run) MEMC_RETURN_IF_ERROR(dump_gradients(ctx, feeds, step));
   StepOutcome outcome;
@@ -494,7 +504,16 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   RunOptions folder_options = options;
   if (rank != 0) folder_options.checkpoint_dir.clear();
   MEMC_ASSIGN_OR_RETURN(FolderLock lock, take_checkpoint_folder(folder_options));
-  MEMC_ASSIGN_OR_RETURN(Backend* backend, select_backend(options.device, plan));
+  MEMC_ASSIGN_OR_RETURN(Backend* backend, select_backend(options.device, plan, comm));
+  // The collective kernels' communicator: the host one (MPI) on CPU ranks; on GPU ranks one over
+  // device buffers (NCCL), on the rank's GPU.
+  std::unique_ptr<comm::Communicator> device_comm;
+  if (comm && backend != &cpu_backend()) {
+    if (!options.device_communicator) {
+      return Status::BadInput("a plan sharded over GPU ranks needs NCCL, and this memc was built without it (CUDA's NCCL at build time)");
+    }
+    MEMC_ASSIGN_OR_RETURN(device_comm, options.device_communicator(*comm, rank_gpu(comm)));
+  }
   cuda::set_tf32(options.tf32);
   const int64_t in_use_at_open = backend->device_bytes_in_use();
   DeviceMemory device(*backend);
@@ -514,7 +533,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   report.loss_scaling = scaling.scaled;
   if (run_data.train) {
     const TrainContext ctx{.plan = plan, .options = options, .exec = exec, .state = state, .backend = *backend, .comm = comm,
-                           .rank = rank, .epochs = run_data.epochs, .per_epoch = run_data.per_epoch, .scaling = scaling,
+                           .kernel_comm = device_comm ? device_comm.get() : comm, .rank = rank, .epochs = run_data.epochs, .per_epoch = run_data.per_epoch, .scaling = scaling,
                            .specs = data_inputs(plan.train), .tty = isatty(fileno(stderr)) != 0};
     TrainProgress progress{.step = pos.step, .pos = pos, .scaler = scaler};
     MEMC_RETURN_IF_ERROR(train(ctx, *run_data.train, progress, report));

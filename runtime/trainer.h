@@ -2,6 +2,8 @@
 // a progress line, evaluates accuracy, checkpoints (safetensors, atomic) and resumes with the
 // identical loss sequence, and reports.
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,10 @@ struct RunOptions {
   // communicator (nullptr: one device). Each rank trains on its slice of every global batch;
   // rank 0 writes the consolidated checkpoint.
   comm::Communicator* comm = nullptr;
+  // GPU ranks: makes the collective kernels' communicator on CUDA device `device` (NCCL, its
+  // unique id broadcast over `bootstrap`, the host communicator above); unset when memc was
+  // built without NCCL, and then a sharded run on GPUs is refused.
+  std::function<Expected<std::unique_ptr<comm::Communicator>>(comm::Communicator& bootstrap, int device)> device_communicator;
 };
 
 struct RunReport {

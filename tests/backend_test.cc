@@ -254,7 +254,9 @@ TEST(BackendSeam, OpeningADeviceSaysWhyNot) {
   // Every op of the committed models has a CUDA kernel (backends/cuda/op_table.h); an op
   // without one is refused by name when a plan's executor is created.
   for (const char* op : {"linear", "matmul", "layernorm", "attention_grad", "adam_update"}) EXPECT_NE(planning.find_kernel(op), nullptr) << op;
-  EXPECT_EQ(planning.find_kernel("all_gather"), nullptr);  // collectives on GPU ranks: not yet
+  // Collectives on GPU ranks (backends/collective_kernels.h); an op no backend knows has none.
+  for (const char* op : {"all_gather_start", "reduce_scatter_done", "shard_block", "split_flat"}) EXPECT_NE(planning.find_kernel(op), nullptr) << op;
+  EXPECT_EQ(planning.find_kernel("no_such_op"), nullptr);
 #else
   EXPECT_EQ(planning.find_kernel("matmul"), nullptr);
 #endif

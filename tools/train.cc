@@ -30,6 +30,9 @@
 #if MEMC_HAVE_MPI
 #include "backends/comm/mpi_communicator.h"
 #endif
+#if MEMC_HAVE_NCCL
+#include "backends/comm/nccl_communicator.h"
+#endif
 #include "support/atomic_file.h"
 #include "support/log.h"
 #include "support/size.h"
@@ -427,6 +430,15 @@ static Status check_run_files(const RunArgs& args, const Plan& plan) {
 static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communicator* comm) {
   RunArgs args = args_in;
   args.options.comm = comm;
+#if MEMC_HAVE_NCCL
+  // GPU ranks: NCCL, bootstrapped over this job's MPI, with its deadline for a dead peer.
+  args.options.device_communicator = [](comm::Communicator& bootstrap, int device) -> Expected<std::unique_ptr<comm::Communicator>> {
+    const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&bootstrap);
+    MEMC_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
+                          comm::NcclCommunicator::create(bootstrap, device, mpi ? mpi->timeout_s() : 0));
+    return std::unique_ptr<comm::Communicator>(std::move(nccl));
+  };
+#endif
   const int rank = comm ? comm->rank() : 0;
   if (rank != 0) {  // rank 0 speaks for the job; the others report only their own failure
     args.options.quiet = true;

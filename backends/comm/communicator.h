@@ -47,6 +47,10 @@ class Communicator {
   virtual Expected<RequestId> start_broadcast(void* buffer, int64_t count, DType dtype, int root) = 0;
   // Completes a started collective, or fails naming what went wrong (timeout, a dead peer).
   virtual Status wait(RequestId request) = 0;
+  // Orders the collectives started from now on after the work queued so far on `stream` (a
+  // backend's compute stream, cudaStream_t). MPI's buffers are host memory written by kernels
+  // that have returned: nothing to do.
+  virtual Status follow(void* stream) { return Status::Ok(); }
   virtual Status barrier() = 0;
   // Ends the whole job (every rank) with `exit_code` after a failure this rank cannot recover
   // from; never returns.

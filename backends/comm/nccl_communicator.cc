@@ -76,6 +76,11 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(Communicato
     return Status::Internal(str_cat("rank ", comm->rank_, ": cannot create a CUDA stream"));
   }
   comm->stream_ = stream;
+  cudaEvent_t follow = nullptr;
+  if (cudaEventCreateWithFlags(&follow, cudaEventDisableTiming) != cudaSuccess) {
+    return Status::Internal(str_cat("rank ", comm->rank_, ": cannot create a CUDA event"));
+  }
+  comm->follow_event_ = follow;
   ncclComm_t nccl = nullptr;
   const ncclResult_t r = ncclCommInitRank(&nccl, comm->size_, id, comm->rank_);
   if (r != ncclSuccess) return Status::Internal(str_cat("rank ", comm->rank_, ": ncclCommInitRank: ", ncclGetErrorString(r)));
@@ -86,7 +91,17 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(Communicato
 NcclCommunicator::~NcclCommunicator() {
   for (auto& [id, entry] : pending_) cudaEventDestroy(static_cast<cudaEvent_t>(entry.second));
   if (comm_) ncclCommDestroy(as_comm(comm_));
+  if (follow_event_) cudaEventDestroy(static_cast<cudaEvent_t>(follow_event_));
   if (stream_) cudaStreamDestroy(as_stream(stream_));
+}
+
+Status NcclCommunicator::follow(void* stream) {
+  cudaEvent_t event = static_cast<cudaEvent_t>(follow_event_);
+  if (cudaEventRecord(event, static_cast<cudaStream_t>(stream)) != cudaSuccess ||
+      cudaStreamWaitEvent(as_stream(stream_), event, 0) != cudaSuccess) {
+    return failure("follow", "cannot order the collective after the compute stream");
+  }
+  return Status::Ok();
 }
 
 Status NcclCommunicator::failure(const char* op, const std::string& why) const {

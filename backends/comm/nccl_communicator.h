@@ -32,6 +32,7 @@ class NcclCommunicator final : public Communicator {
   Expected<RequestId> start_all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
   Expected<RequestId> start_broadcast(void* buffer, int64_t count, DType dtype, int root) override;
   Status wait(RequestId request) override;
+  Status follow(void* stream) override;  // this communicator's stream waits for `stream`'s work
   Status barrier() override;
   [[noreturn]] void abort(int exit_code) override;
 
@@ -46,6 +47,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_ = 600;
   void* comm_ = nullptr;    // ncclComm_t
   void* stream_ = nullptr;  // cudaStream_t
+  void* follow_event_ = nullptr;  // cudaEvent_t recorded on the stream followed
   std::map<RequestId, std::pair<const char*, void*>> pending_;  // op, cudaEvent_t
   RequestId next_request_ = 1;
 };

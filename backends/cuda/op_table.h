@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/collective_kernels.h"
 #include "backends/cuda/ops.h"
 #include "backends/cuda/ops_conv_attention.h"
 
@@ -29,9 +30,18 @@ Status reduce(KernelContext& ctx, R& run) { return reduce_op(ctx, run, op); }
 template <class R, bool is_max>
 Status arg_extreme(KernelContext& ctx, R& run) { return arg_extreme_op(ctx, run, is_max); }
 
+// The collective ops' copies (a group of one, shard_block, a done not in place) on the runner.
+template <class R>
+struct RunnerCopy {
+  R run;
+  explicit RunnerCopy(const KernelContext& ctx) : run(ctx) {}
+  Status operator()(void* dst, const void* src, int64_t bytes) { return run.copy(dst, src, bytes); }
+};
+
 template <class R>
 const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
-  static const std::vector<std::pair<std::string, Kernel>> table = {
+  static const std::vector<std::pair<std::string, Kernel>> table = [] {
+  std::vector<std::pair<std::string, Kernel>> t = {
       {"reshape", as_kernel<R, copy_op<R>>}, {"copy", as_kernel<R, copy_op<R>>},
       {"copy_to_host", as_kernel<R, copy_op<R>>}, {"copy_to_device", as_kernel<R, copy_op<R>>},
       {"constant", as_kernel<R, constant_op<R>>}, {"full", as_kernel<R, full_op<R>>},
@@ -80,6 +90,11 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
       {"conv", as_kernel<R, conv_op<R>>}, {"conv_grad_weight", as_kernel<R, conv_grad_weight_op<R>>},
       {"attention", as_kernel<R, attention_op<R>>}, {"attention_grad", as_kernel<R, attention_grad_op<R>>},
   };
+  // Collectives on GPU ranks: the rank's NCCL communicator on device buffers
+  // (backends/collective_kernels.h).
+  collective::register_kernels<RunnerCopy<R>>([&](const char* op, Kernel kernel) { t.emplace_back(op, kernel); });
+  return t;
+  }();
   return table;
 }
 
