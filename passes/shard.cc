@@ -144,6 +144,21 @@ void schedule_before_first_reader(Module& m, NodeId first_new, const std::vector
   m.set_schedule(rest);
 }
 
+// Moves the nodes added since `first_new` to right after the last scheduled producer of any of
+// `values` (a unit's gradients: its reduction starts as soon as the unit's backward is done).
+void schedule_after_last_producer(Module& m, NodeId first_new, const std::vector<ValueId>& values) {
+  std::vector<NodeId> order = m.schedule(), added, rest;
+  for (NodeId n : order) (n >= first_new ? added : rest).push_back(n);
+  auto last = rest.begin();
+  for (auto it = rest.begin(); it != rest.end(); ++it) {
+    for (ValueId out : m.node(*it).outputs) {
+      if (std::find(values.begin(), values.end(), out) != values.end()) last = it + 1;
+    }
+  }
+  rest.insert(last, added.begin(), added.end());
+  m.set_schedule(rest);
+}
+
 }  // namespace
 
 std::string shard_stage_name(ShardStage stage) {
@@ -191,6 +206,7 @@ UnitGroups plan_units(const Module& forward, const std::vector<ValueId>& params)
 Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
                                                  const UnitGroups& groups, const ShardOptions& o) {
   std::vector<ShardUnit> units;
+  std::vector<ValueId> dones, flats;  // each unit's reduction, and its flat gradient
   for (const std::vector<size_t>& members : groups.members) {
     ShardUnit u = make_unit(m, params, members, units.size(), o);
     std::vector<ValueId> unit_grads;
@@ -203,14 +219,19 @@ Expected<std::vector<ShardUnit>> shard_gradients(Module& m, const std::vector<Va
     const int64_t padded = u.block * o.devices;
     u.weight = emit(m, "shard_block", {flatten_padded(m, u.params, u.offsets, padded)}, group(o));
     m.rename(u.weight, u.name);
+    const auto first_new = static_cast<NodeId>(m.nodes().size());
     const ValueId flat = flatten_padded(m, unit_grads, u.offsets, padded);
-    const ValueId reduced = o.stage == ShardStage::kZero2 ? emit(m, "reduce_scatter", {flat}, make_attrs({{"ranks", o.devices}, {"reduce", std::string("sum")}}))
-                                                          : emit(m, "shard_block", {all_reduce_value(m, flat, o)}, group(o));
+    const ValueId summed = reduce_async(m, o.stage == ShardStage::kZero2 ? "reduce_scatter" : "all_reduce", flat, o);
+    schedule_after_last_producer(m, first_new, unit_grads);
+    const ValueId reduced = o.stage == ShardStage::kZero2 ? summed : emit(m, "shard_block", {summed}, group(o));
+    dones.push_back(summed);
+    flats.push_back(flat);
     u.grad = mean_over_ranks(m, reduced, o);
     m.value(u.grad).role = Role::kGrad;
     m.rename(u.grad, "grad." + u.name);
     units.push_back(std::move(u));
   }
+  overlap_reductions(m, dones, previous_unit(flats));
   return units;
 }
 
@@ -379,6 +400,42 @@ ValueId all_reduce_value(Module& m, ValueId v, const ShardOptions& o, const std:
   return emit(m, "all_reduce", {v}, std::move(a));
 }
 
+std::vector<ValueId> previous_unit(const std::vector<ValueId>& values) {
+  std::vector<ValueId> previous(values.size(), kNoValue);
+  for (size_t k = 1; k < values.size(); ++k) previous[k] = values[k - 1];
+  return previous;
+}
+
+ValueId reduce_async(Module& m, const std::string& op, ValueId x, const ShardOptions& o) {
+  if (o.devices == 1 && op == "all_reduce") return x;
+  const Attrs a = make_attrs({{"ranks", o.devices}, {"reduce", std::string("sum")}});
+  const ValueId pending = emit(m, op + "_start", {x}, a);
+  return emit(m, op + "_done", {pending, x}, a);
+}
+
+void overlap_reductions(Module& m, const std::vector<ValueId>& dones, const std::vector<ValueId>& after) {
+  std::vector<NodeId> order = m.schedule();
+  auto position = [&](NodeId n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+  for (size_t k = 0; k < dones.size() && k < after.size(); ++k) {
+    if (dones[k] == kNoValue || after[k] == kNoValue) continue;
+    const NodeId done = m.value(dones[k]).producer, feed = m.value(after[k]).producer;
+    if (done == kNoNode || feed == kNoNode || !m.node(done).op.ends_with("_done") || m.node(done).inputs.size() > 2) continue;
+    const auto at = position(done), ready = position(feed);
+    if (ready > at) {  // the done moves to right after `after`'s producer, unless its result is read before
+      bool read_before = false;
+      for (auto i = at + 1; i <= ready && !read_before; ++i) {
+        const std::vector<ValueId>& in = m.node(order[i]).inputs;
+        read_before = std::find(in.begin(), in.end(), dones[k]) != in.end();
+      }
+      if (read_before) continue;
+      order.erase(order.begin() + at);
+      order.insert(order.begin() + position(feed) + 1, done);
+    }
+    m.node(done).inputs.push_back(after[k]);
+  }
+  m.set_schedule(order);
+}
+
 ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& o) {
   if (o.devices == 1) return v;
   return emit(m, "mul", {v, scalar_like(m, m.value(v).type.dtype, 1.0 / static_cast<double>(o.devices))});
@@ -399,6 +456,7 @@ ValueId unflatten(Module& m, ValueId flat, int64_t offset, TensorType t) {  // t
 std::vector<ValueId> all_reduce_gradients(Module& m, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
                                           const UnitGroups& groups, const ShardOptions& o) {
   std::vector<ValueId> mean(params.size(), kNoValue);
+  std::vector<ValueId> dones, flats;  // each unit's reduction, and its flat gradient
   for (const std::vector<size_t>& members : groups.members) {
     std::vector<ValueId> unit_grads;
     std::vector<int64_t> numels;
@@ -407,8 +465,13 @@ std::vector<ValueId> all_reduce_gradients(Module& m, const std::vector<ValueId>&
       numels.push_back(m.value(grads[i]).type.numel());
     }
     const std::vector<int64_t> offsets = flat_offsets(numels, 1);
+    const auto first_new = static_cast<NodeId>(m.nodes().size());
     const ValueId flat = flatten_padded(m, unit_grads, offsets, offsets.back() + numels.back());
-    const ValueId reduced = mean_over_ranks(m, all_reduce_value(m, flat, o), o);
+    const ValueId summed = reduce_async(m, "all_reduce", flat, o);
+    schedule_after_last_producer(m, first_new, unit_grads);
+    dones.push_back(summed);
+    flats.push_back(flat);
+    const ValueId reduced = mean_over_ranks(m, summed, o);
     for (size_t k = 0; k < members.size(); ++k) {
       const size_t i = members[k];
       mean[i] = unflatten(m, reduced, offsets[k], m.value(grads[i]).type);
@@ -418,6 +481,7 @@ std::vector<ValueId> all_reduce_gradients(Module& m, const std::vector<ValueId>&
       m.rename(mean[i], "grad." + name);
     }
   }
+  overlap_reductions(m, dones, previous_unit(flats));
   return mean;
 }
 

@@ -9,7 +9,8 @@
 //   found from the graph's structure: passes/shard_units.h); a unit's gradients are flattened
 //   into one buffer padded to a multiple of N (so each collective is one call) and reduced:
 //     zero1  all_reduce of the flat gradient, then this rank's block of it;
-//     zero2  reduce_scatter of the flat gradient, as soon as the unit's gradient is complete.
+//     zero2  reduce_scatter of the flat gradient, as soon as the unit's gradient is complete;
+//   both as async pairs (reduce_async), overlapping the backward of the units before.
 //   Each rank holds and updates the optimizer state of its block only ([⌈E/N⌉] per unit), then
 //   all_gathers the updated block so every rank holds the whole parameters again.
 //     zero3  the parameters themselves are sharded: a unit is one argument, this rank's block
@@ -159,6 +160,20 @@ std::vector<ValueId> all_reduce_gradients(Module& m, const std::vector<ValueId>&
                                           const UnitGroups& groups, const ShardOptions& options);
 // The sum (or max) of a value over ranks; `v` itself on one rank.
 ValueId all_reduce_value(Module& m, ValueId v, const ShardOptions& options, const std::string& reduce = "sum");
+// A gradient's sum over ranks as an async pair, OP_start(x) → pending, OP_done(pending, x), for
+// op "reduce_scatter" or "all_reduce" (x itself for all_reduce on one rank): the schedule pass
+// issues the start as soon as x is complete and the done right before its first reader, so the
+// transfer overlaps the backward compute scheduled between them (passes/schedule.h).
+ValueId reduce_async(Module& m, const std::string& op, ValueId x, const ShardOptions& options);
+// Completes unit k's gradient reduction (dones[k], an OP_done's result; units in forward order)
+// only once after[k] exists (its `after` input): the backward finishes the units in reverse
+// order, so with after[k] the gradient of unit k−1, unit k's transfer overlaps unit k−1's
+// backward, one unit in flight. The done moves right after after[k]'s producer where nothing
+// before that reads its result; kNoValue entries are skipped.
+void overlap_reductions(Module& m, const std::vector<ValueId>& dones, const std::vector<ValueId>& after);
+// {kNoValue, values[0], …, values[n−2]}: each unit's predecessor's value (overlap_reductions'
+// `after` when units are in forward order).
+std::vector<ValueId> previous_unit(const std::vector<ValueId>& values);
 // v / N in v's dtype (the mean over ranks of an all-reduced sum).
 ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& options);
 // After the optimizer updated `unit.weight` to `updated`: all_gather the blocks and write each

@@ -196,6 +196,15 @@ Expected<std::vector<UpdateTarget>> update_targets(Module& module, StepValues& v
   batches.insert(batches.begin(), rank_batch);
   mark_rank_draws(module, batches);
   if (shard.stage == ShardStage::kZero3) {  // each shard's gradient is reduce-scattered already (the gather's gradient)
+    // Each unit's reduce-scatter completes once the unit before it has its gathered gradient.
+    std::vector<ValueId> dones, gathered;
+    for (ValueId g : v.grads) {
+      const NodeId p = module.value(g).producer;
+      const bool done = p != kNoNode && module.node(p).op == "reduce_scatter_done";
+      dones.push_back(done ? g : kNoValue);
+      gathered.push_back(done ? module.node(p).inputs[1] : kNoValue);
+    }
+    overlap_reductions(module, dones, previous_unit(gathered));
     for (size_t i = 0; i < v.units.size(); ++i) {
       module.rename(v.grads[i], "rank_sum_grad." + v.units[i].name);  // "grad.<unit>" is the mean's name
       const ValueId g = mean_over_ranks(module, v.grads[i], shard);

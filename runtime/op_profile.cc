@@ -4,6 +4,8 @@
 #include <map>
 #include <mutex>
 
+#include "ir/op_registry.h"
+
 namespace memc {
 namespace {
 
@@ -55,10 +57,11 @@ std::string op_category(const std::string& op) {
       {"slice_grad", "copies"}, {"gather", "copies"}, {"gather_grad", "copies"}, {"pad", "copies"}, {"expand", "copies"}, {"gather_elements", "copies"}, {"gather_elements_grad", "copies"},
       {"tile", "copies"}, {"reshape", "copies"}, {"copy_to_host", "copies"}, {"copy_to_device", "copies"},
       {"split_flat", "copies"}, {"shard_block", "copies"},
-      {"all_reduce", "collective"}, {"reduce_scatter", "collective"}, {"all_gather", "collective"}, {"broadcast", "collective"},
       {"softmax_cross_entropy", "loss"}, {"softmax_cross_entropy_grad", "loss"},
   };
   if (auto it = exact.find(op); it != exact.end()) return it->second;
+  // Collectives and their async pairs (all_gather_start, reduce_scatter_done, …).
+  if (const OpDef* def = OpRegistry::get().find(op); def && (def->flags & kOpCollective)) return "collective";
   if (starts_with(op, "conv_")) return "gemm";
   if (starts_with(op, "reduce_") || op == "argmax" || op == "argmin" || op == "cumsum") return "reduction";
   return "elementwise";

@@ -15,7 +15,9 @@
 // the pending result buffer (its contents undefined until done), OP_done(pending, x) completes
 // it in place. `done` reads x so that liveness keeps the source alive while the transfer runs.
 // The optional `after` is any value the start must follow (zero3's prefetch: the first split
-// piece of the unit before); the schedule pass may issue such a start as soon as it exists.
+// piece of the unit before); the schedule pass may issue such a start as soon as it exists. A
+// done's optional `after` is what it waits for (a gradient's reduction completes once the next
+// unit's gradient exists, so the transfer overlaps that unit's backward).
 #include "ir/grad.h"
 #include "ir/ops/ops.h"
 
@@ -171,10 +173,14 @@ Status all_gather_grad(GradBuilder& g) {
   if (g.needs_GI(0)) g.set_GI(0, g.emit("reduce_scatter", {g.GO(0)}, group_attrs(g.attrs(), true)));
   return Status::Ok();
 }
-// all_gather_done(pending, x) is all_gather(x) completed: dx = reduce_scatter(dy); the pending
-// buffer (its start's result, contents undefined) has no gradient.
+// all_gather_done(pending, x) is all_gather(x) completed: dx = reduce_scatter(dy), itself an
+// async pair (zero3's gradient leaves while the backward goes on); the pending buffer (its
+// start's result, contents undefined) has no gradient.
 Status all_gather_done_grad(GradBuilder& g) {
-  if (g.needs_GI(1)) g.set_GI(1, g.emit("reduce_scatter", {g.GO(0)}, group_attrs(g.attrs(), true)));
+  if (!g.needs_GI(1)) return Status::Ok();
+  const Attrs attrs = group_attrs(g.attrs(), true);
+  const ValueId pending = g.emit("reduce_scatter_start", {g.GO(0)}, attrs);
+  g.set_GI(1, g.emit("reduce_scatter_done", {pending, g.GO(0)}, attrs));
   return Status::Ok();
 }
 // reduce_scatter (sum): y_r = Σ_r' x_r'[block r], so dx_r'[block r] = dy_r: dx = all_gather(dy).
@@ -250,9 +256,10 @@ void register_collective_ops(OpRegistry& r) {
     // all_gather_done differentiates (zero3's prefetched gathers); the other pairs are emitted
     // after autodiff only.
     const bool gather = std::string_view(c.name) == "all_gather";
-    r.add({.name = str_cat(c.name, "_done"), .min_inputs = 2, .max_inputs = 2,
+    r.add({.name = str_cat(c.name, "_done"), .min_inputs = 2, .max_inputs = 3,
            .flags = kOpCollective | kOpInplaceOk | (gather ? 0u : kOpNoGradient), .shape = done_shape(c.result), .flops = flops,
-           .doc = str_cat("(pending, x) → the completed ", c.name, " of x, in place over pending"),
+           .doc = str_cat("(pending, x[, after]) → the completed ", c.name, " of x, in place over pending; `after`, read ",
+                          "for order only, is what the completion waits for"),
            .grad = gather ? GradFn(all_gather_done_grad) : GradFn()});
   }
 }
