@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "support/status.h"
 
@@ -79,15 +78,11 @@ void map(float* x, int64_t n, int lanes) {
 // Lanes above 88, which only a result near FLT_MAX or inf has, take the scalar expf.
 constexpr float kExpLow = -87.0f, kExpHigh = 88.0f, kExpZero = -104.0f;
 
-template <typename V>
-V exp_above_high(V y, V x, unsigned high) {
-  alignas(64) float xs[sizeof(V) / sizeof(float)], ys[sizeof(V) / sizeof(float)];
-  std::memcpy(xs, &x, sizeof(V));
-  std::memcpy(ys, &y, sizeof(V));
+// ys[lane] = expf(xs[lane]) for each lane set in `high` (plain arrays: a vector passed by value
+// to a function built for another ISA would change its calling convention).
+void exp_lanes_scalar(float* ys, const float* xs, unsigned high) {
   for (unsigned lane = 0; high; ++lane, high >>= 1)
     if (high & 1u) ys[lane] = std::exp(xs[lane]);
-  std::memcpy(&y, ys, sizeof(V));
-  return y;
 }
 
 __m128 exp4(__m128 x) {
@@ -97,8 +92,11 @@ __m128 exp4(__m128 x) {
   const __m128 sub = _mm_andnot_ps(_mm_cmplt_ps(x, _mm_set1_ps(kExpZero)), low);  // subnormal results
   const __m128 half = _ZGVbN4v_expf(_mm_and_ps(sub, _mm_mul_ps(x, _mm_set1_ps(0.5f))));
   const __m128 full = _ZGVbN4v_expf(_mm_andnot_ps(edge, x));  // edge lanes at e^0
-  const __m128 y = _mm_or_ps(_mm_and_ps(sub, _mm_mul_ps(half, half)), _mm_andnot_ps(low, full));
-  return exp_above_high(y, x, static_cast<unsigned>(_mm_movemask_ps(high)));
+  alignas(16) float xs[4], ys[4];
+  _mm_store_ps(xs, x);
+  _mm_store_ps(ys, _mm_or_ps(_mm_and_ps(sub, _mm_mul_ps(half, half)), _mm_andnot_ps(low, full)));
+  exp_lanes_scalar(ys, xs, static_cast<unsigned>(_mm_movemask_ps(high)));
+  return _mm_load_ps(ys);
 }
 
 __attribute__((target("avx2"))) __m256 exp8(__m256 x) {
@@ -109,8 +107,11 @@ __attribute__((target("avx2"))) __m256 exp8(__m256 x) {
   const __m256 sub = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(kExpZero), _CMP_LT_OQ), low);
   const __m256 half = _ZGVdN8v_expf(_mm256_and_ps(sub, _mm256_mul_ps(x, _mm256_set1_ps(0.5f))));
   const __m256 full = _ZGVdN8v_expf(_mm256_andnot_ps(edge, x));
-  const __m256 y = _mm256_or_ps(_mm256_and_ps(sub, _mm256_mul_ps(half, half)), _mm256_andnot_ps(low, full));
-  return exp_above_high(y, x, static_cast<unsigned>(_mm256_movemask_ps(high)));
+  alignas(32) float xs[8], ys[8];
+  _mm256_store_ps(xs, x);
+  _mm256_store_ps(ys, _mm256_or_ps(_mm256_and_ps(sub, _mm256_mul_ps(half, half)), _mm256_andnot_ps(low, full)));
+  exp_lanes_scalar(ys, xs, static_cast<unsigned>(_mm256_movemask_ps(high)));
+  return _mm256_load_ps(ys);
 }
 
 __attribute__((target("avx512f"))) __m512 exp16(__m512 x) {
@@ -120,8 +121,11 @@ __attribute__((target("avx512f"))) __m512 exp16(__m512 x) {
   const __mmask16 sub = low & ~_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpZero), _CMP_LT_OQ);
   const __m512 half = _ZGVeN16v_expf(_mm512_maskz_mul_ps(sub, x, _mm512_set1_ps(0.5f)));
   const __m512 full = _ZGVeN16v_expf(_mm512_mask_mov_ps(x, low | high, _mm512_setzero_ps()));
-  const __m512 y = _mm512_mask_mov_ps(full, low, _mm512_maskz_mul_ps(sub, half, half));
-  return exp_above_high(y, x, high);
+  alignas(64) float xs[16], ys[16];
+  _mm512_store_ps(xs, x);
+  _mm512_store_ps(ys, _mm512_mask_mov_ps(full, low, _mm512_maskz_mul_ps(sub, half, half)));
+  exp_lanes_scalar(ys, xs, high);
+  return _mm512_load_ps(ys);
 }
 
 }  // namespace
