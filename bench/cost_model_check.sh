@@ -2,6 +2,7 @@
 # The CPU cost model against measured training steps (issue 12 item 5; bench/RESULTS.md §27).
 #   PY=/work/venv-export/bin/python bench/cost_model_check.sh            # ≈6 min on the 2-core VM
 #   PROFILE=cpu.json PY=... bench/cost_model_check.sh                     # also a `memc calibrate` profile
+#   REPS=3 PY=... bench/cost_model_check.sh                                # each run 3 times, interleaved: the median
 # The configurations of §15 (vit_tiny b32 and b16, ViT-B/16 b4: micro-batches, optimizer offload,
 # remat, bf16-mixed), each compiled with the default `--target cpu` (and with PROFILE when given)
 # and run at one thread: step_ms (vit_tiny: 40 steps, ViT-B/16: 3; the first included) against
@@ -31,18 +32,17 @@ $M compile "$ROOT/models/vit_tiny.onnx" --batch 16 $COMMON -o "$OUT/host.plan" >
 $M run "$OUT/host.plan" --data "$TINY" --steps 1 --quiet --json "$OUT/host.json" --force >/dev/null
 "$PY" -c 'import json, sys; h = json.load(open(sys.argv[1]))["host_memory"]; print("gemm library:", h["gemm_library"], "| vector math:", h["vector_math"], "| vector loops:", h.get("vector_loops"))' "$OUT/host.json"
 
-rm -f "$OUT/rows.jsonl"
+rm -f "$OUT/rows.jsonl" "$OUT"/case.* "$OUT"/plan.* "$OUT"/run.*.json
+n=0
 while IFS='|' read -r label model data steps flags; do  # model: an ONNX path
   [ -n "$label" ] || continue
   $M compile "$model" $flags $COMMON --target cpu -o "$OUT/c.plan" --json >"$OUT/default.json"
   $M compile "$model" $flags $COMMON --target "$PROFILE" -o "$OUT/c.plan" --json >"$OUT/profile.json"
-  $M run "$OUT/c.plan" --data "$data" --steps "$steps" --threads 1 --quiet --json "$OUT/run.json" --force >/dev/null
-  "$PY" -c '
-import json, sys
-d, f, r = (json.load(open(p)) for p in sys.argv[1:4])
-print(json.dumps({"label": sys.argv[4], "default_ms": d["estimated_step_ms"], "profile_ms": f["estimated_step_ms"], "measured_ms": r["step_ms"],
-                  "peak_ok": r["measured_peak_bytes"] == r["predicted_peak_bytes"]}))' "$OUT/default.json" "$OUT/profile.json" "$OUT/run.json" "$label" >>"$OUT/rows.jsonl"
-  tail -1 "$OUT/rows.jsonl"
+  cp "$OUT/c.plan" "$OUT/plan.$n"
+  cp "$OUT/default.json" "$OUT/default.$n.json"
+  cp "$OUT/profile.json" "$OUT/profile.$n.json"
+  printf '%s\n' "$label|$data|$steps" >"$OUT/case.$n"
+  n=$((n + 1))
 done <<EOF
 vit_tiny b32 fp32|$ROOT/models/vit_tiny.onnx|$TINY|40|--batch 32
 vit_tiny b32 fp32, 2 micro-batches, offload optimizer|$ROOT/models/vit_tiny.onnx|$TINY|40|--batch 32 --micro-batches 2 --offload optimizer
@@ -60,6 +60,28 @@ ViT-B/16 b4 fp32, remat blocks, offload optimizer|$B16|$B16_DATA|3|--batch 4 --r
 ViT-B/16 b4 bf16-mixed, remat blocks, offload optimizer|$B16|$B16_DATA|3|--batch 4 --precision bf16-mixed --remat blocks --offload optimizer
 ViT-B/16 b4 bf16-mixed, 4 micro-batches, remat blocks, offload optimizer|$B16|$B16_DATA|3|--batch 4 --precision bf16-mixed --micro-batches 4 --remat blocks --offload optimizer
 EOF
+
+# Every configuration's run, REPS rounds over all of them (interleaved, so a slow minute of the
+# VM does not land on one configuration's repeats); each row keeps the median step time.
+REPS=${REPS:-1}
+for ((rep = 0; rep < REPS; rep++)); do
+  for ((i = 0; i < n; i++)); do
+    IFS='|' read -r label data steps <"$OUT/case.$i"
+    $M run "$OUT/plan.$i" --data "$data" --steps "$steps" --threads 1 --quiet --json "$OUT/run.$i.$rep.json" --force >/dev/null
+  done
+done
+for ((i = 0; i < n; i++)); do
+  IFS='|' read -r label data steps <"$OUT/case.$i"
+  "$PY" -c '
+import json, statistics, sys
+d, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+runs = [json.load(open(p)) for p in sys.argv[4:]]
+print(json.dumps({"label": sys.argv[3], "default_ms": d["estimated_step_ms"], "profile_ms": f["estimated_step_ms"],
+                  "measured_ms": statistics.median(r["step_ms"] for r in runs), "measured_all_ms": [r["step_ms"] for r in runs],
+                  "peak_ok": all(r["measured_peak_bytes"] == r["predicted_peak_bytes"] for r in runs)}))' \
+    "$OUT/default.$i.json" "$OUT/profile.$i.json" "$label" "$OUT"/run.$i.*.json >>"$OUT/rows.jsonl"
+  tail -1 "$OUT/rows.jsonl"
+done
 
 "$PY" - "$OUT/rows.jsonl" <<'PY'
 import json, statistics, sys
