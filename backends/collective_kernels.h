@@ -108,37 +108,20 @@ Status shard_block_kernel(KernelContext& ctx, Copy& copy) {
   return copy(y.raw(), static_cast<const char*>(x.raw()) + rank * y.nbytes(), static_cast<int64_t>(y.nbytes()));
 }
 
-// A backend's table entries: (op, kernel) for every collective op but split_flat (a copy each
-// backend has in its own op table), over the backend's Copy, which is constructed from the
-// KernelContext.
-template <class Copy>
-struct Kernels {
-  template <Status (*F)(KernelContext&, Copy&)>
-  static Status run(KernelContext& ctx) {
-    Copy copy(ctx);
-    return F(ctx, copy);
-  }
-  template <const char* kBase>
-  static Status blocking_op(KernelContext& ctx, Copy& copy) { return blocking(ctx, copy, kBase); }
-  template <const char* kBase>
-  static Status start_op(KernelContext& ctx, Copy& copy) { return start_kernel(ctx, copy, kBase); }
-};
-
-inline constexpr char kAllGather[] = "all_gather", kReduceScatter[] = "reduce_scatter", kAllReduce[] = "all_reduce";
-
-// Calls add(name, kernel) for each collective op.
+// Calls add(op, kernel) for every collective op but split_flat (a copy each backend has in its
+// own op table), over the backend's Copy, which is constructed from the KernelContext.
 template <class Copy, class Add>
 void register_kernels(Add&& add) {
-  using K = Kernels<Copy>;
-  add("all_gather", K::template run<K::template blocking_op<kAllGather>>);
-  add("reduce_scatter", K::template run<K::template blocking_op<kReduceScatter>>);
-  add("all_reduce", K::template run<K::template blocking_op<kAllReduce>>);
-  add("all_gather_start", K::template run<K::template start_op<kAllGather>>);
-  add("reduce_scatter_start", K::template run<K::template start_op<kReduceScatter>>);
-  add("all_reduce_start", K::template run<K::template start_op<kAllReduce>>);
-  for (const char* done : {"all_gather_done", "reduce_scatter_done", "all_reduce_done"}) add(done, K::template run<done_kernel<Copy>>);
-  add("broadcast", K::template run<broadcast_kernel<Copy>>);
-  add("shard_block", K::template run<shard_block_kernel<Copy>>);
+  add("all_gather", [](KernelContext& ctx) { Copy copy(ctx); return blocking(ctx, copy, "all_gather"); });
+  add("reduce_scatter", [](KernelContext& ctx) { Copy copy(ctx); return blocking(ctx, copy, "reduce_scatter"); });
+  add("all_reduce", [](KernelContext& ctx) { Copy copy(ctx); return blocking(ctx, copy, "all_reduce"); });
+  add("all_gather_start", [](KernelContext& ctx) { Copy copy(ctx); return start_kernel(ctx, copy, "all_gather"); });
+  add("reduce_scatter_start", [](KernelContext& ctx) { Copy copy(ctx); return start_kernel(ctx, copy, "reduce_scatter"); });
+  add("all_reduce_start", [](KernelContext& ctx) { Copy copy(ctx); return start_kernel(ctx, copy, "all_reduce"); });
+  const Kernel done = [](KernelContext& ctx) { Copy copy(ctx); return done_kernel(ctx, copy); };
+  for (const char* op : {"all_gather_done", "reduce_scatter_done", "all_reduce_done"}) add(op, done);
+  add("broadcast", [](KernelContext& ctx) { Copy copy(ctx); return broadcast_kernel(ctx, copy); });
+  add("shard_block", [](KernelContext& ctx) { Copy copy(ctx); return shard_block_kernel(ctx, copy); });
 }
 
 }  // namespace memc::collective

@@ -408,7 +408,8 @@ std::vector<ValueId> previous_unit(const std::vector<ValueId>& values) {
 
 ValueId reduce_async(Module& m, const std::string& op, ValueId x, const ShardOptions& o) {
   if (o.devices == 1 && op == "all_reduce") return x;
-  const Attrs a = make_attrs({{"ranks", o.devices}, {"reduce", std::string("sum")}});
+  Attrs a = group(o);
+  a.set("reduce", std::string("sum"));
   const ValueId pending = emit(m, op + "_start", {x}, a);
   return emit(m, op + "_done", {pending, x}, a);
 }
