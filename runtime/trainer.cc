@@ -512,7 +512,8 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
     if (!options.device_communicator) {
       return Status::BadInput("a plan sharded over GPU ranks needs NCCL, and this memc was built without it (CUDA's NCCL at build time)");
     }
-    MEMC_ASSIGN_OR_RETURN(device_comm, options.device_communicator(*comm, rank_gpu(comm)));
+    const std::string name(backend->name());  // "cuda:K", the GPU opened (--device may name it)
+    MEMC_ASSIGN_OR_RETURN(device_comm, options.device_communicator(*comm, std::stoi(name.substr(name.find(':') + 1))));
   }
   cuda::set_tf32(options.tf32);
   const int64_t in_use_at_open = backend->device_bytes_in_use();
