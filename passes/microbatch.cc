@@ -116,8 +116,10 @@ class Accumulator {
   // Forward (from `f`), loss and backward of one micro-batch, then the adds into the sums.
   Status add(const Module& f, const MicroBatch& mb, const AfterAutodiff& after_autodiff) {
     const NodeId forward_begin = static_cast<NodeId>(m_.nodes().size());
-    MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> args, arguments(f, mb));
+    std::vector<NodeId> bound;
+    MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> args, arguments(f, mb, bound));
     const std::vector<ValueId> outs = inline_forward(m_, f, args, mb.prefix());
+    sink_to_first_reader(bound);
     offset_random_draws(m_, forward_begin, mb.first, mb.size);
     const ValueId loss = weighted_loss(outs[0], mb);
     const ValueId for_grad = scale_ == kNoValue ? loss : emit(m_, "mul", {loss, scale_});
@@ -149,8 +151,8 @@ class Accumulator {
 
  private:
   // f's arguments in the step: inputs by position among inputs (their rows of the micro-batch),
-  // params and others by name.
-  Expected<std::vector<ValueId>> arguments(const Module& f, const MicroBatch& mb) {
+  // params and others by name; `bound` gets the nodes a bound parameter added (its gather).
+  Expected<std::vector<ValueId>> arguments(const Module& f, const MicroBatch& mb, std::vector<NodeId>& bound) {
     std::vector<ValueId> args;
     size_t next_input = 0;
     for (ValueId a : f.arguments()) {
@@ -159,9 +161,11 @@ class Accumulator {
         if (next_input >= inputs_.size()) return Status::Internal("micro-batch forward has more inputs than the step");
         args.push_back(rows(m_, inputs_[next_input++], mb.first, mb.first + mb.size));
       } else if (fa.role == Role::kParam && bind_ && !is_argument(fa.name)) {
-        MEMC_ASSIGN_OR_RETURN(const ValueId bound, bind_(fa.source_name, mb.index));
-        if (m_.value(bound).type != fa.type) return Status::Internal(str_cat("parameter '", fa.source_name, "' bound to a value of another type"));
-        args.push_back(bound);
+        const auto first_new = static_cast<NodeId>(m_.nodes().size());
+        MEMC_ASSIGN_OR_RETURN(const ValueId value, bind_(fa.source_name, mb.index));
+        if (m_.value(value).type != fa.type) return Status::Internal(str_cat("parameter '", fa.source_name, "' bound to a value of another type"));
+        for (NodeId n = first_new; n < static_cast<NodeId>(m_.nodes().size()); ++n) bound.push_back(n);
+        args.push_back(value);
       } else {
         const ValueId same = m_.find_value(fa.name);
         if (same == kNoValue || m_.value(same).type != fa.type) {
@@ -171,6 +175,32 @@ class Accumulator {
       }
     }
     return args;
+  }
+
+  // The nodes that built the micro-batch's bound parameters (each unit's gather), each moved to
+  // right before its first scheduled reader. Built before the forward was inlined, they would
+  // all run first: every unit's gathered parameters live at once, and autodiff (which walks the
+  // schedule backwards) would reduce every unit's gradient only at the end of the backward.
+  // In reverse creation order, so a node's own inputs move before it.
+  void sink_to_first_reader(const std::vector<NodeId>& nodes) {
+    if (nodes.empty()) return;
+    std::vector<NodeId> order = m_.schedule();
+    const auto users = m_.users();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      const NodeId n = *it;
+      const auto self = std::find(order.begin(), order.end(), n);
+      if (self == order.end()) continue;
+      order.erase(self);
+      auto reads = [&](NodeId r) {
+        if (m_.node(r).dead) return false;
+        for (ValueId out : m_.node(n).outputs) {
+          if (std::find(users[out].begin(), users[out].end(), r) != users[out].end()) return true;
+        }
+        return false;
+      };
+      order.insert(std::find_if(order.begin(), order.end(), reads), n);
+    }
+    m_.set_schedule(order);
   }
 
   bool is_argument(const std::string& name) const {

@@ -248,6 +248,25 @@ void prefetch_gathers(Module& m, const std::vector<ShardUnit>& chains) {
   prefetch_one_ahead(m, chains, [](const ShardUnit& u) { return u.split; }, [](const ShardUnit& u) { return u.pending; });
 }
 
+void prefetch_across_passes(Module& m) {
+  const auto users = m.users();
+  std::vector<ShardUnit> chains;
+  for (NodeId n : m.schedule()) {
+    const Node& start = m.node(n);
+    if (start.dead || start.op != "all_gather_start") continue;
+    ShardUnit chain;
+    chain.pending = start.outputs[0];
+    for (NodeId done : users[chain.pending]) {
+      if (m.node(done).dead || m.node(done).op != "all_gather_done") continue;
+      for (NodeId split : users[m.node(done).outputs[0]]) {
+        if (!m.node(split).dead && m.node(split).op == "split_flat") chain.split = m.node(split).outputs[0];
+      }
+    }
+    if (chain.split != kNoValue) chains.push_back(chain);
+  }
+  prefetch_one_ahead(m, chains, [](const ShardUnit& u) { return u.split; }, [](const ShardUnit& u) { return u.pending; });
+}
+
 Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& o) {
   std::vector<ShardUnit> units;
   std::vector<ValueId> shards;

@@ -146,6 +146,12 @@ ShardUnit gather_again(Module& m, const ShardUnit& u, const ShardOptions& option
 // Prefetch one unit ahead over `chains` (one micro-batch's gathers, in any order): each unit's
 // all_gather_start follows the split of the unit gathered before it.
 void prefetch_gathers(Module& m, const std::vector<ShardUnit>& chains);
+// zero3, once every pass over the units is built: each pass (a micro-batch's forward, its
+// backward) prefetches within itself, so each pass's first gather waited exposed. This links it
+// to the split scheduled before it: backward's first regather to the forward's last unit, and
+// micro-batch k+1's first gather to micro-batch k's last backward unit. Only the step's first
+// gather has nothing to follow.
+void prefetch_across_passes(Module& m);
 // zero3, after autodiff: backward nodes (ids ≥ backward_begin) read a second gather of each
 // unit, so the forward's gathered parameters die when the forward is done with them.
 Status regather_for_backward(Module& m, const std::vector<ShardUnit>& units, NodeId backward_begin, const ShardOptions& options);
