@@ -13,13 +13,20 @@
 namespace memc {
 
 // Counter-based RNG (SplitMix64 over a combined counter): the same (seed, stream, index) gives
-// the same bits on every run, every recomputation and every backend.
-MEMC_HD inline uint32_t counter_random(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (stream + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ index;
-  z += 0x9E3779B97F4A7C15ull;
+// the same bits on every run, every recomputation and every backend. It is two steps, so a loop
+// over indices computes the key once and its draws vectorize (no 64-bit multiply of the key
+// per element): counter_random(seed, stream, i) == counter_draw(counter_key(seed, stream), i).
+MEMC_HD inline uint64_t counter_key(uint64_t seed, uint64_t stream) {
+  return seed * 0x9E3779B97F4A7C15ull ^ (stream + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
+}
+MEMC_HD inline uint32_t counter_draw(uint64_t key, uint64_t index) {
+  uint64_t z = (key ^ index) + 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return static_cast<uint32_t>((z ^ (z >> 31)) >> 16);
+}
+MEMC_HD inline uint32_t counter_random(uint64_t seed, uint64_t stream, uint64_t index) {
+  return counter_draw(counter_key(seed, stream), index);
 }
 
 // Dropout keeps an element when its counter-RNG draw falls below (1 - ratio)·2³²; the stream

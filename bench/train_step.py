@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """memc vs PyTorch: wall time of one training step (forward + cross-entropy +
-backward + AdamW), same model, batch, optimizer, no dropout, same thread count, same
-precision.
+backward + AdamW), same model, batch, optimizer, no dropout (--dropout: the exported
+p = 0.1 in both), same thread count, same precision.
 
     /work/venv/bin/python bench/train_step.py                 # defaults below, ~3-5 min on 2 cores
     /work/venv/bin/python bench/train_step.py --reps 3 --threads 1 --models vit_tiny --json /tmp/r.json
@@ -161,9 +161,9 @@ def memc_rep(plan, data, batch, steps, warmup, threads, tmp, precision):
     }
 
 
-def torch_rep(model, batch, steps, warmup, threads, precision):
+def torch_rep(model, batch, steps, warmup, threads, precision, dropout):
     out, _, _ = run_child([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--model", model, "--batch",
-                           str(batch), "--threads", str(threads), "--no-dropout", "--warmup", str(warmup),
+                           str(batch), "--threads", str(threads)] + ([] if dropout else ["--no-dropout"]) + ["--warmup", str(warmup),
                            "--runs", str(steps), "--onnx", VIT_B16_ONNX, "--data", VIT_B16_DATA,
                            "--precision", precision], env_for(threads))
     d = json.loads(out.strip().splitlines()[-1])
@@ -206,8 +206,11 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed steps per process")
     ap.add_argument("--warmup", type=int, default=3, help="untimed first steps per process")
     ap.add_argument("--json", help="write all raw figures here")
+    ap.add_argument("--dropout", action="store_true",
+                    help="train with the exported dropout (p = 0.1) in both, not --no-dropout")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
+    no_dropout = [] if args.dropout else ["--no-dropout"]  # memc compile's; torch_rep passes torch's
     threads = [int(t) for t in args.threads.split(",") if t]
     precisions = [p for p in args.precisions.split(",") if p]
     for p in precisions:
@@ -249,7 +252,7 @@ def main():
                     # fp32 is memc's default: no --precision on its compile line
                     extra = [] if prec == "fp32" else ["--precision", prec]
                     subprocess.run([MEMC, "compile", onnx_path, "--batch", str(batch), "--optimizer", "adamw",
-                                    "--no-dropout", "--epochs", "1000", "--threads", str(t)] + extra + ["-o", plans[(t, prec)]],
+                                    "--epochs", "1000", "--threads", str(t)] + no_dropout + extra + ["-o", plans[(t, prec)]],
                                    check=True, stdout=subprocess.DEVNULL)
             pairs = [(t, prec) for t in threads for prec in precisions]
             raw = {tp: {"memc": [], "torch": []} for tp in pairs}
@@ -261,7 +264,7 @@ def main():
                         if fw == "memc":
                             r[fw].append(memc_rep(plans[(t, prec)], data, batch, args.steps, args.warmup, t, tmp, prec))
                         else:
-                            r[fw].append(torch_rep(model, batch, args.steps, args.warmup, t, prec))
+                            r[fw].append(torch_rep(model, batch, args.steps, args.warmup, t, prec, args.dropout))
                     print(f"  {model} b{batch} T={t} {prec} rep {rep + 1}/{args.reps}: memc "
                           f"{statistics.median(r['memc'][-1]['step_ms_timed']):.2f} ms, torch "
                           f"{statistics.median(r['torch'][-1]['step_ms_timed']):.2f} ms, "

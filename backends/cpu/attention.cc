@@ -99,11 +99,12 @@ struct AttentionDropout {
   template <typename C>
   void factors(C* factor, int64_t batch_index, int64_t q0, int64_t k0, int64_t rows, int64_t cols,
                int64_t tq, int64_t tk) const {  // factor: [rows, cols]
+    const uint64_t key = counter_key(seed, stream), limit = threshold;
+    const C kept = static_cast<C>(inv_keep);
     for (int64_t r = 0; r < rows; ++r) {
       const uint64_t first = offset + static_cast<uint64_t>(((batch_index * tq) + q0 + r) * tk + k0);
-      for (int64_t c = 0; c < cols; ++c) {
-        factor[r * cols + c] = counter_random(seed, stream, first + c) < threshold ? static_cast<C>(inv_keep) : C(0);
-      }
+      C* row = factor + r * cols;
+      for (int64_t c = 0; c < cols; ++c) row[c] = counter_draw(key, first + static_cast<uint64_t>(c)) < limit ? kept : C(0);
     }
   }
 };

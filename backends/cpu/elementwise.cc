@@ -375,11 +375,26 @@ Status dropout_kernel(KernelContext& ctx) {
       const C scale = static_cast<C>(1.0 / (1.0 - ratio));
       const T* px = x.data<T>();  // [n]
       T* py = y.data<T>();        // [n]
-      parallel_elementwise(n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const bool kept = counter_random(ctx.seed, stream, offset + static_cast<uint64_t>(i)) < threshold;
-          py[i] = store<T>(kept ? load<T>(px[i]) * scale : C(0));
-          if (keep) keep[i] = kept;
+      const uint64_t key = counter_key(ctx.seed, stream);
+      parallel_elementwise(n, [&, key, offset, threshold, scale](int64_t begin, int64_t end) {
+        // By value: a store through keep (bool) may alias anything, so captures by reference
+        // would be reloaded per element and the loop would not vectorize.
+        // Every element is loaded and scaled, then selected (a load on the kept branch only is
+        // control flow GCC does not vectorize), and the mask is read as bytes (GCC has no
+        // vector type for bool).
+        auto kept = [=](int64_t i) { return counter_draw(key, offset + static_cast<uint64_t>(i)) < threshold; };
+        if (keep) {
+          for (int64_t i = begin; i < end; ++i) keep[i] = kept(i);
+          const auto* bytes = reinterpret_cast<const uint8_t*>(keep);
+          for (int64_t i = begin; i < end; ++i) {
+            const C scaled = load<T>(px[i]) * scale;
+            py[i] = store<T>(bytes[i] != 0 ? scaled : C(0));
+          }
+        } else {
+          for (int64_t i = begin; i < end; ++i) {
+            const C scaled = load<T>(px[i]) * scale;
+            py[i] = store<T>(kept(i) ? scaled : C(0));
+          }
         }
       });
       return Status::Ok();
