@@ -80,10 +80,12 @@ int64_t node_flops(const Module& m, const Node& node) {
 }
 
 int64_t node_bytes(const Module& m, const Node& node) {
-  int64_t total = 0;
-  for (const TensorType& t : types_of(m, node.inputs)) total += t.bytes();
-  for (const TensorType& t : types_of(m, node.outputs)) total += t.bytes();
-  return total;
+  const bool partial = node.def && (node.def->flags & kOpPartialRead);
+  int64_t total = 0, written = 0;
+  for (const TensorType& t : types_of(m, node.outputs)) written += t.bytes();
+  const std::vector<TensorType> in = types_of(m, node.inputs);
+  for (size_t i = 0; i < in.size(); ++i) total += partial && i == 0 ? written : in[i].bytes();
+  return total + written;
 }
 
 }  // namespace memc

@@ -24,6 +24,7 @@ enum OpFlags : uint32_t {
   kOpOptimizerUpdate = 1u << 7,  // an optimizer step over one parameter (runs on the host when its state is there)
   kOpTransfer = 1u << 8,     // moves bytes between memory spaces (copy_to_host, copy_to_device)
   kOpCollective = 1u << 9,   // communicates across ranks (ir/ops/collective.cc); async pairs end in _start/_done
+  kOpPartialRead = 1u << 10, // reads only the elements it writes from its first input (slice, gather)
 };
 
 struct ShapeContext {
@@ -72,7 +73,8 @@ class OpRegistry {
 Status infer_types(const Node& node, const std::vector<TensorType>& input_types,
                    const std::vector<bool>& present, std::vector<TensorType>& out);
 int64_t node_flops(const Module& m, const Node& node);
-// Bytes a node reads plus writes (inputs + outputs).
+// Bytes a node reads plus writes (inputs + outputs; a kOpPartialRead op's first input counts as
+// its output's size).
 int64_t node_bytes(const Module& m, const Node& node);
 // Bytes one rank sends for a collective under ring algorithms (all_gather and reduce_scatter
 // (R−1)/R of the full buffer, all_reduce twice that, broadcast the buffer; _done counts 0);

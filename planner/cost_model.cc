@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <unistd.h>
 #include <unordered_map>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,12 @@
 #include "support/atomic_file.h"
 
 namespace memc {
+
+int64_t cpu_cache_bytes() {
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 > 0 ? static_cast<int64_t>(l2) : int64_t{1} << 20;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -36,6 +43,9 @@ DeviceProfile cpu_default() {
   // FLOPs (vit_tiny, T = 17).
   p.attention_efficiency = 0.45;
   p.attention_entry_flops = 2e5;
+  // It widens bf16 operands and computes in f32 (vit_tiny b16 bf16-mixed: attention 0.85 ms
+  // measured against 0.20 estimated at the bf16 GEMM rate).
+  p.attention_widens = true;
   p.mem_bandwidth = 1.2e10;
   p.host_bandwidth = 1.2e10;
   p.link_bandwidth = 0;  // host and device are one memory
@@ -49,6 +59,11 @@ DeviceProfile cpu_default() {
   // The executor between two kernels: a step's wall time less its kernels' (vit_tiny b32:
   // 0.2 ms over 223 nodes; 8 micro-batches, 0.9 ms over ≈1,800).
   p.node_overhead_s = 1e-6;
+  // Small nodes run from cache: vit_tiny b32's adds, transposes, reductions and gather_grads
+  // (≤ 0.5 MB each) moved 13.3 MB in 0.41 ms, 32 GB/s (adds 85, the others 20–33), against the
+  // 9 GB/s of streaming; `memc calibrate`'s (add, transpose) chain within L2 measured 22–34 GB/s.
+  p.cache_bytes = cpu_cache_bytes();
+  p.cache_bandwidth = 3.2e10;
   // Two threads against one on the 2-core Xeon VM (bench/RESULTS.md §29, `memc run --profile`):
   // GEMMs 1.54× (ViT-B/16 b8) and 1.59× (vit_small32 b32), the rest 1.32× and 1.35×.
   p.heavy_thread_gain = 0.55;
@@ -119,8 +134,11 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
     p.half_flops = j.value("half_flops", p.half_flops);
     p.attention_efficiency = j.value("attention_efficiency", p.attention_efficiency);
     p.attention_entry_flops = j.value("attention_entry_flops", p.attention_entry_flops);
+    p.attention_widens = j.value("attention_widens", p.attention_widens);
     p.low_other_factor = j.value("low_other_factor", p.low_other_factor);
     p.node_overhead_s = j.value("node_overhead_s", p.node_overhead_s);
+    p.cache_bytes = j.value("cache_bytes", p.cache_bytes);
+    p.cache_bandwidth = j.value("cache_bandwidth", p.cache_bandwidth);
     p.heavy_thread_gain = j.value("heavy_thread_gain", p.heavy_thread_gain);
     p.other_thread_gain = j.value("other_thread_gain", p.other_thread_gain);
     p.memory_bytes = j.value("memory_bytes", p.memory_bytes);
@@ -153,15 +171,18 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
             {"half_flops", p.half_flops},
             {"attention_efficiency", p.attention_efficiency},
             {"attention_entry_flops", p.attention_entry_flops},
+            {"attention_widens", p.attention_widens},
             {"low_other_factor", p.low_other_factor},
             {"node_overhead_s", p.node_overhead_s},
+            {"cache_bytes", p.cache_bytes},
+            {"cache_bandwidth", p.cache_bandwidth},
             {"heavy_thread_gain", p.heavy_thread_gain},
             {"other_thread_gain", p.other_thread_gain},
             {"memory_bytes", p.memory_bytes}};
   return write_file_atomic(path, j.dump(2) + "\n");
 }
 
-StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t threads) {
+StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t threads, std::map<std::string, double>* by_op) {
   const double extra = static_cast<double>(std::max<int64_t>(threads, 1) - 1);
   const double heavy_speedup = 1.0 + p.heavy_thread_gain * extra, other_speedup = 1.0 + p.other_thread_gain * extra;
   const OpRegistry& registry = OpRegistry::get();
@@ -201,20 +222,25 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
       const DType t = train.value(v).type.dtype;
       if (t == DType::kBF16 || t == DType::kF16) low = true;
     }
-    const double rate = low ? p.low_flops : p.f32_flops;
     const bool heavy = def && (def->flags & kOpComputeHeavy);
+    const bool attention = node.op == "attention" || node.op == "attention_grad";
+    const double rate = low ? p.low_flops : p.f32_flops;
     double compute = 0;
     if (heavy) {  // the FLOPs plus the call's fixed cost (and attention's per entry)
-      const bool attention = node.op == "attention" || node.op == "attention_grad";
       const Shape& y = train.value(node.outputs[0]).type.shape;  // [batch…, T, D]
       const double entries = attention && y.size() >= 2 ? static_cast<double>(numel(Shape(y.begin(), y.end() - 2))) : 0.0;
-      const double work = flops + p.half_flops + entries * p.attention_entry_flops;
-      compute = work / (rate * std::max(attention ? p.attention_efficiency : p.heavy_efficiency, 1e-6)) / heavy_speedup;
+      // A widening kernel's per-entry work (its operands converted to f32) runs at the f32 rate.
+      const double entry_rate = p.attention_widens ? p.f32_flops : rate;
+      const double efficiency = std::max(attention ? p.attention_efficiency : p.heavy_efficiency, 1e-6);
+      compute = ((flops + p.half_flops) / rate + entries * p.attention_entry_flops / entry_rate) / efficiency / heavy_speedup;
     } else if (flops > 0) {
       compute = flops / (rate * std::max(p.other_efficiency, 1e-6)) / other_speedup;
     }
-    const double memory = bytes / (p.mem_bandwidth * p.bandwidth_efficiency) / other_speedup;
-    seconds += std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + p.node_overhead_s;
+    const bool cached = p.cache_bytes > 0 && p.cache_bandwidth > 0 && bytes <= static_cast<double>(p.cache_bytes);
+    const double memory = bytes / (cached ? p.cache_bandwidth : p.mem_bandwidth * p.bandwidth_efficiency) / other_speedup;
+    const double node_seconds = std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + p.node_overhead_s;
+    seconds += node_seconds;
+    if (by_op) (*by_op)[node.op] += node_seconds * 1e3;
   }
   StepEstimate e;
   e.compute_ms = seconds * 1e3;

@@ -9,7 +9,9 @@
 //             of f_half FLOPs, so it runs at efficiency · f/(f + f_half), f its FLOPs, and
 //             attention pays another fixed cost per batch·head entry (a CPU kernel's per-entry
 //             block products; 0 on a GPU, where one kernel covers every entry)
-//   memory  = bytes read and written / (memory bandwidth · efficiency)
+//   memory  = bytes read and written / (memory bandwidth · efficiency), or, on a CPU, when the
+//             node's bytes fit the per-core cache (L2), / the cache bandwidth: a small model's
+//             elementwise ops and copies run from cache, several times the streaming rate
 // Views (reshape and friends) are free. A collective costs its wire bytes over the interconnect
 // plus a latency per call (NVLink/NVSwitch on the GPU profiles, MPI over shared memory on cpu). Host↔device copies of offloaded state go over the
 // host link and overlap compute (the step takes the longer of the two plus what cannot
@@ -19,6 +21,7 @@
 // defaults measured on the development machine), and data-sheet profiles "a100", "h100",
 // "h200" (SXM parts; dense tensor-core rates, HBM bandwidth, PCIe host link).
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,8 +41,14 @@ struct DeviceProfile {
   double half_flops = 1e8;    // FLOPs at which a heavy op reaches half its efficiency
   double attention_efficiency = 0.6;  // attention's share of the peak rate
   double attention_entry_flops = 0;   // attention's fixed cost per batch·head entry, in FLOPs
+  bool attention_widens = false;      // the attention kernel computes 16-bit operands in f32 (the
+                                      // CPU's): at the f32 rate, not the 16-bit one
   double low_other_factor = 1.0;  // time factor of non-heavy ops on 16-bit operands (CPU: conversions)
   double node_overhead_s = 5e-6;
+  // A node whose bytes (read + written) are at most cache_bytes moves them at cache_bandwidth
+  // (bytes/s, efficiency included) instead; 0: one tier (GPUs).
+  int64_t cache_bytes = 0;
+  double cache_bandwidth = 0;
   // CPU threads: T threads run a heavy op's compute 1 + heavy_thread_gain·(T − 1) times as fast,
   // and the rest's compute and memory time 1 + other_thread_gain·(T − 1) (0: no gain; GPUs).
   double heavy_thread_gain = 0, other_thread_gain = 0;
@@ -49,6 +58,10 @@ struct DeviceProfile {
   double comm_bandwidth = 5e9;
   double comm_latency_s = 1e-5;
 };
+
+// The per-core cache a CPU node's bytes must fit to run from it: L2 (sysconf), 1 MiB when the
+// system does not say.
+int64_t cpu_cache_bytes();
 
 // "cpu", "a100", "h100", "h200", or a path to a JSON profile (memc calibrate writes one).
 Expected<DeviceProfile> device_profile(const std::string& target);
@@ -66,6 +79,9 @@ struct StepEstimate {
 
 // Nodes that run on the host (passes/offload.h) are charged at host bandwidth, and their
 // device-side operands cross the host link. `threads`: the CPU compute threads the step runs with.
-StepEstimate estimate_step(const Module& train, const DeviceProfile& profile, int64_t threads = 1);
+// `by_op` (optional) gets each op's compute time in ms summed over its nodes, overhead included
+// (`memc run --profile` prints it beside the measured time).
+StepEstimate estimate_step(const Module& train, const DeviceProfile& profile, int64_t threads = 1,
+                           std::map<std::string, double>* by_op = nullptr);
 
 }  // namespace memc

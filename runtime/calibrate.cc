@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/blas.h"
+#include "ir/grad.h"  // make_attrs
 #include "ir/op_registry.h"
 #include "runtime/host_memory.h"
 #include "runtime/planned_executor.h"
@@ -38,6 +39,28 @@ double gemm_rate(int64_t n, double budget) {
   std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats<T>({n, n, n})));
   const double t = time_per_call(budget, [&] { cpu::gemm<T>(c.data(), a.data(), b.data(), {n, n, n}, scratch.data()); });
   return 2.0 * static_cast<double>(n * n * n) / t;
+}
+
+// The cache tier: 32 chained (add, transpose) pairs over an [r, r] f32 matrix whose add's 12r²
+// bytes are three quarters of the L2: a small model's streaming ops are both kinds (elementwise
+// at the cache's full rate, copies and reductions with strided reads). After the node overhead.
+template <typename RunPlanned>
+Status calibrate_cache(DeviceProfile& p, RunPlanned&& run_planned) {
+  p.cache_bytes = cpu_cache_bytes();
+  const auto r = static_cast<int64_t>(std::sqrt(static_cast<double>(std::max<int64_t>(p.cache_bytes / 16, 1024))));
+  Module m;
+  const ValueId x = m.add_argument("x", TensorType{DType::kF32, {r, r}}, Role::kInput);
+  ValueId v = x;
+  for (int i = 0; i < 32; ++i) {
+    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> sum, m.add_node("add", {v, x}));
+    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> t, m.add_node("transpose", {sum[0]}, make_attrs({{"perm", std::vector<int64_t>{1, 0}}})));
+    v = t[0];
+  }
+  m.set_outputs({v});
+  double t = 0;
+  MEMC_RETURN_IF_ERROR(run_planned(m, t));
+  p.cache_bandwidth = 20.0 * static_cast<double>(r * r) / std::max(t / 32 - 2 * p.node_overhead_s, 1e-9);
+  return Status::Ok();
 }
 
 // Attention: a long head (T = 197, ViT-B/16's) and many short ones (T = 16). Each takes
@@ -137,6 +160,7 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
     MEMC_RETURN_IF_ERROR(run_planned(m, t));
     p.node_overhead_s = t / 512;
   }
+  MEMC_RETURN_IF_ERROR(calibrate_cache(p, run_planned));
   set_compute_threads(threads);
   p.heavy_thread_gain = p.other_thread_gain = 0;
   if (threads > 1) {

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "ir/grad.h"
+#include "ir/op_registry.h"
 #include "passes/offload.h"
 #include "planner/cost_model.h"
 #include "passes/memory_plan.h"
@@ -105,6 +107,41 @@ TEST(CostModel, CpuThreadsSpeedTheEstimateByTheProfileGains) {
   std::fputs("{\"heavy_thread_gain\": 1.5}", f);
   std::fclose(f);
   EXPECT_EQ(device_profile(path).status().kind(), ErrorKind::kBadInput);
+}
+
+// On a CPU a node whose bytes fit the per-core cache moves them at the cache's rate: a faster
+// cache tier makes the small model's estimate smaller, a tier of 0 bytes is none, the profile
+// file keeps both fields, and the GPU profiles have none. A gather or slice counts the bytes it
+// reads (its output's size), not its whole input.
+TEST(CostModel, SmallNodesRunFromTheCacheTierAndGathersCountWhatTheyRead) {
+  DeviceProfile p = *device_profile("cpu");
+  EXPECT_GT(p.cache_bytes, 0);
+  EXPECT_EQ(device_profile("h200")->cache_bytes, 0);
+  const std::string path = ::testing::TempDir() + "/cache_profile.json";
+  CompileOptions o = vit_options(32);
+  o.target = path;
+  auto estimate = [&](int64_t cache_bytes, double cache_bandwidth) {
+    p.cache_bytes = cache_bytes;
+    p.cache_bandwidth = cache_bandwidth;
+    EXPECT_TRUE(write_profile(path, p).ok());
+    EXPECT_EQ(device_profile(path)->cache_bytes, cache_bytes);
+    return testing::compile_committed("vit_tiny", o).estimated_step_ms;
+  };
+  const double streaming = p.mem_bandwidth * p.bandwidth_efficiency;
+  const double none = estimate(0, 10 * streaming), same = estimate(int64_t{1} << 30, streaming),
+               fast = estimate(int64_t{1} << 30, 10 * streaming);
+  EXPECT_DOUBLE_EQ(none, same);
+  EXPECT_LT(fast, none);
+
+  Module m;
+  const ValueId data = m.add_argument("data", TensorType{DType::kF32, {1000, 64}}, Role::kInput);
+  const ValueId index = m.add_argument("index", TensorType{DType::kI64, {2}}, Role::kInput);
+  const auto gathered = m.add_node("gather", {data, index}, make_attrs({{"axis", int64_t{0}}}));
+  ASSERT_TRUE(gathered.ok()) << gathered.status().message();
+  const auto added = m.add_node("add", {data, data});
+  ASSERT_TRUE(added.ok());
+  EXPECT_EQ(node_bytes(m, m.node(m.value((*gathered)[0]).producer)), 2 * (2 * 64 * 4) + 2 * 8);
+  EXPECT_EQ(node_bytes(m, m.node(m.value((*added)[0]).producer)), 3 * 1000 * 64 * 4);
 }
 
 TEST(Search, EveryBudgetMetWithoutChangingOptimizerOrNumerics) {

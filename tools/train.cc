@@ -24,6 +24,7 @@
 #include "runtime/timeline.h"
 #include "ir/op_registry.h"
 #include "planner/compile.h"
+#include "planner/cost_model.h"
 #include "runtime/calibrate.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
@@ -376,27 +377,61 @@ static std::map<std::string, double> op_category_ms(const std::vector<OpTime>& o
   return by_category;
 }
 
-static void print_op_profile(int64_t steps) {
+// The cost model's time per op for one step of the plan at the threads this run used, on the
+// plan's target (empty when the target is not a profile memc can read here).
+static std::map<std::string, double> estimated_op_ms(const Plan& plan) {
+  std::map<std::string, double> by_op;
+  Expected<DeviceProfile> profile = device_profile(plan.target);
+  if (profile.ok()) estimate_step(plan.train, *profile, std::max<int64_t>(host_memory().threads, 1), &by_op);
+  return by_op;
+}
+
+static std::map<std::string, double> estimated_category_ms(const std::map<std::string, double>& by_op) {
+  std::map<std::string, double> by_category;
+  for (const auto& [op, ms] : by_op) by_category[op_category(op)] += ms;
+  return by_category;
+}
+
+// "  (estimate 1.23 ms)" beside a measured figure; empty without an estimate.
+static std::string estimate_note(const std::map<std::string, double>& estimate, const std::string& key) {
+  const auto it = estimate.find(key);
+  if (it == estimate.end()) return "";
+  char note[64];
+  std::snprintf(note, sizeof note, "  (estimate %.2f ms)", it->second);
+  return note;
+}
+
+static void print_op_profile(int64_t steps, const Plan& plan) {
   const std::vector<OpTime> ops = op_profile();
+  const std::map<std::string, double> by_op = estimated_op_ms(plan), by_category = estimated_category_ms(by_op);
   double total = 0;
   for (const OpTime& t : ops) total += t.ms;
-  std::printf("kernel time per step (--profile, %lld steps): %.1f ms\n", static_cast<long long>(steps), total / steps);
+  std::printf("kernel time per step (--profile, %lld steps): %.1f ms; the cost model's time per op is for %s\n",
+              static_cast<long long>(steps), total / steps, plan.target.c_str());
   for (const auto& [category, ms] : op_category_ms(ops)) {
-    std::printf("  %-14s %10.2f ms  %5.1f%%\n", category.c_str(), ms / steps, total > 0 ? 100.0 * ms / total : 0.0);
+    std::printf("  %-14s %10.2f ms  %5.1f%%%s\n", category.c_str(), ms / steps, total > 0 ? 100.0 * ms / total : 0.0,
+                estimate_note(by_category, category).c_str());
   }
   for (size_t i = 0; i < ops.size() && i < 12; ++i) {
-    std::printf("    %-26s %10.2f ms  %6.1f calls  (%s)\n", ops[i].op.c_str(), ops[i].ms / steps,
-                static_cast<double>(ops[i].calls) / steps, ops[i].category.c_str());
+    std::printf("    %-26s %10.2f ms  %6.1f calls  (%s)%s\n", ops[i].op.c_str(), ops[i].ms / steps,
+                static_cast<double>(ops[i].calls) / steps, ops[i].category.c_str(), estimate_note(by_op, ops[i].op).c_str());
   }
 }
 
-static json op_profile_json(int64_t steps) {
+static json op_profile_json(int64_t steps, const Plan& plan) {
   const std::vector<OpTime> ops = op_profile();
+  const std::map<std::string, double> estimate = estimated_op_ms(plan);
   const double per = steps > 0 ? 1.0 / steps : 0.0;
   json by_category = json::object(), by_op = json::array();
   for (const auto& [category, ms] : op_category_ms(ops)) by_category[category] = ms * per;
-  for (const OpTime& t : ops) by_op.push_back({{"op", t.op}, {"category", t.category}, {"ms_per_step", t.ms * per}, {"calls", t.calls}});
-  return {{"steps", steps}, {"category_ms_per_step", by_category}, {"ops", by_op}};
+  for (const OpTime& t : ops) {
+    json row = {{"op", t.op}, {"category", t.category}, {"ms_per_step", t.ms * per}, {"calls", t.calls}};
+    if (auto it = estimate.find(t.op); it != estimate.end()) row["estimated_ms_per_step"] = it->second;
+    by_op.push_back(row);
+  }
+  json estimated_category = json::object();
+  for (const auto& [category, ms] : estimated_category_ms(estimate)) estimated_category[category] = ms;
+  return {{"steps", steps}, {"category_ms_per_step", by_category}, {"estimated_category_ms_per_step", estimated_category}, {"ops", by_op}};
 }
 
 int run_run(const RunArgs& args) {
@@ -466,7 +501,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
                   with_commas(plan->memory.predicted_peak_bytes).c_str(), plan->target.c_str(),
                   elsewhere ? " (kernel workspaces differ between the two)" : "");
     }
-    if (args.profile && r.steps) print_op_profile(r.steps);
+    if (args.profile && r.steps) print_op_profile(r.steps, *plan);
     if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
   }
   if (!args.json_report.empty()) {
@@ -500,7 +535,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
                         {"threads", host.threads}, {"gemm_library", host.gemm_library}, {"vector_math", host.vector_math},
                         {"vector_loops", host.vector_loops},
                         {"openblas_core", host.openblas_core}};
-    if (args.profile) j["op_profile"] = op_profile_json(r.steps);
+    if (args.profile) j["op_profile"] = op_profile_json(r.steps, *plan);
     if (Status st = write_file_atomic(args.json_report, j.dump(2) + "\n"); !st.ok()) return report(st.with_context("--json: "));
   }
   if (diverged) return report(Status::BadInput(r.error));

@@ -161,15 +161,15 @@ void register_shape_ops(OpRegistry& r) {
          .flops = kNoFlops, .doc = "same bytes, new {shape}"});
   r.add({.name = "transpose", .min_inputs = 1, .max_inputs = 1, .shape = transpose_shape, .flops = kNoFlops,
          .doc = "permutes dims {perm}"});
-  r.add({.name = "slice", .min_inputs = 1, .max_inputs = 1, .shape = slice_shape, .flops = kNoFlops,
+  r.add({.name = "slice", .min_inputs = 1, .max_inputs = 1, .flags = kOpPartialRead, .shape = slice_shape, .flops = kNoFlops,
          .doc = "strided slice {axes, starts, ends, steps}"});
   r.add({.name = "concat", .min_inputs = 1, .max_inputs = -1, .shape = concat_shape, .flops = kNoFlops,
          .doc = "joins along {axis}"});
   r.add({.name = "expand", .min_inputs = 1, .max_inputs = 1, .shape = expand_shape, .flops = kNoFlops,
          .doc = "broadcasts to {shape}"});
-  r.add({.name = "gather", .min_inputs = 2, .max_inputs = 2, .shape = gather_shape, .flops = kNoFlops,
+  r.add({.name = "gather", .min_inputs = 2, .max_inputs = 2, .flags = kOpPartialRead, .shape = gather_shape, .flops = kNoFlops,
          .doc = "numpy take along {axis} (embedding lookup)"});
-  r.add({.name = "gather_elements", .min_inputs = 2, .max_inputs = 2, .shape = gather_elements_shape,
+  r.add({.name = "gather_elements", .min_inputs = 2, .max_inputs = 2, .flags = kOpPartialRead, .shape = gather_elements_shape,
          .flops = kNoFlops, .doc = "torch.gather: y[i] = data[i, axis ← indices[i]] {axis}"});
   r.add({.name = "pad", .min_inputs = 1, .max_inputs = 1, .shape = pad_shape, .flops = kNoFlops,
          .doc = "pads {pads, mode, value}"});
