@@ -264,7 +264,7 @@ void prefetch_across_passes(Module& m) {
     }
     if (chain.split != kNoValue) chains.push_back(chain);
   }
-  prefetch_one_ahead(m, chains, [](const ShardUnit& u) { return u.split; }, [](const ShardUnit& u) { return u.pending; });
+  prefetch_gathers(m, chains);  // links only the starts that follow nothing yet
 }
 
 Expected<std::vector<ShardUnit>> shard_parameters(Module& m, std::vector<ValueId>& params, const UnitGroups& groups, const ShardOptions& o) {
