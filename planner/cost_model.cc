@@ -137,8 +137,9 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
     p.attention_widens = j.value("attention_widens", p.attention_widens);
     p.low_other_factor = j.value("low_other_factor", p.low_other_factor);
     p.node_overhead_s = j.value("node_overhead_s", p.node_overhead_s);
-    p.cache_bytes = j.value("cache_bytes", p.cache_bytes);
-    p.cache_bandwidth = j.value("cache_bandwidth", p.cache_bandwidth);
+    // A profile file without the tier was measured without one: none, not this machine's default.
+    p.cache_bytes = j.value("cache_bytes", int64_t{0});
+    p.cache_bandwidth = j.value("cache_bandwidth", 0.0);
     p.heavy_thread_gain = j.value("heavy_thread_gain", p.heavy_thread_gain);
     p.other_thread_gain = j.value("other_thread_gain", p.other_thread_gain);
     p.memory_bytes = j.value("memory_bytes", p.memory_bytes);
@@ -236,8 +237,9 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
     } else if (flops > 0) {
       compute = flops / (rate * std::max(p.other_efficiency, 1e-6)) / other_speedup;
     }
-    const bool cached = p.cache_bytes > 0 && p.cache_bandwidth > 0 && bytes <= static_cast<double>(p.cache_bytes);
-    const double memory = bytes / (cached ? p.cache_bandwidth : p.mem_bandwidth * p.bandwidth_efficiency) / other_speedup;
+    const double streaming = p.mem_bandwidth * p.bandwidth_efficiency;
+    const bool cached = p.cache_bytes > 0 && p.cache_bandwidth > streaming && bytes <= static_cast<double>(p.cache_bytes);
+    const double memory = bytes / (cached ? p.cache_bandwidth : streaming) / other_speedup;
     const double node_seconds = std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + p.node_overhead_s;
     seconds += node_seconds;
     if (by_op) (*by_op)[node.op] += node_seconds * 1e3;

@@ -46,7 +46,8 @@ struct DeviceProfile {
   double low_other_factor = 1.0;  // time factor of non-heavy ops on 16-bit operands (CPU: conversions)
   double node_overhead_s = 5e-6;
   // A node whose bytes (read + written) are at most cache_bytes moves them at cache_bandwidth
-  // (bytes/s, efficiency included) instead; 0: one tier (GPUs).
+  // (bytes/s, efficiency included) instead, when that is faster than streaming; 0: one tier
+  // (GPUs, and profile files written before the tier).
   int64_t cache_bytes = 0;
   double cache_bandwidth = 0;
   // CPU threads: T threads run a heavy op's compute 1 + heavy_thread_gain·(T − 1) times as fast,

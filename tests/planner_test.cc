@@ -110,8 +110,9 @@ TEST(CostModel, CpuThreadsSpeedTheEstimateByTheProfileGains) {
 }
 
 // On a CPU a node whose bytes fit the per-core cache moves them at the cache's rate: a faster
-// cache tier makes the small model's estimate smaller, a tier of 0 bytes is none, the profile
-// file keeps both fields, and the GPU profiles have none. A gather or slice counts the bytes it
+// cache tier makes the small model's estimate smaller, a tier of 0 bytes or no faster than
+// streaming is none, the profile file keeps both fields (one without them has no tier), and the
+// GPU profiles have none. A gather or slice counts the bytes it
 // reads (its output's size), not its whole input.
 TEST(CostModel, SmallNodesRunFromTheCacheTierAndGathersCountWhatTheyRead) {
   DeviceProfile p = *device_profile("cpu");
@@ -132,6 +133,10 @@ TEST(CostModel, SmallNodesRunFromTheCacheTierAndGathersCountWhatTheyRead) {
                fast = estimate(int64_t{1} << 30, 10 * streaming);
   EXPECT_DOUBLE_EQ(none, same);
   EXPECT_LT(fast, none);
+  std::FILE* f = std::fopen(path.c_str(), "w");  // a profile written before the tier has none
+  std::fputs("{\"name\": \"cpu\"}", f);
+  std::fclose(f);
+  EXPECT_EQ(device_profile(path)->cache_bytes, 0);
 
   Module m;
   const ValueId data = m.add_argument("data", TensorType{DType::kF32, {1000, 64}}, Role::kInput);

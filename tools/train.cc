@@ -406,8 +406,14 @@ static void print_op_profile(int64_t steps, const Plan& plan) {
   const std::map<std::string, double> by_op = estimated_op_ms(plan), by_category = estimated_category_ms(by_op);
   double total = 0;
   for (const OpTime& t : ops) total += t.ms;
-  std::printf("kernel time per step (--profile, %lld steps): %.1f ms; the cost model's time per op is for %s\n",
-              static_cast<long long>(steps), total / steps, plan.target.c_str());
+  double estimated = 0;
+  for (const auto& [op, ms] : by_op) estimated += ms;
+  // The plan records its profile's name, not a profile file's path: the estimates here are the
+  // named profile's at this run's threads, which the plan's own estimate may not be.
+  std::printf("kernel time per step (--profile, %lld steps): %.1f ms; the cost model's per op, profile \"%s\" at %lld thread(s): "
+              "%.1f ms (the plan's estimate: %.1f ms)\n",
+              static_cast<long long>(steps), total / steps, plan.target.c_str(), static_cast<long long>(std::max<int64_t>(host_memory().threads, 1)),
+              estimated, plan.estimated_step_ms);
   for (const auto& [category, ms] : op_category_ms(ops)) {
     std::printf("  %-14s %10.2f ms  %5.1f%%%s\n", category.c_str(), ms / steps, total > 0 ? 100.0 * ms / total : 0.0,
                 estimate_note(by_category, category).c_str());
