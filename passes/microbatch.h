@@ -58,7 +58,9 @@ using AfterAutodiff = std::function<Status(Module&, NodeId forward_begin, NodeId
 
 // Where a micro-batch's forward reads a parameter (by its source name) when the step has no
 // argument of that name: zero3 and parameter streaming gather each unit again for every
-// micro-batch (passes/shard.h). Called before the micro-batch's forward is inlined.
+// micro-batch (passes/shard.h). Called before the micro-batch's forward is inlined; the nodes a
+// call adds then move to right before their first reader, so a unit is gathered when the
+// forward reaches it (not every unit before the first compute).
 using ParamBinder = std::function<Expected<ValueId>(const std::string& source_name, size_t micro_batch)>;
 
 // Appends the k micro-batches to `module`, whose arguments are the full-batch forward's

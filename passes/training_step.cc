@@ -266,17 +266,12 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
     merge_remat_report(report, r);
     return Status::Ok();
   };
-  if (micro.k == 1) {
-    MEMC_RETURN_IF_ERROR(differentiate_one_batch(module, v, remat, shard));
-    if (shard.flat_params()) prefetch_across_passes(module);
-    return Status::Ok();
-  }
+  if (micro.k == 1) return differentiate_one_batch(module, v, remat, shard);
   for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
   // zero3 and streaming: each micro-batch gathers every unit again (each chain right before its
   // first reader: passes/microbatch.h), and its backward regathers. Each micro-batch's chains
   // are prefetched one unit ahead, in its forward and (through the regathered clones of its
-  // chains) in its backward; prefetch_across_passes() then links each pass's first gather to
-  // the one before it.
+  // chains) in its backward; build() then links each pass's first gather to the one before it.
   std::map<std::pair<size_t, size_t>, ShardUnit> gathered;  // (micro-batch, unit) → its chain
   size_t current = 0;                                        // the micro-batch being built
   const ParamBinder gather = [&](const std::string& name, size_t mb) -> Expected<ValueId> {
@@ -304,7 +299,6 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
   MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale,
                                                                       loss_rows(shard), flat ? remat_and_regather : remat,
                                                                       flat ? gather : ParamBinder()));
-  if (flat) prefetch_across_passes(module);
   v.loss = acc.loss;
   v.logits_out = acc.logits;
   v.grads = std::move(acc.grads);
@@ -384,6 +378,7 @@ Status TrainingStep::build(Module& module) {
     MEMC_ASSIGN_OR_RETURN(v.units, shard_parameters(module, v.params, v.groups, shard_));
   }
   MEMC_RETURN_IF_ERROR(differentiate(module, v, micro_, remat_, shard_, remat_report_));
+  if (flat) prefetch_across_passes(module);
   module.rename(v.loss, "loss");
   MEMC_ASSIGN_OR_RETURN(std::vector<UpdateTarget> targets, update_targets(module, v, shard_, micro_.k));
   const ValueId skip = finish_gradients(module, v, targets, options_, shard_);

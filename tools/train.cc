@@ -401,9 +401,10 @@ static std::string estimate_note(const std::map<std::string, double>& estimate, 
   return note;
 }
 
-static void print_op_profile(int64_t steps, const Plan& plan) {
+// `by_op`: estimated_op_ms(plan).
+static void print_op_profile(int64_t steps, const Plan& plan, const std::map<std::string, double>& by_op) {
   const std::vector<OpTime> ops = op_profile();
-  const std::map<std::string, double> by_op = estimated_op_ms(plan), by_category = estimated_category_ms(by_op);
+  const std::map<std::string, double> by_category = estimated_category_ms(by_op);
   double total = 0;
   for (const OpTime& t : ops) total += t.ms;
   double estimated = 0;
@@ -424,9 +425,9 @@ static void print_op_profile(int64_t steps, const Plan& plan) {
   }
 }
 
-static json op_profile_json(int64_t steps, const Plan& plan) {
+// `estimate`: estimated_op_ms(plan).
+static json op_profile_json(int64_t steps, const std::map<std::string, double>& estimate) {
   const std::vector<OpTime> ops = op_profile();
-  const std::map<std::string, double> estimate = estimated_op_ms(plan);
   const double per = steps > 0 ? 1.0 / steps : 0.0;
   json by_category = json::object(), by_op = json::array();
   for (const auto& [category, ms] : op_category_ms(ops)) by_category[category] = ms * per;
@@ -497,6 +498,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
   const RunReport& r = *result;
   const bool diverged = r.status != "ok";
   if (rank != 0) return diverged ? 2 : 0;
+  const std::map<std::string, double> estimated_ms = args.profile ? estimated_op_ms(*plan) : std::map<std::string, double>{};
   if (!diverged) {  // --quiet drops the progress line, not the result; a diverged run reports its one line only
     if (r.steps) {
       std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
@@ -507,7 +509,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
                   with_commas(plan->memory.predicted_peak_bytes).c_str(), plan->target.c_str(),
                   elsewhere ? " (kernel workspaces differ between the two)" : "");
     }
-    if (args.profile && r.steps) print_op_profile(r.steps, *plan);
+    if (args.profile && r.steps) print_op_profile(r.steps, *plan, estimated_ms);
     if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
   }
   if (!args.json_report.empty()) {
@@ -541,7 +543,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
                         {"threads", host.threads}, {"gemm_library", host.gemm_library}, {"vector_math", host.vector_math},
                         {"vector_loops", host.vector_loops},
                         {"openblas_core", host.openblas_core}};
-    if (args.profile) j["op_profile"] = op_profile_json(r.steps, *plan);
+    if (args.profile) j["op_profile"] = op_profile_json(r.steps, estimated_ms);
     if (Status st = write_file_atomic(args.json_report, j.dump(2) + "\n"); !st.ok()) return report(st.with_context("--json: "));
   }
   if (diverged) return report(Status::BadInput(r.error));
