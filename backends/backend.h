@@ -12,6 +12,7 @@
 //         model is plain C++.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,9 @@ struct KernelContext {
   void* workspace = nullptr;     // scratch: 64-byte aligned, workspace_bytes long
   int64_t workspace_bytes = 0;   // what the backend's workspace function declared for this node
   void* stream = nullptr;        // the backend's compute stream (nullptr on the CPU)
+  // The backend's copy stream, where a transfer's async pair (copy_to_host_start …) runs; nullptr
+  // where there is none (the CPU, or a caller without streams): the copy then runs on `stream`.
+  void* copy_stream = nullptr;
   // Data-parallel runs (passes/shard.h): this rank's communicator (collective kernels; nullptr
   // on one device) and the global batch row of this rank's first sample, which random ops add
   // to their draw counters so N ranks replay the masks of one device's batch.
@@ -52,6 +56,9 @@ struct KernelContext {
 // Returns bad input for data-dependent errors (an out-of-range token id); shapes and dtypes
 // were checked by the verifier and are MEMC_CHECKed by the kernel.
 using Kernel = Status (*)(KernelContext& ctx);
+// One op over several nodes at once (a fused multi-tensor optimizer update): what running each
+// node's Kernel in order would do, as fewer launches. Every node shares the first one's stream.
+using GroupKernel = Status (*)(std::span<KernelContext> nodes);
 
 // Where an allocation lives. On the CPU backend all three are RAM; the split is what a GPU run
 // has, so budgets and offload are exercised without one.
@@ -89,6 +96,9 @@ class Backend {
   // --- kernels ---
   // The kernel for `op` (registry name without "memc."), or nullptr if this backend has none.
   virtual const Kernel* find_kernel(std::string_view op) const = 0;
+  // A kernel that runs consecutive scheduled nodes of `op` together, or nullptr: the executor
+  // then runs them one by one (the CPU, whose per-node cost is no launch).
+  virtual GroupKernel find_group_kernel(std::string_view op) const { return nullptr; }
   // Bytes of scratch `node` needs on this backend, worst case over runs (dropout on or off, any
   // data). The planner counts these for the plan's target; the executor hands exactly this much.
   virtual int64_t workspace_bytes(const Module& module, const Node& node) const = 0;

@@ -15,7 +15,7 @@ namespace memc {
 enum OpFlags : uint32_t {
   kOpNone = 0,
   kOpElementwise = 1u << 0,  // out[i] depends on in[i] only (after broadcasting)
-  kOpView = 1u << 1,         // a pure relabelling of the input's bytes (reshape)
+  kOpView = 1u << 1,         // a pure relabelling of the input's bytes (reshape; a transfer's _done)
   kOpRandom = 1u << 2,       // uses the counter-based RNG (dropout)
   kOpComputeHeavy = 1u << 3, // matmul, conv, attention: never worth recomputing first
   kOpInplaceOk = 1u << 4,    // output may share its first input's buffer

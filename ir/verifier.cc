@@ -148,13 +148,19 @@ class Verifier {
     if (inputs_ok && outputs_ok) check_spaces(node, where);
   }
 
-  // A transfer moves its input into the other memory space; nothing else crosses spaces.
+  // A transfer moves its input into the other memory space; nothing else crosses spaces. Its
+  // async pair: the start's x and result, the done's pending, x and result.
   void check_spaces(const Node& node, const Where& where) {
-    if (node.op != "copy_to_host" && node.op != "copy_to_device") return;
-    const MemSpace to = node.op == "copy_to_host" ? MemSpace::kHost : MemSpace::kDevice;
+    if (!node.def || !(node.def->flags & kOpTransfer)) return;
+    const MemSpace to = node.op.starts_with("copy_to_host") ? MemSpace::kHost : MemSpace::kDevice;
     const MemSpace from = to == MemSpace::kHost ? MemSpace::kDevice : MemSpace::kHost;
-    if (node.inputs.size() == 1 && m_.value(node.inputs[0]).space != from) {
-      report(str_cat(where, ": input %", m_.value(node.inputs[0]).name, " is already in ", space_name(to), " memory"));
+    const bool done = node.op.ends_with("_done");
+    const size_t x = done ? 1 : 0;
+    if (node.inputs.size() > x && m_.value(node.inputs[x]).space != from) {
+      report(str_cat(where, ": input %", m_.value(node.inputs[x]).name, " is already in ", space_name(to), " memory"));
+    }
+    if (done && m_.value(node.inputs[0]).space != to) {
+      report(str_cat(where, ": pending %", m_.value(node.inputs[0]).name, " is not in ", space_name(to), " memory"));
     }
     for (ValueId v : node.outputs) {
       if (m_.value(v).space != to) report(str_cat(where, ": result %", m_.value(v).name, " is not in ", space_name(to), " memory"));

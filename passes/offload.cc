@@ -2,6 +2,7 @@
 
 #include "support/size.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -24,7 +25,8 @@ HostTraffic host_traffic(const Module& m) {
   for (NodeId n : m.schedule()) {
     const Node& node = m.node(n);
     const OpDef* def = registry.find(node.op);
-    if (def && (def->flags & kOpTransfer)) t.link_bytes += m.value(node.outputs[0]).type.bytes();
+    // A transfer's bytes cross once: count the sync op or the start of an async pair.
+    if (def && (def->flags & kOpTransfer) && !node.op.ends_with("_done")) t.link_bytes += m.value(node.outputs[0]).type.bytes();
     if (!runs_on_host(m, node)) continue;
     for (ValueId v : node.inputs) {
       if (v != kNoValue) t.host_update_bytes += m.value(v).type.bytes();
@@ -86,6 +88,84 @@ int insert_transfers(Module& m) {
   return transfers;
 }
 
+// The first scheduled node reading `v`, or kNoNode.
+NodeId first_reader(const Module& m, const std::vector<NodeId>& order, ValueId v) {
+  for (NodeId n : order) {
+    for (ValueId in : m.node(n).inputs) {
+      if (in == v) return n;
+    }
+  }
+  return kNoNode;
+}
+
+// Every transfer becomes its async pair, start where the transfer was and done right after it
+// (the schedule pass moves them apart). Streamed parameters are prefetched one unit ahead: a
+// copy feeding a prefetching all_gather_start takes that start's `after`, and on one device,
+// where no gather follows, unit k's copy starts right after unit k−1's split, as zero3's gathers
+// do (passes/shard.cc). Returns the pairs made.
+int split_transfers(Module& m) {
+  const OpRegistry& registry = OpRegistry::get();
+  std::vector<NodeId> order = m.schedule();
+  struct Streamed {
+    NodeId start, done, split;
+  };
+  std::vector<Streamed> streamed;
+  std::vector<NodeId> staged_results;  // dones of copies of computed values into host memory
+  int pairs = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const NodeId n = order[i];
+    const std::string op = m.node(n).op;
+    if (op != "copy_to_host" && op != "copy_to_device") continue;
+    const ValueId x = m.node(n).inputs[0], y = m.node(n).outputs[0];
+    auto started = m.add_node(op + "_start", {x}, {}, "offload");
+    MEMC_CHECK(started.ok(), "offload: ", op, "_start of %", m.value(x).name, ": ", started.status().message());
+    const ValueId pending = (*started)[0];
+    m.value(pending).space = m.value(y).space;
+    m.value(pending).role = m.value(y).role;
+    m.rename(pending, m.value(y).name + ".pending");
+    const NodeId start = m.value(pending).producer;
+    Node& done = m.node(n);
+    done.op = op + "_done";
+    done.def = registry.find(done.op);
+    done.inputs = {pending, x};
+    order.insert(order.begin() + static_cast<std::ptrdiff_t>(i), start);
+    ++i;
+    ++pairs;
+    if (op == "copy_to_host" && m.value(x).producer != kNoNode) staged_results.push_back(n);
+    const NodeId reader = first_reader(m, order, y);
+    if (reader == kNoNode) continue;
+    const Node& r = m.node(reader);
+    if (r.op.ends_with("_start") && r.inputs.size() > 1) {
+      m.node(start).inputs.push_back(r.inputs[1]);  // the gather's prefetch point
+    } else if (r.op == "split_flat" && m.value(x).producer == kNoNode) {
+      streamed.push_back({start, n, reader});
+    }
+  }
+  auto position = [&](NodeId n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+  // A computed value's copy to the host (a gradient for its host update) completes once the next
+  // such value exists: the copy overlaps the backward that computes it, and the device keeps
+  // about one gradient more.
+  std::sort(staged_results.begin(), staged_results.end(), [&](NodeId a, NodeId b) {
+    return position(m.value(m.node(a).inputs[1]).producer) < position(m.value(m.node(b).inputs[1]).producer);
+  });
+  for (size_t k = 0; k + 1 < staged_results.size(); ++k) {
+    m.node(staged_results[k]).inputs.push_back(m.node(staged_results[k + 1]).inputs[1]);
+  }
+  std::sort(streamed.begin(), streamed.end(), [&](const Streamed& a, const Streamed& b) { return position(a.split) < position(b.split); });
+  for (size_t k = 1; k < streamed.size(); ++k) {
+    const NodeId start = streamed[k].start, previous = streamed[k - 1].split;
+    m.node(start).inputs.push_back(m.node(previous).outputs[0]);
+    order.erase(order.begin() + position(start));
+    order.insert(order.begin() + position(previous) + 1, start);
+    if (position(streamed[k].done) < position(start)) {  // the done follows its start
+      order.erase(order.begin() + position(streamed[k].done));
+      order.insert(order.begin() + position(start) + 1, streamed[k].done);
+    }
+  }
+  m.set_schedule(order);
+  return pairs;
+}
+
 }  // namespace
 
 Expected<OffloadLevel> parse_offload_level(std::string_view name) {
@@ -135,6 +215,7 @@ Expected<PassReport> Offload::run(Module& m) {
     r.bytes += m.value(v).type.bytes();
   }
   r.transfers = insert_transfers(m);
+  split_transfers(m);
   const HostTraffic traffic = host_traffic(m);
   r.link_bytes = traffic.link_bytes;
   r.host_update_bytes = traffic.host_update_bytes;

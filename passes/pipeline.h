@@ -36,6 +36,9 @@ struct PipelineOptions {
   ShardOptions shard;         // --devices N --shard zero1|zero2|zero3
   OffloadLevel offload = OffloadLevel::kNone;
   bool reschedule = true;     // the peak-lowering schedule pass (off: import order)
+  // The schedule places consecutive optimizer updates together where that costs no memory, so a
+  // GPU runs them as fused launches (Schedule::Options::group_updates). Set for GPU targets.
+  bool group_updates = false;
 };
 
 enum class PassStage { kForward, kTraining };

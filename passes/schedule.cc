@@ -105,11 +105,17 @@ StepGraph build_step_graph(const Module& m) {
     for (ValueId root : groups) g.readers[root].push_back(n);
   }
   // An update overwrites its argument's storage: every other reader of it goes first (rule B).
+  // The storage is first written by the producer of the update's group (a transfer's start,
+  // when the update is its done: a view of the pending buffer).
   for (size_t i = 0; i < m.outputs().size() && i < m.output_updates().size(); ++i) {
     const ValueId arg = m.output_updates()[i];
     const NodeId update = m.value(m.outputs()[i]).producer;
     if (arg == kNoValue || update == kNoNode || g.position[update] < 0) continue;
-    for (NodeId reader : g.readers[g.group_of[arg]]) add_edge(g, reader, update);
+    const NodeId writer = m.value(g.group_of[m.outputs()[i]]).producer;
+    for (NodeId reader : g.readers[g.group_of[arg]]) {
+      add_edge(g, reader, update);
+      if (writer != kNoNode && writer != update && reader != writer) add_edge(g, reader, writer);
+    }
   }
   g.num_predecessors.assign(n_nodes, 0);
   for (NodeId n : g.order) {
@@ -130,8 +136,16 @@ StepGraph build_step_graph(const Module& m) {
   return g;
 }
 
-// A collective start placed with an `after` point: the shard pass's prefetch of the next unit.
+// A collective start placed with an `after` point: the shard pass's prefetch of the next unit
+// (and the copy that brings a streamed unit to the device, passes/offload.h).
 bool is_prefetch(const Node& node) { return node.op.ends_with("_start") && node.inputs.size() > 1; }
+
+// A transfer's start whose source the step computes (a gradient staged for a host update, a
+// weight's new value going back to the device): issued as soon as that source exists, since its
+// source stays live until the done anyway. A start from an argument waits for its place.
+bool is_copy_of_computed(const Module& m, const Node& node) {
+  return node.def && (node.def->flags & kOpTransfer) && node.op.ends_with("_start") && m.value(node.inputs[0]).producer != kNoNode;
+}
 
 // (bucket, primary, current position): smallest first; the position makes keys unique.
 using Key = std::tuple<int, int64_t, int32_t>;
@@ -157,19 +171,24 @@ class ListScheduler {
     std::vector<NodeId> result;
     result.reserve(g_.order.size());
     for (NodeId n : g_.order) {
-      if (preds_[n] == 0) make_ready(n);
+      // Nodes with no predecessors at all: a staged one releases its successors at once, and
+      // those must not be made ready a second time here.
+      if (g_.num_predecessors[n] == 0) make_ready(n);
     }
     while (!ready_.empty()) {
       const NodeId n = g_.order[std::get<2>(*ready_.begin())];
       ready_.erase(ready_.begin());
       ready_flag_[n] = false;
-      for (ValueId v : m_.node(n).inputs) {  // its staged host copies go right before it
-        const NodeId p = v == kNoValue ? kNoNode : m_.value(v).producer;
-        if (p != kNoNode && staged_[p] && !done_[p]) emit(p, result);
-      }
+      emit_staged_inputs(n, result);  // its staged host copies and dones go right before it
       emit(n, result);
       for (NodeId s : g_.successors[n]) {
         if (--preds_[s] == 0) make_ready(s);
+      }
+    }
+    for (NodeId n : g_.order) {  // a done nothing reads (a weight's new value) ends the step
+      if (staged_[n] && !done_[n]) {
+        emit_staged_inputs(n, result);
+        emit(n, result);
       }
     }
     if (result.size() != g_.order.size()) {
@@ -194,12 +213,36 @@ class ListScheduler {
     // A prefetching start (one with an `after` point) goes as soon as that point allows:
     // delaying it would only shorten the overlap it was placed for.
     if (prefetch_ && is_prefetch(m_.node(n))) return Key{-1, pos, pos};
+    if (is_copy_of_computed(m_, m_.node(n))) return Key{-1, pos, pos};
+    // What reads a prefetched transfer's result (a unit's split) waits until it is needed, or
+    // the next prefetch, which follows it, would run ahead through every unit.
+    if (prefetch_ && reads_prefetched(n)) return Key{1, urgency_[n], pos};
     switch (policy_) {
       case SchedulePolicy::kEagerFree: return delta <= 0 ? Key{0, delta, pos} : Key{1, pos, pos};
       case SchedulePolicy::kLazy: return delta <= 0 ? Key{0, delta, pos} : Key{1, urgency_[n], pos};
       case SchedulePolicy::kMinDelta: return Key{0, delta, pos};
     }
     return Key{0, 0, pos};
+  }
+  // Whether n reads the completion of a prefetching start (an async pair's done whose start
+  // has an `after` point).
+  bool reads_prefetched(NodeId n) const {
+    for (ValueId v : m_.node(n).inputs) {
+      const NodeId p = v == kNoValue ? kNoNode : m_.value(v).producer;
+      if (p == kNoNode || !is_async_done(p)) continue;
+      const ValueId pending = m_.node(p).inputs[0];
+      if (m_.value(pending).producer != kNoNode && is_prefetch(m_.node(m_.value(pending).producer))) return true;
+    }
+    return false;
+  }
+  // The staged producers of n's inputs, each after its own staged producers (a done's start).
+  void emit_staged_inputs(NodeId n, std::vector<NodeId>& result) {
+    for (ValueId v : m_.node(n).inputs) {
+      const NodeId p = v == kNoValue ? kNoNode : m_.value(v).producer;
+      if (p == kNoNode || !staged_[p] || done_[p]) continue;
+      emit_staged_inputs(p, result);
+      emit(p, result);
+    }
   }
   void emit(NodeId n, std::vector<NodeId>& result) {
     done_[n] = true;
@@ -209,11 +252,11 @@ class ListScheduler {
     }
   }
   void make_ready(NodeId n) {
-    // A copy into host memory (offload's staging of an update's operand) is not placed on its
-    // own: it runs right before its first reader, so its host buffer lives only as long as the
-    // update needs it rather than from wherever its source became available. A collective's
+    // A synchronous copy into host memory (offload's staging of an update's operand) is not placed
+    // on its own: it runs right before its first reader, so its host buffer lives only as long as
+    // the update needs it rather than from wherever its source became available. An async pair's
     // OP_done likewise: the longer it waits, the more compute its transfer overlaps.
-    if (is_host_transfer(n) || is_collective_done(n)) {
+    if (is_host_transfer(n) || is_async_done(n)) {
       staged_[n] = true;
       for (NodeId s : g_.successors[n]) {
         if (--preds_[s] == 0) make_ready(s);
@@ -246,14 +289,18 @@ class ListScheduler {
   std::vector<bool> ready_flag_, done_;
   std::vector<int32_t> urgency_;  // by NodeId: earliest current position of a successor
   std::vector<bool> staged_;      // by NodeId: a ready copy_to_host, emitted with its first reader
-  // A collective's completion waits as late as it can: right before its first reader.
-  bool is_collective_done(NodeId n) const {
+  // A collective's or a copy's completion waits as late as it can: right before its first reader.
+  bool is_async_done(NodeId n) const {
     const OpDef* def = m_.node(n).def;
-    return def && (def->flags & kOpCollective) && m_.node(n).op.ends_with("_done");
+    return def && (def->flags & (kOpCollective | kOpTransfer)) && m_.node(n).op.ends_with("_done");
   }
+  // A copy into host memory of what the step does not compute (a weight staged for its host
+  // update), or a synchronous one (copy_to_host, not yet split into its pair): its source is
+  // there from the start, so an early start would only hold the host buffer longer.
   bool is_host_transfer(NodeId n) const {
-    const OpDef* def = m_.node(n).def;
-    return def && (def->flags & kOpTransfer) && m_.value(m_.node(n).outputs[0]).space == MemSpace::kHost;
+    const Node& node = m_.node(n);
+    if (node.op == "copy_to_host") return true;
+    return node.op == "copy_to_host_start" && m_.value(node.inputs[0]).producer == kNoNode;
   }
   std::set<Key> ready_;
 };
@@ -285,6 +332,43 @@ bool smaller(const ScheduleReport::Candidate& a, const ScheduleReport::Candidate
 
 std::string candidate_str(const ScheduleReport::Candidate& c) {
   return str_cat(c.policy, ": arena ", format_size(c.arena_bytes), ", lower bound ", format_size(c.lower_bound_bytes));
+}
+
+bool is_update(const Node& node) { return node.def && (node.def->flags & kOpOptimizerUpdate); }
+
+// Runs of consecutive updates of one op: the launches a GPU makes for them.
+int update_runs(const Module& m, const std::vector<NodeId>& order) {
+  int runs = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& node = m.node(order[i]);
+    runs += is_update(node) && (i == 0 || m.node(order[i - 1]).op != node.op);
+  }
+  return runs;
+}
+
+// Schedule::Options::group_updates on `order`: an update moves down to right before the next
+// update of its op when nothing between is heavy or reads one of its results.
+std::vector<NodeId> group_updates(const Module& m, std::vector<NodeId> order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& node = m.node(order[i]);
+    if (!is_update(node)) continue;
+    size_t j = i + 1;
+    for (; j < order.size(); ++j) {
+      const Node& next = m.node(order[j]);
+      if (next.op == node.op) break;
+      const bool heavy = next.def && (next.def->flags & kOpComputeHeavy);
+      const bool reads = std::any_of(next.inputs.begin(), next.inputs.end(), [&](ValueId v) {
+        return std::find(node.outputs.begin(), node.outputs.end(), v) != node.outputs.end();
+      });
+      if (heavy || reads || is_update(next)) break;
+    }
+    if (j == order.size() || j == i + 1 || m.node(order[j]).op != node.op) continue;
+    const NodeId moved = order[i];
+    order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+    order.insert(order.begin() + static_cast<std::ptrdiff_t>(j - 1), moved);
+    --i;  // the node now at i has not been looked at
+  }
+  return order;
 }
 
 }  // namespace
@@ -343,6 +427,25 @@ Expected<PassReport> Schedule::run(Module& module) {
   }
   r.prefetch_kept = allowance > 0 && prefetching[r.chosen];
   module.set_schedule(orders[r.chosen]);
+  std::string grouped;
+  if (options_.group_updates) {
+    const int runs_before = update_runs(module, orders[r.chosen]);
+    std::vector<NodeId> order = group_updates(module, orders[r.chosen]);
+    module.set_schedule(order);
+    const std::string name = r.candidates[r.chosen].policy + "+grouped";
+    auto measured = measure(module, name, options_.alignment_bytes);
+    if (measured.ok() && measured->arena_bytes <= r.candidates[r.chosen].arena_bytes) {
+      r.candidates.push_back(*measured);
+      prefetching.push_back(prefetching[r.chosen]);
+      r.chosen = r.candidates.size() - 1;
+      orders.push_back(std::move(order));
+      grouped = str_cat("schedule: ", update_runs(module, orders[r.chosen]), " fused update launches (", runs_before, " before grouping)");
+    } else {
+      module.set_schedule(orders[r.chosen]);
+      grouped = str_cat("schedule: updates left ungrouped (", runs_before, " launches): grouping ",
+                        measured.ok() ? str_cat("grew the arena to ", format_size(measured->arena_bytes)) : measured.status().message());
+    }
+  }
   r.schedule_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   PassReport report;
   report.changed = r.chosen != 0 && orders[r.chosen] != original;
@@ -352,6 +455,7 @@ Expected<PassReport> Schedule::run(Module& module) {
   report.set("lower_bound_before", r.before().lower_bound_bytes);
   report.set("lower_bound_after", r.after().lower_bound_bytes);
   report.lines.push_back(schedule_summary(r));
+  if (!grouped.empty()) report.lines.push_back(grouped);
   if (allowance > 0) {
     report.lines.push_back(r.prefetch_kept ? str_cat("schedule: collectives prefetch one unit ahead (allowed up to ", format_size(allowance), " over the best order without)")
                                            : str_cat("schedule: prefetch dropped: it cost more than ", format_size(allowance), " over the best order without"));

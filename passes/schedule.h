@@ -61,6 +61,10 @@ class Schedule : public Pass {
   struct Options {
     std::vector<SchedulePolicy> policies = {SchedulePolicy::kEagerFree, SchedulePolicy::kLazy, SchedulePolicy::kMinDelta};
     int64_t alignment_bytes = 64;  // MemoryPlan's, for measuring candidates
+    // After choosing: each optimizer update moves down to join the next update of its op when
+    // only light nodes (no GEMM, no attention) lie between and none reads its results, so a GPU
+    // runs the run as one fused launch. Kept only where the device arena does not grow.
+    bool group_updates = false;
   };
   Schedule() = default;
   explicit Schedule(Options options) : options_(std::move(options)) {}

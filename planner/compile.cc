@@ -174,6 +174,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   // never a higher one. Search candidates skip it: their peak is then an upper bound of the
   // final plan's.
   pipeline.reschedule = options.reschedule && (!quiet || schedule_quiet);
+  // A GPU target fuses consecutive updates into one launch (Backend::find_group_kernel).
+  pipeline.group_updates = &planning_backend(options.target) != &cpu_backend();
   plan.train = forward;
   auto reports = PassPipeline::build(PassStage::kTraining, pipeline).run(plan.train, instrumentation_for(options, quiet));
   if (!reports.ok()) return in_model(reports.status());

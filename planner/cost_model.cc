@@ -194,8 +194,11 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
   const HostTraffic traffic = split ? host_traffic(train) : HostTraffic{};
   double comm_total = 0;
   std::unordered_map<ValueId, std::pair<double, double>> in_flight;  // pending value → (compute clock at start, its time)
+  std::string_view previous_op;  // a GPU runs consecutive updates of one op as one launch
   for (NodeId id : train.schedule()) {
     const Node& node = train.node(id);
+    const bool fused = split && node.def && (node.def->flags & kOpOptimizerUpdate) && node.op == previous_op;
+    previous_op = node.op;
     if (split && runs_on_host(train, node)) continue;
     const OpDef* def = registry.find(node.op);
     if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
@@ -240,7 +243,7 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
     const double streaming = p.mem_bandwidth * p.bandwidth_efficiency;
     const bool cached = p.cache_bytes > 0 && p.cache_bandwidth > streaming && bytes <= static_cast<double>(p.cache_bytes);
     const double memory = bytes / (cached ? p.cache_bandwidth : streaming) / other_speedup;
-    const double node_seconds = std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + p.node_overhead_s;
+    const double node_seconds = std::max(compute, memory) * (low && !heavy ? p.low_other_factor : 1.0) + (fused ? 0.0 : p.node_overhead_s);
     seconds += node_seconds;
     if (by_op) (*by_op)[node.op] += node_seconds * 1e3;
   }

@@ -56,6 +56,7 @@ std::string op_category(const std::string& op) {
       {"copy", "copies"}, {"cast", "copies"}, {"transpose", "copies"}, {"concat", "copies"}, {"slice", "copies"},
       {"slice_grad", "copies"}, {"gather", "copies"}, {"gather_grad", "copies"}, {"pad", "copies"}, {"expand", "copies"}, {"gather_elements", "copies"}, {"gather_elements_grad", "copies"},
       {"tile", "copies"}, {"reshape", "copies"}, {"copy_to_host", "copies"}, {"copy_to_device", "copies"},
+      {"copy_to_host_start", "copies"}, {"copy_to_host_done", "copies"}, {"copy_to_device_start", "copies"}, {"copy_to_device_done", "copies"},
       {"split_flat", "copies"}, {"shard_block", "copies"},
       {"softmax_cross_entropy", "loss"}, {"softmax_cross_entropy_grad", "loss"},
   };

@@ -31,8 +31,22 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
       }
     }
     const OpDef* def = node.def;
-    const bool view = def && (def->flags & kOpView);
+    // A view's bytes are its input's already; a transfer's done (a view of its pending buffer)
+    // still runs: it orders the compute stream after the copy.
+    const bool view = def && (def->flags & kOpView) && !(def->flags & kOpTransfer);
     ex.steps_.push_back({n, kernel, shares, view && shares, ex.backend_->workspace_bytes(ex.module_, node)});
+  }
+  // Consecutive nodes of one op the backend runs together (fused optimizer updates).
+  for (size_t i = 0; i < ex.steps_.size();) {
+    const std::string& op = ex.module_.node(ex.steps_[i].node).op;
+    size_t j = i + 1;
+    while (j < ex.steps_.size() && ex.module_.node(ex.steps_[j].node).op == op) ++j;
+    const GroupKernel group = j - i > 1 ? ex.backend_->find_group_kernel(op) : nullptr;
+    if (group) {
+      ex.steps_[i].group = group;
+      ex.steps_[i].group_size = static_cast<int>(j - i);
+    }
+    i = j;
   }
   MEMC_ASSIGN_OR_RETURN(ex.arena_, memory.allocate(ex.arena_bytes_, "the device arena"));
   if (ex.workspace_bytes_ > 0) {
@@ -115,27 +129,47 @@ Status PlannedExecutor::capture_and_launch(const ExecOptions& options, Stream st
 // Every scheduled kernel, launched on `stream` in order (asynchronous on a device backend).
 Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream, bool poison) {
   const int64_t run_state = backend_->run_state_bytes();
-  std::vector<Tensor> inputs, outputs;
-  for (const Step& step : steps_) {
+  const Stream copy_stream = backend_->copy_stream();  // transfers' async pairs run there
+  const bool timed = op_profile_enabled();  // per-node times: no fused runs
+  // Per node of a fused run: its tensors (stable: reserved) and its context.
+  std::vector<std::vector<Tensor>> inputs, outputs;
+  std::vector<KernelContext> contexts;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
     if (step.skip) continue;  // a view's output is its input's bytes already: nothing to do
-    const Node& node = module_.node(step.node);
-    inputs.clear();
-    outputs.clear();
-    for (ValueId v : node.inputs) inputs.push_back(v == kNoValue ? Tensor() : tensor(v));
-    for (ValueId v : node.outputs) outputs.push_back(tensor(v));
-    if (poison && !step.in_place) {
-      for (Tensor& t : outputs) MEMC_RETURN_IF_ERROR(backend_->fill(t.raw(), 0xFF, static_cast<int64_t>(t.nbytes())));
+    const size_t count = step.group && !timed ? static_cast<size_t>(step.group_size) : 1;
+    if (inputs.size() < count) inputs.resize(count), outputs.resize(count);  // kept: no allocation per node
+    for (size_t g = 0; g < count; ++g) inputs[g].clear(), outputs[g].clear();
+    contexts.clear();
+    contexts.reserve(count);
+    for (size_t g = 0; g < count; ++g) {
+      const Step& member = steps_[s + g];
+      const Node& node = module_.node(member.node);
+      for (ValueId v : node.inputs) inputs[g].push_back(v == kNoValue ? Tensor() : tensor(v));
+      for (ValueId v : node.outputs) outputs[g].push_back(tensor(v));
+      if (poison && !member.in_place) {
+        for (Tensor& t : outputs[g]) MEMC_RETURN_IF_ERROR(backend_->fill(t.raw(), 0xFF, static_cast<int64_t>(t.nbytes())));
+      }
+      KernelContext& ctx = contexts.emplace_back(KernelContext{node, {}, {}, options.training, options.seed, options.step});
+      ctx.comm = options.comm;
+      ctx.batch_row_offset = options.batch_row_offset;
+      for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] == kNoValue ? nullptr : &inputs[g][k]);
+      for (Tensor& t : outputs[g]) ctx.outputs.push_back(&t);
+      ctx.workspace = static_cast<char*>(workspace_.get()) + run_state;
+      ctx.workspace_bytes = member.workspace_bytes - run_state;
+      if (run_state) ctx.device_step = static_cast<const int64_t*>(workspace_.get());
+      ctx.stream = stream.handle;
+      ctx.copy_stream = copy_stream.handle;
     }
-    KernelContext ctx{node, {}, {}, options.training, options.seed, options.step};
-    ctx.comm = options.comm;
-    ctx.batch_row_offset = options.batch_row_offset;
-    for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] == kNoValue ? nullptr : &inputs[k]);
-    for (Tensor& t : outputs) ctx.outputs.push_back(&t);
-    ctx.workspace = static_cast<char*>(workspace_.get()) + run_state;
-    ctx.workspace_bytes = step.workspace_bytes - run_state;
-    if (run_state) ctx.device_step = static_cast<const int64_t*>(workspace_.get());
-    ctx.stream = stream.handle;
-    const bool timed = op_profile_enabled();
+    if (count > 1) {
+      if (Status st = step.group(std::span<KernelContext>(contexts)); !st.ok()) {
+        return st.with_context(str_cat("memc.", module_.node(step.node).op, " (", count, " nodes fused): "));
+      }
+      s += count - 1;
+      continue;
+    }
+    const Node& node = module_.node(step.node);
+    KernelContext& ctx = contexts[0];
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = (*step.kernel)(ctx);
     if (timed && st.ok()) {

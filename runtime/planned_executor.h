@@ -60,6 +60,10 @@ class PlannedExecutor {
     bool in_place;            // an output shares an input's bytes (not poisoned in check mode)
     bool skip;                // a view whose output is its input's bytes already
     int64_t workspace_bytes;  // what the kernel declared for this node
+    // A fused run: this step and the next group_size − 1 (the same op, consecutive in the
+    // schedule) go to the backend's GroupKernel together; 1: the step runs alone.
+    GroupKernel group = nullptr;
+    int group_size = 1;
   };
   std::vector<Step> steps_;
   // Backends that capture graphs (CUDA): the first step runs kernel by kernel (libraries set up,

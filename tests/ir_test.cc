@@ -240,8 +240,11 @@ bool add_any(Module& m, const std::string& op, std::vector<ValueId>& results) {
     auto added = m.add_node(op, inputs, recipe.attrs, "test " + op, recipe.num_outputs);
     if (!added.ok()) continue;
     // Transfers cross memory spaces (the verifier checks which way).
-    if (op == "copy_to_host") m.value((*added)[0]).space = MemSpace::kHost;
-    if (op == "copy_to_device") m.value(inputs[0]).space = MemSpace::kHost;
+    if (op.starts_with("copy_to_host")) {
+      for (ValueId v : *added) m.value(v).space = MemSpace::kHost;
+      if (op.ends_with("_done")) m.value(inputs[0]).space = MemSpace::kHost;  // the pending buffer
+    }
+    if (op.starts_with("copy_to_device")) m.value(inputs[op.ends_with("_done") ? 1 : 0]).space = MemSpace::kHost;
     results.insert(results.end(), added->begin(), added->end());
     return true;
   }

@@ -349,6 +349,14 @@ Status copy_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// A transfer's async pair: the CPU's streams are synchronous, so the start copies at once and
+// the done has nothing to wait for (it copies only where the plan did not put it in place).
+Status copy_done_kernel(KernelContext& ctx) {
+  const Tensor& pending = *ctx.inputs[0];
+  if (ctx.outputs[0]->raw() != pending.raw() && pending.nbytes()) std::memcpy(ctx.outputs[0]->raw(), pending.raw(), pending.nbytes());
+  return Status::Ok();
+}
+
 // Training: y = x·keep/(1 - ratio), keep[i] = counter_random(seed, stream, i) < threshold.
 // Inference: y = x and the mask is all true.
 Status dropout_kernel(KernelContext& ctx) {
@@ -449,6 +457,8 @@ void register_elementwise_kernels(KernelTable& t) {
   t.add("copy", copy_kernel);
   t.add("copy_to_host", copy_kernel);  // host and "device" are both RAM on the CPU backend
   t.add("copy_to_device", copy_kernel);
+  for (const char* start : {"copy_to_host_start", "copy_to_device_start"}) t.add(start, copy_kernel);
+  for (const char* done : {"copy_to_host_done", "copy_to_device_done"}) t.add(done, copy_done_kernel);
   t.add("dropout", dropout_kernel);
 }
 

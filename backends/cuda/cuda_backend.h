@@ -58,6 +58,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return name_; }
   const Kernel* find_kernel(std::string_view op) const override;
+  GroupKernel find_group_kernel(std::string_view op) const override;
   int64_t workspace_bytes(const Module& module, const Node& node) const override;
   Expected<void*> allocate(MemoryKind kind, int64_t bytes) override;
   void deallocate(MemoryKind kind, void* p) override;

@@ -42,9 +42,29 @@ Expected<const void*> pinned_copy(const void* host, int64_t bytes) {
   return static_cast<const void*>(pinned);
 }
 
+// A transfer in flight on the copy stream, keyed by its pending buffer: `fork` orders the copy
+// after the compute stream's work so far, `joined` the compute stream's later work after the
+// copy. Made once per buffer and reused every step (and inside a captured graph, where the
+// record/wait pairs become the graph's edges between the two streams).
+struct CopyEvents {
+  cudaEvent_t fork = nullptr, joined = nullptr;
+};
+Expected<CopyEvents> copy_events(const void* pending) {
+  static std::mutex mutex;
+  static std::map<const void*, CopyEvents> events;
+  std::lock_guard<std::mutex> lock(mutex);
+  CopyEvents& e = events[pending];
+  if (!e.fork) {
+    MEMC_RETURN_IF_ERROR(check_launch(cudaEventCreateWithFlags(&e.fork, cudaEventDisableTiming), "cudaEventCreate (copy)"));
+    MEMC_RETURN_IF_ERROR(check_launch(cudaEventCreateWithFlags(&e.joined, cudaEventDisableTiming), "cudaEventCreate (copy)"));
+  }
+  return e;
+}
+
 struct DeviceRunner {
-  cudaStream_t stream;
-  explicit DeviceRunner(const KernelContext& ctx) : stream(static_cast<cudaStream_t>(ctx.stream)) {}
+  cudaStream_t stream, copy_stream;
+  explicit DeviceRunner(const KernelContext& ctx)
+      : stream(static_cast<cudaStream_t>(ctx.stream)), copy_stream(static_cast<cudaStream_t>(ctx.copy_stream)) {}
 
   template <class Body>
   Status operator()(const Body& body, int64_t n) {
@@ -57,6 +77,22 @@ struct DeviceRunner {
   Status copy(void* dst, const void* src, int64_t bytes) {
     if (bytes <= 0) return Status::Ok();
     return check_launch(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream), "copy");
+  }
+  // Without a copy stream (a caller that has none) the copy is ordered on the compute stream.
+  Status copy_start(void* dst, const void* src, int64_t bytes) {
+    if (!copy_stream) return copy(dst, src, bytes);
+    MEMC_ASSIGN_OR_RETURN(const CopyEvents e, copy_events(dst));
+    MEMC_RETURN_IF_ERROR(check_launch(cudaEventRecord(e.fork, stream), "cudaEventRecord (copy start)"));
+    MEMC_RETURN_IF_ERROR(check_launch(cudaStreamWaitEvent(copy_stream, e.fork, 0), "cudaStreamWaitEvent (copy start)"));
+    if (bytes > 0) {
+      MEMC_RETURN_IF_ERROR(check_launch(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, copy_stream), "copy (copy stream)"));
+    }
+    return check_launch(cudaEventRecord(e.joined, copy_stream), "cudaEventRecord (copy)");
+  }
+  Status copy_done(const void* pending) {
+    if (!copy_stream) return Status::Ok();
+    MEMC_ASSIGN_OR_RETURN(const CopyEvents e, copy_events(pending));
+    return check_launch(cudaStreamWaitEvent(stream, e.joined, 0), "cudaStreamWaitEvent (copy done)");
   }
   // Host data a kernel sends every step (a constant's value, the quantization maps) is staged
   // once in pinned memory, so the copy is asynchronous and a captured graph can hold it.
@@ -78,5 +114,6 @@ struct DeviceRunner {
 }  // namespace
 
 const Kernel* CudaBackend::find_kernel(std::string_view op) const { return ops::find_kernel<DeviceRunner>(op); }
+GroupKernel CudaBackend::find_group_kernel(std::string_view op) const { return ops::find_group_kernel<DeviceRunner>(op); }
 
 }  // namespace memc::cuda

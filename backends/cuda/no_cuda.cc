@@ -17,6 +17,7 @@ Expected<std::unique_ptr<CudaBackend>> CudaBackend::open(int device) {
 CudaBackend::~CudaBackend() = default;
 Status CudaBackend::require_open(const char*) const { return not_built(); }
 const Kernel* CudaBackend::find_kernel(std::string_view) const { return nullptr; }
+GroupKernel CudaBackend::find_group_kernel(std::string_view) const { return nullptr; }
 Expected<void*> CudaBackend::allocate(MemoryKind, int64_t) { return not_built(); }
 void CudaBackend::deallocate(MemoryKind, void*) {}
 Status CudaBackend::fill(void*, uint8_t, int64_t) { return not_built(); }

@@ -44,6 +44,8 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
     std::vector<std::pair<std::string, Kernel>> t = {
         {"reshape", as_kernel<R, copy_op<R>>}, {"copy", as_kernel<R, copy_op<R>>},
         {"copy_to_host", as_kernel<R, copy_op<R>>}, {"copy_to_device", as_kernel<R, copy_op<R>>},
+        {"copy_to_host_start", as_kernel<R, copy_start_op<R>>}, {"copy_to_device_start", as_kernel<R, copy_start_op<R>>},
+        {"copy_to_host_done", as_kernel<R, copy_done_op<R>>}, {"copy_to_device_done", as_kernel<R, copy_done_op<R>>},
         {"constant", as_kernel<R, constant_op<R>>}, {"full", as_kernel<R, full_op<R>>},
         {"transpose", as_kernel<R, transpose_op<R>>}, {"slice", as_kernel<R, slice_op<R>>},
         {"expand", as_kernel<R, expand_op<R>>}, {"concat", as_kernel<R, concat_op<R>>},
@@ -103,6 +105,23 @@ const Kernel* find_kernel(std::string_view op) {
   for (const auto& [name, kernel] : kernel_table<R>()) {
     if (name == op) return &kernel;
   }
+  return nullptr;
+}
+
+// Fused multi-tensor updates (ops::fused_updates): consecutive nodes of one update op in one
+// launch (per dtype, per parameter-size chunk).
+template <class R, class Bodies>
+Status as_group_kernel(std::span<KernelContext> nodes) {
+  if (nodes.empty()) return Status::Ok();
+  R run(nodes[0]);
+  return fused_updates<R, Bodies>(nodes, run);
+}
+
+template <class R>
+GroupKernel find_group_kernel(std::string_view op) {
+  if (op == "adam_update") return as_group_kernel<R, AdamBodies>;
+  if (op == "sgd_update") return as_group_kernel<R, SgdBodies>;
+  if (op == "momentum_update") return as_group_kernel<R, MomentumBodies>;
   return nullptr;
 }
 

@@ -4,6 +4,9 @@
 //   Status operator()(const Body& body, int64_t n)          run body(0..n-1), stream-ordered
 //   Status copy(void* dst, const void* src, int64_t bytes)   within device memory
 //   Status upload(void* dst, const void* host, int64_t bytes)  a constant from host memory
+//   Status copy_start(void* dst, const void* src, int64_t bytes)  a transfer's start: the copy
+//     queued on the copy stream after the compute stream's work so far, keyed by dst
+//   Status copy_done(const void* pending)  the compute stream's later work waits for that copy
 //   Status gemm(const GemmCall& call, void* workspace, int64_t bytes)
 //   Status sdpa(const SdpaShape&, bool backward, const SdpaPointers&, void* workspace, int64_t bytes)
 //     cuDNN's attention (backends/cuda/cudnn_sdpa.h); bad input where it cannot run the shape
@@ -95,6 +98,22 @@ T* out(const KernelContext& ctx, size_t i) {
 template <class R>
 Status copy_op(KernelContext& ctx, R& run) {
   return run.copy(ctx.outputs[0]->raw(), ctx.inputs[0]->raw(), static_cast<int64_t>(ctx.outputs[0]->nbytes()));
+}
+
+// A transfer's async pair (copy_to_host_start/_done, copy_to_device_start/_done): the start runs
+// the copy on the copy stream, the done orders the compute stream after it (and copies only
+// where the plan did not put its result in place over the pending buffer).
+template <class R>
+Status copy_start_op(KernelContext& ctx, R& run) {
+  return run.copy_start(ctx.outputs[0]->raw(), ctx.inputs[0]->raw(), static_cast<int64_t>(ctx.outputs[0]->nbytes()));
+}
+
+template <class R>
+Status copy_done_op(KernelContext& ctx, R& run) {
+  const Tensor& pending = *ctx.inputs[0];
+  MEMC_RETURN_IF_ERROR(run.copy_done(pending.raw()));
+  if (ctx.outputs[0]->raw() == pending.raw()) return Status::Ok();
+  return run.copy(ctx.outputs[0]->raw(), pending.raw(), static_cast<int64_t>(pending.nbytes()));
 }
 
 template <class R>
@@ -543,37 +562,111 @@ inline StepScalars step_scalars(const KernelContext& ctx, int lr, int step, int 
   return s;
 }
 
-template <class R>
-Status adam_op(KernelContext& ctx, R& run) {
-  const AdamStep adam = adam_settings(ctx.node.attrs, false);
-  const StepScalars s = step_scalars(ctx, 4, 5, 6);
-  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    AdamUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), in<T>(ctx, 3), out<T>(ctx, 0), out<T>(ctx, 1), out<T>(ctx, 2), s, adam};
-    return run(body, ctx.outputs[0]->numel());
-  });
+// The elementwise updates' bodies, one per node; the per-node kernels run one, the fused ones
+// (below) many in one launch.
+template <typename T>
+AdamUpdate<T> adam_body(const KernelContext& ctx) {
+  return {in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), in<T>(ctx, 3), out<T>(ctx, 0), out<T>(ctx, 1), out<T>(ctx, 2),
+          step_scalars(ctx, 4, 5, 6), adam_settings(ctx.node.attrs, false)};
 }
 
-template <class R>
-Status sgd_op(KernelContext& ctx, R& run) {
-  const StepScalars s = step_scalars(ctx, 2, -1, 3);
-  const float wd = static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0));
-  return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    return run(SgdUpdate<T>{in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), s, wd}, ctx.outputs[0]->numel());
-  });
+template <typename T>
+SgdUpdate<T> sgd_body(const KernelContext& ctx) {
+  return {in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), step_scalars(ctx, 2, -1, 3),
+          static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0))};
 }
 
-template <class R>
-Status momentum_op(KernelContext& ctx, R& run) {
-  const StepScalars s = step_scalars(ctx, 3, 4, 5);
+template <typename T>
+MomentumUpdate<T> momentum_body(const KernelContext& ctx) {
   MomentumParams p;
   p.weight_decay = static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0));
   p.momentum = static_cast<float>(ctx.node.attrs.get_float("momentum", 0.9));
   p.dampening = static_cast<float>(ctx.node.attrs.get_float("dampening", 0.0));
   p.nesterov = ctx.node.attrs.get_int("nesterov", 0);
+  return {in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<T>(ctx, 1), step_scalars(ctx, 3, 4, 5), p};
+}
+
+// The bodies of an update op as generic callables: make.template operator()<T>(ctx).
+struct AdamBodies {
+  template <typename T>
+  AdamUpdate<T> operator()(const KernelContext& ctx) const { return adam_body<T>(ctx); }
+};
+struct SgdBodies {
+  template <typename T>
+  SgdUpdate<T> operator()(const KernelContext& ctx) const { return sgd_body<T>(ctx); }
+};
+struct MomentumBodies {
+  template <typename T>
+  MomentumUpdate<T> operator()(const KernelContext& ctx) const { return momentum_body<T>(ctx); }
+};
+
+template <class R, class Bodies>
+Status update_op(KernelContext& ctx, R& run) {
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
-    MomentumUpdate<T> body{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<T>(ctx, 1), s, p};
-    return run(body, ctx.outputs[0]->numel());
+    return run(Bodies().template operator()<T>(ctx), ctx.outputs[0]->numel());
   });
+}
+template <class R>
+Status adam_op(KernelContext& ctx, R& run) { return update_op<R, AdamBodies>(ctx, run); }
+template <class R>
+Status sgd_op(KernelContext& ctx, R& run) { return update_op<R, SgdBodies>(ctx, run); }
+template <class R>
+Status momentum_op(KernelContext& ctx, R& run) { return update_op<R, MomentumBodies>(ctx, run); }
+
+// Multi-tensor launches: several parts' bodies as one, index i running part k's body at
+// i − ends[k−1]. It travels as the launch's parameters (under 4 KB: at most kParts parts), so a
+// fused launch needs no table in device memory and a captured graph holds it as it is.
+template <class Body, int kParts>
+struct MultiBody {
+  Body parts[kParts];
+  int64_t ends[kParts];  // cumulative element counts
+  int count = 0;
+  MEMC_HD void operator()(int64_t i) const {
+    int lo = 0, hi = count - 1;  // the first part whose end lies past i
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (i < ends[mid]) hi = mid;
+      else lo = mid + 1;
+    }
+    parts[lo](i - (lo ? ends[lo - 1] : 0));
+  }
+};
+template <class Body>
+constexpr int multi_parts() {
+  const int k = static_cast<int>((3840 - 16) / (sizeof(Body) + sizeof(int64_t)));
+  return k < 1 ? 1 : (k > 64 ? 64 : k);
+}
+
+// One update op over `nodes` (consecutive in the schedule) in as few launches as the parameter
+// limit allows: each run of nodes with one dtype is cut into MultiBody launches. The same bodies
+// as the per-node kernel, so every element gets the same arithmetic.
+template <class R, class Bodies>
+Status fused_updates(std::span<KernelContext> nodes, R& run) {
+  size_t first = 0;
+  while (first < nodes.size()) {
+    const DType dtype = nodes[first].inputs[0]->dtype();
+    size_t last = first + 1;
+    while (last < nodes.size() && nodes[last].inputs[0]->dtype() == dtype) ++last;
+    MEMC_RETURN_IF_ERROR(dispatch_float(nodes[first], dtype, [&]<typename T>() -> Status {
+      using Body = decltype(Bodies().template operator()<T>(nodes[first]));
+      constexpr int kParts = multi_parts<Body>();
+      MultiBody<Body, kParts> multi;
+      int64_t total = 0;
+      for (size_t k = first; k < last; ++k) {
+        multi.parts[multi.count] = Bodies().template operator()<T>(nodes[k]);
+        total += nodes[k].outputs[0]->numel();
+        multi.ends[multi.count++] = total;
+        if (multi.count == kParts || k + 1 == last) {
+          MEMC_RETURN_IF_ERROR(run(multi, total));
+          multi.count = 0;
+          total = 0;
+        }
+      }
+      return Status::Ok();
+    }));
+    first = last;
+  }
+  return Status::Ok();
 }
 
 // Scratch of adam8bit: the two quantization maps, uploaded by the kernel.

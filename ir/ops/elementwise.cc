@@ -128,6 +128,30 @@ void register_elementwise_ops(OpRegistry& r) {
     r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpTransfer | (to_device ? 0u : kOpNoGradient), .shape = same_type,
            .flops = [](const Node&, std::span<const TensorType>, std::span<const TensorType>) { return int64_t{0}; },
            .doc = std::string("y = x, moved ") + (to_device ? "from host to device memory" : "from device to host memory")});
+    // The async pair the offload pass turns each transfer into, as collectives have: the start
+    // queues the copy on the copy stream and returns the pending buffer (contents undefined until
+    // done; `after`, read for order only, is a prefetch point); the done orders the compute after
+    // it and is a view of pending (the same bytes, now complete), so a weight's new value lands
+    // straight in its argument's storage. The done reads x, so liveness keeps the source while
+    // it moves.
+    const std::string moved = to_device ? "host to device" : "device to host";
+    r.add({.name = str_cat(name, "_start"), .min_inputs = 1, .max_inputs = 2, .flags = kOpTransfer | kOpNoGradient,
+           .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+             out = {c.inputs[0]};
+             return Status::Ok();
+           },
+           .flops = [](const Node&, std::span<const TensorType>, std::span<const TensorType>) { return int64_t{0}; },
+           .doc = str_cat("(x[, after]) → pending: x's copy from ", moved, " memory, started on the copy stream")});
+    r.add({.name = str_cat(name, "_done"), .min_inputs = 2, .max_inputs = 3, .flags = kOpTransfer | kOpNoGradient | kOpView,
+           .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+             if (!(c.inputs[0] == c.inputs[1])) {
+               return Status::BadInput(str_cat("pending buffer is ", type_str(c.inputs[0]), ", the copy of ", type_str(c.inputs[1])));
+             }
+             out = {c.inputs[0]};
+             return Status::Ok();
+           },
+           .flops = [](const Node&, std::span<const TensorType>, std::span<const TensorType>) { return int64_t{0}; },
+           .doc = str_cat("(pending, x[, after]) → the completed copy of x from ", moved, " memory, a view of pending")});
   }
 
   r.add({.name = "dropout", .min_inputs = 1, .max_inputs = 1, .num_outputs = -1,

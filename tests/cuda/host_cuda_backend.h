@@ -4,6 +4,7 @@
 // workspace model (the CUDA one, without cuBLASLt's share, which the host GEMMs do not use).
 #pragma once
 #include <cstring>
+#include <set>
 
 #include "backends/backend.h"
 #include "backends/kernel_attrs.h"
@@ -24,6 +25,19 @@ struct HostRunner {
     return Status::Ok();
   }
   Status upload(void* dst, const void* host, int64_t bytes) { return copy(dst, host, bytes); }
+  // A transfer's pair: the copy at once; the done checks that a start into `pending` preceded it.
+  static std::set<const void*>& started() {
+    static thread_local std::set<const void*> s;
+    return s;
+  }
+  Status copy_start(void* dst, const void* src, int64_t bytes) {
+    started().insert(dst);
+    return copy(dst, src, bytes);
+  }
+  Status copy_done(const void* pending) {
+    if (started().erase(pending) == 0) return Status::Internal("a copy's done without its start");
+    return Status::Ok();
+  }
   // No cuDNN on the host: attention runs memc's own kernel, as on a GPU where cuDNN refuses.
   Status sdpa(const cuda::SdpaShape&, bool, const cuda::SdpaPointers&, void*, int64_t) {
     return Status::BadInput("not supported by cuDNN SDPA: no GPU");
@@ -70,11 +84,16 @@ class HostCudaBackend final : public Backend {
  public:
   // `wrapper`, when given, is returned instead of each op's kernel (which it must then call:
   // cuda::ops::find_kernel<HostRunner>), for checks that run something beside every kernel.
-  explicit HostCudaBackend(const Kernel* wrapper = nullptr) : wrapper_(wrapper) {}
+  // `fuse` false: no group kernels, every update node runs alone.
+  explicit HostCudaBackend(const Kernel* wrapper = nullptr, bool fuse = true) : wrapper_(wrapper), fuse_(fuse) {}
   std::string_view name() const override { return "cuda-on-host"; }
   const Kernel* find_kernel(std::string_view op) const override {
     const Kernel* kernel = cuda::ops::find_kernel<HostRunner>(op);
     return kernel && wrapper_ ? wrapper_ : kernel;
+  }
+  // The fused updates, as on a GPU (none with a wrapper: it checks nodes one by one).
+  GroupKernel find_group_kernel(std::string_view op) const override {
+    return wrapper_ || !fuse_ ? nullptr : cuda::ops::find_group_kernel<HostRunner>(op);
   }
   int64_t workspace_bytes(const Module& module, const Node& node) const override {
     const NodeTypes types(module, node);
@@ -95,6 +114,7 @@ class HostCudaBackend final : public Backend {
 
  private:
   const Kernel* wrapper_;
+  bool fuse_;
 };
 
 }  // namespace memc::testing

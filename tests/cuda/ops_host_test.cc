@@ -93,8 +93,12 @@ struct Case {
   int64_t batch;
   std::string precision;
   int64_t seq = -1;  // for exports with a dynamic sequence length
+  OffloadLevel offload = OffloadLevel::kNone;  // transfers as async pairs on the copy stream
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " " << c.precision << " batch " << c.batch; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " " << c.precision << " batch " << c.batch;
+  if (c.offload != OffloadLevel::kNone) *os << " offload " << offload_level_name(c.offload);
+}
 
 // Plain SGD, so one step's update is the gradient itself: w' = w - lr·g.
 Plan compile_case(const Case& c) {
@@ -103,6 +107,7 @@ Plan compile_case(const Case& c) {
   options.optimizer.kind = "sgd";
   options.precision = *parse_precision(c.precision);
   options.seq = c.seq;
+  options.offload = c.offload;
   const std::string model = source_path(c.model);
   auto plan = compile_model(model, model + ".plan", options);
   EXPECT_TRUE(plan.ok()) << plan.status().message();
@@ -212,6 +217,10 @@ const Case kCases[] = {
     {"models/roberta_t215.onnx", 4, "fp32"},
     {"models/bigbird_full.onnx", 2, "fp32", 32},
     {"models/bigbird_sparse.onnx", 4, "fp32"},
+    // Offload's transfers: async pairs (copy_to_host_start/_done …), the update in host memory,
+    // and streamed parameters prefetched one unit ahead.
+    {"models/vit_tiny.onnx", 4, "fp32", -1, OffloadLevel::kOptimizer},
+    {"models/vit_tiny.onnx", 4, "bf16-mixed", -1, OffloadLevel::kParams},
 };
 
 class CudaKernels : public ::testing::TestWithParam<Case> {};
@@ -245,6 +254,7 @@ TEST_P(CudaKernels, OnTheGpuMatchTheCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaKernels, ::testing::ValuesIn(kCases), [](const auto& info) {
   std::string name = info.param.model.substr(7, info.param.model.find('.') - 7) + "_" + info.param.precision;
+  if (info.param.offload != OffloadLevel::kNone) name += str_cat("_offload_", offload_level_name(info.param.offload));
   for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });
@@ -328,6 +338,103 @@ TEST(CudaOptimizers, OneStepMatchesTheCpuBackend) {
                 static_cast<long long>(codes));
     EXPECT_LE(worst, 1e-4) << optimizer;
     EXPECT_LE(codes_off, codes / 100) << optimizer;
+  }
+}
+
+// Fused multi-tensor updates (Backend::find_group_kernel): 100 SGD and Adam nodes of sizes 0 to 97,
+// f32 and bf16 mixed, through the fused kernel (dtype runs, cut into launches of at most
+// multi_parts) and one by one: the same bits.
+TEST(CudaOptimizers, FusedLaunchesMatchOneLaunchPerNode) {
+  for (const char* op : {"sgd_update", "adam_update"}) {
+    const bool adam = std::string(op) == "adam_update";
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> value(-1, 1);
+    struct Part {
+      Node node;
+      std::vector<Tensor> in, out_fused, out_single;
+    };
+    std::vector<Part> parts(100);
+    Tensor lr = Tensor::zeros(DType::kF32, {}), step = Tensor::zeros(DType::kF32, {});
+    lr.set_from_double(0, 1e-2);
+    step.set_from_double(0, 3);
+    auto random = [&](DType dtype, int64_t n) {
+      Tensor t = Tensor::zeros(dtype, {n});
+      for (int64_t k = 0; k < n; ++k) t.set_from_double(k, value(rng));
+      return t;
+    };
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Part& p = parts[i];
+      p.node.op = op;
+      p.node.attrs.set("weight_decay", 0.01);
+      const DType dtype = i < 60 || i % 9 == 0 ? DType::kF32 : DType::kBF16;  // runs longer and shorter than a launch
+      const int64_t n = static_cast<int64_t>(i * 37 % 98);
+      const int states = adam ? 2 : 0;
+      for (int k = 0; k < 2 + states; ++k) p.in.push_back(random(dtype, n));
+      if (adam) for (int64_t k = 0; k < n; ++k) p.in.back().set_from_double(k, std::fabs(p.in.back().get_as_double(k)));  // v ≥ 0
+      for (int k = 0; k < 1 + states; ++k) p.out_fused.push_back(Tensor::zeros(dtype, {n})), p.out_single.push_back(Tensor::zeros(dtype, {n}));
+    }
+    auto context = [&](Part& p, std::vector<Tensor>& out) {
+      KernelContext ctx{p.node, {}, {}};
+      for (const Tensor& t : p.in) ctx.inputs.push_back(&t);
+      ctx.inputs.push_back(&lr);
+      if (adam) ctx.inputs.push_back(&step);
+      for (Tensor& t : out) ctx.outputs.push_back(&t);
+      return ctx;
+    };
+    std::vector<KernelContext> fused;
+    for (Part& p : parts) fused.push_back(context(p, p.out_fused));
+    const GroupKernel group = cuda::ops::find_group_kernel<HostRunner>(op);
+    ASSERT_NE(group, nullptr);
+    static_assert(cuda::ops::multi_parts<cuda::SgdUpdate<float>>() < 60 && cuda::ops::multi_parts<cuda::AdamUpdate<float>>() < 60);
+    ASSERT_TRUE(group(std::span<KernelContext>(fused)).ok());
+    const Kernel* single = cuda::ops::find_kernel<HostRunner>(op);
+    for (Part& p : parts) {
+      KernelContext ctx = context(p, p.out_single);
+      ASSERT_TRUE((*single)(ctx).ok());
+      for (size_t k = 0; k < p.out_single.size(); ++k) {
+        ASSERT_EQ(std::memcmp(p.out_fused[k].raw(), p.out_single[k].raw(), p.out_single[k].nbytes()), 0) << op << " output " << k;
+      }
+    }
+  }
+}
+
+// A GPU target's schedule puts consecutive updates together where that costs no memory
+// (Schedule::Options::group_updates), and the executor hands each run to the fused kernel: the
+// step's results are bit-identical to running every update alone.
+TEST(CudaOptimizers, AGpuPlanFusesItsUpdatesWithTheSameResults) {
+  for (const char* optimizer : {"sgd", "momentum", "adamw"}) {
+    CompileOptions options;
+    options.batch = 4;
+    options.optimizer.kind = optimizer;
+    options.target = "h200";
+    const std::string model = source_path("models/vit_tiny.onnx");
+    auto plan = compile_model(model, model + ".plan", options);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    const Module& m = plan->train;
+    int updates = 0, runs = 0;
+    const std::vector<NodeId> order = m.schedule();
+    for (size_t i = 0; i < order.size(); ++i) {
+      const bool update = m.node(order[i]).op.ends_with("_update");
+      updates += update;
+      runs += update && (i == 0 || m.node(order[i - 1]).op != m.node(order[i]).op);
+    }
+    std::printf("[%s] %d updates in %d fused launches\n", optimizer, updates, runs);
+    EXPECT_EQ(updates, 32);
+    EXPECT_LE(3 * runs, 2 * updates);  // vit_tiny: 32 updates in 18 launches
+    const auto feeds = arguments(m, 29);
+    HostCudaBackend fusing, one_by_one(nullptr, false);
+    DeviceMemory a_memory(fusing), b_memory(one_by_one);
+    auto a = PlannedExecutor::create(m, a_memory);
+    auto b = PlannedExecutor::create(m, b_memory);
+    ASSERT_TRUE(a.ok() && b.ok());
+    for (const auto& [name, t] : feeds) ASSERT_TRUE(a->set_argument(name, t).ok() && b->set_argument(name, t).ok()) << name;
+    const ExecOptions run{.training = true, .seed = 3, .step = 1};
+    ASSERT_TRUE(a->run(run).ok());
+    ASSERT_TRUE(b->run(run).ok());
+    for (size_t i = 0; i < m.outputs().size(); ++i) {
+      const Tensor x = *a->fetch_output(i), y = *b->fetch_output(i);
+      ASSERT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0) << optimizer << " " << m.value(m.outputs()[i]).name;
+    }
   }
 }
 
