@@ -98,6 +98,19 @@ NodeId first_reader(const Module& m, const std::vector<NodeId>& order, ValueId v
   return kNoNode;
 }
 
+// Whether `v` is a collective's result, or a few elementwise steps from one (a reduce-scattered
+// gradient, scaled): its reduction already waits for the next unit's gradient (passes/shard.h).
+bool follows_collective(const Module& m, ValueId v) {
+  for (int depth = 0; depth < 4 && v != kNoValue; ++depth) {
+    const NodeId p = m.value(v).producer;
+    if (p == kNoNode || !m.node(p).def) return false;
+    if (m.node(p).def->flags & kOpCollective) return true;
+    if (!(m.node(p).def->flags & (kOpElementwise | kOpView)) || m.node(p).inputs.empty()) return false;
+    v = m.node(p).inputs[0];
+  }
+  return false;
+}
+
 // Every transfer becomes its async pair, start where the transfer was and done right after it
 // (the schedule pass moves them apart). Streamed parameters are prefetched one unit ahead: a
 // copy feeding a prefetching all_gather_start takes that start's `after`, and on one device,
@@ -111,6 +124,7 @@ int split_transfers(Module& m) {
   };
   std::vector<Streamed> streamed;
   std::vector<NodeId> staged_results;  // dones of copies of computed values into host memory
+  std::vector<std::pair<NodeId, NodeId>> gathered;  // (copy's start, the prefetching gather it feeds)
   int pairs = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const NodeId n = order[i];
@@ -131,20 +145,29 @@ int split_transfers(Module& m) {
     order.insert(order.begin() + static_cast<std::ptrdiff_t>(i), start);
     ++i;
     ++pairs;
-    if (op == "copy_to_host" && m.value(x).producer != kNoNode) staged_results.push_back(n);
+    if (op == "copy_to_host" && m.value(x).producer != kNoNode && !follows_collective(m, x)) staged_results.push_back(n);
     const NodeId reader = first_reader(m, order, y);
     if (reader == kNoNode) continue;
     const Node& r = m.node(reader);
     if (r.op.ends_with("_start") && r.inputs.size() > 1) {
-      m.node(start).inputs.push_back(r.inputs[1]);  // the gather's prefetch point
+      gathered.push_back({start, reader});
     } else if (r.op == "split_flat" && m.value(x).producer == kNoNode) {
       streamed.push_back({start, n, reader});
     }
   }
   auto position = [&](NodeId n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+  // A copy feeding a prefetching gather (zero3 on N ranks) starts one unit before that gather:
+  // at the previous gather's prefetch point, so the copy and the gather each overlap a unit's
+  // compute. The step's first gathers take their own gather's point.
+  std::sort(gathered.begin(), gathered.end(), [&](const auto& a, const auto& b) { return position(a.second) < position(b.second); });
+  for (size_t k = 0; k < gathered.size(); ++k) {
+    const Node& gather = m.node(gathered[k].second);
+    const Node& previous = m.node(gathered[k > 0 ? k - 1 : k].second);
+    m.node(gathered[k].first).inputs.push_back(previous.inputs.size() > 1 ? previous.inputs[1] : gather.inputs[1]);
+  }
   // A computed value's copy to the host (a gradient for its host update) completes once the next
   // such value exists: the copy overlaps the backward that computes it, and the device keeps
-  // about one gradient more.
+  // about one gradient more. Not a reduced gradient's: its collective already waits so.
   std::sort(staged_results.begin(), staged_results.end(), [&](NodeId a, NodeId b) {
     return position(m.value(m.node(a).inputs[1]).producer) < position(m.value(m.node(b).inputs[1]).producer);
   });
