@@ -49,6 +49,7 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) -> std::unique_ptr<Pass> {
          Schedule::Options options;
          options.group_updates = o.group_updates;
+         options.prefetch = o.prefetch;
          return std::make_unique<Schedule>(options);
        }},
   };

@@ -39,6 +39,9 @@ struct PipelineOptions {
   // The schedule places consecutive optimizer updates together where that costs no memory, so a
   // GPU runs them as fused launches (Schedule::Options::group_updates). Set for GPU targets.
   bool group_updates = false;
+  // The schedule may issue prefetching starts early (zero3's gathers, streamed units' copies),
+  // at up to one unit in flight each way; false: never (what a budget too tight for it needs).
+  bool prefetch = true;
 };
 
 enum class PassStage { kForward, kTraining };

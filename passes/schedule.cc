@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -347,9 +348,12 @@ int update_runs(const Module& m, const std::vector<NodeId>& order) {
 }
 
 // Schedule::Options::group_updates on `order`: an update moves down to right before the next
-// update of its op when nothing between is heavy or reads one of its results.
-std::vector<NodeId> group_updates(const Module& m, std::vector<NodeId> order) {
-  for (size_t i = 0; i < order.size(); ++i) {
+// update of its op when nothing between is heavy or reads one of its results. From the bottom
+// up, so a run already gathered below is joined whole (U1 X U2 X U3 → X X U1 U2 U3). With
+// `keep`, each move stays only if keep(order) says so, for at most `trials` moves.
+std::vector<NodeId> group_updates(const Module& m, std::vector<NodeId> order,
+                                  const std::function<bool(const std::vector<NodeId>&)>& keep = nullptr, int trials = 0) {
+  for (size_t i = order.size(); i-- > 0;) {
     const Node& node = m.node(order[i]);
     if (!is_update(node)) continue;
     size_t j = i + 1;
@@ -366,7 +370,12 @@ std::vector<NodeId> group_updates(const Module& m, std::vector<NodeId> order) {
     const NodeId moved = order[i];
     order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
     order.insert(order.begin() + static_cast<std::ptrdiff_t>(j - 1), moved);
-    --i;  // the node now at i has not been looked at
+    if (!keep) continue;
+    if (trials-- <= 0) break;
+    if (!keep(order)) {
+      order.erase(order.begin() + static_cast<std::ptrdiff_t>(j - 1));
+      order.insert(order.begin() + static_cast<std::ptrdiff_t>(i), moved);
+    }
   }
   return order;
 }
@@ -398,7 +407,7 @@ Expected<PassReport> Schedule::run(Module& module) {
   // them as early as their `after` points allow, and freely. The best prefetching order (the
   // given one among them) wins unless it costs more than one unit in flight each way over the
   // best free one; then the prefetch is dropped where it would cost more (and -v says so).
-  const int64_t allowance = prefetch_allowance(module);
+  const int64_t allowance = options_.prefetch ? prefetch_allowance(module) : 0;
   std::vector<bool> prefetching = {allowance > 0};
   for (const bool prefetch : allowance > 0 ? std::vector<bool>{true, false} : std::vector<bool>{false}) {
     for (SchedulePolicy policy : options_.policies) {
@@ -430,10 +439,23 @@ Expected<PassReport> Schedule::run(Module& module) {
   std::string grouped;
   if (options_.group_updates) {
     const int runs_before = update_runs(module, orders[r.chosen]);
+    const int64_t limit = r.candidates[r.chosen].arena_bytes;
     std::vector<NodeId> order = group_updates(module, orders[r.chosen]);
     module.set_schedule(order);
     const std::string name = r.candidates[r.chosen].policy + "+grouped";
     auto measured = measure(module, name, options_.alignment_bytes);
+    if (!measured.ok() || measured->arena_bytes > limit) {
+      // All at once grew the arena: move by move, each kept only if the arena stays (at most
+      // 64 moves measured).
+      auto keep = [&](const std::vector<NodeId>& candidate) {
+        module.set_schedule(candidate);
+        auto m = measure(module, name, options_.alignment_bytes);
+        return m.ok() && m->arena_bytes <= limit;
+      };
+      order = group_updates(module, orders[r.chosen], keep, 64);
+      module.set_schedule(order);
+      measured = measure(module, name, options_.alignment_bytes);
+    }
     if (measured.ok() && measured->arena_bytes <= r.candidates[r.chosen].arena_bytes) {
       r.candidates.push_back(*measured);
       prefetching.push_back(prefetching[r.chosen]);
@@ -452,6 +474,7 @@ Expected<PassReport> Schedule::run(Module& module) {
   report.peak_before = r.before().arena_bytes;
   report.peak_after = r.after().arena_bytes;
   report.set("candidates", static_cast<int64_t>(r.candidates.size()));
+  report.set("prefetch_kept", r.prefetch_kept ? 1 : 0);
   report.set("lower_bound_before", r.before().lower_bound_bytes);
   report.set("lower_bound_after", r.after().lower_bound_bytes);
   report.lines.push_back(schedule_summary(r));

@@ -65,6 +65,8 @@ class Schedule : public Pass {
     // only light nodes (no GEMM, no attention) lie between and none reads its results, so a GPU
     // runs the run as one fused launch. Kept only where the device arena does not grow.
     bool group_updates = false;
+    // Whether orders that issue prefetching starts early are candidates at all.
+    bool prefetch = true;
   };
   Schedule() = default;
   explicit Schedule(Options options) : options_(std::move(options)) {}

@@ -1,5 +1,6 @@
 #include "planner/compile.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 
@@ -204,6 +205,15 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
   MEMC_ASSIGN_OR_RETURN(const std::vector<PassReport> reports, train(options, main->module, plan, quiet, schedule_quiet));
   const int64_t num_classes = main->module.value(main->module.outputs()[0]).type.shape[1];
   MEMC_RETURN_IF_ERROR(describe_plan(plan, options, num_classes));
+  // Prefetching holds up to a unit in flight each way; where that breaks the budget, the plan is
+  // scheduled without it (zero3's gathers and streamed units' copies then wait for their place).
+  const bool prefetched = std::any_of(reports.begin(), reports.end(), [](const PassReport& r) { return r.get("prefetch_kept", 0) != 0; });
+  if (prefetched && options.budget_bytes > 0 && plan.memory.predicted_peak_bytes > options.budget_bytes) {
+    log(1, str_cat("schedule: prefetching plans ", format_size(plan.memory.predicted_peak_bytes), ", over the budget: scheduled without it"));
+    CompileOptions without = options;
+    without.prefetch = false;
+    return compile(without, quiet, schedule_quiet);
+  }
   for (const PassReport& r : reports) {
     if (r.pass != "training_step") continue;
     plan.remat_outcome.has_limit = options.remat.policy == RematPolicy::kLimit && options.remat.limit_bytes < std::numeric_limits<int64_t>::max() / 8;
@@ -267,10 +277,21 @@ Expected<Plan> ModelCompiler::keep_lower_without_remat(Plan plan, const CompileO
 
 Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options) const {
   if (!options.reschedule) return plan;
-  PassPipeline pipeline;  // the schedule pass alone, verified like every other
-  pipeline.add(std::make_unique<Schedule>());
-  if (auto scheduled = pipeline.run(plan.train, PassInstrumentation{}); !scheduled.ok()) return scheduled.status().with_context("schedule: ");
-  MEMC_RETURN_IF_ERROR(measure_step(plan, options.target, options.threads));
+  const Plan given = plan;
+  for (const bool prefetch : {options.prefetch, false}) {
+    Schedule::Options schedule;
+    schedule.group_updates = &planning_backend(options.target) != &cpu_backend();
+    schedule.prefetch = prefetch;
+    PassPipeline pipeline;  // the schedule pass alone, verified like every other
+    pipeline.add(std::make_unique<Schedule>(schedule));
+    plan = given;
+    auto scheduled = pipeline.run(plan.train, PassInstrumentation{});
+    if (!scheduled.ok()) return scheduled.status().with_context("schedule: ");
+    MEMC_RETURN_IF_ERROR(measure_step(plan, options.target, options.threads));
+    // As compile(): a prefetching order over the budget gives way to one without.
+    const bool kept = !scheduled->empty() && scheduled->front().get("prefetch_kept", 0) != 0;
+    if (!kept || options.budget_bytes <= 0 || plan.memory.predicted_peak_bytes <= options.budget_bytes) break;
+  }
   return plan;
 }
 

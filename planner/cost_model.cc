@@ -197,7 +197,8 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
   std::string_view previous_op;  // a GPU runs consecutive updates of one op as one launch
   for (NodeId id : train.schedule()) {
     const Node& node = train.node(id);
-    const bool fused = split && node.def && (node.def->flags & kOpOptimizerUpdate) && node.op == previous_op;
+    // (the elementwise updates: adam8bit and Adafactor launch per node)
+    const bool fused = split && node.op == previous_op && (node.op == "sgd_update" || node.op == "momentum_update" || node.op == "adam_update");
     previous_op = node.op;
     if (split && runs_on_host(train, node)) continue;
     const OpDef* def = registry.find(node.op);

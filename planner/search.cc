@@ -48,7 +48,9 @@ class Searcher {
     // Candidates skip the schedule pass (it never raises the peak). A near miss is compiled
     // again with it, so a plan that fits once scheduled is not refused.
     if (plan.memory.predicted_peak_bytes > budget_ && plan.memory.predicted_peak_bytes / 4 <= budget_ / 3) {
-      MEMC_ASSIGN_OR_RETURN(plan, compiler_.schedule(std::move(plan), o));
+      CompileOptions scheduled = o;
+      scheduled.budget_bytes = budget_;  // a prefetching order over it gives way to one without
+      MEMC_ASSIGN_OR_RETURN(plan, compiler_.schedule(std::move(plan), scheduled));
       ++compiles_;
     }
     c.peak_bytes = plan.memory.predicted_peak_bytes;

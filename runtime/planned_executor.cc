@@ -36,11 +36,36 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
     const bool view = def && (def->flags & kOpView) && !(def->flags & kOpTransfer);
     ex.steps_.push_back({n, kernel, shares, view && shares, ex.backend_->workspace_bytes(ex.module_, node)});
   }
-  // Consecutive nodes of one op the backend runs together (fused optimizer updates).
+  // Consecutive nodes of one op the backend runs together (fused optimizer updates). The plan
+  // lets a node's output reuse bytes an earlier node read for the last time; run together they
+  // would race, so a run ends before a node whose bytes meet another member's.
+  auto region = [&](ValueId v) {
+    const Slice& s = ex.plan_.slice_of(v);
+    return std::tuple<MemSpace, int64_t, int64_t>{ex.module_.value(v).space, s.offset, s.offset + s.size};
+  };
+  auto meet = [&](ValueId a, ValueId b) {
+    const auto [sa, a0, a1] = region(a);
+    const auto [sb, b0, b1] = region(b);
+    return sa == sb && a0 < b1 && b0 < a1;
+  };
+  auto separate = [&](size_t first, size_t next) {  // node `next` shares no bytes with first..next-1
+    const Node& n = ex.module_.node(ex.steps_[next].node);
+    for (size_t k = first; k < next; ++k) {
+      const Node& member = ex.module_.node(ex.steps_[k].node);
+      for (ValueId out : n.outputs) {
+        for (ValueId v : member.inputs) if (v != kNoValue && meet(out, v)) return false;
+        for (ValueId v : member.outputs) if (meet(out, v)) return false;
+      }
+      for (ValueId in : n.inputs) {
+        for (ValueId v : member.outputs) if (in != kNoValue && meet(in, v)) return false;
+      }
+    }
+    return true;
+  };
   for (size_t i = 0; i < ex.steps_.size();) {
     const std::string& op = ex.module_.node(ex.steps_[i].node).op;
     size_t j = i + 1;
-    while (j < ex.steps_.size() && ex.module_.node(ex.steps_[j].node).op == op) ++j;
+    while (j < ex.steps_.size() && ex.module_.node(ex.steps_[j].node).op == op && separate(i, j)) ++j;
     const GroupKernel group = j - i > 1 ? ex.backend_->find_group_kernel(op) : nullptr;
     if (group) {
       ex.steps_[i].group = group;

@@ -51,9 +51,11 @@ struct CopyEvents {
 };
 Expected<CopyEvents> copy_events(const void* pending) {
   static std::mutex mutex;
-  static std::map<const void*, CopyEvents> events;
+  static std::map<std::pair<int, const void*>, CopyEvents> events;  // by (device, buffer)
+  int device = 0;
+  MEMC_RETURN_IF_ERROR(check_launch(cudaGetDevice(&device), "cudaGetDevice (copy)"));
   std::lock_guard<std::mutex> lock(mutex);
-  CopyEvents& e = events[pending];
+  CopyEvents& e = events[{device, pending}];
   if (!e.fork) {
     MEMC_RETURN_IF_ERROR(check_launch(cudaEventCreateWithFlags(&e.fork, cudaEventDisableTiming), "cudaEventCreate (copy)"));
     MEMC_RETURN_IF_ERROR(check_launch(cudaEventCreateWithFlags(&e.joined, cudaEventDisableTiming), "cudaEventCreate (copy)"));

@@ -131,6 +131,14 @@ $MEMC compile models/vit_tiny.onnx --batch 16 --budget 600KB --precision fp32 --
   && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["decisions"]["precision"] == "fp32" and d["decisions"]["offload"] == "none", d["decisions"]' "$TMP/p.json" \
   && pass "pinned decisions stay pinned in the search" || fail "pins: $(cat "$TMP/err")"
 expect_error 3 "smallest peak memc can plan" -- $MEMC compile models/vit_tiny.onnx --batch 16 --budget 50KB -o "$TMP/x.plan"
+# Prefetching a streamed unit holds up to one unit in flight each way; a budget just below the
+# prefetching plan is met by the same decisions scheduled without it.
+S="--batch 8 --offload params --precision bf16-mixed --remat blocks"
+$MEMC compile models/vit_tiny.onnx $S --json -o "$TMP/s1.plan" >"$TMP/s1.json" 2>"$TMP/err" || fail "streamed: $(cat "$TMP/err")"
+P=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted_peak_bytes"])' "$TMP/s1.json")
+$MEMC compile models/vit_tiny.onnx $S --budget $((P - 1)) --json -o "$TMP/s2.plan" >"$TMP/s2.json" 2>"$TMP/err" \
+  && python3 -c 'import json,sys; a, b = (json.load(open(p)) for p in sys.argv[1:3]); assert a["decisions"] == b["decisions"] and b["predicted_peak_bytes"] < a["predicted_peak_bytes"], (a["decisions"], b)' "$TMP/s1.json" "$TMP/s2.json" \
+  && pass "a budget below the prefetching plan ($P bytes) is met without prefetching" || fail "prefetch under a budget: $(cat "$TMP/err")"
 expect_error 2 "--target" -- $MEMC compile models/vit_tiny.onnx --batch 16 --target tpu -o "$TMP/x.plan"
 
 # Lean optimizer state (u8 codes, f32 block maxima) checkpoints and resumes exactly.
