@@ -380,6 +380,40 @@ std::vector<NodeId> group_updates(const Module& m, std::vector<NodeId> order,
   return order;
 }
 
+// Schedule::Options::group_updates, after choosing: the chosen order with updates grouped
+// (group_updates) becomes the chosen candidate if the arena does not grow. Returns -v's line.
+std::string group_chosen(Module& module, ScheduleReport& r, std::vector<std::vector<NodeId>>& orders, std::vector<bool>& prefetching,
+                         int64_t alignment) {
+  const int runs_before = update_runs(module, orders[r.chosen]);
+  const int64_t limit = r.candidates[r.chosen].arena_bytes;
+  std::vector<NodeId> order = group_updates(module, orders[r.chosen]);
+  module.set_schedule(order);
+  const std::string name = r.candidates[r.chosen].policy + "+grouped";
+  auto measured = measure(module, name, alignment);
+  if (!measured.ok() || measured->arena_bytes > limit) {
+    // All at once grew the arena: move by move, each kept only if the arena stays (at most
+    // 64 moves measured).
+    auto keep = [&](const std::vector<NodeId>& candidate) {
+      module.set_schedule(candidate);
+      auto m = measure(module, name, alignment);
+      return m.ok() && m->arena_bytes <= limit;
+    };
+    order = group_updates(module, orders[r.chosen], keep, 64);
+    module.set_schedule(order);
+    measured = measure(module, name, alignment);
+  }
+  if (measured.ok() && measured->arena_bytes <= r.candidates[r.chosen].arena_bytes) {
+    r.candidates.push_back(*measured);
+    prefetching.push_back(prefetching[r.chosen]);
+    r.chosen = r.candidates.size() - 1;
+    orders.push_back(std::move(order));
+    return str_cat("schedule: ", update_runs(module, orders[r.chosen]), " fused update launches (", runs_before, " before grouping)");
+  }
+  module.set_schedule(orders[r.chosen]);
+  return str_cat("schedule: updates left ungrouped (", runs_before, " launches): grouping ",
+                 measured.ok() ? str_cat("grew the arena to ", format_size(measured->arena_bytes)) : measured.status().message());
+}
+
 }  // namespace
 
 Expected<std::vector<NodeId>> list_schedule(const Module& module, SchedulePolicy policy) {
@@ -436,38 +470,7 @@ Expected<PassReport> Schedule::run(Module& module) {
   }
   r.prefetch_kept = allowance > 0 && prefetching[r.chosen];
   module.set_schedule(orders[r.chosen]);
-  std::string grouped;
-  if (options_.group_updates) {
-    const int runs_before = update_runs(module, orders[r.chosen]);
-    const int64_t limit = r.candidates[r.chosen].arena_bytes;
-    std::vector<NodeId> order = group_updates(module, orders[r.chosen]);
-    module.set_schedule(order);
-    const std::string name = r.candidates[r.chosen].policy + "+grouped";
-    auto measured = measure(module, name, options_.alignment_bytes);
-    if (!measured.ok() || measured->arena_bytes > limit) {
-      // All at once grew the arena: move by move, each kept only if the arena stays (at most
-      // 64 moves measured).
-      auto keep = [&](const std::vector<NodeId>& candidate) {
-        module.set_schedule(candidate);
-        auto m = measure(module, name, options_.alignment_bytes);
-        return m.ok() && m->arena_bytes <= limit;
-      };
-      order = group_updates(module, orders[r.chosen], keep, 64);
-      module.set_schedule(order);
-      measured = measure(module, name, options_.alignment_bytes);
-    }
-    if (measured.ok() && measured->arena_bytes <= r.candidates[r.chosen].arena_bytes) {
-      r.candidates.push_back(*measured);
-      prefetching.push_back(prefetching[r.chosen]);
-      r.chosen = r.candidates.size() - 1;
-      orders.push_back(std::move(order));
-      grouped = str_cat("schedule: ", update_runs(module, orders[r.chosen]), " fused update launches (", runs_before, " before grouping)");
-    } else {
-      module.set_schedule(orders[r.chosen]);
-      grouped = str_cat("schedule: updates left ungrouped (", runs_before, " launches): grouping ",
-                        measured.ok() ? str_cat("grew the arena to ", format_size(measured->arena_bytes)) : measured.status().message());
-    }
-  }
+  const std::string grouped = options_.group_updates ? group_chosen(module, r, orders, prefetching, options_.alignment_bytes) : "";
   r.schedule_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   PassReport report;
   report.changed = r.chosen != 0 && orders[r.chosen] != original;
