@@ -289,7 +289,7 @@ class ListScheduler {
   std::vector<Key> key_;
   std::vector<bool> ready_flag_, done_;
   std::vector<int32_t> urgency_;  // by NodeId: earliest current position of a successor
-  std::vector<bool> staged_;      // by NodeId: a ready copy_to_host, emitted with its first reader
+  std::vector<bool> staged_;      // by NodeId: a ready host copy or async done, emitted with its first reader
   // A collective's or a copy's completion waits as late as it can: right before its first reader.
   bool is_async_done(NodeId n) const {
     const OpDef* def = m_.node(n).def;
@@ -402,7 +402,7 @@ std::string group_chosen(Module& module, ScheduleReport& r, std::vector<std::vec
     module.set_schedule(order);
     measured = measure(module, name, alignment);
   }
-  if (measured.ok() && measured->arena_bytes <= r.candidates[r.chosen].arena_bytes) {
+  if (measured.ok() && measured->arena_bytes <= limit) {
     r.candidates.push_back(*measured);
     prefetching.push_back(prefetching[r.chosen]);
     r.chosen = r.candidates.size() - 1;
