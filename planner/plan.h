@@ -65,6 +65,9 @@ struct Plan {
   // Compute threads the CPU kernels' workspaces were sized for (the GEMM library's scratchpad
   // grows with its threads); `memc run` uses no more by default. 0: not recorded (older plans).
   int64_t threads = 0;
+  // The CPU's bf16 GEMM path the kernel workspaces were sized for, "native" or "widened"
+  // (backends/cpu/blas.h: onednn_bf16_gemm); `memc run` pins it. Empty: not recorded (older plans).
+  std::string bf16_gemm;
   int64_t budget_bytes = 0;  // 0: none given (per device)
   std::string target = "cpu";      // the device profile of the estimate (planner/cost_model.h)
   double estimated_step_ms = 0;    // the cost model's step time on `target`

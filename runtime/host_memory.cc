@@ -115,4 +115,13 @@ Expected<HostMemory> prepare_host_memory() {
   return g_host_memory = hm;
 }
 
+bool pin_bf16_gemm(const std::string& path) {
+  if (path.empty()) return true;
+  const bool honored = cpu::pin_onednn_bf16_gemm(path == "native");
+  g_host_memory.gemm_library = cpu::onednn_description();
+  return honored;
+}
+
+std::string bf16_gemm_path() { return cpu::onednn_bf16_gemm() ? "native" : "widened"; }
+
 }  // namespace memc

@@ -40,5 +40,11 @@ void set_compute_threads(int64_t threads);
 Expected<HostMemory> prepare_host_memory();
 // What prepare_host_memory() settled (for reports).
 const HostMemory& host_memory();
+// The bf16 GEMM path a plan's workspaces were sized for ("native" or "widened"; empty: the
+// process's own choice stands). False when the plan's native path cannot run here: bf16 GEMMs
+// are then widened to f32, whose workspace is larger.
+bool pin_bf16_gemm(const std::string& path);
+// This process's bf16 GEMM path: "native" or "widened".
+std::string bf16_gemm_path();
 
 }  // namespace memc

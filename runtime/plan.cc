@@ -120,6 +120,7 @@ Status write_plan(const std::string& path, const Plan& plan_in) {
       {"batch", plan.batch},
       {"devices", plan.devices},
       {"threads", plan.threads},
+      {"bf16_gemm", plan.bf16_gemm},
       {"seq", plan.seq},
       {"num_classes", plan.num_classes},
       {"epochs", plan.epochs},
@@ -201,6 +202,9 @@ Status validate_fields(const Plan& plan, const std::string& path) {
   }
   if (plan.decisions.shard < 0 || plan.decisions.shard > 3) return bad("decisions.shard", plan.decisions.shard, "0 to 3");
   if (plan.threads < 0 || plan.threads > 4096) return bad("threads", plan.threads, "0 to 4096");
+  if (!plan.bf16_gemm.empty() && plan.bf16_gemm != "native" && plan.bf16_gemm != "widened") {
+    return bad("bf16_gemm", "'" + plan.bf16_gemm + "'", "native or widened");
+  }
   if (plan.budget_bytes < 0) return bad("budget_bytes", plan.budget_bytes, "non-negative");
   const MemorySummary& m = plan.memory;
   for (auto [name, v] : {std::pair{"predicted_peak_bytes", m.predicted_peak_bytes}, std::pair{"lower_bound_bytes", m.lower_bound_bytes},
@@ -253,12 +257,13 @@ Status read_model_fields(const json& doc, const std::string& path, Plan& plan) {
   return Status::Ok();
 }
 
-// The training hyperparameters: batch and data shape, epochs, optimizer and schedule ("devices"
-// and "threads" may be absent: older plans).
+// The training hyperparameters: batch and data shape, epochs, optimizer and schedule ("devices",
+// "threads" and "bf16_gemm" may be absent: older plans).
 Status read_training_fields(const json& doc, const std::string& path, Plan& plan) {
   MEMC_RETURN_IF_ERROR(get(doc, "batch", plan.batch, path));
   if (doc.contains("devices")) MEMC_RETURN_IF_ERROR(get(doc, "devices", plan.devices, path));
   if (doc.contains("threads")) MEMC_RETURN_IF_ERROR(get(doc, "threads", plan.threads, path));
+  if (doc.contains("bf16_gemm")) MEMC_RETURN_IF_ERROR(get(doc, "bf16_gemm", plan.bf16_gemm, path));
   MEMC_RETURN_IF_ERROR(get(doc, "seq", plan.seq, path));
   MEMC_RETURN_IF_ERROR(get(doc, "num_classes", plan.num_classes, path));
   MEMC_RETURN_IF_ERROR(get(doc, "epochs", plan.epochs, path));

@@ -1,6 +1,9 @@
 // CPU matmul, linear, conv and attention against naive double-precision references.
 #include <cmath>
+#include <cstdlib>
 
+#include "backends/cpu/blas.h"
+#include "backends/cpu/onednn_matmul.h"
 #include "tests/cpu_test_util.h"
 
 namespace memc::testing {
@@ -65,6 +68,42 @@ TEST(CpuLinalg, MatmulTransposesBatchesAndBroadcasts) {
       EXPECT_LE(rel_error(y, matmul_reference(a, b, c.ta, c.tb, y.shape())), tol)
           << shape_str(c.a) << " · " << shape_str(c.b) << " " << c.ta << c.tb << " " << dtype_name(dtype);
     }
+  }
+}
+
+// The bf16 GEMM path is measured, not read off the CPU flags: where oneDNN can run bf16
+// natively the probe timed both, the process's choice follows it, and a plan's pin overrides it
+// either way (native only where possible). Both paths multiply alike and size their scratch as
+// blas.h says.
+TEST(CpuLinalg, Bf16GemmPathIsMeasuredAndPinnable) {
+  const bool supported = cpu::onednn_bf16_gemm_supported();
+  const cpu::Bf16GemmProbe probe = cpu::bf16_gemm_probe();
+  if (!supported) {
+    EXPECT_EQ(probe.f32_gflops, 0.0);
+    EXPECT_FALSE(cpu::onednn_bf16_gemm());
+  } else {
+    EXPECT_GT(probe.f32_gflops, 0.0);
+    EXPECT_GT(probe.bf16_gflops, 0.0);
+    if (!std::getenv("MEMC_BF16_GEMM")) EXPECT_EQ(cpu::onednn_bf16_gemm(), probe.bf16_gflops >= cpu::kBf16NativeMinRatio * probe.f32_gflops);
+  }
+  const cpu::GemmShape s{.m = 40, .n = 36, .k = 48, .trans_b = true};  // above small_gemm: the library's path
+  std::mt19937 rng(12);
+  const Tensor a = random_tensor(DType::kBF16, {s.m, s.k}, rng, -3, 3), b = random_tensor(DType::kBF16, {s.n, s.k}, rng, -3, 3);
+  const Tensor reference = matmul_reference(a, b, false, true, {s.m, s.n});
+  for (bool native : {true, false, true}) {
+    EXPECT_EQ(cpu::pin_onednn_bf16_gemm(native), !native || supported);
+    EXPECT_EQ(cpu::onednn_bf16_gemm(), native && supported);
+    const int64_t widened = cpu::gemm_scratch_floats<float>(s) + s.m * s.k + s.k * s.n + s.m * s.n;
+    const int64_t floats = cpu::gemm_scratch_floats<bf16_t>(s);
+    if (cpu::onednn_bf16_gemm()) {
+      EXPECT_EQ(floats, (cpu::onednn_scratch_either_way(s, cpu::GemmType::kBf16) + 63) / 64 * 16);
+    } else {
+      EXPECT_EQ(floats, widened);
+    }
+    std::vector<float> scratch(static_cast<size_t>(floats) + 16);
+    Tensor c = Tensor::zeros(DType::kBF16, {s.m, s.n});
+    cpu::gemm(c.data<bf16_t>(), a.data<bf16_t>(), b.data<bf16_t>(), s, scratch.data());
+    EXPECT_LE(rel_error(c, reference), 2 * tolerance(DType::kBF16)) << (native ? "native" : "widened");
   }
 }
 

@@ -318,6 +318,7 @@ int run_compile(const CompileArgs& args) {
   Expected<Plan> plan = compiler.compile(options);
   if (!plan.ok()) return report(plan.status());
   plan->threads = host_memory().threads;  // what the kernel workspaces were just sized for
+  plan->bf16_gemm = bf16_gemm_path();     // likewise
   // A --remat size the solver cannot meet is answered with the least it can hold, and said so
   // (a remat limit the search chose is judged by the plan's peak alone).
   const Plan::RematOutcome& remat = plan->remat_outcome;
@@ -450,6 +451,10 @@ int run_run(const RunArgs& args) {
   if (args.threads > 0 && plan->threads > 0 && args.threads > plan->threads) {
     warn(str_cat("--threads ", args.threads, " is more than the ", plan->threads, " the plan's kernel workspaces were sized for: "
                  "the GEMM scratchpads may exceed the planned peak (compile with --threads ", args.threads, ")"));
+  }
+  if (!pin_bf16_gemm(plan->bf16_gemm)) {
+    warn("the plan's bf16 GEMMs are native, and this CPU cannot run them natively: they are widened to f32, whose workspace "
+         "may exceed the planned peak (compile the plan on this machine)");
   }
   Expected<std::unique_ptr<comm::Communicator>> comm = job_communicator();
   if (!comm.ok()) return report(comm.status());

@@ -31,9 +31,10 @@ enum class GemmType { kF32, kBf16 };  // a, b and c all of this type; bf16 accum
 
 // Bytes of user scratchpad oneDNN's matmul needs for this shape and type on this CPU (often 0).
 int64_t onednn_scratchpad_bytes(const GemmShape& s, GemmType type);
-// Whether bf16 GEMMs run natively in oneDNN: the CPU's own CPUID reports bf16 dot products
-// (avx512_bf16 or amx_bf16), oneDNN's effective ISA agrees (avx512_core_bf16 or
-// avx512_core_amx), and the environment does not say MEMC_BF16_GEMM=0.
+// Whether bf16 GEMMs run natively in oneDNN (else they are widened to f32): pinned by the plan
+// being run (pin_onednn_bf16_gemm), else MEMC_BF16_GEMM=0/1 where native is possible, else
+// native where oneDNN supports it on this CPU and a probe measures it no slower than f32
+// (backends/cpu/onednn_matmul.h). Decided once per process, before the first workspace is sized.
 bool onednn_bf16_gemm();
 
 // Up to 32³ multiply-adds per matrix a plain loop beats a oneDNN primitive call, whose fixed

@@ -2,12 +2,16 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <vector>
 
 #include "support/status.h"
 
@@ -139,10 +143,8 @@ bool cpu_has_bf16_dot() {
   return has;
 }
 
-bool onednn_bf16_gemm() {
+bool onednn_bf16_gemm_supported() {
   static const bool on = [] {
-    const char* env = std::getenv("MEMC_BF16_GEMM");
-    if (env && std::string(env) == "0") return false;
     const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
     const bool library_ready = isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
     return cpu_has_bf16_dot() && library_ready;
@@ -150,11 +152,99 @@ bool onednn_bf16_gemm() {
   return on;
 }
 
+namespace {
+
+// Best of `reps` timed calls of fn (after one untimed), in GFLOP/s for `flop` operations.
+template <typename Fn>
+double best_gflops(double flop, int reps, Fn&& fn) {
+  fn();
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, flop / std::max(s, 1e-9) / 1e9);
+  }
+  return best;
+}
+
+// The process's bf16 GEMM path: unset until pinned (a plan's record) or first asked for.
+struct Bf16GemmState {
+  std::optional<bool> native;
+  bool pinned = false;
+  std::optional<Bf16GemmProbe> probe;
+};
+Bf16GemmState& bf16_state() {
+  static Bf16GemmState state;
+  return state;
+}
+
+}  // namespace
+
+Bf16GemmProbe bf16_gemm_probe() {
+  std::optional<Bf16GemmProbe>& probe = bf16_state().probe;
+  if (probe) return *probe;
+  Bf16GemmProbe p;
+  if (onednn_bf16_gemm_supported()) {
+    // One product of the size of a transformer's linear layer, f32 (b packed, as gemm<float>
+    // runs it) and native bf16, interleaved so that load from elsewhere hits both alike; the
+    // best of three each.
+    const GemmShape s{.m = kBf16ProbeSize, .n = kBf16ProbeSize, .k = kBf16ProbeSize};
+    const size_t n = static_cast<size_t>(kBf16ProbeSize) * kBf16ProbeSize;
+    std::vector<float> a(n, 0.5f), b(n, 0.25f), c(n);
+    std::vector<uint16_t> a16(n, 0x3f00), b16(n, 0x3e80), c16(n);  // 0.5 and 0.25 in bf16
+    auto scratch = [&](GemmType t) { return std::vector<char>(static_cast<size_t>(onednn_scratchpad_bytes(s, t)) + 64); };
+    std::vector<char> s32 = scratch(GemmType::kF32), s16 = scratch(GemmType::kBf16);
+    const double flop = 2.0 * static_cast<double>(n) * kBf16ProbeSize;
+    for (int round = 0; round < 3; ++round) {
+      p.f32_gflops = std::max(p.f32_gflops, best_gflops(flop, 1, [&] { onednn_gemm(GemmType::kF32, c.data(), a.data(), b.data(), s, s32.data()); }));
+      p.bf16_gflops = std::max(p.bf16_gflops, best_gflops(flop, 1, [&] { onednn_gemm(GemmType::kBf16, c16.data(), a16.data(), b16.data(), s, s16.data()); }));
+    }
+  }
+  probe = p;
+  return p;
+}
+
+bool onednn_bf16_gemm() {
+  std::optional<bool>& native = bf16_state().native;
+  if (!native) {
+    const char* env = std::getenv("MEMC_BF16_GEMM");
+    const std::string forced = env ? env : "";
+    if (!onednn_bf16_gemm_supported() || forced == "0") {
+      native = false;
+    } else if (forced == "1") {
+      native = true;
+    } else {  // the CPU says it can; whether the library is faster for it is measured
+      const Bf16GemmProbe p = bf16_gemm_probe();
+      native = p.bf16_gflops >= kBf16NativeMinRatio * p.f32_gflops;
+    }
+  }
+  return *native;
+}
+
+bool pin_onednn_bf16_gemm(bool native) {
+  Bf16GemmState& state = bf16_state();
+  state.native = native && onednn_bf16_gemm_supported();
+  state.pinned = true;
+  return *state.native == native;
+}
+
 std::string onednn_description() {
   const dnnl_version_t* v = dnnl_version();
+  const Bf16GemmState& state = bf16_state();
+  std::string bf16 = onednn_bf16_gemm() ? "native" : "widened to f32";
+  if (!onednn_bf16_gemm_supported()) {
+    bf16 += cpu_has_bf16_dot() ? " (oneDNN has no bf16 kernels for this CPU)" : " (no avx512_bf16/amx_bf16)";
+  } else {
+    char why[128] = " (MEMC_BF16_GEMM)";
+    if (state.pinned) std::snprintf(why, sizeof why, " (as the plan records)");
+    if (!state.pinned && state.probe) {
+      std::snprintf(why, sizeof why, " (measured: bf16 %.0f, f32 %.0f GFLOP/s)", state.probe->bf16_gflops, state.probe->f32_gflops);
+    }
+    bf16 += why;
+  }
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", ISA " +
-         isa_name(dnnl::get_effective_cpu_isa()) + ", bf16 GEMMs " +
-         (onednn_bf16_gemm() ? "native" : cpu_has_bf16_dot() ? "widened to f32 (MEMC_BF16_GEMM=0)" : "widened to f32 (no avx512_bf16/amx_bf16)");
+         isa_name(dnnl::get_effective_cpu_isa()) + ", bf16 GEMMs " + bf16;
 }
 
 void set_onednn_threads(int threads) { omp_set_num_threads(threads); }

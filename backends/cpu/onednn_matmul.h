@@ -17,6 +17,25 @@ void onednn_gemm(GemmType type, void* c, const void* a, const void* b, const Gem
 
 // Whether the CPU itself reports bf16 dot products (avx512_bf16 or amx_bf16), read from CPUID.
 bool cpu_has_bf16_dot();
+// Whether oneDNN can run bf16 GEMMs natively here: the CPU reports bf16 dot products and
+// oneDNN's effective ISA agrees (avx512_core_bf16 or avx512_core_amx).
+bool onednn_bf16_gemm_supported();
+
+// A CPU with bf16 dot products is not always faster with them: on a Xeon whose hypervisor hides
+// AMX, oneDNN's avx512_bf16 kernels ran a linear layer's shapes at 66–82 GFLOP/s against 107–147
+// in f32 (bench/RESULTS.md §33). So the flags only make native bf16 possible; a probe measures
+// one kBf16ProbeSize³ product both ways (≈25 ms, once per process, only where native is possible)
+// and native is taken when it runs at least kBf16NativeMinRatio of the f32 rate (widening costs
+// conversions and workspace, so a near tie stays native).
+inline constexpr int64_t kBf16ProbeSize = 512;
+inline constexpr double kBf16NativeMinRatio = 0.9;
+struct Bf16GemmProbe {
+  double f32_gflops = 0, bf16_gflops = 0;  // 0: not measured (no native bf16 here)
+};
+Bf16GemmProbe bf16_gemm_probe();
+// Pins the process's bf16 GEMM path (a plan records the one its workspaces were sized for);
+// false when native was asked for and this CPU cannot run it (then bf16 is widened).
+bool pin_onednn_bf16_gemm(bool native);
 
 // What oneDNN runs on: "oneDNN 2.6.3, ISA avx2, bf16 GEMMs widened to f32 (...)".
 std::string onednn_description();

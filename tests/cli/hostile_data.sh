@@ -94,7 +94,7 @@ sed 's/"format_version": 2/"format_version": 1/' p.plan >v1.plan
 refused 2 "recompile" -- $MEMC run v1.plan --data train.npz --steps 1 --quiet
 for edit in 's/"batch": 8/"batch": -8/' 's/"crc32c": "[0-9a-f]*"/"crc32c": "nothex!!"/' 's/"kind": "adamw"/"kind": "adamz"/' \
             's/"micro_batches": 1/"micro_batches": 0/' 's/"epochs": 1,/"epochs": -1,/' 's/"lr": [0-9.e-]*/"lr": -1.0/' \
-            's/"threads": [0-9]*/"threads": -3/'; do
+            's/"threads": [0-9]*/"threads": -3/' 's/"bf16_gemm": "[a-z]*"/"bf16_gemm": "fast"/'; do
   sed "$edit" p.plan >edited.plan
   cmp -s p.plan edited.plan && { fail "edit $edit changed nothing"; continue; }
   refused 2 "edited.plan: " -- $MEMC run edited.plan --data train.npz --steps 1 --quiet

@@ -49,6 +49,27 @@ a, b = read_npz(sys.argv[1])["logits"][2], read_npz(sys.argv[2])["logits"][2]
 assert max(abs(x - y) for x, y in zip(a, b)) > 1e-4, "export wrote the untrained weights"
 ' "$TMP/trained_out.npz" models/vit_tiny.ref.npz && pass "exported weights are the trained ones" || fail "exported weights unchanged"
 
+# The bf16 GEMM path (native or widened to f32, measured per CPU): compile records the one its
+# workspaces were sized for, run pins it, so measured = planned; a plan edited to the other path
+# runs that path (native only where this CPU can: else one warning line).
+$MEMC compile models/vit_tiny.onnx --batch 32 --precision bf16-mixed -o "$TMP/bf16.plan" >/dev/null 2>"$TMP/err" || fail "bf16 compile: $(cat "$TMP/err")"
+recorded=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["bf16_gemm"])' "$TMP/bf16.plan")
+for path in "$recorded" $([ "$recorded" = native ] && echo widened || echo native); do
+  sed "s/\"bf16_gemm\": \"$recorded\"/\"bf16_gemm\": \"$path\"/" "$TMP/bf16.plan" >"$TMP/bf16_$path.plan"
+  $MEMC run "$TMP/bf16_$path.plan" --data data/digits_train.npz --steps 2 --quiet --json "$TMP/bf16_$path.json" >/dev/null 2>"$TMP/err" ||
+    fail "bf16 run ($path): $(cat "$TMP/err")"
+  python3 -c '
+import json, sys
+d, path, recorded, warning = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+library = d["host_memory"]["gemm_library"]
+ran = "native" if "bf16 GEMMs native" in library else "widened"
+assert path in ("native", "widened"), path
+if warning: assert path == "native" and ran == "widened" and "cannot run them natively" in warning, (path, ran, warning)
+else: assert ran == path, (path, library)
+if path == recorded: assert d["measured_peak_bytes"] == d["predicted_peak_bytes"], d
+' "$TMP/bf16_$path.json" "$path" "$recorded" "$(cat "$TMP/err")" && pass "bf16 GEMMs $path (recorded: $recorded)" || fail "bf16 path $path: $(cat "$TMP/err")"
+done
+
 # Bad data: missing arrays, wrong dtype, labels out of range.
 expect_error 2 "no array 'y'" -- $MEMC run "$PLAN" --data models/vit_tiny.ref.npz --steps 1 --quiet
 npz_py '
