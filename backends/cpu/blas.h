@@ -37,9 +37,12 @@ int64_t onednn_scratchpad_bytes(const GemmShape& s, GemmType type);
 // (backends/cpu/onednn_matmul.h). Decided once per process, before the first workspace is sized.
 bool onednn_bf16_gemm();
 
-// Up to 32³ multiply-adds per matrix a plain loop beats a oneDNN primitive call, whose fixed
-// cost is ~8 µs (measured; attention's per-head blocks in small models are this size).
-inline bool small_gemm(const GemmShape& s) { return s.m * s.n * s.k <= 32 * 32 * 32; }
+// Up to 32³ multiply-adds per call a plain loop beats a oneDNN primitive call, whose fixed
+// cost is ~8 µs (measured; attention's per-head blocks in small models are this size). The
+// count is the whole batch's: a strided batch of many small matrices (attention's grouped
+// heads) is one oneDNN call, not a loop per matrix (vit_tiny b64: 8.1 → 5.3 ms per step,
+// bench/RESULTS.md §33).
+inline bool small_gemm(const GemmShape& s) { return s.batch * s.m * s.n * s.k <= 32 * 32 * 32; }
 
 // Bytes of oneDNN scratchpad for s with or without accumulation, whichever is more: a kernel
 // that decides to accumulate at run time (a linear or conv with a bias written first) then
