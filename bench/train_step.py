@@ -11,8 +11,8 @@ Cases: vit_tiny batch 64 (data/digits_train.npz), vit_small32 batch 32 (syntheti
 3x32x32 data written by `torch_train_step.py --write-data`), vit_b_16 batch 8 (the
 skeleton with bench/random_weights.py's weights in /tmp, torchvision's vit_b_16 loading
 the same tensors; 3 batches of N(0,1) images), each with 1 and 2 threads
-(OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = MKL_NUM_THREADS = T and OMP_WAIT_POLICY=passive
-for both processes, `memc run --threads T`, torch.set_num_threads(T) inside
+(OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = MKL_NUM_THREADS = T; OMP_WAIT_POLICY only with --wait-policy
+for both processes; memc reports the policy it chose), `memc run --threads T`, torch.set_num_threads(T) inside
 torch_train_step.py).
 
 Precisions (--precisions, default fp32; a comma list of fp32 and bf16-mixed): each case is
@@ -62,15 +62,19 @@ CASES = {"vit_tiny": 64, "vit_small32": 32, "vit_b_16": 8}
 VIT_B16_ONNX, VIT_B16_DATA = "/tmp/vit_b_16_random.onnx", "/tmp/vit_b_16_data.npz"
 STEP_RE = re.compile(r"step \d+/\d+ loss \S+ (\d+) samples/s")
 PRECISIONS = ("fp32", "bf16-mixed")
+WAIT_POLICY = None  # --wait-policy
 
 
 def env_for(threads):
     e = dict(os.environ)
     for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         e[k] = str(threads)
-    # memc sets this itself (tools/preinit.cc); torch gets it too, so that neither spins at
-    # OpenMP barriers on cores that other processes are using
-    e["OMP_WAIT_POLICY"] = "passive"
+    # By default each framework waits at OpenMP barriers as it would for a user: memc chooses
+    # (tools/preinit.cc: a bounded spin where the other cores are idle, else passive; its report's
+    # host_memory.omp_wait says which), torch keeps libgomp's default. --wait-policy sets
+    # OMP_WAIT_POLICY for both.
+    if WAIT_POLICY:
+        e["OMP_WAIT_POLICY"] = WAIT_POLICY
     return e
 
 
@@ -206,9 +210,12 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed steps per process")
     ap.add_argument("--warmup", type=int, default=3, help="untimed first steps per process")
     ap.add_argument("--json", help="write all raw figures here")
+    ap.add_argument("--wait-policy", choices=("passive", "active"), help="OMP_WAIT_POLICY for both frameworks (default: each its own)")
     ap.add_argument("--dropout", action="store_true",
                     help="train with the exported dropout (p = 0.1) in both, not --no-dropout")
     args = ap.parse_args()
+    global WAIT_POLICY
+    WAIT_POLICY = args.wait_policy
     models = [m for m in args.models.split(",") if m]
     no_dropout = [] if args.dropout else ["--no-dropout"]  # memc compile's; torch_rep passes torch's
     threads = [int(t) for t in args.threads.split(",") if t]

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -86,6 +87,9 @@ Expected<HostMemory> prepare_host_memory() {
   hm.vector_math = cpu::vector_math_isa();
   hm.vector_loops = cpu::vector_loops_isa();
   hm.openblas_core = openblas_get_corename();
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  hm.omp_wait = spin ? std::string("spin ") + spin : policy ? policy : "libgomp's default";
   hm.gemm_buffer_bytes = hm.gemm_threads * kGemmBufferBytes;  // the bound: mapped lazily by OpenBLAS
   struct rlimit limit {};
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return g_host_memory = hm;

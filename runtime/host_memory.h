@@ -24,6 +24,7 @@ struct HostMemory {
   std::string vector_math;           // "avx512f (16 lanes)": the width of exp/erf/tanh (backends/cpu/vector_math.h)
   std::string vector_loops;          // "x86-64-v4 (AVX-512)": the build of memc's own kernel loops (backends/cpu/parallel.h)
   std::string openblas_core;         // OpenBLAS's kernel choice ("Haswell", "SkylakeX", ...)
+  std::string omp_wait;              // how idle OpenMP threads wait: "passive", "spin 30000" (tools/preinit.cc)
   int64_t gemm_buffer_bytes = 0;     // their buffers, outside the arena: threads × kGemmBufferBytes (mapped up
                                      // front under a limit, lazily by OpenBLAS without one)
 };

@@ -5,8 +5,8 @@
 // libopenblas (CMakeLists.txt), so glibc runs this constructor first; it sets
 // OPENBLAS_NUM_THREADS to what the limit holds. Plain libc only: it runs before libstdc++ may.
 // It also names the kernels for an Intel CPU with AVX-512 that OpenBLAS 0.3.21 does not know by
-// model number (it falls back to generic "Prescott" kernels there, 5x slower), and makes idle
-// OpenMP threads (oneDNN's) sleep rather than spin; libgomp reads that in its own constructor.
+// model number (it falls back to generic "Prescott" kernels there, 5x slower), and chooses how
+// idle OpenMP threads wait (choose_wait_policy); libgomp reads that in its own constructor.
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -43,16 +43,52 @@ void name_openblas_kernels() {
   }
 }
 
-// OMP_WAIT_POLICY=passive unless the user chose a policy: a thread spinning at a barrier takes
-// the core that another thread (or another process) needs. vit_tiny b64, 2 threads, on 2 cores
-// under load 7: 760–910 ms/step spinning (libgomp's default), 71–97 ms passive.
-void idle_threads_sleep() {
-  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) setenv("OMP_WAIT_POLICY", "passive", 0);
+// All CPUs' busy and total jiffies from /proc/stat's first line; false when unreadable.
+bool cpu_jiffies(long long& busy, long long& total) {
+  FILE* f = fopen("/proc/stat", "r");
+  if (!f) return false;
+  long long v[8] = {};
+  const int n = fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+  fclose(f);
+  if (n < 5) return false;
+  total = 0;
+  for (long long x : v) total += x;
+  busy = total - v[3] - v[4];  // less idle and iowait
+  return true;
+}
+
+// Whether the other cores are idle: under a tenth of the machine busy over 20 ms (this process
+// sleeps meanwhile, so what is busy is someone else's).
+bool cores_idle() {
+  long long busy0 = 0, total0 = 0, busy1 = 0, total1 = 0;
+  if (!cpu_jiffies(busy0, total0)) return false;
+  usleep(20000);
+  if (!cpu_jiffies(busy1, total1) || total1 <= total0) return false;
+  return 10 * (busy1 - busy0) < total1 - total0;
+}
+
+// How idle OpenMP threads (oneDNN's and memc's kernels') wait, unless the user chose
+// (OMP_WAIT_POLICY or GOMP_SPINCOUNT). Both pure policies have a bad case, measured on 2-core
+// VMs (bench/RESULTS.md §33):
+// - spinning at a barrier takes the core another process needs: vit_tiny b64, 2 threads, under
+//   load 7: 760–910 ms/step with libgomp's default spin, 71–97 ms passive;
+// - sleeping on an idle VM halts the vCPU, and waking it costs tens of microseconds per parallel
+//   region: the same step, machine idle, 25–28 ms passive against 5.5 ms with a bounded spin
+//   (and 5.4 ms on one thread).
+// So: where the other cores are idle when memc starts, threads spin a bounded while (30,000
+// pauses, about a millisecond) before they sleep; where something else runs, they sleep at once.
+void choose_wait_policy() {
+  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+  if (sysconf(_SC_NPROCESSORS_ONLN) > 1 && cores_idle()) {
+    setenv("GOMP_SPINCOUNT", "30000", 0);
+  } else {
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+  }
 }
 
 __attribute__((constructor)) void memc_bound_gemm_threads() {
   name_openblas_kernels();
-  idle_threads_sleep();
+  choose_wait_policy();
   struct rlimit limit;
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
   long long wanted = sysconf(_SC_NPROCESSORS_ONLN);

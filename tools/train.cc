@@ -547,7 +547,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
                         {"gemm_threads", host.gemm_threads}, {"gemm_buffer_bytes", host.gemm_buffer_bytes},
                         {"threads", host.threads}, {"gemm_library", host.gemm_library}, {"vector_math", host.vector_math},
                         {"vector_loops", host.vector_loops},
-                        {"openblas_core", host.openblas_core}};
+                        {"openblas_core", host.openblas_core}, {"omp_wait", host.omp_wait}};
     if (args.profile) j["op_profile"] = op_profile_json(r.steps, estimated_ms);
     if (Status st = write_file_atomic(args.json_report, j.dump(2) + "\n"); !st.ok()) return report(st.with_context("--json: "));
   }
