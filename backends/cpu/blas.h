@@ -33,7 +33,7 @@ enum class GemmType { kF32, kBf16 };  // a, b and c all of this type; bf16 accum
 int64_t onednn_scratchpad_bytes(const GemmShape& s, GemmType type);
 // Whether bf16 GEMMs run natively in oneDNN (else they are widened to f32): pinned by the plan
 // being run (pin_onednn_bf16_gemm), else MEMC_BF16_GEMM=0/1 where native is possible, else
-// native where oneDNN supports it on this CPU and a probe measures it no slower than f32
+// native where oneDNN supports it on this CPU and a probe measures it clearly faster than f32
 // (backends/cpu/onednn_matmul.h). Decided once per process, before the first workspace is sized.
 bool onednn_bf16_gemm();
 

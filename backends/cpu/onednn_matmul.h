@@ -23,14 +23,20 @@ bool onednn_bf16_gemm_supported();
 
 // A CPU with bf16 dot products is not always faster with them: on a Xeon whose hypervisor hides
 // AMX, oneDNN's avx512_bf16 kernels ran a linear layer's shapes at 66–82 GFLOP/s against 107–147
-// in f32 (bench/RESULTS.md §33). So the flags only make native bf16 possible; a probe measures
-// one kBf16ProbeSize³ product both ways (≈25 ms, once per process, only where native is possible)
-// and native is taken when it runs at least kBf16NativeMinRatio of the f32 rate (widening costs
-// conversions and workspace, so a near tie stays native).
+// in f32 (bench/RESULTS.md §33). So the flags only make native bf16 possible; a probe times one
+// kBf16ProbeSize³ product both ways in kBf16ProbeRounds rounds on one thread, by that thread's
+// CPU clock (≈40 ms, once per process, only where native is possible), and native is taken when
+// the median round's bf16 rate is at least kBf16NativeMinRatio of its f32 rate. Wall-clock
+// timing was not stable on a busy machine (one round's ratio 0.31–0.86 against 0.72 idle, and
+// compiles on one machine chose differently); the thread's CPU clock gave 0.52–0.70 under the
+// same load. The margin keeps a near tie widened: the CPUs where native pays (AMX: 3–4×) clear
+// it by far, and where the two run about even widening costs only conversions and scratch.
 inline constexpr int64_t kBf16ProbeSize = 512;
-inline constexpr double kBf16NativeMinRatio = 0.9;
+inline constexpr int kBf16ProbeRounds = 5;
+inline constexpr double kBf16NativeMinRatio = 1.1;
 struct Bf16GemmProbe {
-  double f32_gflops = 0, bf16_gflops = 0;  // 0: not measured (no native bf16 here)
+  double f32_gflops = 0, bf16_gflops = 0;  // the best round's rates; 0: not measured (no native bf16 here)
+  double ratio = 0;                        // the median round's bf16 rate over its f32 rate
 };
 Bf16GemmProbe bf16_gemm_probe();
 // Pins the process's bf16 GEMM path (a plan records the one its workspaces were sized for);
