@@ -70,6 +70,18 @@ if path == recorded: assert d["measured_peak_bytes"] == d["predicted_peak_bytes"
 ' "$TMP/bf16_$path.json" "$path" "$recorded" "$(cat "$TMP/err")" && pass "bf16 GEMMs $path (recorded: $recorded)" || fail "bf16 path $path: $(cat "$TMP/err")"
 done
 
+# How idle OpenMP threads wait (tools/preinit.cc): the user's setting is kept and reported;
+# otherwise memc chose a bounded spin or passive.
+for setting in "GOMP_SPINCOUNT=1234:spin 1234" "OMP_WAIT_POLICY=passive:passive" ":"; do
+  env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY ${setting%%:*} $MEMC run "$PLAN" --data data/digits_train.npz --steps 1 --quiet --force --json "$TMP/wait.json" >/dev/null 2>"$TMP/err" ||
+    fail "run (${setting%%:*}): $(cat "$TMP/err")"
+  python3 -c '
+import json, sys
+got, want = json.load(open(sys.argv[1]))["host_memory"]["omp_wait"], sys.argv[2]
+assert got == want if want else got in ("passive", "spin 30000"), (got, want)
+' "$TMP/wait.json" "${setting#*:}" && pass "omp_wait with '${setting%%:*}'" || fail "omp_wait ${setting%%:*}: $(head -c 300 "$TMP/wait.json")"
+done
+
 # Bad data: missing arrays, wrong dtype, labels out of range.
 expect_error 2 "no array 'y'" -- $MEMC run "$PLAN" --data models/vit_tiny.ref.npz --steps 1 --quiet
 npz_py '
