@@ -83,7 +83,6 @@ Expected<HostMemory> prepare_host_memory() {
   HostMemory hm;
   hm.threads = g_host_memory.threads ? g_host_memory.threads : cpu::onednn_threads();
   hm.gemm_threads = openblas_get_num_threads();
-  hm.gemm_library = cpu::onednn_description();
   hm.vector_math = cpu::vector_math_isa();
   hm.vector_loops = cpu::vector_loops_isa();
   hm.openblas_core = openblas_get_corename();
@@ -119,13 +118,10 @@ Expected<HostMemory> prepare_host_memory() {
   return g_host_memory = hm;
 }
 
-bool pin_bf16_gemm(const std::string& path) {
-  if (path.empty()) return true;
-  const bool honored = cpu::pin_onednn_bf16_gemm(path == "native");
-  g_host_memory.gemm_library = cpu::onednn_description();
-  return honored;
-}
+bool pin_bf16_gemm(const std::string& path) { return path.empty() || cpu::pin_onednn_bf16_gemm(path == "native"); }
 
 std::string bf16_gemm_path() { return cpu::onednn_bf16_gemm() ? "native" : "widened"; }
+
+std::string gemm_library() { return cpu::onednn_description(); }
 
 }  // namespace memc

@@ -20,7 +20,6 @@ struct HostMemory {
   int64_t address_limit_bytes = -1;  // RLIMIT_AS; -1: unlimited
   int64_t threads = 0;               // compute threads: oneDNN's (f32 GEMMs), set by set_compute_threads
   int64_t gemm_threads = 0;          // threads OpenBLAS (f64 GEMMs) may use
-  std::string gemm_library;          // "oneDNN 2.6.3, ISA avx2, bf16 GEMMs ...": what runs the f32 and bf16 GEMMs
   std::string vector_math;           // "avx512f (16 lanes)": the width of exp/erf/tanh (backends/cpu/vector_math.h)
   std::string vector_loops;          // "x86-64-v4 (AVX-512)": the build of memc's own kernel loops (backends/cpu/parallel.h)
   std::string openblas_core;         // OpenBLAS's kernel choice ("Haswell", "SkylakeX", ...)
@@ -47,5 +46,8 @@ const HostMemory& host_memory();
 bool pin_bf16_gemm(const std::string& path);
 // This process's bf16 GEMM path: "native" or "widened".
 std::string bf16_gemm_path();
+// What runs the f32 and bf16 GEMMs, "oneDNN 2.6.3, ISA avx2, bf16 GEMMs ...", for reports. Asked
+// for when reporting, not at start-up: it settles the bf16 path (a probe) if nothing has yet.
+std::string gemm_library();
 
 }  // namespace memc

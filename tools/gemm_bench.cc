@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   std::printf("{\"n\": %lld, \"threads\": %lld, \"cpu\": \"%s\", \"gemm_library\": \"%s\", \"onednn_gflops\": %.1f, \"bf16_gflops\": %.1f, "
               "\"openblas_core\": \"%s\", \"openblas_threads\": %lld, \"openblas_gflops\": %.1f, "
               "\"onednn_scratchpad_bytes\": %lld, \"onednn_malloc_peak_bytes\": %lld, \"onednn_malloc_calls\": %lld}\n",
-              static_cast<long long>(n), static_cast<long long>(threads), cpu_model().c_str(), host.gemm_library.c_str(), onednn, bf16,
+              static_cast<long long>(n), static_cast<long long>(threads), cpu_model().c_str(), memc::gemm_library().c_str(), onednn, bf16,
               host.openblas_core.c_str(), static_cast<long long>(host.gemm_threads), openblas,
               static_cast<long long>(memc::cpu::onednn_scratchpad_bytes(s, memc::cpu::GemmType::kF32)), g_peak_bytes, g_calls / (reps + 1));
   return 0;

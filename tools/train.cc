@@ -545,7 +545,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
     const HostMemory& host = host_memory();
     j["host_memory"] = {{"address_limit_bytes", host.address_limit_bytes >= 0 ? json(host.address_limit_bytes) : json(nullptr)},
                         {"gemm_threads", host.gemm_threads}, {"gemm_buffer_bytes", host.gemm_buffer_bytes},
-                        {"threads", host.threads}, {"gemm_library", host.gemm_library}, {"vector_math", host.vector_math},
+                        {"threads", host.threads}, {"gemm_library", gemm_library()}, {"vector_math", host.vector_math},
                         {"vector_loops", host.vector_loops},
                         {"openblas_core", host.openblas_core}, {"omp_wait", host.omp_wait}};
     if (args.profile) j["op_profile"] = op_profile_json(r.steps, estimated_ms);

@@ -190,11 +190,9 @@ Bf16GemmProbe bf16_gemm_probe() {
   if (probe) return *probe;
   Bf16GemmProbe p;
   if (onednn_bf16_gemm_supported()) {
-    // One product of the size of a transformer's linear layer, f32 (b packed, as gemm<float>
-    // runs it) and native bf16, interleaved so that load from elsewhere hits both alike; the
-    // best of three each.
-    // On this thread alone (its CPU clock times it all); the shape is one no model is likely to
-    // run, as its primitive stays cached for one thread.
+    // One product of about a transformer linear layer's size, f32 (b packed, as gemm<float> runs
+    // it) and native bf16, on this thread alone (its CPU clock times it all); the shape is one no
+    // model is likely to run, as its primitive stays cached for one thread.
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     const GemmShape s{.m = kBf16ProbeSize - 8, .n = kBf16ProbeSize, .k = kBf16ProbeSize - 4};
@@ -250,15 +248,16 @@ std::string onednn_description() {
   const dnnl_version_t* v = dnnl_version();
   const Bf16GemmState& state = bf16_state();
   std::string bf16 = onednn_bf16_gemm() ? "native" : "widened to f32";
+  char measured[96];
   if (!onednn_bf16_gemm_supported()) {
     bf16 += cpu_has_bf16_dot() ? " (oneDNN has no bf16 kernels for this CPU)" : " (no avx512_bf16/amx_bf16)";
+  } else if (state.pinned) {
+    bf16 += " (as the plan records)";
+  } else if (state.probe) {
+    std::snprintf(measured, sizeof measured, " (measured: bf16 %.0f, f32 %.0f GFLOP/s)", state.probe->bf16_gflops, state.probe->f32_gflops);
+    bf16 += measured;
   } else {
-    char why[128] = " (MEMC_BF16_GEMM)";
-    if (state.pinned) std::snprintf(why, sizeof why, " (as the plan records)");
-    if (!state.pinned && state.probe) {
-      std::snprintf(why, sizeof why, " (measured: bf16 %.0f, f32 %.0f GFLOP/s)", state.probe->bf16_gflops, state.probe->f32_gflops);
-    }
-    bf16 += why;
+    bf16 += " (MEMC_BF16_GEMM)";
   }
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", ISA " +
          isa_name(dnnl::get_effective_cpu_isa()) + ", bf16 GEMMs " + bf16;
