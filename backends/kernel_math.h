@@ -66,15 +66,33 @@ struct AdamStep {
     bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
     step_size = lr / (1.0 - std::pow(beta1, t));
   }
+  // The step's factors, rounded once to the compute type C. A loop over many elements copies
+  // them into locals and calls update<kDecoupled>: then GCC keeps them in registers and
+  // vectorizes the loop (through `this` it reloads them after every store, since an output
+  // might alias them, and tests `decoupled` per element).
+  template <typename C>
+  struct Factors {
+    C decay, weight_decay, beta1, rest1, beta2, rest2, bc2_sqrt, eps, step_size;
+  };
+  template <typename C>
+  MEMC_HD Factors<C> factors() const {
+    return {static_cast<C>(1.0 - lr * weight_decay), static_cast<C>(weight_decay), static_cast<C>(beta1), static_cast<C>(1.0 - beta1),
+            static_cast<C>(beta2), static_cast<C>(1.0 - beta2), static_cast<C>(bc2_sqrt), static_cast<C>(eps), static_cast<C>(step_size)};
+  }
   // Updates one element in the compute type C; w, m and v are read and written.
+  template <bool kDecoupled, typename C>
+  MEMC_HD static void update(const Factors<C>& f, C& w, C g, C& m, C& v) {
+    if constexpr (kDecoupled) w *= f.decay;
+    else g += f.weight_decay * w;
+    m = f.beta1 * m + f.rest1 * g;
+    v = f.beta2 * v + f.rest2 * g * g;
+    const C denom = std::sqrt(v) / f.bc2_sqrt + f.eps;
+    w = w - f.step_size * m / denom;
+  }
   template <typename C>
   MEMC_HD void apply(C& w, C g, C& m, C& v) const {
-    if (decoupled) w *= static_cast<C>(1.0 - lr * weight_decay);
-    else g += static_cast<C>(weight_decay) * w;
-    m = static_cast<C>(beta1) * m + static_cast<C>(1.0 - beta1) * g;
-    v = static_cast<C>(beta2) * v + static_cast<C>(1.0 - beta2) * g * g;
-    const C denom = std::sqrt(v) / static_cast<C>(bc2_sqrt) + static_cast<C>(eps);
-    w = w - static_cast<C>(step_size) * m / denom;
+    if (decoupled) update<true>(factors<C>(), w, g, m, v);
+    else update<false>(factors<C>(), w, g, m, v);
   }
 };
 

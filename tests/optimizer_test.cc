@@ -6,6 +6,8 @@
 #include <cstring>
 #include <random>
 
+#include "backends/kernel_math.h"
+#include "ir/dtype.h"
 #include "runtime/executor.h"
 #include "tests/test_util.h"
 
@@ -133,6 +135,51 @@ void check_adam(bool decoupled) {
 
 TEST(Optimizer, Adam) { check_adam(false); }
 TEST(Optimizer, AdamW) { check_adam(true); }
+
+// A parameter longer than the CPU kernel's chunk (kVectorChunk, 256) and not a multiple of it,
+// so its vectorized chunks and its tail both run: every element equals AdamStep::apply, the
+// one-element update the CUDA kernel runs, bit for bit, in f32 and bf16, Adam and AdamW.
+TEST(Optimizer, AdamLongTensorEqualsOneElementUpdateBitForBit) {
+  constexpr int64_t n = 1000;
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const bool decoupled : {false, true}) {
+      Module m;
+      const TensorType type{dtype, {n}};
+      std::vector<ValueId> inputs = {m.add_argument("w", type, Role::kParam), m.add_argument("g", type, Role::kInput),
+                                     m.add_argument("m", type, Role::kOptimizerState), m.add_argument("v", type, Role::kOptimizerState),
+                                     m.add_argument("lr", {DType::kF32, {}}, Role::kScalar), m.add_argument("step", {DType::kF32, {}}, Role::kScalar)};
+      Attrs a;
+      a.set("beta1", 0.9);
+      a.set("beta2", 0.99);
+      a.set("eps", 1e-8);
+      a.set("weight_decay", 0.05);
+      a.set("decoupled", int64_t{decoupled});
+      auto out = m.add_node("adam_update", inputs, a);
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      m.set_outputs(*out);
+      std::mt19937 rng(5);
+      const Tensor w = testing::random_tensor(dtype, {n}, rng), g = testing::random_tensor(dtype, {n}, rng),
+                   mom = testing::random_tensor(dtype, {n}, rng), var = testing::random_tensor(dtype, {n}, rng, 0.0, 1.0);
+      auto result = execute(m, {{"w", w}, {"g", g}, {"m", mom}, {"v", var}, {"lr", scalar(0.01f)}, {"step", scalar(3.0f)}});
+      ASSERT_TRUE(result.ok()) << result.status().message();
+      AdamStep step;
+      step.beta1 = 0.9, step.beta2 = 0.99, step.eps = 1e-8, step.weight_decay = 0.05, step.decoupled = decoupled;
+      step.lr = static_cast<double>(0.01f);
+      step.set_step(3.0);
+      for (int64_t i = 0; i < n; ++i) {
+        float wi = static_cast<float>(w.get_as_double(i)), mi = static_cast<float>(mom.get_as_double(i)), vi = static_cast<float>(var.get_as_double(i));
+        step.apply<float>(wi, static_cast<float>(g.get_as_double(i)), mi, vi);
+        // The kernel's outputs hold wi, mi and vi stored in the tensor's dtype.
+        Tensor want = Tensor::zeros(dtype, {3});
+        want.set_from_double(0, wi), want.set_from_double(1, mi), want.set_from_double(2, vi);
+        for (int k = 0; k < 3; ++k) {
+          ASSERT_EQ((*result)[k].get_as_double(i), want.get_as_double(k))
+              << dtype_name(dtype) << (decoupled ? " AdamW" : " Adam") << ", output " << k << ", element " << i;
+        }
+      }
+    }
+  }
+}
 
 // The optional `skip` input (loss scaling's found_inf): 1 leaves parameter and states as they
 // were, bit for bit, even for a NaN gradient; 0 is the plain update.

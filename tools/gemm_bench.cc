@@ -18,6 +18,10 @@
 #include <vector>
 
 #include "backends/cpu/blas.h"
+#include "ir/grad.h"  // make_attrs
+#include "ir/op_registry.h"
+#include "runtime/device_memory.h"
+#include "runtime/planned_executor.h"
 #include "ir/graph.h"
 #include "runtime/executor.h"
 #include "runtime/host_memory.h"
@@ -173,6 +177,58 @@ int attention_bench(int64_t t, int64_t threads, const std::string& precision) {
   return 0;
 }
 
+// The step's non-GEMM kernels on ViT-B/16 b8's shapes, one node per module, run by the planned
+// executor training uses: milliseconds per call (median of 7 after one warm-up) and the bytes the
+// node reads and writes per second (node_bytes, as the cost model counts them).
+int ops_bench(int64_t threads) {
+  using memc::DType;
+  using memc::Role;
+  using memc::TensorType;
+  const int64_t rows = 8 * 197;
+  struct Case {
+    const char* name;
+    std::vector<TensorType> inputs;
+    memc::Attrs attrs;
+    int outputs = 1;
+  };
+  const TensorType act{DType::kF32, {rows, 3072}}, hidden{DType::kF32, {rows, 768}}, vec{DType::kF32, {768}}, scalar{DType::kF32, {}},
+      w{DType::kF32, {768, 3072}}, heads{DType::kF32, {8, 197, 12, 64}};
+  const std::vector<Case> cases = {
+      {"gelu", {act}, {}},
+      {"gelu_grad", {act, act}, {}},
+      {"add", {hidden, hidden}, {}},
+      {"layernorm", {hidden, vec, vec}, memc::make_attrs({{"axis", int64_t{1}}}), 1},
+      {"layernorm_grad", {hidden, hidden, vec}, memc::make_attrs({{"axis", int64_t{1}}}), 2},
+      {"transpose", {heads}, memc::make_attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}})},
+      {"adam_update", {w, w, w, w, scalar, scalar}, memc::make_attrs({{"weight_decay", 0.01}, {"decoupled", int64_t{1}}}), 3},
+  };
+  for (const Case& c : cases) {
+    memc::Module m;
+    std::vector<memc::ValueId> in;
+    for (size_t i = 0; i < c.inputs.size(); ++i) in.push_back(m.add_argument("x" + std::to_string(i), c.inputs[i], Role::kInput));
+    memc::Expected<std::vector<memc::ValueId>> out = m.add_node(c.name, in, c.attrs, c.name, c.outputs);
+    if (!out.ok()) {
+      std::fprintf(stderr, "%s: %s\n", c.name, out.status().message().c_str());
+      return 1;
+    }
+    m.set_outputs(*out);
+    memc::DeviceMemory memory;
+    memc::PlannedExecutor ex = memc::PlannedExecutor::create(m, memory).value();
+    (void)ex.run({});
+    std::vector<double> ms;
+    for (int r = 0; r < 7; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)ex.run({});
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double bytes = static_cast<double>(memc::node_bytes(m, m.node(m.schedule()[0])));
+    std::printf("{\"threads\": %lld, \"op\": \"%s\", \"ms\": %.3f, \"gb_per_s\": %.1f}\n", static_cast<long long>(threads), c.name,
+                ms[3], bytes / ms[3] / 1e6);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   memc_preinit_anchor();
   if (argc > 1 && std::string(argv[1]) == "attention") {
@@ -180,6 +236,14 @@ int main(int argc, char** argv) {
     memc::set_compute_threads(threads);
     (void)*memc::prepare_host_memory();
     return attention_bench(argc > 2 ? std::atoll(argv[2]) : 197, threads, argc > 4 ? argv[4] : "f32");
+  }
+  if (argc > 1 && std::string(argv[1]) == "ops") {
+    const int64_t threads = argc > 2 ? std::atoll(argv[2]) : 1;
+    memc::set_compute_threads(threads);
+    const memc::HostMemory host = *memc::prepare_host_memory();
+    std::printf("{\"cpu\": \"%s\", \"vector_math\": \"%s\", \"vector_loops\": \"%s\"}\n", cpu_model().c_str(), host.vector_math.c_str(),
+                host.vector_loops.c_str());
+    return ops_bench(threads);
   }
   if (argc > 1 && std::string(argv[1]) == "vit_b16") {
     const int64_t threads = argc > 2 ? std::atoll(argv[2]) : 1;

@@ -9,6 +9,7 @@
 #include "backends/kernel_attrs.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
+#include "backends/cpu/vector_math.h"  // kVectorChunk
 
 namespace memc::cpu {
 namespace {
@@ -98,15 +99,29 @@ Status adam_kernel(KernelContext& ctx) {
     T* w_out = ctx.outputs[0]->data<T>();
     T* m_out = ctx.outputs[1]->data<T>();
     T* v_out = ctx.outputs[2]->data<T>();
-    parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
-      for (int64_t i = begin; i < end; ++i) {
-        C wi = load(w[i]), mi = load(m[i]), vi = load(v[i]);
-        adam.apply<C>(wi, load(g[i]), mi, vi);
-        m_out[i] = store<T, C>(mi);
-        v_out[i] = store<T, C>(vi);
-        w_out[i] = store<T, C>(wi);
-      }
-    });
+    const AdamStep::Factors<C> factors = adam.factors<C>();
+    // In chunks through local arrays: GCC then vectorizes each loop with no runtime test that
+    // the outputs do not overlap the inputs (an update in place fails such a test, and a direct
+    // loop falls back to scalar code).
+    auto update = [&]<bool kDecoupled>() {
+      parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
+        const AdamStep::Factors<C> f = factors;  // a local copy: registers (AdamStep::factors)
+        C wc[kVectorChunk], gc[kVectorChunk], mc[kVectorChunk], vc[kVectorChunk];
+        for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
+          const int64_t len = std::min(kVectorChunk, end - i0);
+          for (int64_t j = 0; j < len; ++j) wc[j] = load(w[i0 + j]);
+          for (int64_t j = 0; j < len; ++j) gc[j] = load(g[i0 + j]);
+          for (int64_t j = 0; j < len; ++j) mc[j] = load(m[i0 + j]);
+          for (int64_t j = 0; j < len; ++j) vc[j] = load(v[i0 + j]);
+          for (int64_t j = 0; j < len; ++j) AdamStep::update<kDecoupled>(f, wc[j], gc[j], mc[j], vc[j]);
+          for (int64_t j = 0; j < len; ++j) m_out[i0 + j] = store<T, C>(mc[j]);
+          for (int64_t j = 0; j < len; ++j) v_out[i0 + j] = store<T, C>(vc[j]);
+          for (int64_t j = 0; j < len; ++j) w_out[i0 + j] = store<T, C>(wc[j]);
+        }
+      });
+    };
+    if (adam.decoupled) update.template operator()<true>();
+    else update.template operator()<false>();
   });
 }
 
