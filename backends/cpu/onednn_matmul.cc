@@ -89,12 +89,14 @@ CachedMatmul create(const GemmShape& s, GemmType type) {
   return mm;
 }
 
-// Primitives by shape, one cache per thread (a cached entry's memory objects are per call state).
-// Creating one costs tens of microseconds; a training step reuses a few dozen shapes.
+// Primitives by shape and thread count, one cache per thread (a cached entry's memory objects
+// are per call state). Creating one costs tens of microseconds; a training step reuses a few
+// dozen shapes. oneDNN fixes a primitive's threads when it is created, so one created before
+// set_compute_threads changed the count would keep running on the old count.
 CachedMatmul& cached(const GemmShape& s, GemmType type) {
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int64_t, int64_t, int64_t, GemmType>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int64_t, int64_t, int64_t, GemmType, int>;
   thread_local std::map<Key, CachedMatmul> cache;
-  const Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.accumulate, s.batch, s.batch_stride_a, s.batch_stride_b, type};
+  const Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.accumulate, s.batch, s.batch_stride_a, s.batch_stride_b, type, omp_get_max_threads()};
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, create(s, type)).first;
   return it->second;
