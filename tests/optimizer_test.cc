@@ -181,6 +181,50 @@ TEST(Optimizer, AdamLongTensorEqualsOneElementUpdateBitForBit) {
   }
 }
 
+// momentum_update over a long parameter (vectorized chunks and a tail), first and later steps,
+// plain and Nesterov, f32 and bf16: each element as torch.optim.SGD computes it in f32, bit for bit.
+TEST(Optimizer, MomentumLongTensorEqualsOneElementUpdateBitForBit) {
+  constexpr int64_t n = 1000;
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const bool nesterov : {false, true}) {
+      for (const float step : {1.0f, 3.0f}) {
+        Module m;
+        const TensorType type{dtype, {n}};
+        std::vector<ValueId> inputs = {m.add_argument("w", type, Role::kParam), m.add_argument("g", type, Role::kInput),
+                                       m.add_argument("buf", type, Role::kOptimizerState), m.add_argument("lr", {DType::kF32, {}}, Role::kScalar),
+                                       m.add_argument("step", {DType::kF32, {}}, Role::kScalar)};
+        Attrs a;
+        a.set("momentum", 0.9);
+        a.set("dampening", nesterov ? 0.0 : 0.3);
+        a.set("nesterov", int64_t{nesterov});
+        a.set("weight_decay", 0.01);
+        auto out = m.add_node("momentum_update", inputs, a);
+        ASSERT_TRUE(out.ok()) << out.status().message();
+        m.set_outputs(*out);
+        std::mt19937 rng(7);
+        const Tensor w = testing::random_tensor(dtype, {n}, rng), g = testing::random_tensor(dtype, {n}, rng),
+                     buf = testing::random_tensor(dtype, {n}, rng);
+        auto result = execute(m, {{"w", w}, {"g", g}, {"buf", buf}, {"lr", scalar(0.1f)}, {"step", scalar(step)}});
+        ASSERT_TRUE(result.ok()) << result.status().message();
+        const float wd = static_cast<float>(0.01), mu = static_cast<float>(0.9), rest = static_cast<float>(1.0 - (nesterov ? 0.0 : 0.3)),
+                    lr = static_cast<float>(static_cast<double>(0.1f));
+        for (int64_t i = 0; i < n; ++i) {
+          const float wi = static_cast<float>(w.get_as_double(i));
+          const float gi = static_cast<float>(g.get_as_double(i)) + wd * wi;
+          const float b = step <= 1.0f ? gi : mu * static_cast<float>(buf.get_as_double(i)) + rest * gi;
+          const float dir = nesterov ? gi + mu * b : b;
+          Tensor want = Tensor::zeros(dtype, {2});
+          want.set_from_double(0, wi - lr * dir), want.set_from_double(1, b);
+          for (int k = 0; k < 2; ++k) {
+            ASSERT_EQ((*result)[k].get_as_double(i), want.get_as_double(k))
+                << dtype_name(dtype) << (nesterov ? " nesterov" : "") << " step " << step << ", output " << k << ", element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The optional `skip` input (loss scaling's found_inf): 1 leaves parameter and states as they
 // were, bit for bit, even for a NaN gradient; 0 is the plain update.
 TEST(Optimizer, SkipInputLeavesEverythingUnchanged) {

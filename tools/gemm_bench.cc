@@ -201,6 +201,8 @@ int ops_bench(int64_t threads) {
       {"layernorm_grad", {hidden, hidden, vec}, memc::make_attrs({{"axis", int64_t{1}}}), 2},
       {"transpose", {heads}, memc::make_attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}})},
       {"adam_update", {w, w, w, w, scalar, scalar}, memc::make_attrs({{"weight_decay", 0.01}, {"decoupled", int64_t{1}}}), 3},
+      {"sgd_update", {w, w, scalar}, memc::make_attrs({{"weight_decay", 0.01}}), 1},
+      {"momentum_update", {w, w, w, scalar, scalar}, memc::make_attrs({{"weight_decay", 0.01}, {"momentum", 0.9}}), 2},
   };
   for (const Case& c : cases) {
     memc::Module m;

@@ -64,16 +64,35 @@ Status momentum_kernel(KernelContext& ctx) {
     const T* buf = ctx.inputs[2]->data<T>();
     T* w_out = ctx.outputs[0]->data<T>();
     T* buf_out = ctx.outputs[1]->data<T>();
-    parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
-      for (int64_t i = begin; i < end; ++i) {
-        const C wi = load(w[i]);
-        const C gi = load(g[i]) + static_cast<C>(wd) * wi;
-        const C b = first ? gi : static_cast<C>(mu) * load(buf[i]) + static_cast<C>(1.0 - damp) * gi;
-        const C step_dir = nesterov ? gi + static_cast<C>(mu) * b : b;
-        buf_out[i] = store<T, C>(b);
-        w_out[i] = store<T, C>(wi - static_cast<C>(lr) * step_dir);
-      }
-    });
+    // Vectorized as adam_kernel's loop (chunks through local arrays, factors in registers), with
+    // the first-step and Nesterov choices made once per call.
+    auto update = [&]<bool kFirst, bool kNesterov>() {
+      parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
+        const C wd_c = static_cast<C>(wd), mu_c = static_cast<C>(mu), rest = static_cast<C>(1.0 - damp), lr_c = static_cast<C>(lr);
+        C wc[kVectorChunk], gc[kVectorChunk], bc[kVectorChunk];
+        for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
+          const int64_t len = std::min(kVectorChunk, end - i0);
+          for (int64_t j = 0; j < len; ++j) wc[j] = load(w[i0 + j]);
+          for (int64_t j = 0; j < len; ++j) gc[j] = load(g[i0 + j]);
+          if constexpr (!kFirst) {
+            for (int64_t j = 0; j < len; ++j) bc[j] = load(buf[i0 + j]);
+          }
+          for (int64_t j = 0; j < len; ++j) {
+            const C gi = gc[j] + wd_c * wc[j];
+            C b = gi;
+            if constexpr (!kFirst) b = mu_c * bc[j] + rest * gi;
+            C step_dir = b;
+            if constexpr (kNesterov) step_dir = gi + mu_c * b;
+            bc[j] = b;
+            wc[j] = wc[j] - lr_c * step_dir;
+          }
+          for (int64_t j = 0; j < len; ++j) buf_out[i0 + j] = store<T, C>(bc[j]);
+          for (int64_t j = 0; j < len; ++j) w_out[i0 + j] = store<T, C>(wc[j]);
+        }
+      });
+    };
+    if (first) nesterov ? update.template operator()<true, true>() : update.template operator()<true, false>();
+    else nesterov ? update.template operator()<false, true>() : update.template operator()<false, false>();
   });
 }
 
