@@ -13,6 +13,7 @@
 #include "ir/grad.h"
 #include "planner/compile.h"
 #include "runtime/executor.h"
+#include "runtime/host_memory.h"
 #include "runtime/trainer.h"
 #include "tests/pass_compare.h"
 #include "tests/test_util.h"
@@ -26,6 +27,42 @@ Tensor scalar(float v) {
   Tensor t = Tensor::zeros(DType::kF32, {});
   t.data<float>()[0] = v;
   return t;
+}
+
+// Blocks run on parallel threads: three steps over 1,172 blocks (the last one partial) give the
+// same codes, block maxima and weights, bit for bit, on one thread and on two.
+TEST(Adam8bit, BlocksOnTwoThreadsEqualOneThreadBitForBit) {
+  const int64_t n = 300000, block = 256, blocks = (n + block - 1) / block;
+  Module m;
+  const ValueId ws = arg(m, "w", {DType::kF32, {n}}), gs = arg(m, "g", {DType::kF32, {n}}), mq = arg(m, "mq", {DType::kU8, {n}}),
+                mm = arg(m, "mm", {DType::kF32, {blocks}}), vq = arg(m, "vq", {DType::kU8, {n}}), vm = arg(m, "vm", {DType::kF32, {blocks}}),
+                lr = arg(m, "lr", {DType::kF32, {}}), st = arg(m, "step", {DType::kF32, {}});
+  m.set_outputs(*m.add_node("adam8bit_update", {ws, gs, mq, mm, vq, vm, lr, st},
+                            make_attrs({{"weight_decay", 0.01}, {"decoupled", int64_t{1}}, {"block", block}})));
+  auto run = [&](int64_t threads) {
+    set_compute_threads(threads);
+    std::mt19937 rng(9);
+    std::vector<Tensor> state = {testing::random_tensor(DType::kF32, {n}, rng), Tensor::zeros(DType::kU8, {n}), Tensor::zeros(DType::kF32, {blocks}),
+                                 Tensor::zeros(DType::kU8, {n}), Tensor::zeros(DType::kF32, {blocks})};
+    for (int step = 1; step <= 3; ++step) {
+      auto out = execute(m, {{"w", state[0]}, {"g", testing::random_tensor(DType::kF32, {n}, rng)}, {"mq", state[1]}, {"mm", state[2]},
+                             {"vq", state[3]}, {"vm", state[4]}, {"lr", scalar(1e-3f)}, {"step", scalar(static_cast<float>(step))}});
+      MEMC_CHECK(out.ok(), out.status().message());
+      state = *out;
+    }
+    return state;
+  };
+  const int64_t threads = host_memory().threads;
+  const std::vector<Tensor> one = run(1), two = run(2);
+  set_compute_threads(threads);
+  for (size_t k = 0; k < one.size(); ++k) {
+    ASSERT_EQ(one[k].nbytes(), two[k].nbytes());
+    EXPECT_EQ(std::memcmp(one[k].raw(), two[k].raw(), one[k].nbytes()), 0) << "output " << k;
+  }
+  // The codes are not all zero: the encoding ran.
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < n; ++i) nonzero += one[1].data<uint8_t>()[i] != 0;
+  EXPECT_GT(nonzero, n / 2);
 }
 
 TEST(Adam8bit, FirstStepEqualsAdamWAndLaterStepsStayClose) {

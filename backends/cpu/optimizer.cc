@@ -173,26 +173,36 @@ Status adam8bit_kernel(KernelContext& ctx) {
     float* m_max_out = ctx.outputs[2]->data<float>();
     uint8_t* vq_out = ctx.outputs[3]->data<uint8_t>();
     float* v_max_out = ctx.outputs[4]->data<float>();
-    const int64_t n = ctx.outputs[0]->numel();
-    std::vector<float> m(static_cast<size_t>(std::min(block, n))), v(m.size());
-    for (int64_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
-      const int64_t len = std::min(block, n - b0);
-      float new_m_max = 0, new_v_max = 0;
-      for (int64_t j = 0; j < len; ++j) {
-        const int64_t i = b0 + j;
-        float wi = static_cast<float>(load(w[i]));
-        float mi = ms.value[mq[i]] * m_max[bi], vi = vs.value[vq[i]] * v_max[bi];
-        adam.apply<float>(wi, static_cast<float>(load(g[i])), mi, vi);
-        w_out[i] = store<T, float>(wi);
-        m[static_cast<size_t>(j)] = mi, v[static_cast<size_t>(j)] = vi;
-        new_m_max = std::max(new_m_max, std::abs(mi)), new_v_max = std::max(new_v_max, vi);
-      }
-      for (int64_t j = 0; j < len; ++j) {
-        mq_out[b0 + j] = new_m_max > 0 ? ms.encode(m[static_cast<size_t>(j)] / new_m_max) : 0;
-        vq_out[b0 + j] = new_v_max > 0 ? vs.encode(v[static_cast<size_t>(j)] / new_v_max) : 0;
-      }
-      m_max_out[bi] = new_m_max, v_max_out[bi] = new_v_max;
-    }
+    const int64_t n = ctx.outputs[0]->numel(), blocks = (n + block - 1) / block;
+    const AdamStep::Factors<float> factors = adam.factors<float>();
+    // Blocks are independent (each has its own absmax), so they run on parallel threads, each
+    // block exactly as on one: the result does not depend on --threads.
+    auto update = [&]<bool kDecoupled>() {
+      parallel_ranges(blocks, std::max<int64_t>(1, kElementwiseGrain / block), INT64_MAX, [&](int64_t, int64_t first, int64_t last) {
+        const AdamStep::Factors<float> f = factors;  // a local copy: registers (AdamStep::factors)
+        std::vector<float> m(static_cast<size_t>(std::min(block, n))), v(m.size());
+        for (int64_t bi = first; bi < last; ++bi) {
+          const int64_t b0 = bi * block, len = std::min(block, n - b0);
+          float new_m_max = 0, new_v_max = 0;
+          for (int64_t j = 0; j < len; ++j) {
+            const int64_t i = b0 + j;
+            float wi = static_cast<float>(load(w[i]));
+            float mi = ms.value[mq[i]] * m_max[bi], vi = vs.value[vq[i]] * v_max[bi];
+            AdamStep::update<kDecoupled>(f, wi, static_cast<float>(load(g[i])), mi, vi);
+            w_out[i] = store<T, float>(wi);
+            m[static_cast<size_t>(j)] = mi, v[static_cast<size_t>(j)] = vi;
+            new_m_max = std::max(new_m_max, std::abs(mi)), new_v_max = std::max(new_v_max, vi);
+          }
+          for (int64_t j = 0; j < len; ++j) {
+            mq_out[b0 + j] = new_m_max > 0 ? ms.encode(m[static_cast<size_t>(j)] / new_m_max) : 0;
+            vq_out[b0 + j] = new_v_max > 0 ? vs.encode(v[static_cast<size_t>(j)] / new_v_max) : 0;
+          }
+          m_max_out[bi] = new_m_max, v_max_out[bi] = new_v_max;
+        }
+      });
+    };
+    if (adam.decoupled) update.template operator()<true>();
+    else update.template operator()<false>();
   });
 }
 
