@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "backends/kernel_math.h"
 #include "ir/grad.h"
 #include "planner/compile.h"
 #include "runtime/executor.h"
@@ -27,6 +28,33 @@ Tensor scalar(float v) {
   Tensor t = Tensor::zeros(DType::kF32, {});
   t.data<float>()[0] = v;
   return t;
+}
+
+// QuantMap::encode (adam8bit's moments) gives the code of the nearest value, the lower one on a
+// tie, against a brute-force search of all codes: at every coded value, the midpoints between
+// neighbours and the floats either side of them, a dense grid, and values out of range.
+TEST(Adam8bit, EncodeGivesTheNearestCode) {
+  for (const bool is_signed : {true, false}) {
+    const QuantMap map = QuantMap::dynamic(is_signed);
+    std::vector<float> xs = {-2.0f, 2.0f, 0.0f, -0.0f, 1e-9f, -1e-9f};
+    for (int i = 0; i < map.count; ++i) {
+      const float v = map.sorted_value[i];
+      xs.push_back(v);
+      if (i + 1 < map.count) {
+        const float mid = v + (map.sorted_value[i + 1] - v) / 2;
+        xs.insert(xs.end(), {mid, std::nextafter(mid, -1.0f), std::nextafter(mid, 1.0f)});
+      }
+    }
+    for (int i = -5000; i <= 5000; ++i) xs.push_back(static_cast<float>(i) / 4000.0f);
+    for (const float x : xs) {
+      int best = 0;
+      for (int c = 1; c < map.count; ++c) {
+        const float d = std::abs(map.value[c] - x), best_d = std::abs(map.value[best] - x);
+        if (d < best_d || (d == best_d && map.value[c] < map.value[best])) best = c;
+      }
+      ASSERT_EQ(map.value[map.encode(x)], map.value[best]) << (is_signed ? "signed" : "unsigned") << " x = " << x;
+    }
+  }
 }
 
 // Blocks run on parallel threads: three steps over 1,172 blocks (the last one partial) give the

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -179,7 +180,8 @@ int attention_bench(int64_t t, int64_t threads, const std::string& precision) {
 
 // The step's non-GEMM kernels on ViT-B/16 b8's shapes, one node per module, run by the planned
 // executor training uses: milliseconds per call (median of 7 after one warm-up) and the bytes the
-// node reads and writes per second (node_bytes, as the cost model counts them).
+// node reads and writes per second (node_bytes, as the cost model counts them). An update op's
+// outputs may replace its inputs (in place, as in training), so later calls see updated values.
 int ops_bench(int64_t threads) {
   using memc::DType;
   using memc::Role;
@@ -218,6 +220,18 @@ int ops_bench(int64_t threads) {
     m.set_outputs(*out);
     memc::DeviceMemory memory;
     memc::PlannedExecutor ex = memc::PlannedExecutor::create(m, memory).value();
+    // Inputs from a fixed LCG: floats in [0, 1) (a second moment must not be negative), codes in
+    // [0, 256), scalars (lr, step) 1, so every kernel computes on ordinary finite values.
+    uint64_t state = 7;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      memc::Tensor t = memc::Tensor::zeros(c.inputs[i].dtype, c.inputs[i].shape);
+      for (int64_t e = 0; e < t.numel(); ++e) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const double u = static_cast<double>(state >> 40) / static_cast<double>(1 << 24);
+        t.set_from_double(e, c.inputs[i].shape.empty() ? 1.0 : c.inputs[i].dtype == DType::kU8 ? std::floor(u * 256) : u);
+      }
+      (void)ex.set_argument("x" + std::to_string(i), t);
+    }
     (void)ex.run({});
     std::vector<double> ms;
     for (int r = 0; r < 7; ++r) {

@@ -193,9 +193,18 @@ Status adam8bit_kernel(KernelContext& ctx) {
             m[static_cast<size_t>(j)] = mi, v[static_cast<size_t>(j)] = vi;
             new_m_max = std::max(new_m_max, std::abs(mi)), new_v_max = std::max(new_v_max, vi);
           }
-          for (int64_t j = 0; j < len; ++j) {
-            mq_out[b0 + j] = new_m_max > 0 ? ms.encode(m[static_cast<size_t>(j)] / new_m_max) : 0;
-            vq_out[b0 + j] = new_v_max > 0 ? vs.encode(v[static_cast<size_t>(j)] / new_v_max) : 0;
+          // Normalized by the new maxima in place, then encoded (a zero block stays code 0).
+          if (new_m_max > 0) {
+            for (int64_t j = 0; j < len; ++j) m[static_cast<size_t>(j)] /= new_m_max;
+            ms.encode_many(m.data(), mq_out + b0, len);
+          } else {
+            for (int64_t j = 0; j < len; ++j) mq_out[b0 + j] = 0;
+          }
+          if (new_v_max > 0) {
+            for (int64_t j = 0; j < len; ++j) v[static_cast<size_t>(j)] /= new_v_max;
+            vs.encode_many(v.data(), vq_out + b0, len);
+          } else {
+            for (int64_t j = 0; j < len; ++j) vq_out[b0 + j] = 0;
           }
           m_max_out[bi] = new_m_max, v_max_out[bi] = new_v_max;
         }
