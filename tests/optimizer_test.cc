@@ -107,15 +107,19 @@ TEST(Optimizer, Momentum) { check_momentum(false, 0.0); }
 TEST(Optimizer, MomentumNesterov) { check_momentum(true, 0.0); }
 TEST(Optimizer, MomentumDampening) { check_momentum(false, 0.3); }
 
-void check_adam(bool decoupled) {
-  const auto grads = random_grads(4);
+Attrs adam_attrs(bool decoupled) {
   Attrs a;
   a.set("beta1", 0.9);
   a.set("beta2", 0.99);
   a.set("eps", 1e-8);
   a.set("weight_decay", 0.05);
   a.set("decoupled", int64_t{decoupled});
-  UpdateRun run = run_updates("adam_update", a, 2, grads, 0.01f);
+  return a;
+}
+
+void check_adam(bool decoupled) {
+  const auto grads = random_grads(4);
+  UpdateRun run = run_updates("adam_update", adam_attrs(decoupled), 2, grads, 0.01f);
   std::vector<double> w = initial_w(), m(5, 0.0), v(5, 0.0);
   for (size_t t = 1; t <= grads.size(); ++t) {
     for (int i = 0; i < 5; ++i) {
@@ -148,13 +152,7 @@ TEST(Optimizer, AdamLongTensorEqualsOneElementUpdateBitForBit) {
       std::vector<ValueId> inputs = {m.add_argument("w", type, Role::kParam), m.add_argument("g", type, Role::kInput),
                                      m.add_argument("m", type, Role::kOptimizerState), m.add_argument("v", type, Role::kOptimizerState),
                                      m.add_argument("lr", {DType::kF32, {}}, Role::kScalar), m.add_argument("step", {DType::kF32, {}}, Role::kScalar)};
-      Attrs a;
-      a.set("beta1", 0.9);
-      a.set("beta2", 0.99);
-      a.set("eps", 1e-8);
-      a.set("weight_decay", 0.05);
-      a.set("decoupled", int64_t{decoupled});
-      auto out = m.add_node("adam_update", inputs, a);
+      auto out = m.add_node("adam_update", inputs, adam_attrs(decoupled));
       ASSERT_TRUE(out.ok()) << out.status().message();
       m.set_outputs(*out);
       std::mt19937 rng(5);
