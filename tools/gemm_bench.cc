@@ -195,7 +195,7 @@ int ops_bench(int64_t threads) {
   };
   const TensorType act{DType::kF32, {rows, 3072}}, hidden{DType::kF32, {rows, 768}}, vec{DType::kF32, {768}}, scalar{DType::kF32, {}},
       w{DType::kF32, {768, 3072}}, heads{DType::kF32, {8, 197, 12, 64}}, codes{DType::kU8, {768, 3072}},
-      blocks{DType::kF32, {768 * 3072 / 2048}};
+      blocks{DType::kF32, {768 * 3072 / 2048}}, rows_stat{DType::kF32, {768}}, cols_stat{DType::kF32, {3072}};
   const std::vector<Case> cases = {
       {"gelu", {act}, {}},
       {"gelu_grad", {act, act}, {}},
@@ -207,6 +207,7 @@ int ops_bench(int64_t threads) {
       {"sgd_update", {w, w, scalar}, memc::make_attrs({{"weight_decay", 0.01}}), 1},
       {"momentum_update", {w, w, w, scalar, scalar}, memc::make_attrs({{"weight_decay", 0.01}, {"momentum", 0.9}}), 2},
       {"adam8bit_update", {w, w, codes, blocks, codes, blocks, scalar, scalar}, memc::make_attrs({{"weight_decay", 0.01}, {"decoupled", int64_t{1}}}), 5},
+      {"adafactor_update", {w, w, rows_stat, cols_stat, scalar, scalar}, memc::make_attrs({{"factored", int64_t{1}}}), 3},
   };
   for (const Case& c : cases) {
     memc::Module m;

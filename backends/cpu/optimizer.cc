@@ -176,9 +176,10 @@ Status adam8bit_kernel(KernelContext& ctx) {
     const int64_t n = ctx.outputs[0]->numel(), blocks = (n + block - 1) / block;
     const AdamStep::Factors<float> factors = adam.factors<float>();
     // Blocks are independent (each has its own absmax), so they run on parallel threads, each
-    // block exactly as on one: the result does not depend on --threads.
+    // block exactly as on one: the result does not depend on --threads. An element costs tens
+    // of nanoseconds (the code searches), so even one block of a few hundred is worth a thread.
     auto update = [&]<bool kDecoupled>() {
-      parallel_ranges(blocks, std::max<int64_t>(1, kElementwiseGrain / block), INT64_MAX, [&](int64_t, int64_t first, int64_t last) {
+      parallel_ranges(blocks, 1, INT64_MAX, [&](int64_t, int64_t first, int64_t last) {
         const AdamStep::Factors<float> f = factors;  // a local copy: registers (AdamStep::factors)
         std::vector<float> m(static_cast<size_t>(std::min(block, n))), v(m.size());
         for (int64_t bi = first; bi < last; ++bi) {
