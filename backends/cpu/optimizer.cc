@@ -120,8 +120,8 @@ Status adam_kernel(KernelContext& ctx) {
     T* v_out = ctx.outputs[2]->data<T>();
     const AdamStep::Factors<C> factors = adam.factors<C>();
     // In chunks through local arrays: GCC then vectorizes each loop with no runtime test that
-    // the outputs do not overlap the inputs (an update in place fails such a test, and a direct
-    // loop falls back to scalar code).
+    // the outputs do not overlap the inputs. A direct loop over 4 inputs and 3 outputs needs
+    // more such tests than GCC emits (10), and it stayed scalar code.
     auto update = [&]<bool kDecoupled>() {
       parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
         const AdamStep::Factors<C> f = factors;  // a local copy: registers (AdamStep::factors)
