@@ -131,17 +131,17 @@ struct QuantMap {
   }
   // The code of the nearest value (the lower one on a tie).
   MEMC_HD uint8_t encode(float x) const {
-    // lo: the first sorted value ≥ x (count when none is), found by halving without a branch
-    // on the data: the loop runs log2(count) times whatever x is, and each step's choice is a
-    // select. A branching search mispredicted about half its steps and cost ≈ 140 ns per
-    // element on a Xeon (bench/RESULTS.md §34).
-    const float* base = sorted_value;
+    // The first sorted value ≥ x is found by halving without a branch on the data: the loop
+    // runs log2(count) times whatever x is, and each step's choice is a select. A branching
+    // search mispredicted about half its steps and cost ≈ 140 ns per element on a Xeon
+    // (bench/RESULTS.md §34).
+    int lo = 0;
     for (int n = count; n > 1;) {
       const int half = n / 2;
-      base = base[half] < x ? base + half : base;
+      lo = sorted_value[lo + half] < x ? lo + half : lo;
       n -= half;
     }
-    return nearest(static_cast<int>(base - sorted_value) + (*base < x ? 1 : 0), x);
+    return nearest(lo, x);
   }
   // out[i] = encode(x[i]) for i < n: the same halving for a group of values in lockstep, so the
   // groups' steps are independent (each encode's steps form one chain of dependent loads) and
@@ -156,11 +156,13 @@ struct QuantMap {
         for (int e = 0; e < len; ++e) lo[e] = sorted_value[lo[e] + half] < x[i0 + e] ? lo[e] + half : lo[e];
         k -= half;
       }
-      for (int e = 0; e < len; ++e) out[i0 + e] = nearest(lo[e] + (sorted_value[lo[e]] < x[i0 + e] ? 1 : 0), x[i0 + e]);
+      for (int e = 0; e < len; ++e) out[i0 + e] = nearest(lo[e], x[i0 + e]);
     }
   }
-  // The code of the nearer of sorted values lo - 1 and lo, lo the first sorted value ≥ x.
-  MEMC_HD uint8_t nearest(int lo, float x) const {
+  // The code of the nearest value, from where the halving ended (`last`: the first sorted value
+  // ≥ x is there or right after it): the nearer of the two sorted values around x.
+  MEMC_HD uint8_t nearest(int last, float x) const {
+    const int lo = last + (sorted_value[last] < x ? 1 : 0);  // the first sorted value ≥ x, or count
     if (lo == count) return sorted_code[count - 1];
     if (lo == 0) return sorted_code[0];
     return (x - sorted_value[lo - 1]) <= (sorted_value[lo] - x) ? sorted_code[lo - 1] : sorted_code[lo];

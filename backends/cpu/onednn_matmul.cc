@@ -192,13 +192,13 @@ Bf16GemmProbe bf16_gemm_probe() {
   if (probe) return *probe;
   Bf16GemmProbe p;
   if (onednn_bf16_gemm_supported()) {
-    // One product of about a transformer linear layer's size, f32 (b packed, as gemm<float> runs
-    // it) and native bf16, on this thread alone (its CPU clock times it all); the shape is one no
-    // model is likely to run, as its primitive stays cached for one thread.
+    // One product of a transformer linear layer's size, f32 (b packed, as gemm<float> runs it)
+    // and native bf16, on this thread alone (its CPU clock times it all; the primitives cached
+    // for it are keyed to one thread, so a model's GEMMs at other thread counts get their own).
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    const GemmShape s{.m = kBf16ProbeSize - 8, .n = kBf16ProbeSize, .k = kBf16ProbeSize - 4};
-    const size_t n = static_cast<size_t>(kBf16ProbeSize) * kBf16ProbeSize;  // enough for a, b and c
+    const GemmShape s{.m = kBf16ProbeSize, .n = kBf16ProbeSize, .k = kBf16ProbeSize};
+    const size_t n = static_cast<size_t>(kBf16ProbeSize) * kBf16ProbeSize;
     std::vector<float> a(n, 0.5f), b(n, 0.25f), c(n);
     std::vector<uint16_t> a16(n, 0x3f00), b16(n, 0x3e80), c16(n);  // 0.5 and 0.25 in bf16
     auto scratch = [&](GemmType t) { return std::vector<char>(static_cast<size_t>(onednn_scratchpad_bytes(s, t)) + 64); };
