@@ -136,57 +136,117 @@ TEST(Adam8bit, FirstStepEqualsAdamWAndLaterStepsStayClose) {
   EXPECT_LT(diff, 0.05 * moved);
 }
 
-// Independent reference: Adafactor without momentum, explicit lr, in double.
+// Independent reference: Adafactor without momentum, explicit lr, in double, on `mats`
+// matrices [rows, cols] (factored: r [mats·rows], c [mats·cols]) or, with factored false, on
+// a flat tensor whose second moment is v = r (c unused).
 void adafactor_reference(std::vector<double>& w, const std::vector<double>& g, std::vector<double>& r, std::vector<double>& c,
-                         int rows, int cols, double lr, double t, double wd) {
+                         bool factored, int mats, int rows, int cols, double lr, double t, double wd) {
   const double beta = 1.0 - std::pow(t, -0.8);
   std::vector<double> u(w.size());
-  for (int i = 0; i < rows; ++i) {
-    double s = 0;
-    for (int j = 0; j < cols; ++j) s += g[i * cols + j] * g[i * cols + j] + 1e-30;
-    r[i] = beta * r[i] + (1 - beta) * s / cols;
-  }
-  for (int j = 0; j < cols; ++j) {
-    double s = 0;
-    for (int i = 0; i < rows; ++i) s += g[i * cols + j] * g[i * cols + j] + 1e-30;
-    c[j] = beta * c[j] + (1 - beta) * s / rows;
-  }
-  double r_mean = 0, sq = 0;
-  for (double x : r) r_mean += x / rows;
-  for (int i = 0; i < rows; ++i) {
-    for (int j = 0; j < cols; ++j) {
-      u[i * cols + j] = g[i * cols + j] / std::sqrt(r[i] / r_mean * c[j]);
-      sq += u[i * cols + j] * u[i * cols + j];
+  if (!factored) {
+    for (size_t k = 0; k < w.size(); ++k) {
+      r[k] = beta * r[k] + (1 - beta) * (g[k] * g[k] + 1e-30);
+      u[k] = g[k] / std::sqrt(r[k]);
     }
   }
+  for (int b = 0; factored && b < mats; ++b) {
+    const auto at = [&](int i, int j) { return (static_cast<size_t>(b) * rows + i) * cols + j; };
+    for (int i = 0; i < rows; ++i) {
+      double s = 0;
+      for (int j = 0; j < cols; ++j) s += g[at(i, j)] * g[at(i, j)] + 1e-30;
+      r[b * rows + i] = beta * r[b * rows + i] + (1 - beta) * s / cols;
+    }
+    for (int j = 0; j < cols; ++j) {
+      double s = 0;
+      for (int i = 0; i < rows; ++i) s += g[at(i, j)] * g[at(i, j)] + 1e-30;
+      c[b * cols + j] = beta * c[b * cols + j] + (1 - beta) * s / rows;
+    }
+    double r_mean = 0;
+    for (int i = 0; i < rows; ++i) r_mean += r[b * rows + i] / rows;
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < cols; ++j) u[at(i, j)] = g[at(i, j)] / std::sqrt(r[b * rows + i] / r_mean * c[b * cols + j]);
+    }
+  }
+  double sq = 0;
+  for (double x : u) sq += x * x;
   const double scale = 1.0 / std::max(1.0, std::sqrt(sq / static_cast<double>(u.size())));
   for (size_t k = 0; k < w.size(); ++k) w[k] = w[k] - lr * wd * w[k] - lr * scale * u[k];
 }
 
-TEST(Adafactor, FactoredUpdateMatchesAReferenceOverThreeSteps) {
-  const int rows = 5, cols = 7;
+std::vector<double> doubles(const Tensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = t.get_as_double(i);
+  return out;
+}
+
+// An adafactor_update node on w [mats, rows, cols] (factored) or [mats·rows·cols] (not).
+struct AdafactorCase {
+  bool factored;
+  int mats, rows, cols;
   Module m;
-  const ValueId ws = arg(m, "w", {DType::kF32, {rows, cols}}), gs = arg(m, "g", {DType::kF32, {rows, cols}}),
-                rs = arg(m, "r", {DType::kF32, {rows}}), cs = arg(m, "c", {DType::kF32, {cols}}), lr = arg(m, "lr", {DType::kF32, {}}),
-                st = arg(m, "step", {DType::kF32, {}});
-  Attrs a = make_attrs({{"factored", int64_t{1}}, {"decay_rate", -0.8}, {"eps1", 1e-30}, {"clip_threshold", 1.0}, {"weight_decay", 0.1}});
-  auto outs = m.add_node("adafactor_update", {ws, gs, rs, cs, lr, st}, a, "", 3);
-  ASSERT_TRUE(outs.ok()) << outs.status().message();
-  m.set_outputs(*outs);
-  std::mt19937 rng(5);
-  Tensor w = testing::random_tensor(DType::kF32, {rows, cols}, rng), r = Tensor::zeros(DType::kF32, {rows}), c = Tensor::zeros(DType::kF32, {cols});
-  std::vector<double> rw(w.numel()), rr(rows, 0.0), rc(cols, 0.0);
-  for (int64_t i = 0; i < w.numel(); ++i) rw[i] = w.get_as_double(i);
-  for (int step = 1; step <= 3; ++step) {
-    Tensor g = testing::random_tensor(DType::kF32, {rows, cols}, rng);
-    std::vector<double> rg(g.numel());
-    for (int64_t i = 0; i < g.numel(); ++i) rg[i] = g.get_as_double(i);
-    auto out = execute(m, {{"w", w}, {"g", g}, {"r", r}, {"c", c}, {"lr", scalar(0.01f)}, {"step", scalar(static_cast<float>(step))}});
-    ASSERT_TRUE(out.ok()) << out.status().message();
-    w = (*out)[0], r = (*out)[1], c = (*out)[2];
-    adafactor_reference(rw, rg, rr, rc, rows, cols, 0.01, step, 0.1);
+  Shape w_shape() const { return factored ? Shape{mats, rows, cols} : Shape{int64_t{mats} * rows * cols}; }
+  Shape r_shape() const { return factored ? Shape{mats, rows} : w_shape(); }
+  AdafactorCase(bool f, int b, int r, int c) : factored(f), mats(b), rows(r), cols(c) {
+    std::vector<ValueId> in = {arg(m, "w", {DType::kF32, w_shape()}), arg(m, "g", {DType::kF32, w_shape()}), arg(m, "r", {DType::kF32, r_shape()})};
+    if (factored) in.push_back(arg(m, "c", {DType::kF32, {mats, cols}}));
+    in.push_back(arg(m, "lr", {DType::kF32, {}}));
+    in.push_back(arg(m, "step", {DType::kF32, {}}));
+    Attrs a = make_attrs({{"factored", int64_t{factored}}, {"decay_rate", -0.8}, {"eps1", 1e-30}, {"clip_threshold", 1.0}, {"weight_decay", 0.1}});
+    auto outs = m.add_node("adafactor_update", in, a, "", factored ? 3 : 2);
+    MEMC_CHECK(outs.ok(), outs.status().message());
+    m.set_outputs(*outs);
   }
-  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(w.get_as_double(i), rw[i], 1e-6 * std::max(1.0, std::abs(rw[i]))) << i;
+  // Three steps from random weights and zero state, on `threads` threads; each step's inputs
+  // are also stepped through the reference, which must agree.
+  std::vector<Tensor> run(int64_t threads, bool check_reference) {
+    const int64_t saved = host_memory().threads;
+    set_compute_threads(threads);
+    std::mt19937 rng(5);
+    std::vector<Tensor> state = {testing::random_tensor(DType::kF32, w_shape(), rng), Tensor::zeros(DType::kF32, r_shape())};
+    if (factored) state.push_back(Tensor::zeros(DType::kF32, {mats, cols}));
+    std::vector<double> rw = doubles(state[0]), rr = doubles(state[1]), rc(static_cast<size_t>(mats) * cols, 0.0);
+    for (int step = 1; step <= 3; ++step) {
+      Tensor g = testing::random_tensor(DType::kF32, w_shape(), rng);
+      std::map<std::string, Tensor> feeds = {{"w", state[0]}, {"g", g}, {"r", state[1]}};
+      if (factored) feeds.emplace("c", state[2]);
+      feeds.emplace("lr", scalar(0.01f));
+      feeds.emplace("step", scalar(static_cast<float>(step)));
+      auto out = execute(m, feeds);
+      MEMC_CHECK(out.ok(), out.status().message());
+      state = *out;
+      if (check_reference) adafactor_reference(rw, doubles(g), rr, rc, factored, mats, rows, cols, 0.01, step, 0.1);
+    }
+    set_compute_threads(saved);
+    for (int64_t i = 0; check_reference && i < state[0].numel(); ++i) {
+      EXPECT_NEAR(state[0].get_as_double(i), rw[static_cast<size_t>(i)], 1e-6 * std::max(1.0, std::abs(rw[static_cast<size_t>(i)]))) << i;
+    }
+    return state;
+  }
+};
+
+TEST(Adafactor, FactoredUpdateMatchesAReferenceOverThreeSteps) {
+  AdafactorCase one_matrix(true, 1, 5, 7);
+  one_matrix.run(1, true);
+  AdafactorCase stacked(true, 3, 40, 30);  // a batch of matrices, each with its own factors
+  stacked.run(1, true);
+}
+
+TEST(Adafactor, UnfactoredUpdateMatchesAReferenceOverThreeSteps) {
+  AdafactorCase flat(false, 1, 1, 9000);  // three chunks of the Σu² sum
+  flat.run(1, true);
+}
+
+// Rows, columns and Σu² chunks split over threads; every sum keeps its order, so two threads
+// give one thread's bits. Large enough that every pass splits.
+TEST(Adafactor, TwoThreadsEqualOneThreadBitForBit) {
+  for (const bool factored : {true, false}) {
+    AdafactorCase big(factored, 2, 600, 100);
+    const std::vector<Tensor> one = big.run(1, false), two = big.run(2, false);
+    for (size_t k = 0; k < one.size(); ++k) {
+      ASSERT_EQ(one[k].nbytes(), two[k].nbytes());
+      EXPECT_EQ(std::memcmp(one[k].raw(), two[k].raw(), one[k].nbytes()), 0) << "factored " << factored << ", output " << k;
+    }
+  }
 }
 
 int64_t state_bytes(const Plan& p) {

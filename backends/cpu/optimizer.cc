@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/kernel_attrs.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/vector_math.h"  // kVectorChunk
+#include "backends/cpu/workspace.h"
 
 namespace memc::cpu {
 namespace {
@@ -153,6 +153,21 @@ const QuantMap& unsigned_map() {
   return map;
 }
 
+// adam8bit's scratch: each thread slot's decoded moments of one block, before they are encoded
+// against the block's new absmax.
+struct Adam8bitScratch {
+  int64_t slot_len;
+  float *m, *v;  // [kMaxKernelSlots, slot_len] each
+  Adam8bitScratch(Workspace& ws, int64_t block, int64_t n)
+      : slot_len(std::min(block, n)), m(ws.take<float>(kMaxKernelSlots * slot_len)), v(ws.take<float>(kMaxKernelSlots * slot_len)) {}
+};
+
+int64_t adam8bit_workspace(const Node& node, std::span<const TensorType>, std::span<const TensorType> out) {
+  Workspace counter;
+  Adam8bitScratch scratch(counter, node.attrs.get_int("block", 2048), numel(out[0].shape));
+  return counter.used_bytes();
+}
+
 // AdamW (or Adam) on moments stored as 8-bit codes per block of `block` elements: each block
 // is decoded (code value × block absmax), updated in f32 exactly as adam_kernel, and encoded
 // again against its new absmax.
@@ -178,10 +193,13 @@ Status adam8bit_kernel(KernelContext& ctx) {
     // Blocks are independent (each has its own absmax), so they run on parallel threads, each
     // block exactly as on one: the result does not depend on --threads. An element costs tens
     // of nanoseconds (the code searches), so even one block of a few hundred is worth a thread.
+    Workspace ws(ctx);
+    const Adam8bitScratch scratch(ws, block, n);
     auto update = [&]<bool kDecoupled>() {
-      parallel_ranges(blocks, 1, INT64_MAX, [&](int64_t, int64_t first, int64_t last) {
+      parallel_ranges(blocks, 1, kMaxKernelSlots, [&](int64_t slot, int64_t first, int64_t last) {
         const AdamStep::Factors<float> f = factors;  // a local copy: registers (AdamStep::factors)
-        std::vector<float> m(static_cast<size_t>(std::min(block, n))), v(m.size());
+        float* m = scratch.m + slot * scratch.slot_len;
+        float* v = scratch.v + slot * scratch.slot_len;
         for (int64_t bi = first; bi < last; ++bi) {
           const int64_t b0 = bi * block, len = std::min(block, n - b0);
           float new_m_max = 0, new_v_max = 0;
@@ -191,19 +209,19 @@ Status adam8bit_kernel(KernelContext& ctx) {
             float mi = ms.value[mq[i]] * m_max[bi], vi = vs.value[vq[i]] * v_max[bi];
             AdamStep::update<kDecoupled>(f, wi, static_cast<float>(load(g[i])), mi, vi);
             w_out[i] = store<T, float>(wi);
-            m[static_cast<size_t>(j)] = mi, v[static_cast<size_t>(j)] = vi;
+            m[j] = mi, v[j] = vi;
             new_m_max = std::max(new_m_max, std::abs(mi)), new_v_max = std::max(new_v_max, vi);
           }
           // Normalized by the new maxima in place, then encoded (a zero block stays code 0).
           if (new_m_max > 0) {
-            for (int64_t j = 0; j < len; ++j) m[static_cast<size_t>(j)] /= new_m_max;
-            ms.encode_many(m.data(), mq_out + b0, len);
+            for (int64_t j = 0; j < len; ++j) m[j] /= new_m_max;
+            ms.encode_many(m, mq_out + b0, len);
           } else {
             for (int64_t j = 0; j < len; ++j) mq_out[b0 + j] = 0;
           }
           if (new_v_max > 0) {
-            for (int64_t j = 0; j < len; ++j) v[static_cast<size_t>(j)] /= new_v_max;
-            vs.encode_many(v.data(), vq_out + b0, len);
+            for (int64_t j = 0; j < len; ++j) v[j] /= new_v_max;
+            vs.encode_many(v, vq_out + b0, len);
           } else {
             for (int64_t j = 0; j < len; ++j) vq_out[b0 + j] = 0;
           }
@@ -221,6 +239,35 @@ Status adam8bit_kernel(KernelContext& ctx) {
 // r ← β2ₜ r + (1-β2ₜ) mean_cols G, c ← β2ₜ c + (1-β2ₜ) mean_rows G, v̂ = (r / mean r) ⊗ c;
 // else v ← β2ₜ v + (1-β2ₜ) G, v̂ = v. u = g/√v̂, u ← u / max(1, RMS(u)/d);
 // w ← w - lr·λ·w - lr·u.
+// The arithmetic and its order are the CUDA kernel's (backends/cuda/bodies.h: means summed
+// per element in f64, Σu² in chunks of kSumChunk), so both backends give the same bits and
+// neither depends on the thread count. u is never stored: it is computed once for its RMS and
+// again for the step, so the scratch is the column means, the row-factor means and the Σu²
+// partials, never a copy of the parameter.
+constexpr int64_t kAdafactorSumChunk = 4096;
+
+struct AdafactorGeometry {
+  int64_t n = 0, rows = 1, cols = 1, mats = 0, parts = 0;  // unfactored: one row of n
+  AdafactorGeometry(const Shape& w, bool factored) : n(numel(w)) {
+    if (factored) rows = w[w.size() - 2], cols = w.back(), mats = n / std::max<int64_t>(rows * cols, 1);
+    else cols = std::max<int64_t>(n, 1);
+    parts = (n + kAdafactorSumChunk - 1) / kAdafactorSumChunk;
+  }
+};
+
+struct AdafactorScratch {
+  double *col_mean, *r_avg, *partial;  // [mats·cols], [mats], [parts]
+  AdafactorScratch(Workspace& ws, const AdafactorGeometry& geo)
+      : col_mean(ws.take<double>(geo.mats * geo.cols)), r_avg(ws.take<double>(geo.mats)), partial(ws.take<double>(geo.parts)) {}
+};
+
+int64_t adafactor_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
+  const AdafactorGeometry geo(in[0].shape, node.attrs.get_int("factored", 0));
+  Workspace counter;
+  AdafactorScratch scratch(counter, geo);
+  return counter.used_bytes();
+}
+
 Status adafactor_kernel(KernelContext& ctx) {
   const bool factored = ctx.node.attrs.get_int("factored", 0);
   const double decay = ctx.node.attrs.get_float("decay_rate", -0.8), eps1 = ctx.node.attrs.get_float("eps1", 1e-30),
@@ -229,67 +276,117 @@ Status adafactor_kernel(KernelContext& ctx) {
   if (skipped(ctx, first_scalar + 2)) return Status::Ok();
   const double lr = scalar(ctx, static_cast<int>(first_scalar)), t = scalar(ctx, static_cast<int>(first_scalar + 1));
   const auto beta = static_cast<float>(1.0 - std::pow(t, decay));
+  const AdafactorGeometry geo(ctx.inputs[0]->shape(), factored);
+  const int64_t n = geo.n, rows = geo.rows, cols = geo.cols, mats = geo.mats;
+  Workspace ws(ctx);
+  const AdafactorScratch scratch(ws, geo);
+  // Rows of work per thread range: enough elements to be worth a thread.
+  const int64_t row_grain = std::max<int64_t>(1, kElementwiseGrain / cols);
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     const T* w = ctx.inputs[0]->data<T>();
     const T* g = ctx.inputs[1]->data<T>();
     T* w_out = ctx.outputs[0]->data<T>();
-    const int64_t n = ctx.outputs[0]->numel();
-    std::vector<float> u(static_cast<size_t>(n));
+    const float* r_out = nullptr;
+    const float* c_out = nullptr;
+    const float* v_out = nullptr;
     if (factored) {
-      const Shape& s = ctx.inputs[0]->shape();
-      const int64_t cols = s.back(), rows = s[s.size() - 2], mats = n / (rows * cols);
       const float* r = ctx.inputs[2]->data<float>();
       const float* c = ctx.inputs[3]->data<float>();
-      float* r_out = ctx.outputs[1]->data<float>();
-      float* c_out = ctx.outputs[2]->data<float>();
-      std::vector<double> row_mean(static_cast<size_t>(rows)), col_mean(static_cast<size_t>(cols));
+      float* r_new = ctx.outputs[1]->data<float>();
+      float* c_new = ctx.outputs[2]->data<float>();
+      const auto sq = [&](int64_t e) {
+        const double gi = static_cast<double>(load(g[e]));
+        return gi * gi + eps1;
+      };
+      // Row factors: each row's mean on one thread.
+      parallel_ranges(mats * rows, row_grain, INT64_MAX, [&](int64_t, int64_t first, int64_t last) {
+        for (int64_t k = first; k < last; ++k) {
+          double mean = 0;
+          for (int64_t j = 0; j < cols; ++j) mean += sq(k * cols + j) / static_cast<double>(cols);
+          r_new[k] = beta * r[k] + (1.0f - beta) * static_cast<float>(mean);
+        }
+      });
+      // Column factors: a range of (matrix, column) pairs per thread, each column summed down
+      // its rows in order, reading row segments.
+      parallel_ranges(mats * cols, std::max<int64_t>(1, kElementwiseGrain / rows), INT64_MAX, [&](int64_t, int64_t first, int64_t last) {
+        for (int64_t b = first / cols; b * cols < last; ++b) {
+          const int64_t j0 = std::max(first - b * cols, int64_t{0}), j1 = std::min(last - b * cols, cols);
+          double* mean = scratch.col_mean + b * cols;
+          std::fill(mean + j0, mean + j1, 0.0);
+          for (int64_t i = 0; i < rows; ++i) {
+            for (int64_t j = j0; j < j1; ++j) mean[j] += sq((b * rows + i) * cols + j) / static_cast<double>(rows);
+          }
+          for (int64_t j = j0; j < j1; ++j) c_new[b * cols + j] = beta * c[b * cols + j] + (1.0f - beta) * static_cast<float>(mean[j]);
+        }
+      });
       for (int64_t b = 0; b < mats; ++b) {
-        std::fill(row_mean.begin(), row_mean.end(), 0.0);
-        std::fill(col_mean.begin(), col_mean.end(), 0.0);
-        for (int64_t i = 0; i < rows; ++i) {
-          for (int64_t j = 0; j < cols; ++j) {
-            const double gi = static_cast<double>(load(g[(b * rows + i) * cols + j]));
-            const double sq = gi * gi + eps1;
-            row_mean[static_cast<size_t>(i)] += sq / static_cast<double>(cols);
-            col_mean[static_cast<size_t>(j)] += sq / static_cast<double>(rows);
-          }
-        }
-        double r_sum = 0;
-        for (int64_t i = 0; i < rows; ++i) {
-          const int64_t k = b * rows + i;
-          r_out[k] = beta * r[k] + (1.0f - beta) * static_cast<float>(row_mean[static_cast<size_t>(i)]);
-          r_sum += r_out[k];
-        }
-        const double r_avg = r_sum / static_cast<double>(rows);
-        for (int64_t j = 0; j < cols; ++j) {
-          const int64_t k = b * cols + j;
-          c_out[k] = beta * c[k] + (1.0f - beta) * static_cast<float>(col_mean[static_cast<size_t>(j)]);
-        }
-        for (int64_t i = 0; i < rows; ++i) {
-          for (int64_t j = 0; j < cols; ++j) {
-            const int64_t k = (b * rows + i) * cols + j;
-            const double v_hat = static_cast<double>(r_out[b * rows + i]) / r_avg * static_cast<double>(c_out[b * cols + j]);
-            u[static_cast<size_t>(k)] = static_cast<float>(static_cast<double>(load(g[k])) / std::sqrt(v_hat));
-          }
-        }
+        double sum = 0;
+        for (int64_t i = 0; i < rows; ++i) sum += r_new[b * rows + i];
+        scratch.r_avg[b] = sum / static_cast<double>(rows);
       }
+      r_out = r_new, c_out = c_new;
     } else {
       const float* v = ctx.inputs[2]->data<float>();
-      float* v_out = ctx.outputs[1]->data<float>();
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = static_cast<float>(load(g[i]));
-        v_out[i] = beta * v[i] + (1.0f - beta) * (gi * gi + static_cast<float>(eps1));
-        u[static_cast<size_t>(i)] = gi / std::sqrt(v_out[i]);
-      }
+      float* v_new = ctx.outputs[1]->data<float>();
+      parallel_elementwise(n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const float gi = static_cast<float>(load(g[i]));
+          v_new[i] = beta * v[i] + (1.0f - beta) * (gi * gi + static_cast<float>(eps1));
+        }
+      });
+      v_out = v_new;
     }
+    // u for the elements [begin, end) into u[0, end - begin), row segment by row segment; the
+    // inner loops vectorize.
+    const auto directions = [&](int64_t begin, int64_t end, float* u) {
+      if (!factored) {
+        for (int64_t i = begin; i < end; ++i) u[i - begin] = static_cast<float>(load(g[i])) / std::sqrt(v_out[i]);
+        return;
+      }
+      for (int64_t row = begin / cols; row * cols < end; ++row) {
+        const int64_t b = row / rows, j0 = std::max(begin - row * cols, int64_t{0}), j1 = std::min(end - row * cols, cols);
+        const double r_scaled = static_cast<double>(r_out[row]) / scratch.r_avg[b];
+        const float* c_row = c_out + b * cols;
+        const T* g_row = g + row * cols;
+        float* u_row = u + (row * cols - begin);
+        for (int64_t j = j0; j < j1; ++j) {
+          const double v_hat = r_scaled * static_cast<double>(c_row[j]);
+          u_row[j] = static_cast<float>(static_cast<double>(load(g_row[j])) / std::sqrt(v_hat));
+        }
+      }
+    };
+    // In chunks of kVectorChunk through a local array: body(first element, count, u).
+    const auto for_each_chunk = [&](int64_t begin, int64_t end, auto&& body) {
+      float u[kVectorChunk];
+      for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
+        const int64_t len = std::min(kVectorChunk, end - i0);
+        directions(i0, i0 + len, u);
+        body(i0, len, u);
+      }
+    };
+    const int64_t parts = geo.parts;
+    parallel_ranges(parts, std::max<int64_t>(1, kElementwiseGrain / kAdafactorSumChunk), INT64_MAX, [&](int64_t, int64_t first, int64_t last) {
+      for (int64_t p = first; p < last; ++p) {
+        double sum = 0;
+        for_each_chunk(p * kAdafactorSumChunk, std::min(n, (p + 1) * kAdafactorSumChunk), [&](int64_t, int64_t len, const float* u) {
+          for (int64_t j = 0; j < len; ++j) sum += static_cast<double>(u[j]) * u[j];
+        });
+        scratch.partial[p] = sum;
+      }
+    });
     double sq = 0;
-    for (float x : u) sq += static_cast<double>(x) * x;
+    for (int64_t p = 0; p < parts; ++p) sq += scratch.partial[p];
     const double rms = std::sqrt(sq / static_cast<double>(std::max<int64_t>(n, 1)));
     const auto scale = static_cast<float>(1.0 / std::max(1.0, rms / clip));
-    for (int64_t i = 0; i < n; ++i) {
-      const float wi = static_cast<float>(load(w[i]));
-      w_out[i] = store<T, float>(wi - static_cast<float>(lr * wd) * wi - static_cast<float>(lr) * scale * u[static_cast<size_t>(i)]);
-    }
+    const auto lr_wd = static_cast<float>(lr * wd), lr_f = static_cast<float>(lr);
+    parallel_elementwise(n, [&](int64_t begin, int64_t end) {
+      for_each_chunk(begin, end, [&](int64_t i0, int64_t len, const float* u) {
+        for (int64_t j = 0; j < len; ++j) {
+          const float wi = static_cast<float>(load(w[i0 + j]));
+          w_out[i0 + j] = store<T, float>(wi - lr_wd * wi - lr_f * scale * u[j]);
+        }
+      });
+    });
   });
 }
 
@@ -299,8 +396,8 @@ void register_optimizer_kernels(KernelTable& t) {
   t.add("sgd_update", sgd_kernel);
   t.add("momentum_update", momentum_kernel);
   t.add("adam_update", adam_kernel);
-  t.add("adam8bit_update", adam8bit_kernel);
-  t.add("adafactor_update", adafactor_kernel);
+  t.add("adam8bit_update", adam8bit_kernel, adam8bit_workspace);
+  t.add("adafactor_update", adafactor_kernel, adafactor_workspace);
 }
 
 }  // namespace memc::cpu
