@@ -121,6 +121,21 @@ std::vector<ScratchCase> scratch_cases() {
   gg.set("axis", int64_t{0});
   gg.set("input_shape", std::vector<int64_t>{10, 4});
   cases.push_back({"gather_grad", "gather_grad", {{6, 4}}, gg, -1, {{1, make(DType::kI64, {6}, {1, 3, 3, 0, 9, -1})}}});
+  // The optimizers' states are f32 (adafactor's factors, adam8bit's block maxima) or codes.
+  const Tensor lr = make(DType::kF32, {}, {0.01}), step = make(DType::kF32, {}, {3});
+  Attrs factored;
+  factored.set("factored", int64_t{1});
+  cases.push_back({"adafactor_factored", "adafactor_update", {{2, 5, 7}, {2, 5, 7}}, factored, 3,
+                   {{2, make(DType::kF32, {2, 5}, std::vector<double>(10, 0.5))}, {3, make(DType::kF32, {2, 7}, std::vector<double>(14, 0.25))},
+                    {4, lr}, {5, step}}});
+  cases.push_back({"adafactor_flat", "adafactor_update", {{9000}, {9000}}, none, 2,
+                   {{2, make(DType::kF32, {9000}, std::vector<double>(9000, 0.5))}, {3, lr}, {4, step}}});
+  Attrs q8;
+  q8.set("block", int64_t{256});
+  cases.push_back({"adam8bit", "adam8bit_update", {{600}, {600}}, q8, 5,
+                   {{2, make(DType::kU8, {600}, std::vector<double>(600, 200))}, {3, make(DType::kF32, {3}, {0.1, 0.2, 0.3})},
+                    {4, make(DType::kU8, {600}, std::vector<double>(600, 100))}, {5, make(DType::kF32, {3}, {0.01, 0.02, 0.03})},
+                    {6, lr}, {7, step}}});
   Attrs pad;
   pad.set("pads", std::vector<int64_t>{1, 2, 0, 3});
   pad.set("mode", std::string("reflect"));
@@ -161,7 +176,8 @@ TEST(Workspace, KernelsStayInsideTheirDeclaredWorkspace) {
         const GuardedResult f32 = run_guarded(c.op, wide_ptrs, c.attrs, c.num_outputs);
         EXPECT_TRUE(f32.guard_intact);
         for (size_t i = 0; i < f32.outputs.size(); ++i) {
-          const Tensor expected = f32.outputs[i].dtype() == DType::kF32 ? f32.outputs[i].cast(dtype) : f32.outputs[i];
+          // Outputs in the data dtype are rounded; f32 ones (optimizer states) compare as they are.
+          const Tensor expected = f32.outputs[i].dtype() != guarded.outputs[i].dtype() ? f32.outputs[i].cast(guarded.outputs[i].dtype()) : f32.outputs[i];
           EXPECT_TRUE(same_bits(guarded.outputs[i], expected)) << "output " << i << " differs from the rounded f32 result";
         }
       }
@@ -199,12 +215,28 @@ TEST(Workspace, SizesFollowTheFormulas) {
   // products (≤ 128·256·1 multiply-adds) run in the plain loop, without library scratch:
   // scores [128, 256] = 131072 bytes, out [128, 1] = 512, row max and sum [128] = 512 each.
   EXPECT_EQ(declared("attention", DType::kF32, {{300, 1}, {300, 1}, {300, 1}}), 131072 + 512 + 512 + 512);
-  // softmax over 33 f64: 264 → 320 bytes. gather_grad f16 into [10, 4]: f32 accumulator 160 → 192.
+  // softmax over 33 f64: 264 → 320 bytes. gather_grad f16 into [10, 4]: f32 accumulator 160 → 192,
+  // and the 2 wrapped indices, 16 → 64; f32 accumulates in dx itself: the indices alone.
   EXPECT_EQ(declared("softmax", DType::kF64, {{4, 33}}), 320);
   const Tensor dy = random_tensor(DType::kF16, {2, 4}, rng), idx = make(DType::kI64, {2}, {1, 7});
   Attrs gg;
   gg.set("input_shape", std::vector<int64_t>{10, 4});
-  EXPECT_EQ(run_guarded("gather_grad", {&dy, &idx}, gg).declared_bytes, 192);
+  EXPECT_EQ(run_guarded("gather_grad", {&dy, &idx}, gg).declared_bytes, 192 + 64);
+  const Tensor dy32 = dy.cast(DType::kF32);
+  EXPECT_EQ(run_guarded("gather_grad", {&dy32, &idx}, gg).declared_bytes, 64);
+  // adafactor on w [3, 40, 30], factored: column means [3·30] f64 = 720 → 768, row-factor means
+  // [3] → 64, Σu² partials [⌈3600/4096⌉ = 1] → 64. Never a copy of w.
+  const Tensor lr = make(DType::kF32, {}, {0.01}), step = make(DType::kF32, {}, {1});
+  const Tensor w = random_tensor(DType::kF32, {3, 40, 30}, rng), r = Tensor::zeros(DType::kF32, {3, 40}), c = Tensor::zeros(DType::kF32, {3, 30});
+  Attrs factored;
+  factored.set("factored", int64_t{1});
+  EXPECT_EQ(run_guarded("adafactor_update", {&w, &w, &r, &c, &lr, &step}, factored, 3).declared_bytes, 768 + 64 + 64);
+  // adam8bit, blocks of 256 over [600]: each of 8 thread slots holds one block's m and v in f32,
+  // 2 · 8 · 256 · 4 = 16384 bytes.
+  const Tensor w600 = random_tensor(DType::kF32, {600}, rng), codes = Tensor::zeros(DType::kU8, {600}), maxima = Tensor::zeros(DType::kF32, {3});
+  Attrs q8;
+  q8.set("block", int64_t{256});
+  EXPECT_EQ(run_guarded("adam8bit_update", {&w600, &w600, &codes, &maxima, &codes, &maxima, &lr, &step}, q8, 5).declared_bytes, 16384);
 }
 
 TEST(Workspace, OpsWithoutScratchDeclareZero) {
@@ -216,7 +248,7 @@ TEST(Workspace, OpsWithoutScratchDeclareZero) {
   perm.set("perm", std::vector<int64_t>{1, 0});
   Attrs gg;
   gg.set("input_shape", std::vector<int64_t>{3, 4});
-  const Tensor dy_gather = random_tensor(DType::kF32, {2, 4}, rng);
+  const Tensor dy_gather = random_tensor(DType::kF32, {2, 4}, rng), idx_elements = make(DType::kI64, {2, 4}, {0, 1, 2, 0, 2, 2, 1, 0});
   const Tensor x_conv = random_tensor(DType::kF32, {1, 3, 4, 4}, rng), w_conv = random_tensor(DType::kF32, {2, 3, 1, 1}, rng);
   struct Zero {
     std::string op;
@@ -229,8 +261,8 @@ TEST(Workspace, OpsWithoutScratchDeclareZero) {
       {"transpose", {&a}, perm},
       {"gather", {&a, &idx}, {}},
       {"matmul", {&a, &b}, {}},             // f32 and f64 go straight to BLAS
-      {"gather_grad", {&dy_gather, &idx}, gg},  // f32 accumulates in dx itself
       {"conv", {&x_conv, &w_conv}, conv_attrs({1, 1}, {0, 0, 0, 0}, 1)},  // pointwise: x is the im2col matrix
+      {"gather_elements_grad", {&dy_gather, &idx_elements}, gg},  // f32 accumulates in dx itself
   };
   for (const Zero& c : cases) {
     const GuardedResult r = run_guarded(c.op, c.inputs, c.attrs);

@@ -303,7 +303,7 @@ Status gather_grad_kernel(KernelContext& ctx) {
     using C = typename Compute<T>::type;
     const T* dy = dy_t.data<T>();  // [outer, count, inner]
     C* acc = gather_grad_accumulator<T>(ws, dx_t);
-    std::vector<int64_t> rows(static_cast<size_t>(count));
+    int64_t* rows = ws.take<int64_t>(count);  // each index, wrapped, or -1
     for (int64_t j = 0; j < count; ++j) {
       int64_t k = idx_t.get_as_int(j);
       if (k < 0) k += dim;
@@ -333,10 +333,19 @@ Status gather_grad_kernel(KernelContext& ctx) {
 }
 
 // (dy, indices) → dx
-int64_t gather_grad_workspace(const Node&, std::span<const TensorType>, std::span<const TensorType> out) {
+// The f32 accumulator (16-bit dx only).
+int64_t gather_elements_grad_workspace(const Node&, std::span<const TensorType>, std::span<const TensorType> out) {
   return layout_bytes(out[0].dtype, [&]<typename T>(Workspace& ws) {
     if constexpr (kIsFloatStorage<T> && !std::is_same_v<T, typename Compute<T>::type>) ws.take<typename Compute<T>::type>(out[0].numel());
   });
+}
+
+// The accumulator as gather_elements_grad's, then the wrapped indices [numel(idx)].
+int64_t gather_grad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  Workspace counter;
+  counter.take<char>(gather_elements_grad_workspace(node, in, out));
+  counter.take<int64_t>(numel(in[1].shape));
+  return counter.used_bytes();
 }
 
 // dx = zeros(input_shape); dx[i, axis ← idx[i]] += dy[i] over idx's elements; accumulates as
@@ -399,7 +408,7 @@ void register_training_kernels(KernelTable& t) {
   t.add("log_softmax_grad", softmax_grad_kernel<true>);
   t.add("layernorm_grad", layernorm_grad_kernel, layernorm_grad_workspace);
   t.add("gather_grad", gather_grad_kernel, gather_grad_workspace);
-  t.add("gather_elements_grad", gather_elements_grad_kernel, gather_grad_workspace);
+  t.add("gather_elements_grad", gather_elements_grad_kernel, gather_elements_grad_workspace);
   t.add("slice_grad", slice_grad_kernel);
 }
 
