@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ir/attention_layout.h"
 #include "ir/grad.h"
 #include "ir/op_registry.h"
 #include "passes/autodiff.h"
@@ -284,9 +285,13 @@ int64_t random_draws_per_sample(const Module& m, const Node& node, int64_t batch
   const bool attention = node.op == "attention";
   if (!attention && !(def && (def->flags & kOpRandom))) return 0;
   const TensorType& t = m.value(node.outputs[0]).type;
+  if (attention) {  // one draw per score, entry by entry (b·H + h): [batch, …, Tq, Tk] in any layout
+    const AttentionLayout layout = attention_layout_of(node.attrs);
+    const AttentionOperand y = attention_operand_of(layout, t.shape), k = attention_operand_of(layout, m.value(node.inputs[1]).type.shape);
+    if (y.batch.empty() || y.batch[0] != batch) return 0;  // not batch-outermost: its own draws
+    return numel(y.batch) * y.t * k.t / batch;
+  }
   if (t.shape.empty() || t.shape[0] != batch) return 0;  // not batch-outermost: its own draws
-  // attention: one draw per score, [batch, …, Tq, Tk]; the output is [batch, …, Tq, Dv]
-  if (attention) return t.numel() / t.shape.back() * m.value(node.inputs[1]).type.shape[t.shape.size() - 2] / batch;
   return t.numel() / batch;  // one draw per element
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/blas.h"
+#include "ir/attention_layout.h"
 #include "ir/op_registry.h"
 #include "passes/offload.h"
 #include "support/atomic_file.h"
@@ -232,8 +233,8 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
     const double rate = low ? p.low_flops : p.f32_flops;
     double compute = 0;
     if (heavy) {  // the FLOPs plus the call's fixed cost (and attention's per entry)
-      const Shape& y = train.value(node.outputs[0]).type.shape;  // [batch…, T, D]
-      const double entries = attention && y.size() >= 2 ? static_cast<double>(numel(Shape(y.begin(), y.end() - 2))) : 0.0;
+      const Shape& y = train.value(node.outputs[0]).type.shape;  // attention: [batch…, T, D] or as its layout says
+      const double entries = attention ? static_cast<double>(numel(attention_operand_of(attention_layout_of(node.attrs), y).batch)) : 0.0;
       // A widening kernel's per-entry work (its operands converted to f32) runs at the f32 rate.
       const double entry_rate = p.attention_widens ? p.f32_flops : rate;
       const double efficiency = std::max(attention ? p.attention_efficiency : p.heavy_efficiency, 1e-6);

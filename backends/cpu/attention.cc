@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "backends/cpu/attention.h"
+#include "ir/attention_layout.h"
 #include "backends/cpu/blas.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
@@ -29,7 +30,8 @@ constexpr int64_t kKeyBlock = 256;
 
 // Where each operand's matrices sit for a flat batch index, and how bias broadcasts.
 struct AttentionGeometry {
-  Shape batch;  // broadcast batch dims of the output
+  AttentionLayout layout = AttentionLayout::kBHTD;  // ir/attention_layout.h
+  Shape batch;  // broadcast batch dims of the output; [B, H] in the other layouts
   int64_t tq = 0, tk = 0, d = 0, dv = 0;
   std::vector<int64_t> q_strides, k_strides, v_strides;  // batch strides in matrices; O(rank)
   std::vector<int64_t> bias_strides;                     // element strides over [batch..., Tq, Tk]
@@ -37,16 +39,18 @@ struct AttentionGeometry {
   double scale = 1.0;
 
   // `out` is y (forward) or dy (backward): [batch..., Tq, Dv]; bias is null when absent.
-  AttentionGeometry(const Shape& q, const Shape& k, const Shape& v, const Shape* bias, const Shape& out, const Attrs& attrs) {
-    const size_t r = q.size();
-    batch.assign(out.begin(), out.end() - 2);
-    tq = q[r - 2];
-    tk = k[r - 2];
-    d = q[r - 1];
-    dv = v[r - 1];
-    q_strides = broadcast_strides(Shape(q.begin(), q.end() - 2), batch);
-    k_strides = broadcast_strides(Shape(k.begin(), k.end() - 2), batch);
-    v_strides = broadcast_strides(Shape(v.begin(), v.end() - 2), batch);
+  AttentionGeometry(const Shape& q, const Shape& k, const Shape& v, const Shape* bias, const Shape& out, const Attrs& attrs)
+      : layout(attention_layout_of(attrs)) {
+    const AttentionOperand qo = attention_operand_of(layout, q), ko = attention_operand_of(layout, k),
+                           vo = attention_operand_of(layout, v);
+    batch = attention_operand_of(layout, out).batch;
+    tq = qo.t;
+    tk = ko.t;
+    d = qo.e;
+    dv = vo.e;
+    q_strides = broadcast_strides(qo.batch, batch);
+    k_strides = broadcast_strides(ko.batch, batch);
+    v_strides = broadcast_strides(vo.batch, batch);
     if (bias) {
       Shape scores = batch;
       scores.push_back(tq);
@@ -68,6 +72,21 @@ struct AttentionGeometry {
   bool entries_disjoint() const {
     const std::vector<int64_t> own = broadcast_strides(batch, batch);
     return q_strides == own && k_strides == own && v_strides == own;
+  }
+  // Whether the operands sit in a layout other than the default: each entry's rows are then
+  // gathered into scratch, and the outputs written back, with the steps below.
+  bool strided() const { return layout != AttentionLayout::kBHTD; }
+  // Where entry i's matrix of t rows × e starts in an operand of a non-default layout, and the
+  // step between its rows (e in the default layout, whose entries are consecutive matrices).
+  int64_t at(int64_t i, int64_t t, int64_t e) const {
+    if (layout == AttentionLayout::kBTHD) return (i / batch[1]) * t * batch[1] * e + (i % batch[1]) * e;
+    if (layout == AttentionLayout::kTBHD) return i * e;
+    return i * t * e;
+  }
+  int64_t row_step(int64_t e) const {
+    if (layout == AttentionLayout::kBTHD) return batch[1] * e;
+    if (layout == AttentionLayout::kTBHD) return numel(batch) * e;
+    return e;
   }
   int64_t bias_row() const { return bias_strides[bias_strides.size() - 2]; }
   int64_t bias_col() const { return bias_strides.back(); }
@@ -259,7 +278,7 @@ void attention_matrix(T* y, const AttentionOperands<C>& x, QueryBlockScratch<C>&
     // Rows whose every key was masked (-inf bias) have l = 0 and produce 0, not NaN.
     for (int64_t r = 0; r < rows; ++r) {
       const C inv_sum = w.row_sum[r] > C(0) ? C(1) / w.row_sum[r] : C(0);
-      T* y_row = y + (q0 + r) * g.dv;
+      T* y_row = y + (q0 + r) * g.row_step(g.dv);
       for (int64_t j = 0; j < g.dv; ++j) y_row[j] = store<T>(w.out[r * g.dv + j] * inv_sum);
     }
   }
@@ -270,6 +289,14 @@ template <typename T, typename C = typename Compute<T>::type>
 C* take_widened(Workspace& ws, int64_t count) {
   if constexpr (std::is_same_v<T, C>) return nullptr;
   else return ws.take<C>(count);
+}
+
+// An operand buffer of `count` compute-type elements, when one is needed: T is 16-bit (widened)
+// or the layout is not the default (gathered).
+template <typename T, typename C = typename Compute<T>::type>
+C* take_operand(Workspace& ws, int64_t count, const AttentionGeometry& g) {
+  if (g.strided()) return ws.take<C>(count);
+  return take_widened<T>(ws, count);
 }
 
 // A matrix of `count` T in compute type C: the data itself when T is C, else widened into buffer.
@@ -283,12 +310,44 @@ const C* as_compute(const T* x, int64_t count, C* buffer) {
   }
 }
 
-// One batch entry's q, k, v in compute type C: workspace buffers when T is 16-bit, else null.
+// Entries [i0, i0 + n) of operand x (t rows of e each; in the default layout the first starts at
+// `offset`) in compute type C, entry after entry: the data itself when T is C in the default
+// layout, else widened or gathered into buffer.
+template <typename T, typename C>
+const C* load_entries(const T* x, int64_t offset, int64_t i0, int64_t n, int64_t t, int64_t e, const AttentionGeometry& g, C* buffer) {
+  if (!g.strided()) return as_compute(x + offset, n * t * e, buffer);
+  const int64_t step = g.row_step(e);
+  for (int64_t j = 0; j < n; ++j) {
+    const T* src = x + g.at(i0 + j, t, e);
+    C* dst = buffer + j * t * e;
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t c = 0; c < e; ++c) dst[r * e + c] = load<T>(src[r * step + c]);
+    }
+  }
+  return buffer;
+}
+
+// Entries [i0, i0 + n) of an output (t rows of e each) from their values in compute type C,
+// consecutive in `values`, rounded once, to where the layout puts them.
+template <typename T, typename C>
+void store_entries(T* y, const C* values, int64_t i0, int64_t n, int64_t t, int64_t e, const AttentionGeometry& g) {
+  const int64_t step = g.row_step(e);
+  for (int64_t j = 0; j < n; ++j) {
+    T* dst = y + g.at(i0 + j, t, e);
+    const C* src = values + j * t * e;
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t c = 0; c < e; ++c) dst[r * step + c] = store<T>(src[r * e + c]);
+    }
+  }
+}
+
+// One batch entry's q, k, v in compute type C: workspace buffers when T is 16-bit or the layout
+// is not the default, else null.
 template <typename T, typename C>
 struct WidenedOperands {
   C *q, *k, *v;  // [Tq, D], [Tk, D], [Tk, Dv] or null
   WidenedOperands(Workspace& ws, const AttentionGeometry& g)
-      : q(take_widened<T>(ws, g.tq * g.d)), k(take_widened<T>(ws, g.tk * g.d)), v(take_widened<T>(ws, g.tk * g.dv)) {}
+      : q(take_operand<T>(ws, g.tq * g.d, g)), k(take_operand<T>(ws, g.tk * g.d, g)), v(take_operand<T>(ws, g.tk * g.dv, g)) {}
 };
 
 // Batch entry i's q, k, v (widened into `buf` when T is 16-bit) and bias position.
@@ -301,9 +360,9 @@ struct OperandLoader {
 
   AttentionOperands<C> operator()(int64_t i) const {
     AttentionOperands<C> x;
-    x.q = as_compute(q.data<T>() + g.q_offset(i), g.tq * g.d, buf.q);
-    x.k = as_compute(k.data<T>() + g.k_offset(i), g.tk * g.d, buf.k);
-    x.v = as_compute(v.data<T>() + g.v_offset(i), g.tk * g.dv, buf.v);
+    x.q = load_entries(q.data<T>(), g.q_offset(i), i, 1, g.tq, g.d, g, buf.q);
+    x.k = load_entries(k.data<T>(), g.k_offset(i), i, 1, g.tk, g.d, g, buf.k);
+    x.v = load_entries(v.data<T>(), g.v_offset(i), i, 1, g.tk, g.dv, g, buf.v);
     x.bias = bias;
     x.bias_base = bias ? g.bias_offset(i) : 0;
     x.batch_index = i;
@@ -321,26 +380,41 @@ struct OperandLoader {
 // One gradient output, accumulated in compute type C: in place when T is C, else in a
 // workspace buffer (take_widened) rounded once by finish(). Broadcast batch entries add into
 // the same matrices.
+// Outside the default layout the buffer holds the entries' matrices consecutively, and finish()
+// writes them where the layout puts them.
 template <typename T, typename C>
 class GradAccumulator {
  public:
-  GradAccumulator(Tensor& out, C* buffer) : out_(out), buffer_(buffer) {
-    if constexpr (std::is_same_v<T, C>) std::fill(out.data<T>(), out.data<T>() + out.numel(), T(0));
-    else std::fill(buffer_, buffer_ + out.numel(), C(0));
+  // `out` holds t rows of e per entry.
+  GradAccumulator(Tensor& out, C* buffer, const AttentionGeometry& g, int64_t t, int64_t e)
+      : out_(out), buffer_(buffer), g_(g), t_(t), e_(e) {
+    if (in_place()) {
+      if constexpr (std::is_same_v<T, C>) std::fill(out.data<T>(), out.data<T>() + out.numel(), T(0));
+    } else {
+      std::fill(buffer_, buffer_ + out.numel(), C(0));
+    }
   }
   C* data() {
-    if constexpr (std::is_same_v<T, C>) return out_.data<T>();
-    else return buffer_;
+    if constexpr (std::is_same_v<T, C>) {
+      if (in_place()) return out_.data<T>();
+    }
+    return buffer_;
   }
   void finish() {
-    if constexpr (!std::is_same_v<T, C>) {
-      for (int64_t i = 0, count = out_.numel(); i < count; ++i) out_.data<T>()[i] = store<T>(buffer_[i]);
+    if (in_place()) return;
+    if (g_.strided()) {
+      store_entries(out_.data<T>(), buffer_, 0, numel(g_.batch), t_, e_, g_);
+      return;
     }
+    for (int64_t i = 0, count = out_.numel(); i < count; ++i) out_.data<T>()[i] = store<T>(buffer_[i]);
   }
 
  private:
+  bool in_place() const { return std::is_same_v<T, C> && !g_.strided(); }
   Tensor& out_;
-  C* buffer_;  // [out.numel()] when T is 16-bit
+  C* buffer_;  // [out.numel()] when T is 16-bit or the layout is not the default
+  const AttentionGeometry& g_;
+  int64_t t_, e_;
 };
 
 template <typename C>
@@ -481,16 +555,16 @@ struct BackwardSlot {
   BackwardScratch<C> scratch;
   C* dy;  // [Tq, Dv] or null
   BackwardSlot(Workspace& ws, const AttentionGeometry& g, bool dropout_possible)
-      : operands(ws, g), scratch(ws, g, dropout_possible), dy(take_widened<T>(ws, g.tq * g.dv)) {}
+      : operands(ws, g), scratch(ws, g, dropout_possible), dy(take_operand<T>(ws, g.tq * g.dv, g)) {}
 };
 
-// What the backward carves after its slots: the dq, dk, dv accumulators (16-bit only) and dbias
-// in the bias layout (when dbias is wanted).
+// What the backward carves after its slots: the dq, dk, dv accumulators (16-bit or a layout
+// other than the default only) and dbias in the bias layout (when dbias is wanted).
 template <typename T, typename C>
 struct GradBuffers {
   C *dq, *dk, *dv, *dbias;
-  GradBuffers(Workspace& ws, int64_t dq_count, int64_t dk_count, int64_t dv_count, int64_t dbias_count)
-      : dq(take_widened<T>(ws, dq_count)), dk(take_widened<T>(ws, dk_count)), dv(take_widened<T>(ws, dv_count)),
+  GradBuffers(Workspace& ws, const AttentionGeometry& g, int64_t dq_count, int64_t dk_count, int64_t dv_count, int64_t dbias_count)
+      : dq(take_operand<T>(ws, dq_count, g)), dk(take_operand<T>(ws, dk_count, g)), dv(take_operand<T>(ws, dv_count, g)),
         dbias(ws.take<C>(dbias_count)) {}
 };
 
@@ -586,10 +660,10 @@ struct GroupScratch {
   C* dprob;                     // [G, Tq, Tk] (backward only)
   float* gemm_scratch;
   GroupScratch(Workspace& ws, const AttentionGeometry& g, bool dropout_possible, bool backward, int64_t n) {
-    q = take_widened<T>(ws, n * g.tq * g.d);
-    k = take_widened<T>(ws, n * g.tk * g.d);
-    v = take_widened<T>(ws, n * g.tk * g.dv);
-    dy = backward ? take_widened<T>(ws, n * g.tq * g.dv) : nullptr;
+    q = take_operand<T>(ws, n * g.tq * g.d, g);
+    k = take_operand<T>(ws, n * g.tk * g.d, g);
+    v = take_operand<T>(ws, n * g.tk * g.dv, g);
+    dy = backward ? take_operand<T>(ws, n * g.tq * g.dv, g) : nullptr;
     scores = ws.take<C>(n * g.tq * g.tk);
     factor = ws.take<C>(dropout_possible ? n * g.tq * g.tk : 0);
     out = backward ? nullptr : ws.take<C>(n * g.tq * g.dv);
@@ -649,12 +723,16 @@ template <typename T, typename C>
 void attention_group(T* y, GroupScratch<T, C>& w, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* bias,
                      int64_t i0, int64_t n, const AttentionGeometry& g, const AttentionDropout& dropout) {
   const GroupGemms p(g, n);
-  const C* qc = as_compute(q.data<T>() + i0 * g.tq * g.d, n * g.tq * g.d, w.q);
-  const C* kc = as_compute(k.data<T>() + i0 * g.tk * g.d, n * g.tk * g.d, w.k);
-  const C* vc = as_compute(v.data<T>() + i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
+  const C* qc = load_entries(q.data<T>(), i0 * g.tq * g.d, i0, n, g.tq, g.d, g, w.q);
+  const C* kc = load_entries(k.data<T>(), i0 * g.tk * g.d, i0, n, g.tk, g.d, g, w.k);
+  const C* vc = load_entries(v.data<T>(), i0 * g.tk * g.dv, i0, n, g.tk, g.dv, g, w.v);
   group_probabilities(w, qc, kc, bias, i0, n, g, dropout, p);
   const C* dropped = dropped_probabilities(w, w.scores, n * g.tq * g.tk, dropout);  // in place: P is not needed again
   gemm(w.out, dropped, vc, p.out, w.gemm_scratch);
+  if (g.strided()) {
+    store_entries(y, w.out, i0, n, g.tq, g.dv, g);
+    return;
+  }
   T* yg = y + i0 * g.tq * g.dv;
   for (int64_t i = 0; i < n * g.tq * g.dv; ++i) yg[i] = store<T>(w.out[i]);
 }
@@ -667,10 +745,10 @@ void attention_grad_group(GroupScratch<T, C>& w, const Tensor& dy, const Tensor&
                           const Tensor* bias, C* dq, C* dk, C* dv, int64_t i0, int64_t n, const AttentionGeometry& g,
                           const AttentionDropout& dropout) {
   const GroupGemms p(g, n);
-  const C* qc = as_compute(q.data<T>() + i0 * g.tq * g.d, n * g.tq * g.d, w.q);
-  const C* kc = as_compute(k.data<T>() + i0 * g.tk * g.d, n * g.tk * g.d, w.k);
-  const C* vc = as_compute(v.data<T>() + i0 * g.tk * g.dv, n * g.tk * g.dv, w.v);
-  const C* dyc = as_compute(dy.data<T>() + i0 * g.tq * g.dv, n * g.tq * g.dv, w.dy);
+  const C* qc = load_entries(q.data<T>(), i0 * g.tq * g.d, i0, n, g.tq, g.d, g, w.q);
+  const C* kc = load_entries(k.data<T>(), i0 * g.tk * g.d, i0, n, g.tk, g.d, g, w.k);
+  const C* vc = load_entries(v.data<T>(), i0 * g.tk * g.dv, i0, n, g.tk, g.dv, g, w.v);
+  const C* dyc = load_entries(dy.data<T>(), i0 * g.tq * g.dv, i0, n, g.tq, g.dv, g, w.dy);
   group_probabilities(w, qc, kc, bias, i0, n, g, dropout, p);  // w.scores = P
   const int64_t count = n * g.tq * g.tk;
   const C* dropped = dropped_probabilities(w, w.dprob, count, dropout);  // P̃ (w.dprob is free until dP)
@@ -722,7 +800,7 @@ Status attention_kernel(KernelContext& ctx) {
       parallel_ranges(numel(g.batch), 1, slot_count, [&](int64_t s, int64_t begin, int64_t end) {
         const OperandLoader<T, C> load_operands{q, k, v, bias, g, slots[s].operands};
         for (int64_t i = begin; i < end; ++i) {
-          attention_matrix<T, C>(y.data<T>() + i * g.tq * g.dv, load_operands(i), slots[s].scratch, g, dropout);
+          attention_matrix<T, C>(y.data<T>() + g.at(i, g.tq, g.dv), load_operands(i), slots[s].scratch, g, dropout);
         }
       });
       return Status::Ok();
@@ -775,8 +853,9 @@ Status attention_grad_kernel(KernelContext& ctx) {
         for (int64_t s = 0, n = group_slots<T>(g, dropout_possible, true, size, grad_bytes); s < n; ++s) {
           groups.emplace_back(ws, g, dropout_possible, true, size);
         }
-        const GradBuffers<T, C> buffers(ws, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(), 0);
-        GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq), dk(*ctx.outputs[1], buffers.dk), dv(*ctx.outputs[2], buffers.dv);
+        const GradBuffers<T, C> buffers(ws, g, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(), 0);
+        GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq, g, g.tq, g.d), dk(*ctx.outputs[1], buffers.dk, g, g.tk, g.d),
+            dv(*ctx.outputs[2], buffers.dv, g, g.tk, g.dv);
         const int64_t batches = numel(g.batch);
         parallel_ranges((batches + size - 1) / size, 1, static_cast<int64_t>(groups.size()), [&](int64_t s, int64_t begin, int64_t end) {
           for (int64_t gi = begin; gi < end; ++gi) {
@@ -793,14 +872,15 @@ Status attention_grad_kernel(KernelContext& ctx) {
       const int64_t slot_count = backward_slots<T>(g, dropout_possible, dbias_out != nullptr, grad_bytes);
       std::vector<BackwardSlot<T, C>> slots;
       for (int64_t s = 0; s < slot_count; ++s) slots.emplace_back(ws, g, dropout_possible);
-      const GradBuffers<T, C> buffers(ws, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(),
+      const GradBuffers<T, C> buffers(ws, g, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(),
                                       dbias_out ? dbias_out->numel() : 0);
-      GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq), dk(*ctx.outputs[1], buffers.dk), dv(*ctx.outputs[2], buffers.dv);
+      GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq, g, g.tq, g.d), dk(*ctx.outputs[1], buffers.dk, g, g.tk, g.d),
+          dv(*ctx.outputs[2], buffers.dv, g, g.tk, g.dv);
       if (dbias_out) std::fill(buffers.dbias, buffers.dbias + dbias_out->numel(), C(0));  // bias layout
       parallel_ranges(numel(g.batch), 1, slot_count, [&](int64_t s, int64_t begin, int64_t end) {
         const OperandLoader<T, C> load_operands{q, k, v, bias, g, slots[s].operands};
         for (int64_t i = begin; i < end; ++i) {
-          const C* dy_c = as_compute(dy.data<T>() + i * g.tq * g.dv, g.tq * g.dv, slots[s].dy);
+          const C* dy_c = load_entries(dy.data<T>(), i * g.tq * g.dv, i, 1, g.tq, g.dv, g, slots[s].dy);
           const AttentionGrads<C> d{dq.data() + g.q_offset(i), dk.data() + g.k_offset(i), dv.data() + g.v_offset(i),
                                     buffers.dbias};
           attention_grad_matrix(dy_c, load_operands(i), d, slots[s].scratch, g, dropout);
@@ -829,7 +909,7 @@ int64_t attention_grad_workspace(const Node& node, std::span<const TensorType> i
           const GroupScratch<T, C> scratch(ws, g, dropout_possible, true, size);
           (void)scratch;
         }
-        const GradBuffers<T, C> buffers(ws, out[0].numel(), out[1].numel(), out[2].numel(), 0);
+        const GradBuffers<T, C> buffers(ws, g, out[0].numel(), out[1].numel(), out[2].numel(), 0);
         (void)buffers;
         return;
       }
@@ -837,7 +917,7 @@ int64_t attention_grad_workspace(const Node& node, std::span<const TensorType> i
         const BackwardSlot<T, C> slot(ws, g, dropout_possible);
         (void)slot;
       }
-      const GradBuffers<T, C> buffers(ws, out[0].numel(), out[1].numel(), out[2].numel(), out.size() >= 4 ? out[3].numel() : 0);
+      const GradBuffers<T, C> buffers(ws, g, out[0].numel(), out[1].numel(), out[2].numel(), out.size() >= 4 ? out[3].numel() : 0);
       (void)buffers;
     }
   });

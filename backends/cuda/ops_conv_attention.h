@@ -6,6 +6,7 @@
 
 #include "backends/cuda/cudnn_sdpa.h"
 #include "backends/cuda/ops.h"
+#include "ir/attention_layout.h"
 
 namespace memc::cuda::ops {
 
@@ -93,6 +94,10 @@ Status conv_grad_weight_op(KernelContext& ctx, R& run) {
 inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, size_t q_input, const Shape& out) {
   const Shape &q = ctx.inputs[q_input]->shape(), &k = ctx.inputs[q_input + 1]->shape(), &v = ctx.inputs[q_input + 2]->shape();
   const Tensor* bias = ctx.inputs.size() > q_input + 3 ? ctx.inputs[q_input + 3] : nullptr;
+  if (const AttentionLayout layout = attention_layout_of(ctx.node.attrs); layout != AttentionLayout::kBHTD) {
+    // The compiler lays attention out so only for CPU targets (passes/attention.h).
+    return unsupported(ctx, str_cat("attention layout ", attention_layout_name(layout), " (CUDA plans keep the default, bhtd)"));
+  }
   const size_t r = q.size();
   AttentionGeometry g;
   const Shape batch(out.begin(), out.end() - 2);

@@ -1,4 +1,5 @@
 // Compute-heavy ops: batched matmul, linear, N-d convolution, fused attention.
+#include "ir/attention_layout.h"
 #include "ir/ops/ops.h"
 
 namespace memc {
@@ -94,36 +95,45 @@ int64_t conv_flops(const Node&, std::span<const TensorType> in, std::span<const 
   return out[0].numel() * per_output;
 }
 
-// attention(q, k, v, [bias]) {scale, dropout_ratio, seed}: softmax(scale·q·kᵀ + bias)·v with
-// q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]; bias broadcasts to [..., Tq, Tk].
+// attention(q, k, v, [bias]) {scale, dropout_ratio, seed, layout}: softmax(scale·q·kᵀ + bias)·v
+// per batch entry, with q [Tq, D], k [Tk, D], v [Tk, Dv] per entry, laid out as `layout` says
+// (ir/attention_layout.h); bias broadcasts to [entries..., Tq, Tk]. The default layout's batch
+// dims broadcast; the others' ([B, H]) must be equal.
 Status attention_shape(const ShapeContext& c, std::vector<TensorType>& out) {
-  const Shape &q = c.inputs[0].shape, &k = c.inputs[1].shape, &v = c.inputs[2].shape;
-  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return Status::BadInput("q, k, v need equal rank ≥ 2");
-  const size_t r = q.size();
-  if (q[r - 1] != k[r - 1] || k[r - 2] != v[r - 2]) return Status::BadInput("q/k head dims or k/v lengths differ");
+  MEMC_ASSIGN_OR_RETURN(const AttentionLayout layout, attention_layout(c.node.attrs));
+  MEMC_ASSIGN_OR_RETURN(const AttentionOperand q, attention_operand(layout, c.inputs[0].shape));
+  MEMC_ASSIGN_OR_RETURN(const AttentionOperand k, attention_operand(layout, c.inputs[1].shape));
+  MEMC_ASSIGN_OR_RETURN(const AttentionOperand v, attention_operand(layout, c.inputs[2].shape));
+  if (c.inputs[1].shape.size() != c.inputs[0].shape.size() || c.inputs[2].shape.size() != c.inputs[0].shape.size()) {
+    return Status::BadInput("q, k, v need equal rank ≥ 2");
+  }
+  if (q.e != k.e || k.t != v.t) return Status::BadInput("q/k head dims or k/v lengths differ");
   if (c.inputs[1].dtype != c.inputs[0].dtype || c.inputs[2].dtype != c.inputs[0].dtype) return Status::BadInput("q, k, v dtypes differ");
-  MEMC_ASSIGN_OR_RETURN(Shape batch, broadcast_shapes(Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2)));
-  // v's batch dims broadcast too: the kernel indexes v by the output batch.
-  MEMC_ASSIGN_OR_RETURN(batch, broadcast_shapes(batch, Shape(v.begin(), v.end() - 2)));
+  Shape batch = q.batch;
+  if (layout == AttentionLayout::kBHTD) {
+    MEMC_ASSIGN_OR_RETURN(batch, broadcast_shapes(q.batch, k.batch));
+    // v's batch dims broadcast too: the kernel indexes v by the output batch.
+    MEMC_ASSIGN_OR_RETURN(batch, broadcast_shapes(batch, v.batch));
+  } else if (k.batch != q.batch || v.batch != q.batch) {
+    return Status::BadInput(str_cat("attention layout ", attention_layout_name(layout), ": q, k, v batch and head dims differ"));
+  }
   if (c.inputs.size() == 4) {
     Shape scores = batch;
-    scores.push_back(q[r - 2]);
-    scores.push_back(k[r - 2]);
+    scores.push_back(q.t);
+    scores.push_back(k.t);
     MEMC_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(scores, c.inputs[3].shape));
     if (b != scores) return Status::BadInput("bias does not broadcast to the scores");
   }
-  Shape y = batch;
-  y.push_back(q[r - 2]);
-  y.push_back(v[r - 1]);
-  out = {TensorType{c.inputs[0].dtype, y}};
+  out = {TensorType{c.inputs[0].dtype, attention_operand_shape(layout, batch, q.t, v.e)}};
   return Status::Ok();
 }
 
-int64_t attention_flops(const Node&, std::span<const TensorType> in, std::span<const TensorType> out) {
-  const Shape& q = in[0].shape;
-  const int64_t tk = in[1].shape[in[1].shape.size() - 2], d = q.back();
-  const int64_t rows = numel(q) / d;
-  return rows * tk * (2 * d + 2 * out[0].shape.back() + 5);
+int64_t attention_flops(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const AttentionLayout layout = attention_layout_of(node.attrs);
+  const AttentionOperand q = attention_operand_of(layout, in[0].shape);
+  const AttentionOperand k = attention_operand_of(layout, in[1].shape);
+  const int64_t rows = numel(out[0].shape) / std::max<int64_t>(out[0].shape.back(), 1);  // entries × Tq
+  return rows * k.t * (2 * q.e + 2 * out[0].shape.back() + 5);
 }
 
 }  // namespace
@@ -140,7 +150,7 @@ void register_linalg_ops(OpRegistry& r) {
   r.add({.name = "conv", .min_inputs = 2, .max_inputs = 3, .flags = kOpComputeHeavy, .shape = conv_shape,
          .flops = conv_flops, .doc = "N-d convolution {strides, pads, dilations, group}"});
   r.add({.name = "attention", .min_inputs = 3, .max_inputs = 4, .flags = kOpComputeHeavy, .shape = attention_shape,
-         .flops = attention_flops, .doc = "softmax(scale·q·kᵀ + bias)·v {scale, dropout_ratio, seed, rng_offset}"});
+         .flops = attention_flops, .doc = "softmax(scale·q·kᵀ + bias)·v {scale, dropout_ratio, seed, rng_offset, layout}"});
 }
 
 }  // namespace memc

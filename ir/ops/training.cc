@@ -1,6 +1,7 @@
 // Ops that training graphs add: the loss, fills, and the fused backward ops that gradient
 // rules emit where composing core ops would store more or cost more. Backward ops are marked
 // kOpNoGradient: memc trains with first-order gradients and never differentiates them again.
+#include "ir/attention_layout.h"
 #include "ir/ops/ops.h"
 
 namespace memc {
@@ -121,9 +122,10 @@ void register_training_ops(OpRegistry& r) {
            }
            return Status::Ok();
          },
-         .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) {
+         .flops = [](const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
+           const AttentionLayout layout = attention_layout_of(node.attrs);
            const Shape& q = in[1].shape;
-           const int64_t tk = in[2].shape[in[2].shape.size() - 2];
+           const int64_t tk = attention_operand_of(layout, in[2].shape).t;
            return 2 * (numel(q) / q.back()) * tk * (4 * q.back() + 8);
          },
          .doc = "(dy, q, k, v, [bias]) → (dq, dk, dv, [dbias]) {scale, dropout_ratio, seed}"});
