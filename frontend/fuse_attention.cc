@@ -60,6 +60,21 @@ bool swaps_last_two(const std::vector<int64_t>& perm) {
   return perm[r - 2] == static_cast<int64_t>(r - 1) && perm[r - 1] == static_cast<int64_t>(r - 2);
 }
 
+// torch's SDPA decomposition (the dynamo exporter, torch ≥ 2.5) zeroes the probabilities of
+// rows whose every key is masked: where(isnan(P), 0, P), isnan lowered to not(equal(P, P)). The
+// attention op already gives those rows 0, so the guard is P itself.
+ValueId peel_nan_guard(const Module& m, ValueId p) {
+  const Node* where = producer_if(m, p, "where");
+  if (!where || where->inputs.size() != 3) return p;
+  const ValueId x = where->inputs[2];
+  const Node* isnan = producer_if(m, where->inputs[0], "not");
+  const Node* eq = isnan ? producer_if(m, isnan->inputs[0], "equal") : nullptr;
+  if (!eq || eq->inputs[0] != x || eq->inputs[1] != x) return p;
+  const std::optional<double> zero = constant_value(m, where->inputs[1]);
+  if (!zero || *zero != 0.0 || m.value(where->inputs[1]).type.numel() != 1) return p;
+  return x;
+}
+
 bool match_scores(const Module& m, ValueId s, Scores& out) {
   double scale = 1.0;
   const Node* mm = producer_if(m, peel_scale(m, s, scale), "matmul");
@@ -126,6 +141,7 @@ class AttentionFusion : public FusionPass {
       seed = drop->attrs.get_int("seed", 0);
       p = drop->inputs[0];
     }
+    p = peel_nan_guard(m, p);
     const Node* softmax = producer_if(m, p, "softmax");
     if (!softmax) return false;
     const ValueId s = softmax->inputs[0];

@@ -25,13 +25,28 @@ struct AttentionReport {
   int substituted = 0;         // patterns replaced by the attention op
   int64_t bytes_before = 0;    // Σ bytes of the forward's activations before
   int64_t bytes_after = 0;     // ... and after (the score/probability matrices are gone)
+  int transposes_removed = 0;  // layouts: transposes around attention now read or written in place
 };
 
+// With `layouts` (CPU targets: the CPU kernels take every layout, the CUDA ones only the
+// default), attention then reads q, k and v in the layout the projections wrote them
+// (ir/attention_layout.h) and writes its output in the one the transposes after it lead to.
 class AttentionPass : public Pass {
  public:
+  explicit AttentionPass(bool layouts = false) : layouts_(layouts) {}
   std::string_view name() const override { return "attention"; }
-  // Statistics: substituted, activation_bytes_before, activation_bytes_after.
+  // Statistics: substituted, activation_bytes_before, activation_bytes_after, and with layouts
+  // transposes_removed.
   Expected<PassReport> run(Module& forward) override;
+
+ private:
+  bool layouts_;
 };
+
+// Rewrites every default-layout attention whose q, k and v come through transposes (and
+// reshapes) from tensors holding them densely as [B, T, H, E] or [T, B, H, E]: it reads those
+// tensors instead, and writes its output so the transposes after it become reshapes; where they
+// do not, one transpose restores [B, H, T, E]. Returns the transposes removed.
+int lay_out_attention(Module& forward);
 
 }  // namespace memc

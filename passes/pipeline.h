@@ -28,6 +28,9 @@ namespace memc {
 struct PipelineOptions {
   bool dropout = true;  // false: dropout nodes become identities (strip_dropout)
   AttentionKernel attention = AttentionKernel::kTiled;
+  // Attention reads and writes its operands in the layouts the model's projections use
+  // (passes/attention.h). Set for the CPU target, whose kernels take every layout.
+  bool attention_layouts = false;
   PrecisionKind precision = PrecisionKind::kFp32;
   OptimizerOptions optimizer;
   int64_t micro_batches = 1;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)

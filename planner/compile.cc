@@ -63,6 +63,10 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
 ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
     : model_path_(std::move(model_path)), plan_path_(std::move(plan_path)) {}
 
+// Attention in the projections' layouts (passes/attention.h): on CPU targets, whose kernels take
+// every layout; CUDA's take the default only.
+static bool lays_out_attention(const CompileOptions& options) { return &planning_backend(options.target) == &cpu_backend(); }
+
 // Import, keep the logits [N, C] as the only output, then the forward pipeline.
 Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptions& options, int64_t batch,
                                                                const PassInstrumentation& instrumentation) const {
@@ -86,7 +90,9 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   forward.compact();
   // Precision runs before TrainingStep: autodiff differentiates its casts, so f32 parameters
   // get f32 gradients.
-  if (auto ran = PassPipeline::build(PassStage::kForward, options).run(forward, instrumentation); !ran.ok()) {
+  PipelineOptions forward_options = options;
+  forward_options.attention_layouts = lays_out_attention(options);
+  if (auto ran = PassPipeline::build(PassStage::kForward, forward_options).run(forward, instrumentation); !ran.ok()) {
     return in_model(ran.status());
   }
   return f;
@@ -100,7 +106,7 @@ Status ModelCompiler::in_model(const Status& status) const {
 }
 
 ModelCompiler::Key ModelCompiler::key_of(const CompileOptions& options, int64_t batch) {
-  return {batch, options.seq, options.precision, options.attention, options.dropout};
+  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options)};
 }
 
 Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch) {

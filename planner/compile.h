@@ -66,7 +66,7 @@ class ModelCompiler {
     Module module;             // after the forward pipeline
     int64_t fixed_batch = -1;  // the import's
   };
-  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool>;
+  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, bool>;  // …, dropout, attention layouts
   static Key key_of(const CompileOptions& options, int64_t batch);
   // The forward at `batch`, cached per key (search candidates: verified, not reported).
   Expected<const Forward*> forward(const CompileOptions& options, int64_t batch);

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
+#include <random>
 
 #include "passes/attention.h"
 #include "frontend/onnx_import.h"
+#include "runtime/executor.h"
 #include "tests/pass_compare.h"
 #include "tests/test_util.h"
 
@@ -53,7 +56,10 @@ TEST_P(AttentionVsNaive, LossGradientsAndPeak) {
 
 INSTANTIATE_TEST_SUITE_P(Models, AttentionVsNaive,
                          ::testing::Values(Case{"vit_tiny", "digits_train.npz", 16, -1}, Case{"text_encoder", "text_train.npz", 16, 32},
-                                           Case{"bigbird_full", "text_train.npz", 16, 32}),
+                                           Case{"bigbird_full", "text_train.npz", 16, 32},
+                                           // today's exports: torch's SDPA decomposition, its NaN guard included
+                                           Case{"bert_t215", "text_train.npz", 4, 32}, Case{"distilbert_ts_t215", "text_train.npz", 4, 32},
+                                           Case{"vit_tiny_dynamo_t215", "digits_train.npz", 4, -1}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.model; });
 
 TEST(AttentionPass, ReportsSubstitutionsAndBytes) {
@@ -75,6 +81,62 @@ TEST(AttentionPass, ReportsSubstitutionsAndBytes) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->get("substituted"), 0);
   EXPECT_FALSE(again->changed);
+}
+
+// With layouts (CPU targets), every attention of these exports reads q, k and v where the
+// projections wrote them and writes its output where out_proj reads it: torchvision's
+// sequence-first MultiheadAttention as tbhd, transformers' [batch, seq, heads, dim] as bthd. No
+// transpose is left next to an attention, and the forward computes the same logits.
+TEST(AttentionPass, LayoutsRemoveTheTransposesAroundAttention) {
+  struct Expect {
+    std::string model;
+    int64_t batch, seq;
+    std::string layout;
+    int removed;  // per model: 4 per layer, 6 where the key also went through a [B·H, E, T] view
+  };
+  for (const Expect& e : {Expect{"vit_tiny", 4, -1, "tbhd", 8}, Expect{"bert_t215", 4, 32, "bthd", 12},
+                          Expect{"distilbert_ts_t215", 4, 32, "bthd", 8}, Expect{"text_encoder", 4, 32, "tbhd", 8}}) {
+    SCOPED_TRACE(e.model);
+    ImportOptions import;
+    import.batch = e.batch;
+    import.seq = e.seq;
+    import.fuse_attention = false;
+    auto plain = import_onnx(testing::source_path("models/" + e.model + ".onnx"), import);
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    Module laid = *plain;
+    ASSERT_TRUE(AttentionPass(false).run(*plain).ok());
+    auto report = AttentionPass(true).run(laid);
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(report->get("transposes_removed"), e.removed);
+    const auto users = laid.users();
+    for (NodeId id : laid.schedule()) {
+      const Node& n = laid.node(id);
+      if (n.op != "attention") continue;
+      EXPECT_EQ(n.attrs.get_string("layout", "bhtd"), e.layout);
+      for (int i = 0; i < 3; ++i) {
+        const Node* p = laid.value(n.inputs[i]).producer == kNoNode ? nullptr : &laid.node(laid.value(n.inputs[i]).producer);
+        EXPECT_TRUE(!p || p->op != "transpose") << "operand " << i << " still transposed";
+      }
+      for (NodeId u : users[n.outputs[0]]) EXPECT_NE(laid.node(u).op, "transpose") << "output still transposed";
+    }
+    // Same logits on the same random weights and inputs.
+    std::mt19937 rng(11);
+    std::map<std::string, Tensor> feeds;
+    for (ValueId a : plain->arguments()) {
+      const Value& v = plain->value(a);
+      Tensor t = v.type.dtype == DType::kI64 ? Tensor::zeros(DType::kI64, v.type.shape) : testing::random_tensor(v.type.dtype, v.type.shape, rng, 0.0, 1.0);
+      if (v.type.dtype == DType::kI64) {
+        for (int64_t i = 0; i < t.numel(); ++i) t.set_from_double(i, static_cast<double>(i % 7));
+      }
+      feeds[v.name] = t;
+    }
+    auto want = execute(*plain, feeds), got = execute(laid, feeds);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    for (int64_t i = 0; i < (*want)[0].numel(); ++i) {
+      EXPECT_NEAR((*got)[0].get_as_double(i), (*want)[0].get_as_double(i), 1e-5) << i;
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // (bench/device_check.sh runs the same steps on the device).
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -38,7 +40,7 @@ double l2_norm(const Tensor& t) {
 double relative_difference(const Tensor& a, const Tensor& ref, double floor = 0) {
   double diff = 0, norm = 0;
   for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double r = ref.get_as_double(i), d = a.get_as_double(i) - r;
+    const double r = ref.get_as_double(i), d = a.get_as_double(i) == r ? 0.0 : a.get_as_double(i) - r;  // equal infinities agree
     diff += d * d, norm += r * r;
   }
   return std::sqrt(diff) / std::max({std::sqrt(norm), floor, 1e-300});
@@ -63,6 +65,23 @@ struct NodeCheck {
   static inline std::vector<std::string> mismatches;
   static inline int64_t nodes = 0;
 
+  // Output k of the CPU kernel run in f64 on the same inputs widened: the exact answer's stand-in
+  // for outputs whose f32 value is ill-conditioned. nullopt when the op has no f64 kernel.
+  static std::optional<Tensor> exact(const KernelContext& ctx, size_t k) {
+    std::vector<Tensor> inputs, outputs;
+    for (const Tensor* t : ctx.inputs) inputs.push_back(t && is_float(t->dtype()) ? t->cast(DType::kF64) : t ? *t : Tensor());
+    for (const Tensor* t : ctx.outputs) outputs.push_back(Tensor::zeros(is_float(t->dtype()) ? DType::kF64 : t->dtype(), t->shape()));
+    KernelContext wide = ctx;
+    wide.inputs.clear();
+    wide.outputs.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) wide.inputs.push_back(ctx.inputs[i] ? &inputs[i] : nullptr);
+    for (Tensor& t : outputs) wide.outputs.push_back(&t);
+    Scratch64 workspace(4 * cpu::cpu_workspace_bytes(*module, ctx.node));  // f64 buffers: at most twice f32's
+    workspace.give(wide);
+    if (!(*cpu::find_kernel(ctx.node.op))(wide).ok()) return std::nullopt;
+    return outputs[k];
+  }
+
   static Status kernel(KernelContext& ctx) {
     std::vector<Tensor> ref;
     for (Tensor* t : ctx.outputs) ref.push_back(Tensor::zeros(t->dtype(), t->shape()));
@@ -80,7 +99,17 @@ struct NodeCheck {
       // about one rounding; integers exactly.
       const double bound = t == DType::kF32 || t == DType::kF64 ? 1e-4 : is_float(t) ? 1e-2 : 0;
       const double d = relative_difference(*ctx.outputs[k], ref[k], 1e-30);
-      if (d > bound) mismatches.push_back(str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ", d));
+      if (!(d > bound)) continue;
+      // An output f32 cannot get to 1e-4 (attention's dq through a -finfo.max mask, where dS
+      // cancels): the GPU kernel passes if it is as near the f64 result as the CPU's, within 2×.
+      if (const std::optional<Tensor> x = is_float(t) ? exact(ctx, k) : std::nullopt) {
+        const double cpu_error = relative_difference(ref[k], *x, 1e-30), gpu_error = relative_difference(*ctx.outputs[k], *x, 1e-30);
+        if (gpu_error <= 2 * cpu_error) continue;
+        mismatches.push_back(str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ", d, " (from f64: CPU ", cpu_error,
+                                     ", GPU kernel ", gpu_error, ")"));
+        continue;
+      }
+      mismatches.push_back(str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ", d));
     }
     return Status::Ok();
   }
@@ -100,9 +129,11 @@ void PrintTo(const Case& c, std::ostream* os) {
   if (c.offload != OffloadLevel::kNone) *os << " offload " << offload_level_name(c.offload);
 }
 
-// Plain SGD, so one step's update is the gradient itself: w' = w - lr·g.
+// Plain SGD, so one step's update is the gradient itself: w' = w - lr·g. Compiled for a GPU
+// target, as the CUDA backend gets its plans (attention in its default layout).
 Plan compile_case(const Case& c) {
   CompileOptions options;
+  options.target = "h200";
   options.batch = c.batch;
   options.optimizer.kind = "sgd";
   options.precision = *parse_precision(c.precision);
@@ -295,6 +326,7 @@ TEST(CudaAttention, BackwardAgainstADoubleReference) {
 TEST(CudaOptimizers, OneStepMatchesTheCpuBackend) {
   for (const char* optimizer : {"sgd", "momentum", "adamw", "adam8bit", "adafactor"}) {
     CompileOptions options;
+    options.target = "h200";  // as the CUDA backend gets its plans
     options.batch = 4;
     options.optimizer.kind = optimizer;
     const std::string model = source_path("models/vit_tiny.onnx");
