@@ -6,6 +6,7 @@ p = 0.1 in both), same thread count, same precision.
     /work/venv/bin/python bench/train_step.py                 # defaults below, ~3-5 min on 2 cores
     /work/venv/bin/python bench/train_step.py --reps 3 --threads 1 --models vit_tiny --json /tmp/r.json
     /work/venv/bin/python bench/train_step.py --precisions fp32,bf16-mixed   # twice the time
+    /work/venv/bin/python bench/train_step.py --baseline /work/old/build/memc   # an earlier build alongside
 
 Cases: vit_tiny batch 64 (data/digits_train.npz), vit_small32 batch 32 (synthetic
 3x32x32 data written by `torch_train_step.py --write-data`), vit_b_16 batch 8 (the
@@ -125,10 +126,11 @@ def children_usage():
     return r.ru_utime, r.ru_stime, r.ru_minflt
 
 
-def memc_rep(plan, data, batch, steps, warmup, threads, tmp, precision):
+def memc_rep(plan, data, batch, steps, warmup, threads, tmp, precision, binary=None):
+    binary = binary or MEMC
     rj = os.path.join(tmp, "report.json")
     u0 = children_usage()
-    _, err, wall = run_child_pty_stderr([MEMC, "run", plan, "--data", data, "--steps", str(warmup + steps), "--json", rj,
+    _, err, wall = run_child_pty_stderr([binary, "run", plan, "--data", data, "--steps", str(warmup + steps), "--json", rj,
                                          "--threads", str(threads), "--force"],
                              env_for(threads))
     u1 = children_usage()
@@ -145,7 +147,7 @@ def memc_rep(plan, data, batch, steps, warmup, threads, tmp, precision):
     if min(sps) >= 100:
         ms = [batch * 1000.0 / s for s in sps]
     else:  # `samples/s` (printed with %.0f) is too coarse: timed mean = difference of two runs' JSON means
-        run_child_pty_stderr([MEMC, "run", plan, "--data", data, "--steps", str(warmup), "--json", rj,
+        run_child_pty_stderr([binary, "run", plan, "--data", data, "--steps", str(warmup), "--json", rj,
                               "--threads", str(threads), "--force"], env_for(threads))
         first_ms = json.load(open(rj))["step_ms"] * warmup
         timed = (rep["step_ms"] * (warmup + steps) - first_ms) / steps
@@ -211,6 +213,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untimed first steps per process")
     ap.add_argument("--json", help="write all raw figures here")
     ap.add_argument("--wait-policy", choices=("passive", "active"), help="OMP_WAIT_POLICY for both frameworks (default: each its own)")
+    ap.add_argument("--baseline", help="another memc binary (an earlier build) run alongside, with plans it compiles itself: "
+                                       "a third column, and memc's time against it")
     ap.add_argument("--dropout", action="store_true",
                     help="train with the exported dropout (p = 0.1) in both, not --no-dropout")
     args = ap.parse_args()
@@ -237,6 +241,12 @@ def main():
         MEMC = private
         results["memc_binary"] = {"path": os.path.join(ROOT, "build", "memc"),
                                   "sha256": hashlib.sha256(open(private, "rb").read()).hexdigest()[:16]}
+        baseline = None
+        if args.baseline:
+            baseline = os.path.join(tmp, "memc_baseline")
+            shutil.copy2(args.baseline, baseline)
+            results["baseline_binary"] = {"path": args.baseline,
+                                          "sha256": hashlib.sha256(open(baseline, "rb").read()).hexdigest()[:16]}
         for model in models:
             batch = CASES[model]
             onnx_path = os.path.join(ROOT, "models", model + ".onnx")
@@ -250,51 +260,64 @@ def main():
                 n = batch * (args.steps + args.warmup + 1)
                 subprocess.run([PY, os.path.join(ROOT, "bench", "torch_train_step.py"), "--write-data", data,
                                 "--n", str(n)], check=True, stdout=subprocess.DEVNULL)
-            plans = {}
+            plans, base_plans = {}, {}
             for prec in precisions:
                 for t in threads:
                     # one plan per thread count: its kernel workspaces (oneDNN's scratchpads grow
                     # with threads) are sized for the threads it runs with, so measured = planned
-                    plans[(t, prec)] = os.path.join(tmp, f"{model}.{prec}.t{t}.plan")
                     # fp32 is memc's default: no --precision on its compile line
                     extra = [] if prec == "fp32" else ["--precision", prec]
-                    subprocess.run([MEMC, "compile", onnx_path, "--batch", str(batch), "--optimizer", "adamw",
-                                    "--epochs", "1000", "--threads", str(t)] + no_dropout + extra + ["-o", plans[(t, prec)]],
-                                   check=True, stdout=subprocess.DEVNULL)
+                    for binary, where, tag in ((MEMC, plans, ""), (baseline, base_plans, ".baseline")):
+                        if binary is None:
+                            continue
+                        where[(t, prec)] = os.path.join(tmp, f"{model}.{prec}.t{t}{tag}.plan")
+                        subprocess.run([binary, "compile", onnx_path, "--batch", str(batch), "--optimizer", "adamw",
+                                        "--epochs", "1000", "--threads", str(t)] + no_dropout + extra + ["-o", where[(t, prec)]],
+                                       check=True, stdout=subprocess.DEVNULL)
             pairs = [(t, prec) for t in threads for prec in precisions]
-            raw = {tp: {"memc": [], "torch": []} for tp in pairs}
+            frameworks = ("memc", "torch") + (("baseline",) if baseline else ())
+            raw = {tp: {fw: [] for fw in frameworks} for tp in pairs}
             for rep in range(args.reps):
                 for t, prec in (pairs if rep % 2 == 0 else pairs[::-1]):
-                    order = ("memc", "torch") if rep % 2 == 0 else ("torch", "memc")
+                    order = frameworks if rep % 2 == 0 else frameworks[::-1]
                     r = raw[(t, prec)]
                     for fw in order:
                         if fw == "memc":
                             r[fw].append(memc_rep(plans[(t, prec)], data, batch, args.steps, args.warmup, t, tmp, prec))
+                        elif fw == "baseline":
+                            r[fw].append(memc_rep(base_plans[(t, prec)], data, batch, args.steps, args.warmup, t, tmp, prec, baseline))
                         else:
                             r[fw].append(torch_rep(model, batch, args.steps, args.warmup, t, prec, args.dropout))
-                    print(f"  {model} b{batch} T={t} {prec} rep {rep + 1}/{args.reps}: memc "
-                          f"{statistics.median(r['memc'][-1]['step_ms_timed']):.2f} ms, torch "
-                          f"{statistics.median(r['torch'][-1]['step_ms_timed']):.2f} ms, "
-                          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
+                    print(f"  {model} b{batch} T={t} {prec} rep {rep + 1}/{args.reps}: "
+                          + ", ".join(f"{fw} {statistics.median(r[fw][-1]['step_ms_timed']):.2f} ms" for fw in frameworks)
+                          + f", load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
             for t, prec in pairs:
                 m, p = summarize(raw[(t, prec)]["memc"]), summarize(raw[(t, prec)]["torch"])
-                results["cases"].append({"model": model, "batch": batch, "threads": t, "precision": prec,
-                                         "memc": m, "torch": p, "ratio": m["median_ms"] / p["median_ms"],
-                                         "raw": raw[(t, prec)]})
+                case = {"model": model, "batch": batch, "threads": t, "precision": prec,
+                        "memc": m, "torch": p, "ratio": m["median_ms"] / p["median_ms"], "raw": raw[(t, prec)]}
+                if baseline:
+                    b = summarize(raw[(t, prec)]["baseline"])
+                    case["baseline"], case["memc_vs_baseline"] = b, m["median_ms"] / b["median_ms"]
+                results["cases"].append(case)
     results["loadavg_end"] = os.getloadavg()
 
     print(f"nproc {results['nproc']}, load average at start {results['loadavg_start'][0]:.2f} "
           f"(1 min) / {results['loadavg_start'][1]:.2f} (5 min), at end {results['loadavg_end'][0]:.2f} / "
           f"{results['loadavg_end'][1]:.2f}; {args.reps} reps x {args.steps} timed steps after {args.warmup} warm-up")
     hdr = ("| model | batch | threads | precision | memc ms/step | (rep spread) | torch ms/step | (rep spread) "
-           "| memc/torch | load (1 min) |")
+           "| memc/torch |" + (" baseline ms/step | (rep spread) | memc/baseline |" if args.baseline else "") + " load (1 min) |")
     print(hdr)
-    print("|---|---:|---:|---|---:|---|---:|---|---:|---|")
+    print("|---|---:|---:|---|---:|---|---:|---|---:|" + ("---:|---|---:|" if args.baseline else "") + "---|")
     for c in results["cases"]:
         m, p = c["memc"], c["torch"]
+        base = ""
+        if "baseline" in c:
+            b = c["baseline"]
+            base = (f" {b['median_ms']:.2f} | {b['rep_median_min']:.2f}–{b['rep_median_max']:.2f} | "
+                    f"{c['memc_vs_baseline']:.2f} |")
         print(f"| {c['model']} | {c['batch']} | {c['threads']} | {c['precision']} | {m['median_ms']:.2f} | "
               f"{m['rep_median_min']:.2f}–{m['rep_median_max']:.2f} | {p['median_ms']:.2f} | "
-              f"{p['rep_median_min']:.2f}–{p['rep_median_max']:.2f} | {c['ratio']:.2f} | "
+              f"{p['rep_median_min']:.2f}–{p['rep_median_max']:.2f} | {c['ratio']:.2f} |{base} "
               f"{min(m['load_min'], p['load_min']):.1f}–{max(m['load_max'], p['load_max']):.1f} |")
     if args.json:
         with open(args.json, "w") as f:

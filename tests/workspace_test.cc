@@ -108,6 +108,16 @@ std::vector<ScratchCase> scratch_cases() {
                    {{2, 2, 70, 6}, {2, 2, 70, 8}, {2, 2, 80, 8}, {2, 2, 80, 6}, {2, 1, 70, 80}}, att, 4});
   Attrs att_plain;
   cases.push_back({"attention_grad_no_bias", "attention_grad", {{3, 5, 4}, {3, 5, 4}, {1, 9, 4}, {1, 9, 4}}, att_plain, 3});
+  // The other layouts (ir/attention_layout.h): operands gathered into slot scratch, gradients
+  // done per entry (tiled) or per group (short sequences) and stored where the layout puts them.
+  Attrs bthd = att, tbhd = att, bthd_plain;
+  bthd.set("layout", std::string("bthd"));
+  tbhd.set("layout", std::string("tbhd"));
+  bthd_plain.set("layout", std::string("bthd"));
+  cases.push_back({"attention_bthd", "attention", {{2, 70, 2, 8}, {2, 80, 2, 8}, {2, 80, 2, 6}, {2, 1, 70, 80}}, bthd});
+  cases.push_back({"attention_grad_tbhd", "attention_grad",
+                   {{70, 2, 2, 6}, {70, 2, 2, 8}, {80, 2, 2, 8}, {80, 2, 2, 6}, {2, 1, 70, 80}}, tbhd, 4});
+  cases.push_back({"attention_grad_bthd_grouped", "attention_grad", {{3, 5, 4, 4}, {3, 5, 4, 4}, {3, 9, 4, 4}, {3, 9, 4, 4}}, bthd_plain, 3});
   Attrs axes;
   axes.set("axes", std::vector<int64_t>{1});
   cases.push_back({"reduce_sum", "reduce_sum", {{3, 7, 5}}, axes});

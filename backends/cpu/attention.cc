@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "backends/cpu/attention.h"
 #include "ir/attention_layout.h"
@@ -380,42 +381,38 @@ struct OperandLoader {
 // One gradient output, accumulated in compute type C: in place when T is C, else in a
 // workspace buffer (take_widened) rounded once by finish(). Broadcast batch entries add into
 // the same matrices.
-// Outside the default layout the buffer holds the entries' matrices consecutively, and finish()
-// writes them where the layout puts them.
+// The default layout only: the other layouts' entries accumulate in slot scratch (BackwardSlot,
+// GroupScratch) and are stored entry by entry.
 template <typename T, typename C>
 class GradAccumulator {
  public:
-  // `out` holds t rows of e per entry.
-  GradAccumulator(Tensor& out, C* buffer, const AttentionGeometry& g, int64_t t, int64_t e)
-      : out_(out), buffer_(buffer), g_(g), t_(t), e_(e) {
-    if (in_place()) {
-      if constexpr (std::is_same_v<T, C>) std::fill(out.data<T>(), out.data<T>() + out.numel(), T(0));
-    } else {
-      std::fill(buffer_, buffer_ + out.numel(), C(0));
-    }
+  GradAccumulator(Tensor& out, C* buffer) : out_(out), buffer_(buffer) {
+    if constexpr (std::is_same_v<T, C>) std::fill(out.data<T>(), out.data<T>() + out.numel(), T(0));
+    else std::fill(buffer_, buffer_ + out.numel(), C(0));
   }
   C* data() {
-    if constexpr (std::is_same_v<T, C>) {
-      if (in_place()) return out_.data<T>();
-    }
-    return buffer_;
+    if constexpr (std::is_same_v<T, C>) return out_.data<T>();
+    else return buffer_;
   }
   void finish() {
-    if (in_place()) return;
-    if (g_.strided()) {
-      store_entries(out_.data<T>(), buffer_, 0, numel(g_.batch), t_, e_, g_);
-      return;
+    if constexpr (!std::is_same_v<T, C>) {
+      for (int64_t i = 0, count = out_.numel(); i < count; ++i) out_.data<T>()[i] = store<T>(buffer_[i]);
     }
-    for (int64_t i = 0, count = out_.numel(); i < count; ++i) out_.data<T>()[i] = store<T>(buffer_[i]);
   }
 
  private:
-  bool in_place() const { return std::is_same_v<T, C> && !g_.strided(); }
   Tensor& out_;
-  C* buffer_;  // [out.numel()] when T is 16-bit or the layout is not the default
-  const AttentionGeometry& g_;
-  int64_t t_, e_;
+  C* buffer_;  // [out.numel()] when T is 16-bit
 };
+
+// Entries [i0, i0 + n)'s gradients from slot scratch (consecutive matrices) to dq, dk, dv where
+// the layout puts them, rounded once.
+template <typename T, typename C>
+void store_grads(KernelContext& ctx, const C* dq, const C* dk, const C* dv, int64_t i0, int64_t n, const AttentionGeometry& g) {
+  store_entries(ctx.outputs[0]->data<T>(), dq, i0, n, g.tq, g.d, g);
+  store_entries(ctx.outputs[1]->data<T>(), dk, i0, n, g.tk, g.d, g);
+  store_entries(ctx.outputs[2]->data<T>(), dv, i0, n, g.tk, g.dv, g);
+}
 
 template <typename C>
 struct AttentionGrads {
@@ -554,18 +551,24 @@ struct BackwardSlot {
   WidenedOperands<T, C> operands;
   BackwardScratch<C> scratch;
   C* dy;  // [Tq, Dv] or null
+  // Outside the default layout: the entry's dq, dk, dv, stored where the layout puts them once
+  // the entry is done ([Tq, D], [Tk, D], [Tk, Dv]); null in the default layout.
+  C *dq, *dk, *dv;
   BackwardSlot(Workspace& ws, const AttentionGeometry& g, bool dropout_possible)
-      : operands(ws, g), scratch(ws, g, dropout_possible), dy(take_operand<T>(ws, g.tq * g.dv, g)) {}
+      : operands(ws, g), scratch(ws, g, dropout_possible), dy(take_operand<T>(ws, g.tq * g.dv, g)),
+        dq(g.strided() ? ws.take<C>(g.tq * g.d) : nullptr), dk(g.strided() ? ws.take<C>(g.tk * g.d) : nullptr),
+        dv(g.strided() ? ws.take<C>(g.tk * g.dv) : nullptr) {}
 };
 
-// What the backward carves after its slots: the dq, dk, dv accumulators (16-bit or a layout
-// other than the default only) and dbias in the bias layout (when dbias is wanted).
+// What the backward carves after its slots: the dq, dk, dv accumulators (16-bit in the default
+// layout only: entries that broadcast add into one matrix; the other layouts' entries are their
+// own, done in slot scratch) and dbias in the bias layout (when dbias is wanted).
 template <typename T, typename C>
 struct GradBuffers {
   C *dq, *dk, *dv, *dbias;
   GradBuffers(Workspace& ws, const AttentionGeometry& g, int64_t dq_count, int64_t dk_count, int64_t dv_count, int64_t dbias_count)
-      : dq(take_operand<T>(ws, dq_count, g)), dk(take_operand<T>(ws, dk_count, g)), dv(take_operand<T>(ws, dv_count, g)),
-        dbias(ws.take<C>(dbias_count)) {}
+      : dq(g.strided() ? nullptr : take_widened<T>(ws, dq_count)), dk(g.strided() ? nullptr : take_widened<T>(ws, dk_count)),
+        dv(g.strided() ? nullptr : take_widened<T>(ws, dv_count)), dbias(ws.take<C>(dbias_count)) {}
 };
 
 // The geometry for sizing: the bias only adds strides, never scratch, so it is left out.
@@ -658,6 +661,7 @@ struct GroupScratch {
   C *q, *k, *v, *dy;            // [G, Tq, D], [G, Tk, D], [G, Tk, Dv], [G, Tq, Dv] or null (T is C)
   C *scores, *factor, *out;     // [G, Tq, Tk], [G, Tq, Tk] or null, [G, Tq, Dv] (forward only)
   C* dprob;                     // [G, Tq, Tk] (backward only)
+  C *dq, *dk, *dv;              // the group's gradients outside the default layout (backward only), else null
   float* gemm_scratch;
   GroupScratch(Workspace& ws, const AttentionGeometry& g, bool dropout_possible, bool backward, int64_t n) {
     q = take_operand<T>(ws, n * g.tq * g.d, g);
@@ -668,6 +672,10 @@ struct GroupScratch {
     factor = ws.take<C>(dropout_possible ? n * g.tq * g.tk : 0);
     out = backward ? nullptr : ws.take<C>(n * g.tq * g.dv);
     dprob = backward ? ws.take<C>(n * g.tq * g.tk) : nullptr;
+    const bool own_grads = backward && g.strided();
+    dq = own_grads ? ws.take<C>(n * g.tq * g.d) : nullptr;
+    dk = own_grads ? ws.take<C>(n * g.tk * g.d) : nullptr;
+    dv = own_grads ? ws.take<C>(n * g.tk * g.dv) : nullptr;
     gemm_scratch = ws.take<float>(group_gemm_scratch_floats<C>(g, n));
   }
 };
@@ -853,10 +861,23 @@ Status attention_grad_kernel(KernelContext& ctx) {
         for (int64_t s = 0, n = group_slots<T>(g, dropout_possible, true, size, grad_bytes); s < n; ++s) {
           groups.emplace_back(ws, g, dropout_possible, true, size);
         }
-        const GradBuffers<T, C> buffers(ws, g, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(), 0);
-        GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq, g, g.tq, g.d), dk(*ctx.outputs[1], buffers.dk, g, g.tk, g.d),
-            dv(*ctx.outputs[2], buffers.dv, g, g.tk, g.dv);
         const int64_t batches = numel(g.batch);
+        if (g.strided()) {  // each group's gradients in its own scratch, then stored
+          parallel_ranges((batches + size - 1) / size, 1, static_cast<int64_t>(groups.size()), [&](int64_t s, int64_t begin, int64_t end) {
+            GroupScratch<T, C>& w = groups[s];
+            for (int64_t gi = begin; gi < end; ++gi) {
+              const int64_t i0 = gi * size, n = std::min(size, batches - i0);
+              std::fill(w.dq, w.dq + n * g.tq * g.d, C(0));
+              std::fill(w.dk, w.dk + n * g.tk * g.d, C(0));
+              std::fill(w.dv, w.dv + n * g.tk * g.dv, C(0));
+              attention_grad_group(w, dy, q, k, v, bias, w.dq, w.dk, w.dv, i0, n, g, dropout);
+              store_grads<T>(ctx, w.dq, w.dk, w.dv, i0, n, g);
+            }
+          });
+          return Status::Ok();
+        }
+        const GradBuffers<T, C> buffers(ws, g, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(), 0);
+        GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq), dk(*ctx.outputs[1], buffers.dk), dv(*ctx.outputs[2], buffers.dv);
         parallel_ranges((batches + size - 1) / size, 1, static_cast<int64_t>(groups.size()), [&](int64_t s, int64_t begin, int64_t end) {
           for (int64_t gi = begin; gi < end; ++gi) {
             const int64_t i0 = gi * size;
@@ -874,21 +895,27 @@ Status attention_grad_kernel(KernelContext& ctx) {
       for (int64_t s = 0; s < slot_count; ++s) slots.emplace_back(ws, g, dropout_possible);
       const GradBuffers<T, C> buffers(ws, g, ctx.outputs[0]->numel(), ctx.outputs[1]->numel(), ctx.outputs[2]->numel(),
                                       dbias_out ? dbias_out->numel() : 0);
-      GradAccumulator<T, C> dq(*ctx.outputs[0], buffers.dq, g, g.tq, g.d), dk(*ctx.outputs[1], buffers.dk, g, g.tk, g.d),
-          dv(*ctx.outputs[2], buffers.dv, g, g.tk, g.dv);
+      std::optional<GradAccumulator<T, C>> dq, dk, dv;  // the default layout's
+      if (!g.strided()) dq.emplace(*ctx.outputs[0], buffers.dq), dk.emplace(*ctx.outputs[1], buffers.dk), dv.emplace(*ctx.outputs[2], buffers.dv);
       if (dbias_out) std::fill(buffers.dbias, buffers.dbias + dbias_out->numel(), C(0));  // bias layout
       parallel_ranges(numel(g.batch), 1, slot_count, [&](int64_t s, int64_t begin, int64_t end) {
-        const OperandLoader<T, C> load_operands{q, k, v, bias, g, slots[s].operands};
+        BackwardSlot<T, C>& slot = slots[s];
+        const OperandLoader<T, C> load_operands{q, k, v, bias, g, slot.operands};
         for (int64_t i = begin; i < end; ++i) {
-          const C* dy_c = load_entries(dy.data<T>(), i * g.tq * g.dv, i, 1, g.tq, g.dv, g, slots[s].dy);
-          const AttentionGrads<C> d{dq.data() + g.q_offset(i), dk.data() + g.k_offset(i), dv.data() + g.v_offset(i),
-                                    buffers.dbias};
-          attention_grad_matrix(dy_c, load_operands(i), d, slots[s].scratch, g, dropout);
+          const C* dy_c = load_entries(dy.data<T>(), i * g.tq * g.dv, i, 1, g.tq, g.dv, g, slot.dy);
+          if (g.strided()) {  // the entry's own gradients, stored once it is done
+            std::fill(slot.dq, slot.dq + g.tq * g.d, C(0));
+            std::fill(slot.dk, slot.dk + g.tk * g.d, C(0));
+            std::fill(slot.dv, slot.dv + g.tk * g.dv, C(0));
+            attention_grad_matrix(dy_c, load_operands(i), AttentionGrads<C>{slot.dq, slot.dk, slot.dv, buffers.dbias}, slot.scratch, g, dropout);
+            store_grads<T>(ctx, slot.dq, slot.dk, slot.dv, i, 1, g);
+            continue;
+          }
+          const AttentionGrads<C> d{dq->data() + g.q_offset(i), dk->data() + g.k_offset(i), dv->data() + g.v_offset(i), buffers.dbias};
+          attention_grad_matrix(dy_c, load_operands(i), d, slot.scratch, g, dropout);
         }
       });
-      dq.finish();
-      dk.finish();
-      dv.finish();
+      if (dq) dq->finish(), dk->finish(), dv->finish();
       for (int64_t i = 0; dbias_out && i < dbias_out->numel(); ++i) dbias_out->set_from_double(i, static_cast<double>(buffers.dbias[i]));
       return Status::Ok();
     }
