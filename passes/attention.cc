@@ -1,6 +1,6 @@
 #include "passes/attention.h"
 
-#include <array>
+#include <optional>
 
 #include "frontend/fusion.h"
 #include "frontend/fusion_util.h"
@@ -26,67 +26,95 @@ int count_attention(const Module& m) {
 }
 
 // ---- layouts: attention reads its operands where the projections wrote them -----------------
-// A chain of transposes and reshapes moves elements without changing them. Whether it turns a
-// tensor laid out as [B, T, H, E] (or [T, B, H, E]) into the [B, H, T, E] operand is checked
-// element by element: each operand coordinate is walked up the chain to the source's, and
-// compared with where the layout keeps that element. Exact for any chain, including reshapes
-// that merge transposed dims (transformers' [B·H, T, E] views), which no strided view describes.
-constexpr size_t kMaxRank = 8;
-constexpr int64_t kMaxCheckedElements = int64_t{1} << 24;  // beyond it the chain is left as it is
-using Coords = std::array<int64_t, kMaxRank>;
+// Which elements a chain of transposes and reshapes moves where is tracked symbolically: each
+// dim of a value is a list of digits (size, step in the source tensor), major first, as in a
+// mixed-radix number. A transpose permutes dims; a reshape regroups the digits in order,
+// splitting a digit where a new dim ends inside it (a digit of n steps of s splits into n/k steps
+// of k·s and k steps of s). So reshapes that merge transposed dims (transformers' [B·H, T, E]
+// views) and split them again are followed exactly; a chain whose sizes do not divide is left
+// as it is.
+struct Digit {
+  int64_t size, step;
+};
+using Dims = std::vector<std::vector<Digit>>;  // per dim, its digits, major first
 
-// Coordinates in the input of `n` (a transpose or reshape) of the element at `c` in its output.
-void walk_up(const Module& m, const Node& n, Coords& c) {
-  const Shape& out = m.value(n.outputs[0]).type.shape;
-  const Shape& in = m.value(n.inputs[0]).type.shape;
+Dims dense_dims(const Shape& shape, const std::vector<int64_t>& steps) {
+  Dims dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims.push_back({Digit{shape[i], steps[i]}});
+  return dims;
+}
+
+// Applies a transpose or reshape node; false for any other node or sizes that do not divide.
+bool apply_view(Dims& dims, const Node& n) {
   if (n.op == "transpose") {
     const std::vector<int64_t> perm = n.attrs.get_ints("perm");
-    Coords up{};
-    for (size_t i = 0; i < perm.size(); ++i) up[static_cast<size_t>(perm[i])] = c[i];
-    c = up;
-    return;
+    if (perm.size() != dims.size()) return false;
+    Dims out;
+    for (int64_t p : perm) out.push_back(dims[static_cast<size_t>(p)]);
+    dims = std::move(out);
+    return true;
   }
-  int64_t flat = 0;  // a reshape keeps the row-major order
-  for (size_t i = 0; i < out.size(); ++i) flat = flat * out[i] + c[i];
-  for (size_t i = in.size(); i-- > 0;) c[i] = flat % in[i], flat /= in[i];
-}
-
-int64_t row_major_index(const Shape& shape, const Coords& c) {
-  int64_t flat = 0;
-  for (size_t i = 0; i < shape.size(); ++i) flat = flat * shape[i] + c[i];
-  return flat;
-}
-
-// Whether, for every element of value `bottom`, walking `chain` (its producer first, each next
-// node producing the previous one's input) up to the top value lands where top_index(top
-// coordinates) = expected(bottom coordinates).
-template <typename TopIndex, typename ExpectedIndex>
-bool chain_maps(const Module& m, const std::vector<const Node*>& chain, ValueId bottom, TopIndex&& top_index, ExpectedIndex&& expected) {
-  const Shape& shape = m.value(bottom).type.shape;
-  if (shape.size() > kMaxRank) return false;
-  for (const Node* n : chain) {
-    if (m.value(n->inputs[0]).type.shape.size() > kMaxRank) return false;
-  }
-  const int64_t count = numel(shape);
-  if (count > kMaxCheckedElements || count != m.value(chain.back()->inputs[0]).type.numel()) return false;
-  Coords c{};
-  for (int64_t f = 0; f < count; ++f) {
-    Coords up = c;
-    for (const Node* n : chain) walk_up(m, *n, up);
-    if (top_index(up) != expected(c)) return false;
-    for (size_t i = shape.size(); i-- > 0;) {  // the next coordinates, row-major
-      if (++c[i] < shape[i]) break;
-      c[i] = 0;
+  if (n.op != "reshape") return false;
+  std::vector<Digit> digits;  // in order, major first; digits of one element have no step
+  for (const auto& dim : dims) {
+    for (const Digit& d : dim) {
+      if (d.size != 1) digits.push_back(d);
     }
   }
+  Dims out;
+  size_t i = 0;
+  for (const int64_t size : n.attrs.get_ints("shape")) {
+    std::vector<Digit> dim;
+    for (int64_t need = size; need > 1;) {
+      if (i == digits.size()) return false;
+      Digit& d = digits[i];
+      if (d.size <= need) {
+        if (need % d.size != 0) return false;
+        dim.push_back(d);
+        need /= d.size;
+        ++i;
+      } else {  // the dim ends inside d: its major part goes here, the rest stays
+        if (d.size % need != 0) return false;
+        dim.push_back(Digit{need, d.step * (d.size / need)});
+        d.size /= need;
+        need = 1;
+      }
+    }
+    out.push_back(std::move(dim));
+  }
+  if (i != digits.size()) return false;
+  dims = std::move(out);
   return true;
 }
 
-// Where element (b, h, t, e) of a [B, H, T, E] operand sits in a dense tensor of `layout`.
-int64_t layout_index(AttentionLayout layout, const Shape& bhte, const Coords& c) {
+// A dim's digits as one step (0 for a dim of one element), when they form one.
+std::optional<int64_t> single_step(const std::vector<Digit>& dim) {
+  std::optional<int64_t> step;
+  int64_t next = 0;  // the step the next (more major) digit must have
+  for (size_t k = dim.size(); k-- > 0;) {
+    const Digit& d = dim[k];
+    if (d.size == 1) continue;
+    if (step && d.step != next) return std::nullopt;
+    if (!step) step = d.step;
+    next = d.step * d.size;
+  }
+  return step.value_or(0);
+}
+
+// The steps of [B, H, T, E]'s dims when the tensor is laid out densely in `layout`.
+std::vector<int64_t> layout_steps(AttentionLayout layout, const Shape& bhte) {
   const int64_t b = bhte[0], h = bhte[1], t = bhte[2], e = bhte[3];
-  if (layout == AttentionLayout::kBTHD) return ((c[0] * t + c[2]) * h + c[1]) * e + c[3];
-  return ((c[2] * b + c[0]) * h + c[1]) * e + c[3];  // tbhd
+  if (layout == AttentionLayout::kBTHD) return {t * h * e, e, h * e, 1};
+  return {h * e, e, b * h * e, 1};  // tbhd
+}
+
+// Whether dims has these steps (dims of one element match any).
+bool has_steps(const Dims& dims, const Shape& shape, const std::vector<int64_t>& steps) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const std::optional<int64_t> step = single_step(dims[i]);
+    if (!step || (shape[i] != 1 && *step != steps[i])) return false;
+  }
+  return true;
 }
 
 // An operand [B, H, T, E] that a chain of transposes and reshapes made from a tensor holding it
@@ -99,13 +127,15 @@ ValueId operand_source(const Module& m, ValueId x, AttentionLayout layout) {
     v = n->inputs[0];
   }
   const Shape& bhte = m.value(x).type.shape;
+  const std::vector<int64_t> want = layout_steps(layout, bhte);
   for (size_t top = chain.size(); top > 0; --top) {
-    const std::vector<const Node*> part(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(top));
-    const Shape& source = m.value(part.back()->inputs[0]).type.shape;
-    if (chain_maps(m, part, x, [&](const Coords& c) { return row_major_index(source, c); },
-                   [&](const Coords& c) { return layout_index(layout, bhte, c); })) {
-      return part.back()->inputs[0];
-    }
+    const ValueId source = chain[top - 1]->inputs[0];
+    const Shape& shape = m.value(source).type.shape;
+    if (numel(shape) != numel(bhte)) continue;
+    Dims dims = dense_dims(shape, row_major_strides(shape));
+    bool ok = true;
+    for (size_t i = top; ok && i > 0; --i) ok = apply_view(dims, *chain[i - 1]);
+    if (ok && has_steps(dims, bhte, want)) return source;
   }
   return kNoValue;
 }
@@ -114,18 +144,14 @@ ValueId operand_source(const Module& m, ValueId x, AttentionLayout layout) {
 // that holds y's elements in the order y laid out in `layout` would, or kNoValue.
 ValueId output_target(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId y, AttentionLayout layout) {
   const Shape& bhte = m.value(y).type.shape;
-  std::vector<const Node*> chain;  // walking up: the newest value's producer first
+  Dims dims = dense_dims(bhte, layout_steps(layout, bhte));
   ValueId found = kNoValue;
   for (ValueId v = y; users[v].size() == 1;) {
     const Node& n = m.node(users[v][0]);
-    if ((n.op != "transpose" && n.op != "reshape") || n.outputs.size() != 1) break;
-    chain.insert(chain.begin(), &n);
+    if (n.outputs.size() != 1 || !apply_view(dims, n)) break;
     v = n.outputs[0];
     const Shape& shape = m.value(v).type.shape;
-    if (chain_maps(m, chain, v, [&](const Coords& c) { return layout_index(layout, bhte, c); },
-                   [&](const Coords& c) { return row_major_index(shape, c); })) {
-      found = v;
-    }
+    if (has_steps(dims, shape, row_major_strides(shape))) found = v;
   }
   return found;
 }
