@@ -28,8 +28,8 @@ struct AttentionReport {
   int transposes_removed = 0;  // layouts: transposes around attention now read or written in place
 };
 
-// With `layouts` (CPU targets: the CPU kernels take every layout, the CUDA ones only the
-// default), attention then reads q, k and v in the layout the projections wrote them
+// With `layouts` (the planner sets it for CPU targets in 16-bit precisions: planner/compile.cc),
+// attention then reads q, k and v in the layout the projections wrote them
 // (ir/attention_layout.h) and writes its output in the one the transposes after it lead to.
 class AttentionPass : public Pass {
  public:

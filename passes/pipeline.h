@@ -29,7 +29,7 @@ struct PipelineOptions {
   bool dropout = true;  // false: dropout nodes become identities (strip_dropout)
   AttentionKernel attention = AttentionKernel::kTiled;
   // Attention reads and writes its operands in the layouts the model's projections use
-  // (passes/attention.h). Set for the CPU target, whose kernels take every layout.
+  // (passes/attention.h). Set for CPU targets in 16-bit precisions (planner/compile.cc).
   bool attention_layouts = false;
   PrecisionKind precision = PrecisionKind::kFp32;
   OptimizerOptions optimizer;

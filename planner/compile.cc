@@ -63,9 +63,15 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
 ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
     : model_path_(std::move(model_path)), plan_path_(std::move(plan_path)) {}
 
-// Attention in the projections' layouts (passes/attention.h): on CPU targets, whose kernels take
-// every layout; CUDA's take the default only.
-static bool lays_out_attention(const CompileOptions& options) { return &planning_backend(options.target) == &cpu_backend(); }
+// Attention in the projections' layouts (passes/attention.h): on CPU targets (CUDA's kernels
+// take the default layout only), in 16-bit precisions. The CPU kernel copies 16-bit operands into
+// f32 scratch anyway, so reading them where the projections wrote them costs nothing and the
+// graph's transposes go (vit_small32 b32 bf16-mixed: 205–209 → 189–196 ms per step). f32
+// operands it reads in place; gathering them costs more than the transposes save (vit_small32 b32
+// fp32: 174 → 189 ms) until its block GEMMs take strided operands (bench/RESULTS.md §35).
+static bool lays_out_attention(const CompileOptions& options) {
+  return &planning_backend(options.target) == &cpu_backend() && options.precision != PrecisionKind::kFp32;
+}
 
 // Import, keep the logits [N, C] as the only output, then the forward pipeline.
 Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptions& options, int64_t batch,

@@ -83,6 +83,31 @@ TEST(AttentionPass, ReportsSubstitutionsAndBytes) {
   EXPECT_FALSE(again->changed);
 }
 
+// In 16-bit precisions on the CPU the planner lays attention out (planner/compile.cc); the same
+// step compiled for a GPU target keeps the default layout. Run on the CPU backend, both give the
+// same loss and gradients: the kernels compute in f32 from the same 16-bit operands, read from
+// other addresses.
+TEST(AttentionPass, Bf16StepWithLayoutsEqualsTheDefaultLayout) {
+  for (const Case& c : {Case{"vit_tiny", "digits_train.npz", 16, -1}, Case{"bert_t215", "text_train.npz", 4, 32}}) {
+    SCOPED_TRACE(c.model);
+    CompileOptions o = options_for(c, "tiled");
+    o.precision = PrecisionKind::kBf16Mixed;
+    const Plan laid = testing::compile_committed(c.model, o);
+    o.target = "h200";
+    const Plan plain = testing::compile_committed(c.model, o);
+    int laid_out = 0;
+    for (NodeId id : laid.train.schedule()) laid_out += laid.train.node(id).attrs.get_string("layout", "bhtd") != "bhtd";
+    EXPECT_GT(laid_out, 0);
+    for (NodeId id : plain.train.schedule()) EXPECT_EQ(plain.train.node(id).attrs.get_string("layout", "bhtd"), "bhtd");
+    const auto diff = testing::compare_gradients(testing::first_step_gradients(laid, c.data), testing::first_step_gradients(plain, c.data));
+    std::printf("[attention] %s bf16-mixed, layouts against none: loss rel %.2e, worst grad %s %.2e\n", c.model.c_str(), diff.loss_rel,
+                diff.worst_param.c_str(), diff.worst_param_rel);
+    EXPECT_EQ(diff.missing, "");
+    EXPECT_LE(diff.loss_rel, 1e-6);
+    EXPECT_LE(diff.worst_param_rel, 1e-5);
+  }
+}
+
 // With layouts (CPU targets), every attention of these exports reads q, k and v where the
 // projections wrote them and writes its output where out_proj reads it: torchvision's
 // sequence-first MultiheadAttention as tbhd, transformers' [batch, seq, heads, dim] as bthd. No
