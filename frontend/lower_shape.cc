@@ -235,15 +235,73 @@ Status lower_gather_elements(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
-// GatherND with known indices (what exporters write: index grids from the traced shape) is a
-// gather on the data flattened over the indexed dims: y = reshape(data, [Π d_0..d_{k-1}, rest])
-// [Σ_j idx[..., j]·stride_j]. batch_dims > 0 and runtime indices are unsupported.
+// GatherND's flat row index computed in the graph, for indices known only at run time (a
+// sequence classifier picking each row's last token: indices [B, 2] = (b, length - 1)):
+// Σ_j wrap(idx[..., j])·stride_j in int64. A tuple with any component outside its dim gets
+// INT64_MIN, which the gather rejects at run time, instead of aliasing another row.
+Expected<ValueId> runtime_gather_nd_rows(ImportContext& ctx, ValueId indices, const Shape& ds, int64_t k) {
+  const int64_t last = static_cast<int64_t>(ctx.type(indices).shape.size()) - 1;
+  if (ctx.type(indices).dtype != DType::kI64) {
+    MEMC_ASSIGN_OR_RETURN(indices, ctx.cast(indices, DType::kI64));
+  }
+  ValueId linear = kNoValue, bad = kNoValue;
+  int64_t stride = 1;
+  for (int64_t j = k - 1; j >= 0; --j) {
+    Attrs at_j;
+    at_j.set("axis", last);
+    MEMC_ASSIGN_OR_RETURN(ValueId i, ctx.emit("gather", {indices, ctx.scalar(static_cast<double>(j), DType::kI64)}, std::move(at_j)));
+    MEMC_ASSIGN_OR_RETURN(ValueId negative, ctx.emit("less", {i, ctx.scalar(0, DType::kI64)}));
+    MEMC_ASSIGN_OR_RETURN(ValueId shifted, ctx.emit("add", {i, ctx.scalar(static_cast<double>(ds[j]), DType::kI64)}));
+    MEMC_ASSIGN_OR_RETURN(i, ctx.emit("where", {negative, shifted, i}));
+    MEMC_ASSIGN_OR_RETURN(ValueId below, ctx.emit("less", {i, ctx.scalar(0, DType::kI64)}));
+    MEMC_ASSIGN_OR_RETURN(ValueId inside, ctx.emit("less", {i, ctx.scalar(static_cast<double>(ds[j]), DType::kI64)}));
+    MEMC_ASSIGN_OR_RETURN(ValueId above, ctx.emit("not", {inside}));
+    MEMC_ASSIGN_OR_RETURN(ValueId out_of_range, ctx.emit("or", {below, above}));
+    if (bad == kNoValue) {
+      bad = out_of_range;
+    } else {
+      MEMC_ASSIGN_OR_RETURN(bad, ctx.emit("or", {bad, out_of_range}));
+    }
+    if (stride != 1) {
+      MEMC_ASSIGN_OR_RETURN(i, ctx.emit("mul", {i, ctx.scalar(static_cast<double>(stride), DType::kI64)}));
+    }
+    if (linear == kNoValue) {
+      linear = i;
+    } else {
+      MEMC_ASSIGN_OR_RETURN(linear, ctx.emit("add", {linear, i}));
+    }
+    stride *= ds[j];
+  }
+  Tensor invalid = Tensor::zeros(DType::kI64, {});
+  invalid.data<int64_t>()[0] = INT64_MIN;
+  return ctx.emit("where", {bad, ctx.constant(std::move(invalid), "gather_nd_invalid"), linear});
+}
+
+// GatherND is a gather on the data flattened over the indexed dims: y = reshape(data,
+// [Π d_0..d_{k-1}, rest])[Σ_j idx[..., j]·stride_j]. Known indices (what exporters mostly write:
+// index grids from the traced shape) fold to a constant row list; runtime ones are computed in
+// the graph (runtime_gather_nd_rows). batch_dims > 0 is unsupported.
 Status lower_gather_nd(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
   if (ctx.attr_int("batch_dims", 0) != 0) return ctx.error("batch_dims > 0 is unsupported");
   const Tensor* idx = ctx.constant_of(indices);
-  if (!idx) return ctx.error("indices computed at run time are unsupported (memc needs them at import)");
+  if (!idx) {
+    const Shape ds = ctx.type(data).shape, is = ctx.type(indices).shape;
+    if (is.empty()) return ctx.error("indices must have rank ≥ 1");
+    if (!is_integer(ctx.type(indices).dtype)) return ctx.error("indices must be integers");
+    const int64_t k = is.back();
+    if (k < 1 || k > static_cast<int64_t>(ds.size())) return ctx.error(str_cat("index depth ", k, " outside [1, ", ds.size(), "]"));
+    Shape flat = {1};
+    for (int64_t j = 0; j < k; ++j) flat[0] *= ds[j];
+    flat.insert(flat.end(), ds.begin() + k, ds.end());
+    MEMC_ASSIGN_OR_RETURN(ValueId linear, runtime_gather_nd_rows(ctx, indices, ds, k));
+    MEMC_ASSIGN_OR_RETURN(ValueId rows, ctx.reshape(data, flat));
+    Attrs a;
+    a.set("axis", int64_t{0});
+    MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {rows, linear}, std::move(a)));
+    return ctx.bind(0, y);
+  }
   // Copies: emitting nodes below grows the module's value table (and may move constants).
   const Shape ds = ctx.type(data).shape;
   const Shape is = idx->shape();

@@ -306,6 +306,16 @@ def build_bert(kind, seed):
     return model_cls(cfg)
 
 
+def build_gpt2(seed):
+    """GPT-2 as a sequence classifier: a causal mask, and the logits of each row's last
+    non-pad token picked by a GatherND whose indices the export computes at run time."""
+    import transformers as T
+    seed_all(seed)
+    cfg = T.GPT2Config(vocab_size=64, n_positions=72, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.1, embd_pdrop=0.1,
+                       attn_pdrop=0.1, initializer_range=0.2, num_labels=n_classes(), pad_token_id=0)
+    return T.GPT2ForSequenceClassification(cfg)
+
+
 def do_vit_dynamo(name, pristine):
     model = build_vit_tiny()
     changed = make_unique_(model, seed=100)   # the same weights as vit_tiny.onnx
@@ -368,6 +378,7 @@ def main():
         ("vit_tiny_dynamo_t215_tied", lambda: do_vit_dynamo("vit_tiny_dynamo_t215_tied", True)),
         ("bert_t215", lambda: do_hf_dynamo("bert_t215", build_bert("bert", 5), 105)),
         ("roberta_t215", lambda: do_hf_dynamo("roberta_t215", build_bert("roberta", 6), 106)),
+        ("gpt2_t215", lambda: do_hf_dynamo("gpt2_t215", build_gpt2(7), 107)),
         ("distilbert_base_t215_skeleton", lambda: do_skeleton(
             "distilbert_base_t215_skeleton",
             Logits(build_distilbert(0, vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,

@@ -259,6 +259,26 @@ TEST(FrontendLowering, ConcatGatherExpandTilePad) {
   expect_values(out->at(4), {9, 1, 2, 9, 3, 4});
 }
 
+// GatherND with indices computed at run time (a sequence classifier picking each row's last
+// token): the flat row index is computed in the graph. Negative components wrap; a component
+// outside its dim is refused at run time, never read from another row.
+TEST(FrontendLowering, GatherNDWithRuntimeIndices) {
+  OnnxBuilder b;
+  b.input("x", {2, 3, 2}).input("idx", {2, 2}, onnx::TensorProto::INT64).output("y");
+  b.node("GatherND", {"x", "idx"}, {"y"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const Tensor x = make_tensor(DType::kF32, {2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  auto out = execute(*m, {{"x", x}, {"idx", make_tensor(DType::kI64, {2, 2}, {0, 2, 1, -3})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(0).shape(), (Shape{2, 2}));
+  expect_values(out->at(0), {5, 6, 7, 8});  // x[0, 2] and x[1, 0]
+  for (const std::vector<double>& bad : {std::vector<double>{0, 3, 1, 0}, std::vector<double>{2, 0, 1, 0}, std::vector<double>{0, -4, 1, 0}}) {
+    auto refused = execute(*m, {{"x", x}, {"idx", make_tensor(DType::kI64, {2, 2}, bad)}});
+    EXPECT_FALSE(refused.ok()) << "index (" << bad[0] << ", " << bad[1] << ") read another row";
+  }
+}
+
 TEST(FrontendLowering, RangeConstantOfShapeFold) {
   OnnxBuilder b;
   b.input("x", {4}).output("y");

@@ -90,6 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                                            // Today's exports (models/export_t215.py): fixed batch 4.
                                            GradModel{"bigbird_sparse_t215", 64}, GradModel{"bigbird_full_t215", 32},
                                            GradModel{"distilbert_t215", 32}, GradModel{"distilbert_ts_t215", 32}, GradModel{"bert_t215", 32}, GradModel{"roberta_t215", 32},
+                                           GradModel{"gpt2_t215", 32},  // causal mask, runtime GatherND
                                            GradModel{"vit_tiny_dynamo_t215", -1}, GradModel{"vit_tiny_dynamo_t215_tied", -1}),
                          [](const ::testing::TestParamInfo<GradModel>& info) { return info.param.name; });
 

@@ -27,9 +27,8 @@ struct ModelAttention {
 // From the memc.attention nodes of `memc compile MODEL --print-ir` (f32 plans; the shapes are the
 // same at every precision). Bias patterns: text_encoder's key-padding mask [B,H,1,Tk], bigbird's
 // [B,1,1,Tk] (bigbird_full) and [B,1,Tq,Tk] (bigbird_full_t215); the bigbirds keep attention
-// dropout 0.1. bert_t215 (also roberta_t215 and distilbert_t215: same shapes) is not fused into
-// memc.attention today (its mask is a Where, so the softmax and matmuls stay apart); its
-// q·kᵀ + mask [4,1,32,32], softmax, ·v is listed as the shape attention would take.
+// dropout 0.1. bert_t215 (also roberta_t215 and distilbert_t215: same shapes) is fused since the
+// fusion peels torch's where(isnan(P), 0, P) guard: q·kᵀ + mask [4,1,32,32], softmax, ·v.
 const std::vector<ModelAttention>& model_attentions() {
   static const std::vector<ModelAttention> cases = {
       // compile models/vit_tiny.onnx --batch 32
