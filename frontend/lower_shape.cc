@@ -6,6 +6,7 @@
 #include "frontend/fold.h"
 #include "frontend/onnx_tensor.h"
 #include "frontend/lowering.h"
+#include "ir/ops/ops.h"  // kGatherNoRow
 
 namespace memc {
 namespace {
@@ -238,7 +239,7 @@ Status lower_gather_elements(ImportContext& ctx) {
 // GatherND's flat row index computed in the graph, for indices known only at run time (a
 // sequence classifier picking each row's last token: indices [B, 2] = (b, length - 1)):
 // Σ_j wrap(idx[..., j])·stride_j in int64. A tuple with any component outside its dim gets
-// INT64_MIN, which the gather rejects at run time, instead of aliasing another row.
+// kGatherNoRow, which the gather refuses at run time, instead of aliasing another row.
 Expected<ValueId> runtime_gather_nd_rows(ImportContext& ctx, ValueId indices, const Shape& ds, int64_t k) {
   const int64_t last = static_cast<int64_t>(ctx.type(indices).shape.size()) - 1;
   if (ctx.type(indices).dtype != DType::kI64) {
@@ -273,7 +274,7 @@ Expected<ValueId> runtime_gather_nd_rows(ImportContext& ctx, ValueId indices, co
     stride *= ds[j];
   }
   Tensor invalid = Tensor::zeros(DType::kI64, {});
-  invalid.data<int64_t>()[0] = INT64_MIN;
+  invalid.data<int64_t>()[0] = kGatherNoRow;
   return ctx.emit("where", {bad, ctx.constant(std::move(invalid), "gather_nd_invalid"), linear});
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/loops.h"
+#include "ir/ops/ops.h"  // kGatherNoRow
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/workspace.h"
 
@@ -115,6 +116,7 @@ Status gather_kernel(KernelContext& ctx) {
   // Check every index before writing anything; the copy below re-reads them (no index buffer).
   for (int64_t i = 0; i < count; ++i) {
     const int64_t index = indices.get_as_int(i);
+    if (index == kGatherNoRow) return Status::BadInput(str_cat("index tuple ", i, " lies outside the data's dims"));
     if (index < -n || index >= n) {
       return Status::BadInput(str_cat("gather index ", index, " out of range for dim ", n, " (axis ", axis, ")"));
     }

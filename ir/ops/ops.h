@@ -1,5 +1,7 @@
 // Registration entry points of each op family, and helpers their shape functions share.
 #pragma once
+#include <cstdint>
+
 #include "ir/op_registry.h"
 
 namespace memc {
@@ -23,6 +25,10 @@ inline constexpr int64_t kMaxElements = int64_t{1} << 48;
 Status check_shape(const Shape& shape, const char* what);
 // An attribute integer (stride, pad, repeat) within ±2^40.
 Status check_small(const std::vector<int64_t>& values, const char* what);
+
+// A gather index that names no row: the frontend computes it for an index tuple outside the
+// data's dims (GatherND with runtime indices), and gather kernels refuse it saying so.
+inline constexpr int64_t kGatherNoRow = INT64_MIN;
 
 // Checks every axis in `axes` lies in [0, rank) and appears once.
 Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what);
