@@ -5,6 +5,8 @@
 // Batch entries (batch × heads) run on parallel threads, each with its own scratch slot; short
 // sequences, whose whole head fits one block, run G heads per strided-batched product instead
 // (the grouped section). Slot and group counts come from shapes alone, never from --threads.
+// Operands in a layout other than the default (ir/attention_layout.h: bthd, tbhd) are gathered
+// entry by entry into the slot's scratch, and outputs and gradients stored back the same way.
 // Dimension letters: Tq queries, Tk keys, D head dim, Dv value dim.
 #include <algorithm>
 #include <cmath>
@@ -12,12 +14,12 @@
 #include <optional>
 
 #include "backends/cpu/attention.h"
-#include "ir/attention_layout.h"
 #include "backends/cpu/blas.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/vector_math.h"
 #include "backends/cpu/workspace.h"
+#include "ir/attention_layout.h"
 
 namespace memc::cpu {
 namespace {
