@@ -286,51 +286,37 @@ Status lower_gather_nd(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
   if (ctx.attr_int("batch_dims", 0) != 0) return ctx.error("batch_dims > 0 is unsupported");
-  const Tensor* idx = ctx.constant_of(indices);
-  if (!idx) {
-    const Shape ds = ctx.type(data).shape, is = ctx.type(indices).shape;
-    if (is.empty()) return ctx.error("indices must have rank ≥ 1");
-    if (!is_integer(ctx.type(indices).dtype)) return ctx.error("indices must be integers");
-    const int64_t k = is.back();
-    if (k < 1 || k > static_cast<int64_t>(ds.size())) return ctx.error(str_cat("index depth ", k, " outside [1, ", ds.size(), "]"));
-    Shape flat = {1};
-    for (int64_t j = 0; j < k; ++j) flat[0] *= ds[j];
-    flat.insert(flat.end(), ds.begin() + k, ds.end());
-    MEMC_ASSIGN_OR_RETURN(ValueId linear, runtime_gather_nd_rows(ctx, indices, ds, k));
-    MEMC_ASSIGN_OR_RETURN(ValueId rows, ctx.reshape(data, flat));
-    Attrs a;
-    a.set("axis", int64_t{0});
-    MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {rows, linear}, std::move(a)));
-    return ctx.bind(0, y);
-  }
   // Copies: emitting nodes below grows the module's value table (and may move constants).
-  const Shape ds = ctx.type(data).shape;
-  const Shape is = idx->shape();
+  const Shape ds = ctx.type(data).shape, is = ctx.type(indices).shape;
   if (is.empty()) return ctx.error("indices must have rank ≥ 1");
+  if (!is_integer(ctx.type(indices).dtype)) return ctx.error("indices must be integers");
   const int64_t k = is.back();
   if (k < 1 || k > static_cast<int64_t>(ds.size())) return ctx.error(str_cat("index depth ", k, " outside [1, ", ds.size(), "]"));
+  // The row of each index tuple in the data flattened over its first k dims: [is[:-1]].
+  ValueId linear = kNoValue;
+  if (const Tensor* idx = ctx.constant_of(indices)) {
+    Tensor rows = Tensor::zeros(DType::kI64, Shape(is.begin(), is.end() - 1));
+    for (int64_t t = 0; t < rows.numel(); ++t) {
+      int64_t offset = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t i = idx->get_as_int(t * k + j);
+        if (i < -ds[j] || i >= ds[j]) return ctx.error(str_cat("index ", i, " outside dim ", ds[j]));
+        if (i < 0) i += ds[j];
+        offset = offset * ds[j] + i;
+      }
+      rows.data<int64_t>()[t] = offset;
+    }
+    linear = ctx.constant(std::move(rows), "gather_nd_index");
+  } else {
+    MEMC_ASSIGN_OR_RETURN(linear, runtime_gather_nd_rows(ctx, indices, ds, k));
+  }
   Shape flat = {1};
   for (int64_t j = 0; j < k; ++j) flat[0] *= ds[j];
   flat.insert(flat.end(), ds.begin() + k, ds.end());
-  const int64_t tuples = idx->numel() / k;
-  Tensor linear = Tensor::zeros(DType::kI64, {tuples});
-  for (int64_t t = 0; t < tuples; ++t) {
-    int64_t offset = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t i = idx->get_as_int(t * k + j);
-      if (i < -ds[j] || i >= ds[j]) return ctx.error(str_cat("index ", i, " outside dim ", ds[j]));
-      if (i < 0) i += ds[j];
-      offset = offset * ds[j] + i;
-    }
-    linear.data<int64_t>()[t] = offset;
-  }
   MEMC_ASSIGN_OR_RETURN(ValueId rows, ctx.reshape(data, flat));
   Attrs a;
   a.set("axis", int64_t{0});
-  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {rows, ctx.constant(std::move(linear), "gather_nd_index")}, std::move(a)));
-  Shape out(is.begin(), is.end() - 1);
-  out.insert(out.end(), ds.begin() + k, ds.end());
-  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, out));
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {rows, linear}, std::move(a)));  // [is[:-1], ds[k:]]
   return ctx.bind(0, y);
 }
 

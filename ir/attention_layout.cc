@@ -41,6 +41,12 @@ AttentionOperand attention_operand_of(AttentionLayout layout, const Shape& shape
   return operand.ok() ? *operand : AttentionOperand{};
 }
 
+std::array<int64_t, 4> attention_steps(AttentionLayout layout, int64_t b, int64_t h, int64_t t, int64_t e) {
+  if (layout == AttentionLayout::kBTHD) return {t * h * e, e, h * e, 1};
+  if (layout == AttentionLayout::kTBHD) return {h * e, e, b * h * e, 1};
+  return {h * t * e, t * e, e, 1};
+}
+
 Shape attention_operand_shape(AttentionLayout layout, const Shape& batch, int64_t t, int64_t e) {
   if (layout == AttentionLayout::kBTHD) return {batch[0], t, batch[1], e};
   if (layout == AttentionLayout::kTBHD) return {t, batch[0], batch[1], e};

@@ -8,6 +8,8 @@
 // an additive bias is indexed [B, H, Tq, Tk] whatever the layout. Non-default layouts let the
 // kernels read and write the operands where the projections put them, with no transposes.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <string_view>
 
 #include "ir/attr.h"
@@ -34,6 +36,9 @@ Expected<AttentionOperand> attention_operand(AttentionLayout layout, const Shape
 // empty on a bad node, never failing).
 AttentionLayout attention_layout_of(const Attrs& attrs);
 AttentionOperand attention_operand_of(AttentionLayout layout, const Shape& shape);
+// The steps (in elements) of an operand's B, H, T and E dims in `layout`, for [B, H] entries of
+// t rows × e: element (b, h, t, e) sits at b·s₀ + h·s₁ + t·s₂ + e·s₃.
+std::array<int64_t, 4> attention_steps(AttentionLayout layout, int64_t b, int64_t h, int64_t t, int64_t e);
 // The operand shape of entries `batch` with t rows of e, in `layout`.
 Shape attention_operand_shape(AttentionLayout layout, const Shape& batch, int64_t t, int64_t e);
 

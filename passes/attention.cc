@@ -5,7 +5,6 @@
 #include "frontend/fusion.h"
 #include "frontend/fusion_util.h"
 #include "ir/attention_layout.h"
-#include "support/log.h"
 #include "support/size.h"
 
 namespace memc {
@@ -19,9 +18,9 @@ int64_t activation_bytes(const Module& m) {
   return total;
 }
 
-int count_attention(const Module& m) {
+int count_op(const Module& m, std::string_view op) {
   int n = 0;
-  for (NodeId id : m.schedule()) n += m.node(id).op == "attention";
+  for (NodeId id : m.schedule()) n += m.node(id).op == op;
   return n;
 }
 
@@ -103,9 +102,8 @@ std::optional<int64_t> single_step(const std::vector<Digit>& dim) {
 
 // The steps of [B, H, T, E]'s dims when the tensor is laid out densely in `layout`.
 std::vector<int64_t> layout_steps(AttentionLayout layout, const Shape& bhte) {
-  const int64_t b = bhte[0], h = bhte[1], t = bhte[2], e = bhte[3];
-  if (layout == AttentionLayout::kBTHD) return {t * h * e, e, h * e, 1};
-  return {h * e, e, b * h * e, 1};  // tbhd
+  const std::array<int64_t, 4> s = attention_steps(layout, bhte[0], bhte[1], bhte[2], bhte[3]);
+  return {s.begin(), s.end()};
 }
 
 // Whether dims has these steps (dims of one element match any).
@@ -217,18 +215,13 @@ bool lay_out(Module& m, NodeId id) {
 }  // namespace
 
 int lay_out_attention(Module& forward) {
-  const auto transposes = [&] {
-    int n = 0;
-    for (NodeId id : forward.schedule()) n += forward.node(id).op == "transpose";
-    return n;
-  };
-  const int before = transposes();
+  const int before = count_op(forward, "transpose");
   for (NodeId id : forward.schedule()) {
     if (!forward.node(id).dead && forward.node(id).op == "attention") lay_out(forward, id);
   }
   forward.eliminate_dead_nodes();
   forward.compact();
-  return before - transposes();
+  return before - count_op(forward, "transpose");
 }
 
 Expected<AttentionKernel> parse_attention_kernel(std::string_view name) {
@@ -242,11 +235,11 @@ std::string_view attention_kernel_name(AttentionKernel kernel) { return kernel =
 Expected<PassReport> AttentionPass::run(Module& forward) {
   AttentionReport r;
   r.bytes_before = activation_bytes(forward);
-  const int before = count_attention(forward);
+  const int before = count_op(forward, "attention");
   make_attention_fusion()->run(forward);
   forward.eliminate_dead_nodes();
   forward.compact();
-  r.substituted = count_attention(forward) - before;
+  r.substituted = count_op(forward, "attention") - before;
   if (layouts_) r.transposes_removed = lay_out_attention(forward);
   r.bytes_after = activation_bytes(forward);
   PassReport report;

@@ -79,18 +79,15 @@ struct AttentionGeometry {
   // Whether the operands sit in a layout other than the default: each entry's rows are then
   // gathered into scratch, and the outputs written back, with the steps below.
   bool strided() const { return layout != AttentionLayout::kBHTD; }
-  // Where entry i's matrix of t rows × e starts in an operand of a non-default layout, and the
-  // step between its rows (e in the default layout, whose entries are consecutive matrices).
+  // Where entry i's matrix of t rows × e starts in an operand, and the step between its rows
+  // (ir/attention_layout.h's steps; in the default layout, whose batch dims may be any, the
+  // entries are consecutive matrices).
   int64_t at(int64_t i, int64_t t, int64_t e) const {
-    if (layout == AttentionLayout::kBTHD) return (i / batch[1]) * t * batch[1] * e + (i % batch[1]) * e;
-    if (layout == AttentionLayout::kTBHD) return i * e;
-    return i * t * e;
+    if (!strided()) return i * t * e;
+    const std::array<int64_t, 4> s = attention_steps(layout, batch[0], batch[1], t, e);
+    return (i / batch[1]) * s[0] + (i % batch[1]) * s[1];
   }
-  int64_t row_step(int64_t e) const {
-    if (layout == AttentionLayout::kBTHD) return batch[1] * e;
-    if (layout == AttentionLayout::kTBHD) return numel(batch) * e;
-    return e;
-  }
+  int64_t row_step(int64_t t, int64_t e) const { return strided() ? attention_steps(layout, batch[0], batch[1], t, e)[2] : e; }
   int64_t bias_row() const { return bias_strides[bias_strides.size() - 2]; }
   int64_t bias_col() const { return bias_strides.back(); }
 };
@@ -281,7 +278,7 @@ void attention_matrix(T* y, const AttentionOperands<C>& x, QueryBlockScratch<C>&
     // Rows whose every key was masked (-inf bias) have l = 0 and produce 0, not NaN.
     for (int64_t r = 0; r < rows; ++r) {
       const C inv_sum = w.row_sum[r] > C(0) ? C(1) / w.row_sum[r] : C(0);
-      T* y_row = y + (q0 + r) * g.row_step(g.dv);
+      T* y_row = y + (q0 + r) * g.row_step(g.tq, g.dv);
       for (int64_t j = 0; j < g.dv; ++j) y_row[j] = store<T>(w.out[r * g.dv + j] * inv_sum);
     }
   }
@@ -319,7 +316,7 @@ const C* as_compute(const T* x, int64_t count, C* buffer) {
 template <typename T, typename C>
 const C* load_entries(const T* x, int64_t offset, int64_t i0, int64_t n, int64_t t, int64_t e, const AttentionGeometry& g, C* buffer) {
   if (!g.strided()) return as_compute(x + offset, n * t * e, buffer);
-  const int64_t step = g.row_step(e);
+  const int64_t step = g.row_step(t, e);
   for (int64_t j = 0; j < n; ++j) {
     const T* src = x + g.at(i0 + j, t, e);
     C* dst = buffer + j * t * e;
@@ -334,7 +331,7 @@ const C* load_entries(const T* x, int64_t offset, int64_t i0, int64_t n, int64_t
 // consecutive in `values`, rounded once, to where the layout puts them.
 template <typename T, typename C>
 void store_entries(T* y, const C* values, int64_t i0, int64_t n, int64_t t, int64_t e, const AttentionGeometry& g) {
-  const int64_t step = g.row_step(e);
+  const int64_t step = g.row_step(t, e);
   for (int64_t j = 0; j < n; ++j) {
     T* dst = y + g.at(i0 + j, t, e);
     const C* src = values + j * t * e;

@@ -240,8 +240,8 @@ Status adam8bit_kernel(KernelContext& ctx) {
 // else v ← β2ₜ v + (1-β2ₜ) G, v̂ = v. u = g/√v̂, u ← u / max(1, RMS(u)/d);
 // w ← w - lr·λ·w - lr·u.
 // The arithmetic and its order are the CUDA kernel's (backends/cuda/bodies.h: means summed
-// per element in f64, Σu² in chunks of kSumChunk), so both backends give the same bits and
-// neither depends on the thread count. u is never stored: it is computed once for its RMS and
+// per element in f64, Σu² in chunks of kSumChunk), and every sum keeps its order on any
+// number of threads, so the result does not depend on --threads. u is never stored: it is computed once for its RMS and
 // again for the step, so the scratch is the column means, the row-factor means and the Σu²
 // partials, never a copy of the parameter.
 constexpr int64_t kAdafactorSumChunk = 4096;
