@@ -93,7 +93,7 @@ EOF
   for m in b l; do
     python3 bench/random_weights.py "models/vit_${m}_16_skeleton.onnx" "/tmp/vit${m}.onnx" 2>/dev/null
     for cfg in fp32 bf16 bf16_remat bf16_remat_offload; do
-      flags=(--batch 16 --optimizer adamw --lr 1e-3)
+      flags=(--batch 16 --optimizer adamw --lr 1e-3 --epochs 3)
       [[ $cfg == bf16* ]] && flags+=(--precision bf16-mixed)
       [[ $cfg == *remat* ]] && flags+=(--remat blocks)
       [[ $cfg == *offload ]] && flags+=(--offload optimizer)

@@ -21,8 +21,8 @@ mkdir -p "$stage/bin" "$stage/lib"
 strip -o "$stage/bin/memc" "$build/memc"
 for t in "${targets[@]:1}"; do strip -o "$stage/bin/$t" "$build/tests/$t"; done
 # Everything they load but glibc, the GCC runtime (the machine's are newer) and CUDA's libraries
-# (the machine's toolkit and its PyTorch wheels bring those).
-skip='/(libc|libm|libmvec|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnvrtc[a-z-]*)\.so'
+# and NCCL (the machine's toolkit and its PyTorch wheels bring those).
+skip='/(libc|libm|libmvec|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnvrtc[a-z-]*|libnccl)\.so'
 ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 git rev-parse HEAD >"$stage/COMMIT"
 mkdir -p .devdeps
