@@ -4,7 +4,8 @@
 #include <memory>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/target.h"
+#include "backends/cuda_module.h"
 
 namespace memc {
 
@@ -15,7 +16,7 @@ Backend& cpu_backend() {
 
 const Backend& planning_backend(const std::string& target) {
   // The GPU profiles of planner/cost_model.h; everything else (cpu, a calibrated .json) is a CPU.
-  static const cuda::CudaBackend ampere(8), hopper(9);
+  static const cuda::CudaTarget ampere(8), hopper(9);
   if (target == "a100") return ampere;
   if (target == "h100" || target == "h200") return hopper;
   return cpu_backend();
@@ -39,9 +40,12 @@ Expected<Backend*> open_backend(const std::string& device) {
     index = std::stoi(device.substr(prefix.size()));
   }
   // One per device for the process's lifetime: streams and the context are set up once.
-  static std::map<int, std::unique_ptr<cuda::CudaBackend>> opened;
+  static std::map<int, std::unique_ptr<Backend>> opened;
   if (auto it = opened.find(index); it != opened.end()) return it->second.get();
-  MEMC_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> backend, cuda::CudaBackend::open(index));
+  // The CUDA module is loaded here, on the first GPU device a process opens (backends/cuda_module.h).
+  Expected<const cuda::ModuleApi*> module = cuda::load_module();
+  if (!module.ok()) return module.status().with_context(str_cat("--device ", device, ": "));
+  MEMC_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, (*module)->open(index));
   return (opened[index] = std::move(backend)).get();
 }
 

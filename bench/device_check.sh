@@ -18,6 +18,9 @@
 # AdamW, precision and checkpointing) with torch.cuda.max_memory_allocated.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# PARTS="1 2 3 4" runs those parts only (a short re-check after a change); default: all five.
+parts=" ${PARTS:-1 2 3 4 5} "
+want() { [[ $parts == *" $1 "* ]]; }
 out=${OUT:-/tmp/memc-device-check}
 mkdir -p "$out"
 exec > >(tee "$out/device_check.txt") 2>&1
@@ -43,14 +46,16 @@ runs="$out/runs.jsonl"
 : >"$runs"
 
 part "1. CUDA backend unit tests"
-"$root/bin/cuda_backend_test" --gtest_output="xml:$out/cuda_backend_test.xml" 2>&1 | grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED|cuda)|Skipped|no CUDA" | sort -u
+want 1 && "$root/bin/cuda_backend_test" --gtest_output="xml:$out/cuda_backend_test.xml" 2>&1 | grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED|cuda)|Skipped|no CUDA" | sort -u
 
 part "2. one training step of every committed model, GPU against CPU; a captured and a replayed step against the eager one"
-"$root/bin/cuda_ops_host_test" --gtest_filter='*OnTheGpu*:CudaGraphs.*' --gtest_output="xml:$out/gpu_parity.xml" 2>&1 |
+want 2 && "$root/bin/cuda_ops_host_test" --gtest_filter='*OnTheGpu*:CudaGraphs.*' --gtest_output="xml:$out/gpu_parity.xml" 2>&1 |
   grep -E "^\[(cuda|  FAILED|  SKIPPED|  PASSED| +OK)|Skipped|no GPU|Failure|Expected|actual" | grep -v "where GetParam"
 
 part "3. cuDNN attention graphs"
-if [[ -x $root/bin/cudnn_sdpa_test ]]; then
+if ! want 3; then
+  echo "skipped: not in PARTS"
+elif [[ -x $root/bin/cudnn_sdpa_test ]]; then
   "$root/bin/cudnn_sdpa_test" --gtest_output="xml:$out/cudnn_sdpa_test.xml" 2>&1 | grep -E "^\[(  FAILED|  SKIPPED|  PASSED)|workspace|Skipped" | sort -u
 else
   echo "skipped: the bundle has no cudnn_sdpa_test (built without the cuDNN frontend)"
@@ -78,11 +83,13 @@ memc_run() {
 }
 
 part "4. the digits ViT trained on the GPU"
-memc_run digits models/vit_tiny.onnx --batch 32 --optimizer adamw --lr 2e-3 --schedule warmup-cosine --warmup-steps 100 --epochs 40 \
+want 4 && memc_run digits models/vit_tiny.onnx --batch 32 --optimizer adamw --lr 2e-3 --schedule warmup-cosine --warmup-steps 100 --epochs 40 \
   -- --data data/digits_train.npz --eval data/digits_test.npz
 
 part "5. ViT-B/16 and ViT-L/16 at batch 16: memory and step time, memc and PyTorch eager"
-if [[ $gpu != yes ]]; then
+if ! want 5; then
+  echo "skipped: not in PARTS"
+elif [[ $gpu != yes ]]; then
   echo "skipped: no GPU"
 else
   python3 - <<'EOF'

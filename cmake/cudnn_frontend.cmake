@@ -6,11 +6,7 @@
 # tests/cudnn.cmake registers a skipped test in its place.
 #
 # Defines memc_cudnn_sdpa (static, plain C++ compiled by the host compiler) and sets
-# MEMC_HAVE_CUDNN_SDPA. Not linked into memc_core: the CUDA kernels wire it in.
-
-# memc_core globs backends/cuda/*.cc; this file belongs to memc_cudnn_sdpa only (without the
-# frontend it compiles to nothing, so the sanitizer and no-nvcc builds may keep it).
-list(REMOVE_ITEM MEMC_CPU_SRC ${CMAKE_SOURCE_DIR}/backends/cuda/cudnn_sdpa.cc)
+# MEMC_HAVE_CUDNN_SDPA. Linked into the CUDA module (libmemc_cuda.so) only.
 
 find_path(CUDNN_INCLUDE_DIR cudnn.h
           HINTS ${CUDAToolkit_INCLUDE_DIRS}

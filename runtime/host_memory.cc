@@ -78,7 +78,10 @@ void set_compute_threads(int64_t threads) {
   g_host_memory.threads = threads;
 }
 
+extern "C" void memc_preinit_anchor();  // runtime/preinit/preinit.cc: a call keeps it among libmemc's needs
+
 Expected<HostMemory> prepare_host_memory() {
+  memc_preinit_anchor();
   warn_on_generic_openblas();
   HostMemory hm;
   hm.threads = g_host_memory.threads ? g_host_memory.threads : cpu::onednn_threads();

@@ -23,7 +23,7 @@ struct HostMemory {
   std::string vector_math;           // "avx512f (16 lanes)": the width of exp/erf/tanh (backends/cpu/vector_math.h)
   std::string vector_loops;          // "x86-64-v4 (AVX-512)": the build of memc's own kernel loops (backends/cpu/parallel.h)
   std::string openblas_core;         // OpenBLAS's kernel choice ("Haswell", "SkylakeX", ...)
-  std::string omp_wait;              // how idle OpenMP threads wait: "passive", "spin 30000" (tools/preinit.cc)
+  std::string omp_wait;              // how idle OpenMP threads wait: "passive", "spin 30000" (runtime/preinit/preinit.cc)
   int64_t gemm_buffer_bytes = 0;     // their buffers, outside the arena: threads × kGemmBufferBytes (mapped up
                                      // front under a limit, lazily by OpenBLAS without one)
 };
@@ -31,11 +31,11 @@ struct HostMemory {
 // The cores this process may run on (sched_getaffinity).
 int64_t available_cores();
 // One thread count for the GEMM libraries: oneDNN's OpenMP threads and OpenBLAS's (at most what
-// OpenBLAS started before main: tools/preinit.cc). Call before prepare_host_memory.
+// OpenBLAS started before main: runtime/preinit/preinit.cc). Call before prepare_host_memory.
 void set_compute_threads(int64_t threads);
 
 // Exit 1 with one line when even one GEMM buffer does not fit under the limit. Warns in one
-// line when OpenBLAS picked generic kernels on a CPU with AVX2 (tools/preinit.cc fixes the
+// line when OpenBLAS picked generic kernels on a CPU with AVX2 (runtime/preinit/preinit.cc fixes the
 // AVX-512 case before OpenBLAS starts).
 Expected<HostMemory> prepare_host_memory();
 // What prepare_host_memory() settled (for reports).

@@ -9,7 +9,7 @@
 
 namespace memc {
 
-Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMemory& memory) {
+Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMemory& memory, int64_t planned_workspace_bytes) {
   PlannedExecutor ex;
   ex.module_ = module;
   ex.backend_ = &memory.backend();
@@ -19,7 +19,7 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
   // memory, outside the device accountant's count. On the CPU backend both are RAM; the split is
   // what a GPU run has, and the device peak measured is the device arena's.
   ex.host_arena_bytes_ = ex.plan_.space(MemSpace::kHost).arena_bytes;
-  ex.workspace_bytes_ = max_workspace_bytes(*ex.backend_, ex.module_);
+  ex.workspace_bytes_ = std::max(max_workspace_bytes(*ex.backend_, ex.module_), planned_workspace_bytes);
   for (NodeId n : ex.module_.schedule()) {  // every kernel resolved before any memory is taken
     const Node& node = ex.module_.node(n);
     const Kernel* kernel = ex.backend_->find_kernel(node.op);

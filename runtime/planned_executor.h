@@ -21,8 +21,11 @@ namespace memc {
 class PlannedExecutor {
  public:
   // Plans `module` (deterministically, as compile did) and allocates its arenas and workspace
-  // through `memory`, on `memory`'s backend, which must have a kernel for every node.
-  static Expected<PlannedExecutor> create(const Module& module, DeviceMemory& memory);
+  // through `memory`, on `memory`'s backend, which must have a kernel for every node. The
+  // workspace region is the larger of what the nodes need now and `planned_workspace_bytes`
+  // (the plan's): a CPU run with fewer threads than the plan was sized for (a rank bound to one
+  // core) needs smaller GEMM scratchpads, and still takes the planned bytes, so measured = planned.
+  static Expected<PlannedExecutor> create(const Module& module, DeviceMemory& memory, int64_t planned_workspace_bytes = 0);
 
   // The tensor of an argument or value, in its arena (a view in the backend's memory; valid
   // while the executor lives). Host code reads device values through fetch().

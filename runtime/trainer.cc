@@ -11,7 +11,7 @@
 #include <optional>
 #include <set>
 
-#include "backends/cuda/gemm.h"
+#include "backends/cuda_module.h"
 #include "frontend/onnx_weights.h"
 #include "frontend/param_audit.h"
 #include "passes/shard.h"
@@ -68,7 +68,7 @@ Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset
   counted = 0;
   for (int64_t start = 0; start < data.size; start += batch) {
     const int64_t window = std::min<int64_t>(start, static_cast<int64_t>(order.size()) - batch);
-    auto feeds = make_batch(data, order, window, batch, specs, kLabelsArg);
+    MEMC_ASSIGN_OR_RETURN(auto feeds, make_batch(data, order, window, batch, specs, kLabelsArg));
     add_state_feeds(plan.eval, state, feeds);
     MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(plan.eval, feeds, ExecOptions{.training = false}));
     const Tensor& logits = out[0];
@@ -328,13 +328,13 @@ struct StepOutcome {
 // Feeds of step `step`: this rank's slice of batch `b` of `order`, and the runtime scalars. A
 // slice one short of the step's rows repeats its first sample, labelled as padding: the loss
 // ignores it (passes/shard.h).
-static std::map<std::string, Tensor> step_feeds(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order,
+static Expected<std::map<std::string, Tensor>> step_feeds(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order,
                                                 int64_t b, int64_t step, const Scaler& scaler) {
   const RankSlice slice = ctx.slice();
   const auto first = order.begin() + b * ctx.plan.batch + slice.first;
   std::vector<int64_t> rows(first, first + slice.rows);
   rows.resize(static_cast<size_t>(ctx.plan.rank_rows()), rows.front());
-  auto feeds = make_batch(data, rows, 0, ctx.plan.rank_rows(), ctx.specs, kLabelsArg);
+  MEMC_ASSIGN_OR_RETURN(auto feeds, make_batch(data, rows, 0, ctx.plan.rank_rows(), ctx.specs, kLabelsArg));
   int64_t* labels = feeds[kLabelsArg].data<int64_t>();
   std::fill(labels + slice.rows, labels + ctx.plan.rank_rows(), kPaddingLabel);
   feeds[kLrArg] = f32_scalar(learning_rate(ctx.plan.schedule, step, ctx.horizon()));
@@ -359,7 +359,7 @@ static Status dump_gradients(const TrainContext& ctx, const std::map<std::string
 // Runs step `step` on batch `b`; its updates land in place on the arguments they replace.
 static Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order, int64_t b,
                                       int64_t step, bool first_of_run, const Scaler& scaler) {
-  const auto feeds = step_feeds(ctx, data, order, b, step, scaler);
+  MEMC_ASSIGN_OR_RETURN(const auto feeds, step_feeds(ctx, data, order, b, step, scaler));
   for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(ctx.exec.set_argument(name, tensor));
   const ExecOptions opts{.training = ctx.plan.dropout, .seed = ctx.options.seed, .step = step, .comm = ctx.kernel_comm,
                          .batch_row_offset = ctx.slice().first};
@@ -515,10 +515,15 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
     const std::string name(backend->name());  // "cuda:K", the GPU opened (--device may name it)
     MEMC_ASSIGN_OR_RETURN(device_comm, options.device_communicator(*comm, std::stoi(name.substr(name.find(':') + 1))));
   }
-  cuda::set_tf32(options.tf32);
+  if (const cuda::ModuleApi* module = cuda::loaded_module()) module->set_tf32(options.tf32);  // loaded: a GPU may be in use
   const int64_t in_use_at_open = backend->device_bytes_in_use();
   DeviceMemory device(*backend);
-  MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device));
+  // The plan's workspace where it was planned for this kind of backend (a GPU plan run on the CPU
+  // sizes the CPU's own): the region is as planned however many threads this run has.
+  const bool planned_here = (&planning_backend(plan.target) == &cpu_backend()) == (backend == &cpu_backend());
+  const auto workspace_entry = plan.memory.breakdown.find("workspace");
+  const int64_t planned_workspace = planned_here && workspace_entry != plan.memory.breakdown.end() ? workspace_entry->second : 0;
+  MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device, planned_workspace));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec, rank));
   Position pos;
   if (options.resume) {

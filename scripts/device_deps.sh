@@ -12,18 +12,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 targets=(memc cuda_ops_host_test cuda_backend_test)
+modules=(memc_cuda)  # libmemc_cuda.so: memc opens it with dlopen (backends/cuda_module.h), so ldd misses it
 grep -q "^build cudnn_sdpa_test:" "$build/build.ninja" && targets+=(cudnn_sdpa_test)
-cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" "${modules[@]}"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 strip -o "$stage/bin/memc" "$build/memc"
 for t in "${targets[@]:1}"; do strip -o "$stage/bin/$t" "$build/tests/$t"; done
+strip -o "$stage/lib/libmemc_cuda.so" "$build/libmemc_cuda.so"  # beside libmemc.so, where memc looks for it
 # Everything they load but glibc, the GCC runtime (the machine's are newer) and CUDA's libraries
 # and NCCL (the machine's toolkit and its PyTorch wheels bring those).
 skip='/(libc|libm|libmvec|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnvrtc[a-z-]*|libnccl)\.so'
-ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+ldd "$stage"/bin/* "$stage"/lib/libmemc_cuda.so | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+strip "$stage/lib/libmemc.so"  # built with debug info; the dynamic symbols the module needs stay
 git rev-parse HEAD >"$stage/COMMIT"
 mkdir -p .devdeps
 tar -cJf .devdeps/memc-device.tar.xz.tmp -C "$stage" COMMIT bin lib

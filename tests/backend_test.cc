@@ -8,7 +8,8 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/target.h"
+#include "backends/cuda_module.h"
 #include "planner/compile.h"
 #include "runtime/planned_executor.h"
 #include "tests/test_util.h"
@@ -241,25 +242,22 @@ TEST(BackendSeam, OpeningADeviceSaysWhyNot) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().kind(), ErrorKind::kBadInput);
   EXPECT_NE(bad.status().message().find("cpu, cuda or cuda:K"), std::string::npos);
-  const cuda::DeviceInfo info = cuda::probe();
-  if (info.count > 0) GTEST_SKIP() << "a CUDA device is present: " << info.name;
+  // Where the CUDA module loads and finds a device, opening one works (tests/cuda/); elsewhere
+  // the reason is one line: no module, or no driver or device behind it.
+  if (Expected<const cuda::ModuleApi*> module = cuda::load_module(); module.ok()) {
+    const cuda::DeviceInfo info = (*module)->probe();
+    if (info.count > 0) GTEST_SKIP() << "a CUDA device is present: " << info.name;
+  }
   auto cuda = open_backend("cuda:0");
   ASSERT_FALSE(cuda.ok());
   EXPECT_EQ(cuda.status().kind(), ErrorKind::kBadInput);
   EXPECT_EQ(cuda.status().message().find('\n'), std::string::npos);  // one line
-  // A planning instance holds no device: memory calls fail with a status, never crash.
-  cuda::CudaBackend planning(9);
+  EXPECT_EQ(cuda.status().message().rfind("--device cuda:0: ", 0), 0u) << cuda.status().message();
+  // A planning target holds no device: memory calls fail with a status, never crash, and it has
+  // no kernels (the module's backend has them: tests/cuda/ops_host_test.cc).
+  cuda::CudaTarget planning(9);
   EXPECT_FALSE(planning.allocate(MemoryKind::kDevice, 16).ok());
-#ifdef MEMC_HAVE_CUDA
-  // Every op of the committed models has a CUDA kernel (backends/cuda/op_table.h); an op
-  // without one is refused by name when a plan's executor is created.
-  for (const char* op : {"linear", "matmul", "layernorm", "attention_grad", "adam_update"}) EXPECT_NE(planning.find_kernel(op), nullptr) << op;
-  // Collectives on GPU ranks (backends/collective_kernels.h); an op no backend knows has none.
-  for (const char* op : {"all_gather_start", "reduce_scatter_done", "shard_block", "split_flat"}) EXPECT_NE(planning.find_kernel(op), nullptr) << op;
-  EXPECT_EQ(planning.find_kernel("no_such_op"), nullptr);
-#else
   EXPECT_EQ(planning.find_kernel("matmul"), nullptr);
-#endif
 }
 
 }  // namespace

@@ -27,7 +27,6 @@
 #include "runtime/executor.h"
 #include "runtime/host_memory.h"
 
-extern "C" void memc_preinit_anchor();  // tools/preinit.cc names OpenBLAS's kernels before it starts
 extern "C" void* __libc_malloc(size_t);
 extern "C" void* __libc_memalign(size_t, size_t);
 extern "C" void __libc_free(void*);
@@ -249,7 +248,6 @@ int ops_bench(int64_t threads) {
 }
 
 int main(int argc, char** argv) {
-  memc_preinit_anchor();
   if (argc > 1 && std::string(argv[1]) == "attention") {
     const int64_t threads = argc > 3 ? std::atoll(argv[3]) : 1;
     memc::set_compute_threads(threads);

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string>
 
+#include "backends/cuda_module.h"
 #include "passes/optimizers.h"
 #include "passes/pipeline.h"
 #include "runtime/host_memory.h"
@@ -234,6 +236,18 @@ void add_export_command(CLI::App& app, ExportArgs& export_args) {
   cmd->add_flag("--force", export_args.force, kForceHelp);
 }
 
+// memc --version: what was built, loading none of it (the CUDA module is only looked for).
+std::string version_line() {
+  const std::string module = cuda::module_path();
+  return str_cat("memc ", MEMC_VERSION, " (CPU backend; MPI ranks: ",
+#if MEMC_HAVE_MPI
+                 "yes",
+#else
+                 "no",
+#endif
+                 "; CUDA module: ", module, std::filesystem::exists(module) ? ", opened on the first GPU run)" : ", absent)");
+}
+
 // Parses the command line; returns the exit code when parsing already ended the run (help,
 // version, a bad flag), else nullopt.
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
@@ -246,7 +260,7 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
     std::fputs(app.help("", CLI::AppFormatMode::All).c_str(), stdout);
     return 0;
   } catch (const CLI::CallForVersion&) {
-    std::puts("memc 0.1");
+    std::puts(version_line().c_str());
     return 0;
   } catch (const CLI::ParseError& e) {
     // A subcommand's --help arrives as CallForHelp thrown from within that subcommand.
@@ -279,6 +293,7 @@ int run_main(int argc, char** argv) {
   int verbose = 0;
   app.add_flag("-v,--verbose", verbose, "More output: -v summary, -vv each decision, -vvv IR");
   app.footer("Exit codes: 0 ok, 2 bad input, 3 budget cannot be met, 1 internal error.");
+  app.set_version_flag("--version", version_line());
   InspectArgs inspect;
   InferArgs infer;
   CompileFlags compile;
@@ -315,10 +330,7 @@ int run_main(int argc, char** argv) {
 }  // namespace
 }  // namespace memc::cli
 
-extern "C" void memc_preinit_anchor();  // tools/preinit.cc: runs before OpenBLAS starts its threads
-
 int main(int argc, char** argv) {
-  memc_preinit_anchor();
   try {
     return memc::cli::run_main(argc, argv);
   } catch (const std::bad_alloc&) {

@@ -31,9 +31,7 @@
 #if MEMC_HAVE_MPI
 #include "backends/comm/mpi_communicator.h"
 #endif
-#if MEMC_HAVE_NCCL
-#include "backends/comm/nccl_communicator.h"
-#endif
+#include "backends/cuda_module.h"
 #include "support/atomic_file.h"
 #include "support/log.h"
 #include "support/size.h"
@@ -474,17 +472,24 @@ static Status check_run_files(const RunArgs& args, const Plan& plan) {
   return check_outputs(inputs, outputs, args.force);
 }
 
+#if MEMC_HAVE_MPI
+// GPU ranks: NCCL (in the CUDA module, loaded with the GPU backend), bootstrapped over this job's
+// MPI, with its deadline for a dead peer.
+static Expected<std::unique_ptr<comm::Communicator>> gpu_rank_communicator(comm::Communicator& bootstrap, int device) {
+  MEMC_ASSIGN_OR_RETURN(const cuda::ModuleApi* module, cuda::load_module());
+  if (!module->nccl_communicator) {
+    return Status::BadInput("a plan sharded over GPU ranks needs NCCL, and the CUDA module was built without it (CUDA's NCCL at build time)");
+  }
+  const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&bootstrap);
+  return module->nccl_communicator(bootstrap, device, mpi ? mpi->timeout_s() : 0);
+}
+#endif
+
 static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communicator* comm) {
   RunArgs args = args_in;
   args.options.comm = comm;
-#if MEMC_HAVE_NCCL
-  // GPU ranks: NCCL, bootstrapped over this job's MPI, with its deadline for a dead peer.
-  args.options.device_communicator = [](comm::Communicator& bootstrap, int device) -> Expected<std::unique_ptr<comm::Communicator>> {
-    const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&bootstrap);
-    MEMC_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
-                          comm::NcclCommunicator::create(bootstrap, device, mpi ? mpi->timeout_s() : 0));
-    return std::unique_ptr<comm::Communicator>(std::move(nccl));
-  };
+#if MEMC_HAVE_MPI
+  args.options.device_communicator = gpu_rank_communicator;
 #endif
   const int rank = comm ? comm->rank() : 0;
   if (rank != 0) {  // rank 0 speaks for the job; the others report only their own failure

@@ -1,5 +1,6 @@
 #include "backends/comm/mpi_communicator.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -363,6 +365,11 @@ Status MpiCommunicator::barrier() {
 void MpiCommunicator::abort(int exit_code) {
   // This rank has said why it stops; the launcher's SIGTERM need not be reported again.
   signal(SIGTERM, SIG_DFL);
+  // Nor need Open MPI's page about MPI_ABORT (help-mpi-api.txt / mpi-abort), which would otherwise
+  // surround the one line the user should read: its runtime's quiet switch (the MCA parameter
+  // orte_execute_quiet), set now, when nothing but that page is left to say. Absent elsewhere.
+  if (auto* quiet = static_cast<bool*>(dlsym(RTLD_DEFAULT, "orte_execute_quiet"))) *quiet = true;
+  std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Host memory outside the arena (issue 14): under `ulimit -v` from 50 MB up to what a plan
 # needs, memc ends (10 s hang timeout) with one line on stderr and an exit status that is not
-# a signal: the GEMM library's buffers are bounded before it allocates (tools/preinit.cc,
+# a signal: the GEMM library's buffers are bounded before it allocates (runtime/preinit/preinit.cc,
 # runtime/host_memory.h). Skipped under AddressSanitizer, whose shadow memory needs terabytes
 # of address space.
 source "$(dirname "$0")/common.bash" "$@"

@@ -56,4 +56,9 @@ took=$(( $(date +%s) - start ))
 [ $rc -eq 2 ] && [ $took -le 30 ] && grep -q "^memc: --json .*exists" "$TMP/err" && [ "$(cat "$TMP/taken.json")" = "{}" ] \
   && pass "rank 0's --json exists: exit 2 after ${took} s, the file kept, $(grep -m1 '^memc: ' "$TMP/err")" \
   || fail "rank 0's --json exists: exit $rc after ${took} s, $(head -4 "$TMP/err")"
+# What the user reads first is memc's line, not Open MPI's page about MPI_ABORT (help-mpi-api.txt):
+# the aborting rank quiets it (backends/comm/mpi_communicator.cc).
+head -1 "$TMP/err" | grep -q "^memc: " && ! grep -q "MPI_ABORT was invoked" "$TMP/err" \
+  && pass "a failing rank's stderr: memc's lines only ($(wc -l <"$TMP/err") lines, no MPI_ABORT page)" \
+  || fail "a failing rank's stderr is not memc's line first: $(head -c 400 "$TMP/err")"
 finish

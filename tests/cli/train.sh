@@ -70,7 +70,7 @@ if path == recorded: assert d["measured_peak_bytes"] == d["predicted_peak_bytes"
 ' "$TMP/bf16_$path.json" "$path" "$recorded" "$(cat "$TMP/err")" && pass "bf16 GEMMs $path (recorded: $recorded)" || fail "bf16 path $path: $(cat "$TMP/err")"
 done
 
-# How idle OpenMP threads wait (tools/preinit.cc): the user's setting is kept and reported;
+# How idle OpenMP threads wait (runtime/preinit/preinit.cc): the user's setting is kept and reported;
 # otherwise memc chose a bounded spin or passive.
 for setting in "GOMP_SPINCOUNT=1234:spin 1234" "OMP_WAIT_POLICY=passive:passive" ":"; do
   env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY ${setting%%:*} $MEMC run "$PLAN" --data data/digits_train.npz --steps 1 --quiet --force --json "$TMP/wait.json" >/dev/null 2>"$TMP/err" ||

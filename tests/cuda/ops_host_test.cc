@@ -15,7 +15,6 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
-#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/op_table.h"
 #include "tests/cuda/host_cuda_backend.h"
 #include "planner/compile.h"
@@ -278,9 +277,19 @@ TEST_P(CudaKernels, EachNodeMatchesTheCpuKernel) {
 }
 
 TEST_P(CudaKernels, OnTheGpuMatchTheCpuBackend) {
-  auto opened = cuda::CudaBackend::open(0);
+  auto opened = open_backend("cuda:0");  // through the CUDA module, as `memc run --device cuda`
   if (!opened.ok()) GTEST_SKIP() << "no GPU: " << opened.status().message();
   expect_matches_cpu(**opened, GetParam(), tolerance(GetParam()));
+}
+
+// Every op of the committed models has a CUDA kernel (backends/cuda/op_table.h), the collectives
+// of GPU ranks too (backends/collective_kernels.h); an op no backend knows has none.
+TEST(CudaOpTable, CoversTheCommittedModelsOps) {
+  for (const char* op : {"linear", "matmul", "layernorm", "attention_grad", "adam_update", "all_gather_start", "reduce_scatter_done",
+                         "shard_block", "split_flat"}) {
+    EXPECT_NE(cuda::ops::find_kernel<HostRunner>(op), nullptr) << op;
+  }
+  EXPECT_EQ(cuda::ops::find_kernel<HostRunner>("no_such_op"), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaKernels, ::testing::ValuesIn(kCases), [](const auto& info) {
@@ -484,7 +493,7 @@ TEST(CudaOptimizers, AGpuPlanFusesItsUpdatesWithTheSameResults) {
 // dropout on) run three times must give the same loss and gradients each time, up to the order of
 // atomic adds (gather's gradient).
 TEST(CudaGraphs, CapturedAndReplayedStepsMatchTheEagerOne) {
-  auto opened = cuda::CudaBackend::open(0);
+  auto opened = open_backend("cuda:0");
   if (!opened.ok()) GTEST_SKIP() << "no GPU: " << opened.status().message();
   for (const Case& c : {Case{"models/vit_tiny.onnx", 4, "fp32"}, Case{"models/text_encoder.onnx", 4, "bf16-mixed", 32}}) {
     const Plan plan = compile_case(c);

@@ -1,8 +1,9 @@
 // Bounds the GEMM library's threads under an address-space limit before the library starts
 // them. OpenBLAS starts its worker threads in its own constructor, before main(): each maps a
 // 128 MiB buffer and spins forever when the mmap fails, and a failed pthread_create makes it
-// raise SIGINT on itself (`ulimit -v` 60–300 MB). This library is linked into memc after
-// libopenblas (CMakeLists.txt), so glibc runs this constructor first; it sets
+// raise SIGINT on itself (`ulimit -v` 60–300 MB). This library is linked into libmemc after
+// libopenblas (CMakeLists.txt), so the loader maps it later and glibc runs this constructor
+// first, in memc and in any process that loads libmemc (the Python package); it sets
 // OPENBLAS_NUM_THREADS to what the limit holds. Plain libc only: it runs before libstdc++ may.
 // It also names the kernels for an Intel CPU with AVX-512 that OpenBLAS 0.3.21 does not know by
 // model number (it falls back to generic "Prescott" kernels there, 5x slower), and chooses how
