@@ -1,7 +1,9 @@
 #include "runtime/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 
 #include "backends/cpu/kernels.h"
@@ -16,48 +18,90 @@ static bool dtype_accepted(DType have, DType want, bool mask) {
   return mask;
 }
 
-Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes) {
+// The labels: i64 [N], each within [0, num_classes).
+static Status check_labels(const std::string& where, const Tensor& labels, int64_t num_classes) {
+  if (labels.dtype() != DType::kI64 || labels.rank() != 1) {
+    return Status::BadInput(str_cat(where, ": array 'y' is ", dtype_name(labels.dtype()), "[", shape_str(labels.shape()), "], expected int64 [N]"));
+  }
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    const int64_t l = labels.data<int64_t>()[i];
+    if (l < 0 || l >= num_classes) return Status::BadInput(str_cat(where, ": label y[", i, "] = ", l, " is outside [0, ", num_classes, ")"));
+  }
+  return Status::Ok();
+}
+
+// The array for model input `spec`, of `have` dtype and [rows, sample...], fits it.
+static Status check_input(const std::string& where, const std::string& key, DType have, int64_t rows, const Shape& sample,
+                          const InputSpec& spec, int64_t size) {
+  Shape want = spec.type.shape, got{rows};
+  want[0] = size;
+  got.insert(got.end(), sample.begin(), sample.end());
+  if (got != want) {
+    return Status::BadInput(str_cat(where, ": array '", key, "' has shape [", shape_str(got), "], expected [", shape_str(want), "] (", size, " samples)"));
+  }
+  const bool mask = spec.name.find("mask") != std::string::npos;
+  if (!dtype_accepted(have, spec.type.dtype, mask)) {
+    return Status::BadInput(str_cat(where, ": array '", key, "' is ", dtype_name(have), ", model input '", spec.name, "' needs ",
+                                    dtype_name(spec.type.dtype)));
+  }
+  return Status::Ok();
+}
+
+// The key of model input `spec` among `keys`: its name, or `x` for a single-input model.
+template <class Map>
+static Expected<typename Map::const_iterator> find_input(const std::string& where, const Map& arrays, const InputSpec& spec, size_t inputs) {
+  auto it = arrays.find(spec.name);
+  if (it == arrays.end() && inputs == 1) it = arrays.find("x");
+  if (it != arrays.end()) return it;
+  std::string keys;
+  for (const auto& [k, v] : arrays) keys += (keys.empty() ? "" : ", ") + k;
+  return Status::BadInput(str_cat(where, ": no array for model input '", spec.name, "' (arrays: ", keys, ")"));
+}
+
+static Expected<Dataset> load_npz_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes) {
   MEMC_ASSIGN_OR_RETURN(TensorMap arrays, read_npz(path));
   Dataset data;
   data.path = path;
   auto labels = arrays.find("y");
   if (labels == arrays.end()) return Status::BadInput(path + ": no array 'y' (int64 labels)");
-  if (labels->second.dtype() != DType::kI64 || labels->second.rank() != 1) {
-    return Status::BadInput(str_cat(path, ": array 'y' is ", dtype_name(labels->second.dtype()), "[",
-                                    shape_str(labels->second.shape()), "], expected int64 [N]"));
-  }
+  MEMC_RETURN_IF_ERROR(check_labels(path, labels->second, num_classes));
   data.labels = labels->second;
   data.size = data.labels.numel();
-  for (int64_t i = 0; i < data.size; ++i) {
-    const int64_t l = data.labels.data<int64_t>()[i];
-    if (l < 0 || l >= num_classes) {
-      return Status::BadInput(str_cat(path, ": label y[", i, "] = ", l, " is outside [0, ", num_classes, ")"));
-    }
-  }
   for (const InputSpec& spec : specs) {
-    auto it = arrays.find(spec.name);
-    if (it == arrays.end() && specs.size() == 1) it = arrays.find("x");
-    if (it == arrays.end()) {
-      std::string keys;
-      for (const auto& [k, v] : arrays) keys += (keys.empty() ? "" : ", ") + k;
-      return Status::BadInput(str_cat(path, ": no array for model input '", spec.name, "' (arrays: ", keys, ")"));
-    }
+    MEMC_ASSIGN_OR_RETURN(auto it, find_input(path, arrays, spec, specs.size()));
     const Tensor& t = it->second;
-    Shape want = spec.type.shape;
-    want[0] = data.size;
-    if (t.shape() != want) {
-      return Status::BadInput(str_cat(path, ": array '", it->first, "' has shape [", shape_str(t.shape()),
-                                      "], expected [", shape_str(want), "] (", data.size, " samples)"));
-    }
-    const bool mask = spec.name.find("mask") != std::string::npos;
-    if (!dtype_accepted(t.dtype(), spec.type.dtype, mask)) {
-      return Status::BadInput(str_cat(path, ": array '", it->first, "' is ", dtype_name(t.dtype()), ", model input '",
-                                      spec.name, "' needs ", dtype_name(spec.type.dtype)));
-    }
+    const Shape sample = t.rank() > 0 ? Shape(t.shape().begin() + 1, t.shape().end()) : Shape{};
+    MEMC_RETURN_IF_ERROR(check_input(path, it->first, t.dtype(), t.rank() > 0 ? t.shape()[0] : -1, sample, spec, data.size));
     MEMC_RETURN_IF_ERROR(check_finite(path, it->first, t));
     data.inputs[spec.name] = t.dtype() == spec.type.dtype ? t : t.cast(spec.type.dtype);
   }
   return data;
+}
+
+// A folder of .npy files: labels read now, inputs opened to be read a batch at a time.
+static Expected<Dataset> load_npy_dataset(const std::string& dir, const std::vector<InputSpec>& specs, int64_t num_classes) {
+  MEMC_ASSIGN_OR_RETURN(const auto files, list_npy_folder(dir));
+  Dataset data;
+  data.path = dir;
+  auto labels = files.find("y");
+  if (labels == files.end()) return Status::BadInput(dir + ": no y.npy (int64 labels) or shards y.K.npy");
+  MEMC_ASSIGN_OR_RETURN(const std::shared_ptr<const NpyColumn> y, NpyColumn::open(labels->second, "y"));
+  MEMC_ASSIGN_OR_RETURN(data.labels, y->read_all());
+  MEMC_RETURN_IF_ERROR(check_labels(dir, data.labels, num_classes));
+  data.size = data.labels.numel();
+  for (const InputSpec& spec : specs) {
+    MEMC_ASSIGN_OR_RETURN(auto it, find_input(dir, files, spec, specs.size()));
+    MEMC_ASSIGN_OR_RETURN(std::shared_ptr<const NpyColumn> column, NpyColumn::open(it->second, it->first));
+    MEMC_RETURN_IF_ERROR(check_input(dir, it->first, column->dtype(), column->rows(), column->sample_shape(), spec, data.size));
+    data.streamed[spec.name] = std::move(column);
+  }
+  return data;
+}
+
+Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return load_npy_dataset(path, specs, num_classes);
+  return load_npz_dataset(path, specs, num_classes);
 }
 
 Status check_finite(const std::string& path, const std::string& array, const Tensor& t) {
@@ -87,11 +131,41 @@ std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch) {
   return order;
 }
 
-std::map<std::string, Tensor> make_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t first,
-                                         int64_t batch, const std::vector<InputSpec>& specs,
-                                         const std::string& labels_key) {
+// Index of the first element of `p` (count elements of `dtype`) that is NaN or ±inf, or -1.
+static int64_t first_non_finite(const Tensor& t) {
+  if (!is_float(t.dtype())) return -1;
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    if (!std::isfinite(t.get_as_double(i))) return i;
+  }
+  return -1;
+}
+
+// Samples rows[0..batch) of a streamed input, as the input's dtype.
+static Expected<Tensor> read_streamed(const NpyColumn& column, const int64_t* rows, int64_t batch, const InputSpec& spec) {
+  Shape shape{batch};
+  shape.insert(shape.end(), column.sample_shape().begin(), column.sample_shape().end());
+  Tensor raw = Tensor::zeros(column.dtype(), shape);
+  auto* out = static_cast<char*>(raw.raw());
+  for (int64_t b = 0; b < batch; ++b) MEMC_RETURN_IF_ERROR(column.read(rows[b], out + b * column.sample_bytes()));
+  if (const int64_t bad = first_non_finite(raw); bad >= 0) {
+    const int64_t per_sample = std::max<int64_t>(raw.numel() / batch, 1);
+    const double v = raw.get_as_double(bad);
+    return Status::BadInput(str_cat(column.where(rows[bad / per_sample]), ": array '", column.name(), "' holds ",
+                                    std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"), " (element ", bad % per_sample,
+                                    " of the sample); inputs must be finite"));
+  }
+  return raw.dtype() == spec.type.dtype ? raw : raw.cast(spec.type.dtype);
+}
+
+Expected<std::map<std::string, Tensor>> make_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t first,
+                                                   int64_t batch, const std::vector<InputSpec>& specs,
+                                                   const std::string& labels_key) {
   std::map<std::string, Tensor> out;
   for (const InputSpec& spec : specs) {
+    if (auto streamed = data.streamed.find(spec.name); streamed != data.streamed.end()) {
+      MEMC_ASSIGN_OR_RETURN(out[spec.name], read_streamed(*streamed->second, order.data() + first, batch, spec));
+      continue;
+    }
     const Tensor& all = data.inputs.at(spec.name);
     Tensor t = Tensor::zeros(spec.type.dtype, spec.type.shape);
     const size_t sample_bytes = t.nbytes() / static_cast<size_t>(batch);

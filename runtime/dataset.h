@@ -1,6 +1,9 @@
 // Training and evaluation data: an .npz with one array per graph input (keyed by the input's
 // name; a single-input model also accepts `x`) and integer labels `y`, checked against the
-// model's inputs once at load, then served in seeded, shuffled mini-batches of static size.
+// model's inputs once at load, then served in seeded, shuffled mini-batches of static size. Or
+// the same arrays as a folder of .npy files (runtime/npy_stream.h), for data larger than memory:
+// the labels are read at load, the inputs a batch at a time, never whole; a non-finite value is
+// refused when its batch is read, naming the file and row.
 //
 // Order: epoch e visits the samples in the permutation made by a Fisher–Yates shuffle whose
 // draw i is counter_random(seed, kShuffleStream + e, i) % (i + 1) — stateless, so a resumed run
@@ -10,10 +13,12 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/npy_stream.h"
 #include "runtime/npz.h"
 
 namespace memc {
@@ -25,7 +30,9 @@ struct InputSpec {
 
 struct Dataset {
   std::string path;
-  std::map<std::string, Tensor> inputs;  // by graph input name, dim 0 = samples
+  std::map<std::string, Tensor> inputs;  // .npz: by graph input name, dim 0 = samples
+  // A .npy folder: by graph input name, the file's array, converted to the input's dtype per batch.
+  std::map<std::string, std::shared_ptr<const NpyColumn>> streamed;
   Tensor labels;                         // i64 [samples]
   int64_t size = 0;
 };
@@ -33,6 +40,7 @@ struct Dataset {
 // Loads and validates: every model input present with the per-sample shape and a compatible
 // dtype (masks may be float, bool or integer and are converted), labels i64 within
 // [0, num_classes), float arrays finite. Errors name the file, the array and the sample.
+// `path` is an .npz or a folder of .npy files.
 Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes);
 
 // Refuses NaN and ±inf in a float array, naming the file, the array and the sample (dim 0).
@@ -43,8 +51,9 @@ std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch);
 inline int64_t batches_per_epoch(int64_t size, int64_t batch) { return batch > 0 ? size / batch : 0; }
 
 // Copies samples order[first .. first+batch) into batch tensors keyed by input name, plus
-// the labels under `labels_key`.
-std::map<std::string, Tensor> make_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t first,
+// the labels under `labels_key`. Streamed inputs are read here: an unreadable or non-finite
+// sample is bad input naming its file and row.
+Expected<std::map<std::string, Tensor>> make_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t first,
                                          int64_t batch, const std::vector<InputSpec>& specs,
                                          const std::string& labels_key);
 

@@ -329,6 +329,11 @@ std::string npy_descr(DType dtype) {
   return "";
 }
 
+Expected<NpyLayout> parse_npy_layout(std::string_view prefix, const std::string& where) {
+  MEMC_ASSIGN_OR_RETURN(NpyHeader header, parse_header(prefix, where));
+  return NpyLayout{header.dtype, header.shape, header.fortran_order, header.header_bytes, header.data_bytes};
+}
+
 Expected<Tensor> parse_npy(std::string_view bytes, const std::string& where) {
   MEMC_ASSIGN_OR_RETURN(NpyHeader header, parse_header(bytes, where));
   if (bytes.size() - header.header_bytes != header.data_bytes)

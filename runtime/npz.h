@@ -34,6 +34,18 @@ Status write_npz(const std::string& path, const TensorMap& arrays);
 Expected<Tensor> parse_npy(std::string_view bytes, const std::string& where);
 Expected<std::string> serialize_npy(const Tensor& tensor, const std::string& where);
 
+// A .npy file's header: what its data is and where it starts, for readers that take the data
+// in pieces (runtime/npy_stream.h). `where` names the file in messages.
+struct NpyLayout {
+  DType dtype = DType::kF32;
+  Shape shape;
+  bool fortran_order = false;
+  uint64_t data_offset = 0;  // bytes before the data: magic, version, length, dict
+  uint64_t data_bytes = 0;
+};
+// `prefix` holds the file's first bytes (64 KiB covers any header NumPy writes).
+Expected<NpyLayout> parse_npy_layout(std::string_view prefix, const std::string& where);
+
 // NumPy's dtype string for a memc dtype ("<f4"), or empty when NumPy has none (bf16).
 std::string npy_descr(DType dtype);
 

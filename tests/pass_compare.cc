@@ -32,7 +32,7 @@ std::map<std::string, Tensor> first_step_gradients(const Plan& plan, const std::
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   auto state = initial_state("", plan);
   MEMC_CHECK(state.ok(), state.status().message());
-  auto grads = compute_gradients(plan, *state, make_batch(*dataset, order, 0, plan.batch, specs, kLabelsArg), 0, 1);
+  auto grads = compute_gradients(plan, *state, *make_batch(*dataset, order, 0, plan.batch, specs, kLabelsArg), 0, 1);
   MEMC_CHECK(grads.ok(), grads.status().message());
   for (auto& [name, t] : *grads) {
     if (t.dtype() != DType::kF32) t = t.cast(DType::kF32);

@@ -290,7 +290,10 @@ std::map<std::string, Tensor> step_feeds(const Plan& plan, const RealCase& c) {
   if (!data.ok()) return feeds;
   std::vector<int64_t> order(data->size);
   std::iota(order.begin(), order.end(), 0);
-  for (auto& [name, tensor] : make_batch(*data, order, 0, plan.batch, specs, kLabelsArg)) feeds[name] = tensor;
+  auto batch = make_batch(*data, order, 0, plan.batch, specs, kLabelsArg);
+  EXPECT_TRUE(batch.ok()) << batch.status().message();
+  if (!batch.ok()) return feeds;
+  for (auto& [name, tensor] : *batch) feeds[name] = tensor;
   feeds[kLrArg] = f32_scalar(1e-2f);
   feeds[kStepArg] = f32_scalar(1.0f);
   return feeds;

@@ -201,8 +201,8 @@ Status finish_compile_flags(CompileFlags& f, const CLI::App* cmd) {
 CLI::App* add_run_command(CLI::App& app, RunArgs& run) {
   CLI::App* cmd = app.add_subcommand("run", "Train and/or evaluate a plan");
   cmd->add_option("PLAN", run.plan, "Plan from memc compile")->required();
-  cmd->add_option("--data", run.options.data, "Training data (.npz: one array per input, y = int64 labels)");
-  cmd->add_option("--eval", run.options.eval, "Evaluation data (.npz), accuracy after training");
+  cmd->add_option("--data", run.options.data, "Training data: .npz (one array per input, y = int64 labels), or a folder of .npy files (x.npy, y.npy, or shards x.K.npy) read a batch at a time");
+  cmd->add_option("--eval", run.options.eval, "Evaluation data (.npz or .npy folder), accuracy after training");
   auto* epochs_opt = cmd->add_option("--epochs", run.options.epochs, "Epochs (default: the plan's)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", run.options.steps, "Stop after S optimizer steps")->check(CLI::NonNegativeNumber)->excludes(epochs_opt);
   cmd->add_option("--seed", run.options.seed, "Seed of data order and dropout (default 0)");

@@ -1,6 +1,8 @@
 #include "backends/comm/communicator.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -41,16 +43,56 @@ int64_t shard_block(int64_t elements, int ranks) {
   return (elements + ranks - 1) / ranks;
 }
 
-Expected<uint64_t> file_hash(const std::string& path) {
+namespace {
+
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull, kFnvPrime = 0x100000001b3ull;
+
+uint64_t fnv(uint64_t hash, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * kFnvPrime;
+  return hash;
+}
+
+// Hashes `limit` bytes from `offset` of the file (all of it from there: limit < 0).
+Expected<uint64_t> hash_range(uint64_t hash, const std::string& path, int64_t offset, int64_t limit) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) return Status::BadInput(str_cat(path, ": cannot open"));
-  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a 64
+  if (offset > 0 && std::fseek(file.get(), offset, SEEK_SET) != 0) return Status::BadInput(str_cat(path, ": cannot seek"));
   std::vector<unsigned char> chunk(1 << 16);
   size_t got;
-  while ((got = std::fread(chunk.data(), 1, chunk.size(), file.get())) > 0) {
-    for (size_t i = 0; i < got; ++i) hash = (hash ^ chunk[i]) * 0x100000001b3ull;
+  while (limit != 0 && (got = std::fread(chunk.data(), 1, limit < 0 ? chunk.size() : std::min<size_t>(chunk.size(), limit), file.get())) > 0) {
+    hash = fnv(hash, chunk.data(), got);
+    if (limit > 0) limit -= static_cast<int64_t>(got);
   }
   if (std::ferror(file.get())) return Status::BadInput(str_cat(path, ": read error"));
+  return hash;
+}
+
+}  // namespace
+
+Expected<uint64_t> file_hash(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return hash_range(kFnvOffset, path, 0, -1);
+  // A folder of .npy shards (runtime/npy_stream.h), possibly far larger than memory: its files'
+  // names and sizes, and each one's first and last 64 KiB (the header and the tail of the data).
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    if (entry.is_regular_file(ec)) files.push_back(entry.path());
+  }
+  if (ec) return Status::BadInput(str_cat(path, ": cannot list: ", ec.message()));
+  std::sort(files.begin(), files.end());
+  uint64_t hash = kFnvOffset;
+  constexpr int64_t kEdge = 1 << 16;
+  for (const auto& f : files) {
+    const std::string name = f.filename().string();
+    const auto size = static_cast<int64_t>(std::filesystem::file_size(f, ec));
+    if (ec) return Status::BadInput(str_cat(f.string(), ": cannot stat"));
+    hash = fnv(fnv(hash, name.data(), name.size()), &size, sizeof size);
+    MEMC_ASSIGN_OR_RETURN(hash, hash_range(hash, f.string(), 0, kEdge));
+    if (size > kEdge) {
+      MEMC_ASSIGN_OR_RETURN(hash, hash_range(hash, f.string(), std::max(kEdge, size - kEdge), -1));
+    }
+  }
   return hash;
 }
 

@@ -81,7 +81,8 @@ int64_t shard_block(int64_t elements, int ranks);
 // differing hash fails on every rank, naming the ranks that differ from rank 0. Collective:
 // every rank must call it. Needs a communicator on host buffers (MPI).
 Status check_same_file_on_all_ranks(Communicator& comm, const std::string& path);
-// FNV-1a 64 of a file's bytes; exposed for tests.
+// FNV-1a 64 of a file's bytes; of a folder (.npy shards), of its files' names, sizes and first
+// and last 64 KiB. Exposed for tests.
 Expected<uint64_t> file_hash(const std::string& path);
 
 }  // namespace memc::comm
