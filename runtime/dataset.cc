@@ -58,8 +58,8 @@ static Expected<typename Map::const_iterator> find_input(const std::string& wher
   return Status::BadInput(str_cat(where, ": no array for model input '", spec.name, "' (arrays: ", keys, ")"));
 }
 
-static Expected<Dataset> load_npz_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes) {
-  MEMC_ASSIGN_OR_RETURN(TensorMap arrays, read_npz(path));
+Expected<Dataset> dataset_from_arrays(const std::string& path, const TensorMap& arrays, const std::vector<InputSpec>& specs,
+                                      int64_t num_classes) {
   Dataset data;
   data.path = path;
   auto labels = arrays.find("y");
@@ -101,7 +101,8 @@ static Expected<Dataset> load_npy_dataset(const std::string& dir, const std::vec
 Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return load_npy_dataset(path, specs, num_classes);
-  return load_npz_dataset(path, specs, num_classes);
+  MEMC_ASSIGN_OR_RETURN(const TensorMap arrays, read_npz(path));
+  return dataset_from_arrays(path, arrays, specs, num_classes);
 }
 
 Status check_finite(const std::string& path, const std::string& array, const Tensor& t) {

@@ -43,6 +43,10 @@ struct Dataset {
 // `path` is an .npz or a folder of .npy files.
 Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes);
 
+// The same checks on arrays in memory (a caller's batch); `path` names them in messages.
+Expected<Dataset> dataset_from_arrays(const std::string& path, const TensorMap& arrays, const std::vector<InputSpec>& specs,
+                                      int64_t num_classes);
+
 // Refuses NaN and ±inf in a float array, naming the file, the array and the sample (dim 0).
 Status check_finite(const std::string& path, const std::string& array, const Tensor& t);
 

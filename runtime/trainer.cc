@@ -1,4 +1,5 @@
 #include "runtime/trainer.h"
+#include "runtime/train_step.h"
 
 #include <unistd.h>
 
@@ -22,8 +23,6 @@
 #include "runtime/shard_state.h"
 
 namespace memc {
-
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
@@ -85,9 +84,6 @@ Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset
   return counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
 }
 
-
-}  // namespace
-
 // Streams every parameter of `plan` from its model file, one decoded weight at a time,
 // converted to the plan's dtype; refuses a model file that changed since compile.
 static Status stream_weights(const std::string& plan_path, const Plan& plan,
@@ -129,7 +125,7 @@ Expected<StateMap> initial_state(const std::string& plan_path, const Plan& plan)
 // Under zero3 and parameter streaming each unit's parameters are gathered on the host as they
 // stream (one unit's worth at a time when the model stores a unit's weights together) and this
 // rank's block (the whole unit on one device) goes in.
-static Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec, int rank) {
+Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec, int rank) {
   StateMap state;
   for (ValueId a : exec.module().arguments()) {
     const Value& v = exec.module().value(a);
@@ -162,7 +158,7 @@ static Expected<StateMap> load_into_arena(const std::string& plan_path, const Pl
 // The state as host tensors, for checkpoints, evaluation and gradient dumps: the arena views
 // themselves on the CPU backend (no copy, so the process stays within its plan), host copies
 // through the seam on a device backend.
-static Expected<StateMap> host_state(Backend& backend, const StateMap& state) {
+Expected<StateMap> host_state(Backend& backend, const StateMap& state) {
   if (backend.name() == "cpu") return state;
   StateMap host;
   for (const auto& [name, view] : state) {
@@ -174,7 +170,7 @@ static Expected<StateMap> host_state(Backend& backend, const StateMap& state) {
 }
 
 // The job's consolidated state as host tensors (collective in a sharded run).
-static Expected<StateMap> whole_state(Backend& backend, const Plan& plan, const StateMap& state, comm::Communicator* comm) {
+Expected<StateMap> whole_state(Backend& backend, const Plan& plan, const StateMap& state, comm::Communicator* comm) {
   MEMC_ASSIGN_OR_RETURN(const StateMap host, host_state(backend, state));
   return consolidate_state(plan, host, comm);
 }
@@ -200,7 +196,7 @@ static int rank_gpu(comm::Communicator* comm) {
   return local && *local ? std::atoi(local) : comm->rank();
 }
 
-static Expected<Backend*> select_backend(const std::string& device, const Plan& plan, comm::Communicator* comm) {
+Expected<Backend*> select_backend(const std::string& device, const Plan& plan, comm::Communicator* comm) {
   const std::string gpu = comm ? str_cat("cuda:", rank_gpu(comm)) : "cuda";
   if (!device.empty()) return open_backend(device == "cuda" ? gpu : device);
   if (plan.target != "a100" && plan.target != "h100" && plan.target != "h200") return &cpu_backend();
@@ -266,14 +262,9 @@ static Expected<Position> resume_position(const Plan& plan, const RunOptions& op
   return pos;
 }
 
-// How the training step scales its loss: a plan with a "loss_scale" argument has a "found_inf" output.
-struct LossScaling {
-  bool scaled = false;
-  int found_inf_output = -1;  // its index among the step's outputs
-};
 
 // A scaled step has its found_inf output and starts from a positive scale.
-static Expected<LossScaling> loss_scaling(const Module& step, const RunOptions& options) {
+Expected<LossScaling> loss_scaling(const Module& step, const RunOptions& options) {
   LossScaling s;
   for (size_t i = 0; i < step.outputs().size(); ++i) {
     if (step.value(step.outputs()[i]).name == kFoundInfOutput) s.found_inf_output = static_cast<int>(i);
@@ -286,29 +277,12 @@ static Expected<LossScaling> loss_scaling(const Module& step, const RunOptions& 
 
 // The scaler the first step starts from: the checkpoint's on --resume, else the initial scale
 // (scale 0 when the plan does not scale its loss).
-static Expected<Scaler> initial_scaler(const LossScaling& scaling, const RunOptions& options, const Position& pos) {
+Expected<Scaler> initial_scaler(const LossScaling& scaling, const RunOptions& options, const Position& pos) {
   if (!scaling.scaled) return Scaler{};
   if (options.resume && pos.scaler.scale <= 0) return Status::BadInput(options.checkpoint_dir + ": checkpoint has no loss scale state");
   return options.resume ? pos.scaler : Scaler{options.initial_loss_scale, 0, pos.step};
 }
 
-// What every step of a run reads; the arena behind `exec` and `state` lives in run_plan.
-struct TrainContext {
-  const Plan& plan;
-  const RunOptions& options;
-  PlannedExecutor& exec;
-  const StateMap& state;  // views of the arena
-  Backend& backend;
-  comm::Communicator* comm;  // nullptr: one device; host buffers (checks, gathered state, reports)
-  comm::Communicator* kernel_comm;  // the collective kernels': comm on the CPU, NCCL on GPU ranks
-  int rank;
-  int64_t epochs, per_epoch;  // of the schedule (RunData)
-  LossScaling scaling;
-  std::vector<InputSpec> specs;  // the step's data inputs
-  bool tty;                      // stderr is a terminal: it also sees a line per step
-  int64_t horizon() const { return epochs * per_epoch; }
-  RankSlice slice() const { return rank_slice(plan.batch, plan.devices, rank); }  // this rank's rows of a global batch
-};
 
 // Where training stands after the last step taken.
 struct TrainProgress {
@@ -318,12 +292,6 @@ struct TrainProgress {
   double total_ms = 0;  // wall time of the steps this process took
 };
 
-// What one step gave back.
-struct StepOutcome {
-  double loss = 0;
-  double ms = 0;      // wall time of the step
-  bool skip = false;  // loss scaling found an inf/NaN gradient: the update was skipped
-};
 
 // Feeds of step `step`: this rank's slice of batch `b` of `order`, and the runtime scalars. A
 // slice one short of the step's rows repeats its first sample, labelled as padding: the loss
@@ -357,7 +325,7 @@ static Status dump_gradients(const TrainContext& ctx, const std::map<std::string
 }
 
 // Runs step `step` on batch `b`; its updates land in place on the arguments they replace.
-static Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order, int64_t b,
+Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order, int64_t b,
                                       int64_t step, bool first_of_run, const Scaler& scaler) {
   MEMC_ASSIGN_OR_RETURN(const auto feeds, step_feeds(ctx, data, order, b, step, scaler));
   for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(ctx.exec.set_argument(name, tensor));
@@ -384,7 +352,7 @@ static Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& da
 }
 
 // torch.cuda.amp.GradScaler.update: backoff 0.5 on a skipped step, growth 2 after growth_interval clean steps.
-static void update_scaler(Scaler& scaler, bool skip, int64_t growth_interval) {
+void update_scaler(Scaler& scaler, bool skip, int64_t growth_interval) {
   if (skip) {
     scaler.scale *= 0.5;
     scaler.clean_steps = 0;
