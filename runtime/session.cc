@@ -26,13 +26,13 @@ struct Session::Impl {
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
-// The schedule's horizon: the caller's, else the plan's; a constant schedule needs none.
-static Expected<int64_t> schedule_horizon(const Plan& plan, const SessionOptions& options) {
+// The schedule's horizon: the caller's, else the plan's; 0 when neither says (a constant
+// schedule needs none; step() refuses the others then).
+static int64_t schedule_horizon(const Plan& plan, const SessionOptions& options) {
   if (options.total_steps > 0) return options.total_steps;
   if (plan.schedule.total_steps > 0) return plan.schedule.total_steps;
   if (plan.steps_per_epoch > 0) return plan.epochs * plan.steps_per_epoch;
-  if (plan.schedule.kind == "constant") return int64_t{1};
-  return Status::BadInput(str_cat("the plan's ", plan.schedule.kind, " schedule needs its length: give total_steps, or compile with --steps-per-epoch"));
+  return 0;
 }
 
 Expected<std::unique_ptr<Session>> Session::open(const std::string& plan_path, const SessionOptions& options) {
@@ -43,7 +43,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string& plan_path, c
     return Status::BadInput(str_cat(plan_path, ": the plan is sharded over ", plan.devices, " devices; run it as ranks (mpirun -np ", plan.devices,
                                     " memc run ...)"));
   }
-  MEMC_ASSIGN_OR_RETURN(impl->horizon, schedule_horizon(plan, options));
+  impl->horizon = schedule_horizon(plan, options);
   impl->options.seed = options.seed;
   impl->options.device = options.device;
   MEMC_ASSIGN_OR_RETURN(impl->backend, select_backend(options.device, plan, nullptr));
@@ -76,6 +76,9 @@ static Expected<Dataset> batch_dataset(const TensorMap& arrays, const std::vecto
 
 Expected<double> Session::step(const TensorMap& batch) {
   Impl& s = *impl_;
+  if (s.horizon <= 0 && s.plan.schedule.kind != "constant") {
+    return Status::BadInput(str_cat("the plan's ", s.plan.schedule.kind, " schedule needs its length: give total_steps, or compile with --steps-per-epoch"));
+  }
   if (!batch.count("y")) return Status::BadInput("the batch has no 'y' (int64 labels)");
   MEMC_ASSIGN_OR_RETURN(const Dataset data, batch_dataset(batch, s.train_specs, s.plan.batch, s.plan.num_classes, true));
   std::vector<int64_t> order(static_cast<size_t>(s.plan.batch));
@@ -103,6 +106,14 @@ Expected<StateMap> Session::state() const {
   StateMap copies;
   for (const auto& [name, view] : whole) copies[name] = view.clone();  // the arena's views change with every step
   return copies;
+}
+
+Status Session::restore(const std::string& checkpoint_dir) {
+  Impl& s = *impl_;
+  MEMC_ASSIGN_OR_RETURN(const Position pos, restore_checkpoint(checkpoint_dir, s.plan, s.state, s.options.seed, 0, *s.backend));
+  s.steps = pos.step;
+  if (s.scaling.scaled) s.scaler = pos.scaler;
+  return Status::Ok();
 }
 
 const Plan& Session::plan() const { return impl_->plan; }

@@ -34,6 +34,9 @@ class Session {
   Expected<Tensor> predict(const TensorMap& inputs);
   // Parameters (by initializer name) and optimizer states ("<state>.<initializer>"), as host copies.
   Expected<StateMap> state() const;
+  // Takes the weights, optimizer states and step count of a `memc run --checkpoint` folder (a
+  // bad or foreign checkpoint changes nothing: runtime/checkpoint.h).
+  Status restore(const std::string& checkpoint_dir);
 
   const Plan& plan() const;
   int64_t steps() const;                 // optimizer steps taken (skipped fp16 steps included)

@@ -10,6 +10,7 @@ PACKAGES=(cmake g++ make ninja-build pkg-config
           libcli11-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin  # backends/comm: CPU ranks under mpirun
           python3-pip  # scripts/cudnn_frontend.sh: the cuDNN frontend's headers from PyPI
+          python3-venv python3-dev  # the Python package's test venv and its extension (tests/python/run.sh)
           chromium)  # headless: the timeline page's DOM test
 
 missing=()

@@ -128,14 +128,45 @@ TEST(Session, BadBatchesAreOneLineErrorsAndTheSessionGoesOn) {
   EXPECT_EQ((*session)->steps(), 1);
 }
 
-TEST(Session, ASchedulesLengthIsNeeded) {
+TEST(Session, ASchedulesLengthIsNeededToStep) {
+  auto ref = read_npz(source_path("models/vit_tiny.ref.npz"));
+  ASSERT_TRUE(ref.ok());
+  const TensorMap batch = {{"x", ref->at("x")}, {"y", ref->at("labels")}};
   auto session = Session::open(write_vit_tiny_plan("session_cosine", 4, "cosine", false));
-  ASSERT_FALSE(session.ok());
-  EXPECT_NE(session.status().message().find("needs its length"), std::string::npos) << session.status().message();
-  EXPECT_TRUE(Session::open(write_vit_tiny_plan("session_cosine", 4, "cosine", false), SessionOptions{.total_steps = 10}).ok());
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  EXPECT_TRUE((*session)->predict({{"x", ref->at("x")}}).ok());  // predicting needs no schedule
+  auto loss = (*session)->step(batch);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_NE(loss.status().message().find("needs its length"), std::string::npos) << loss.status().message();
+  auto with_length = Session::open(write_vit_tiny_plan("session_cosine", 4, "cosine", false), SessionOptions{.total_steps = 10});
+  ASSERT_TRUE(with_length.ok());
+  EXPECT_TRUE((*with_length)->step(batch).ok());
   auto missing = Session::open((fs::temp_directory_path() / "no_such.plan").string());
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().kind(), ErrorKind::kBadInput);
+}
+
+// A session continues where `memc run --checkpoint` stopped: its weights and step count.
+TEST(Session, RestoresWhatMemcRunCheckpointed) {
+  const std::string plan_path = write_vit_tiny_plan("session_restore", 32, "constant", false);
+  auto plan = read_plan(plan_path);
+  ASSERT_TRUE(plan.ok());
+  const std::string dir = (fs::temp_directory_path() / "session_restore_ck").string();
+  fs::remove_all(dir);
+  StateMap after_run;
+  RunOptions run{.data = source_path("data/digits_train.npz"), .steps = 7, .checkpoint_dir = dir, .quiet = true};
+  ASSERT_TRUE(run_plan(plan_path, *plan, run, &after_run).ok());
+  auto session = Session::open(plan_path);
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->restore(dir).ok());
+  EXPECT_EQ((*session)->steps(), 7);
+  auto state = (*session)->state();
+  ASSERT_TRUE(state.ok());
+  for (const auto& [name, t] : after_run) EXPECT_TRUE(same_bits(state->at(name), t)) << name;
+  const Status bad = (*session)->restore((fs::temp_directory_path() / "no_such_checkpoint").string());
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.kind(), ErrorKind::kBadInput);
+  fs::remove_all(dir);
 }
 
 }  // namespace

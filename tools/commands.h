@@ -12,6 +12,11 @@
 
 namespace memc::cli {
 
+// The whole command line: parses argv (argv[0] is the program) and runs the subcommand; the exit
+// status of ../shared/CLI.md, errors as one line on stderr, never an exception. The memc
+// executable's main, and the Python package's way to every CLI option (python/memc_ext.cc).
+int run_cli(int argc, char** argv);
+
 struct InspectArgs {
   std::string model;
   int64_t batch = -1;

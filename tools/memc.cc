@@ -328,19 +328,20 @@ int run_main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace memc::cli
 
-int main(int argc, char** argv) {
+int run_cli(int argc, char** argv) {
   try {
-    return memc::cli::run_main(argc, argv);
+    return run_main(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "memc: out of host memory\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "memc: internal error: %s\n", memc::cli::one_line(e.what()).c_str());
+    std::fprintf(stderr, "memc: internal error: %s\n", one_line(e.what()).c_str());
     return 1;
   } catch (...) {
     std::fprintf(stderr, "memc: internal error: unknown exception\n");
     return 1;
   }
 }
+
+}  // namespace memc::cli

@@ -136,7 +136,19 @@ void print_summary(const json& s) {
 }  // namespace
 
 // The process's peak resident set (the kernel's ru_maxrss, KiB), next to the planned device bytes.
+// This process's resident high-water mark: the kernel's VmHWM, which starts afresh at exec (the
+// rusage maximum carries over a parent's from before the exec: a memc started from a large
+// Python process would report the parent's size).
 static int64_t process_peak_rss_bytes() {
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    long long kib = -1;
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::sscanf(line, "VmHWM: %lld kB", &kib) == 1) break;
+    }
+    std::fclose(f);
+    if (kib >= 0) return kib * 1024;
+  }
   struct rusage usage {};
   return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_maxrss) * 1024 : 0;
 }

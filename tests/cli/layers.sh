@@ -10,7 +10,7 @@ cd "$SRC" || exit 1
 # collectives' kernels call the Communicator, so backends/comm sits under the other backends.
 declare -A RANK=(
   [support]=0 [ir]=1 [backends/comm]=2 [backends]=3 [backends/cpu]=3 [backends/cuda]=3
-  [frontend]=4 [passes]=5 [planner]=6 [runtime]=7 [tools]=8 [tests]=9
+  [frontend]=4 [passes]=5 [planner]=6 [runtime]=7 [tools]=8 [python]=9 [tests]=9
 )
 # Sibling backends implement one interface and never reach into each other.
 declare -A SIBLINGS=([backends/cpu]=1 [backends/cuda]=1)

@@ -1,0 +1,78 @@
+"""The Python path's step time against the CLI's on the same plan (issue 31: overhead <= 2 %).
+
+    python bench/python_overhead.py [--model models/vit_tiny.onnx] [--batch 32] [--steps 400] [--reps 5]
+
+Same plan file and data (data/digits_train.npz, or random 3x32x32 images with --image 32): `memc run PLAN --steps S` in a child process
+(its report's step_ms: the step itself) against `plan.fit(batches)` from Python over NumPy
+batches (wall time per step: conversion, the session's checks, the step). Alternating runs; the
+median of each. Prints the CPU model and the thread count.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+import memc
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default=os.path.join(SRC, "models", "vit_tiny.onnx"))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--memc", default=os.path.join(SRC, "build", "memc"))
+    parser.add_argument("--image", type=int, default=0, help="random 3xNxN images instead of the digits (vit_small32: 32)")
+    args = parser.parse_args()
+    scratch = tempfile.mkdtemp()
+    if args.image:
+        rng = np.random.default_rng(0)
+        data = os.path.join(scratch, "random.npz")
+        np.savez(data, x=rng.standard_normal((16 * args.batch, 3, args.image, args.image), dtype=np.float32),
+                 y=rng.integers(0, 10, 16 * args.batch))
+    else:
+        data = os.path.join(SRC, "data", "digits_train.npz")
+    d = np.load(data)
+    x, y = d["x"], d["y"]
+    epochs = -(-args.steps // (len(y) // args.batch))
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = memc.compile(args.model, batch=args.batch, optimizer="adamw", lr=1e-3, epochs=epochs, output=os.path.join(tmp, "p.plan"))
+        batches = [(x[i:i + args.batch], y[i:i + args.batch]) for i in range(0, len(y) - args.batch + 1, args.batch)]
+        cli_ms, py_ms = [], []
+        for rep in range(args.reps):
+            report = os.path.join(tmp, f"r{rep}.json")
+            subprocess.run([args.memc, "run", plan.path, "--data", data, "--steps", str(args.steps), "--quiet", "--json", report, "--force"],
+                           check=True, stdout=subprocess.DEVNULL)
+            cli_ms.append(json.load(open(report))["step_ms"])
+            fresh = memc.load_plan(plan.path)
+            session = fresh.session(total_steps=epochs * len(batches))
+            session.step({"x": batches[0][0], "y": batches[0][1]})  # the arena and weights, outside the timing
+            t0 = time.perf_counter()
+            for s in range(args.steps - 1):
+                xb, yb = batches[(s + 1) % len(batches)]
+                session.step({"x": xb, "y": yb})
+            py_ms.append(1000 * (time.perf_counter() - t0) / (args.steps - 1))
+    cli, py = statistics.median(cli_ms), statistics.median(py_ms)
+    print(f"CPU {cpu_model()}, {os.cpu_count()} cores; {os.path.basename(args.model)} b{args.batch} AdamW fp32, {args.steps} steps x {args.reps}")
+    print(f"CLI    step_ms {cli:.3f}  (runs: {', '.join(f'{v:.3f}' for v in cli_ms)})")
+    print(f"Python step_ms {py:.3f}  (runs: {', '.join(f'{v:.3f}' for v in py_ms)})")
+    print(f"Python / CLI   {py / cli:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""memc from Python: compile a model into a memory-budgeted training plan and train it.
+
+    import memc
+    plan = memc.compile(model, example_inputs, budget="6GB", optimizer="adamw", lr=1e-3)
+    print(plan.predicted_peak_bytes, plan.decisions)
+    report = plan.fit(loader, epochs=3)          # any iterable of (x, y) batches, or data on disk
+    model.load_state_dict(plan.state_dict())     # the trained weights, under the module's names
+
+`model` is an ONNX file, an `onnx.ModelProto` or a `torch.nn.Module` (exported inside the call).
+Every option of `memc compile` is a keyword (`--remat blocks` is `remat="blocks"`, `--no-dropout`
+is `no_dropout=True`). Errors are `memc.MemcError` (bad input) and `memc.BudgetError` (a budget
+that cannot be met) carrying memc's one-line message. The C++ library does the work: the command
+line in-process for compiling and for training on files, and its Session for a Python loop.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import _memc
+
+__all__ = ["compile", "load_plan", "Plan", "MemcError", "BudgetError", "cli"]
+__version__ = "0.9.0"
+
+
+class MemcError(ValueError):
+    """Bad input: a model, data, option or file memc refuses (the CLI's exit status 2)."""
+
+
+class BudgetError(MemcError):
+    """The budget cannot be met by any plan (exit status 3)."""
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "memc failed without a message"
+
+
+class _Session:
+    """The C++ Session (runtime/session.h), its bad-input errors as MemcError."""
+
+    def __init__(self, session: "_memc.Session"):
+        self._s = session
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._s, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except ValueError as e:
+                raise MemcError(str(e)) from None
+
+        return call
+
+
+def cli(*args: str) -> str:
+    """Runs `memc ARGS...` in this process and returns what it printed; raises on failure."""
+    status, out, err = _memc.cli([str(a) for a in args])
+    if status == 0:
+        return out
+    message = _last_line(err)
+    if status == 3:
+        raise BudgetError(message)
+    if status == 2:
+        raise MemcError(message)
+    raise RuntimeError(message)
+
+
+def _flags(options: Mapping[str, Any]) -> list:
+    """Keywords as `memc compile` flags: lr=1e-3 -> --lr 1e-3, no_dropout=True -> --no-dropout."""
+    out = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out += [flag, ",".join(str(v) for v in value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def _numpy(value: Any) -> np.ndarray:
+    """A batch element as a C-contiguous NumPy array (torch tensors are detached and moved to the CPU)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    return np.ascontiguousarray(np.asarray(value))
+
+
+def _export_module(module: Any, example_inputs: Sequence[Any], path: str) -> list:
+    """torch.nn.Module -> ONNX with torch's own exporter: the initializers keep the module's
+    parameter names and stay trainable (no constant folding), the batch dim is dynamic."""
+    import torch
+
+    inputs = tuple(example_inputs)
+    names = ["x"] if len(inputs) == 1 else [f"input_{i}" for i in range(len(inputs))]
+    try:
+        torch.onnx.export(module, inputs, path, input_names=names, output_names=["logits"], export_params=True,
+                          do_constant_folding=False, opset_version=17, dynamo=False,
+                          training=torch.onnx.TrainingMode.PRESERVE,
+                          dynamic_axes={n: {0: "batch"} for n in names})
+    except Exception as e:  # torch's own message, on one line
+        raise MemcError("memc: torch could not export the module: " + " ".join(str(e).split())[:500]) from None
+    return names
+
+
+class Plan:
+    """A compiled training plan (what `memc compile` wrote) and the session that trains it."""
+
+    def __init__(self, path: str, summary: Dict[str, Any], *, model_path: str, compile_args: Sequence[str] = (),
+                 module: Any = None, input_names: Sequence[str] = ("x",), workdir: Optional[tempfile.TemporaryDirectory] = None):
+        self.path = path
+        self.summary = summary
+        self.model_path = model_path
+        self._compile_args = list(compile_args)
+        self._module = module
+        self._input_names = list(input_names)
+        self._workdir = workdir  # holds an exported model and a temporary plan alive
+        self._session: Optional[_Session] = None
+        self._total_steps = -1
+
+    # --- what the plan says ---
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return int(self.summary["predicted_peak_bytes"])
+
+    @property
+    def breakdown(self) -> Dict[str, int]:
+        return dict(self.summary.get("breakdown", {}))
+
+    @property
+    def decisions(self) -> Dict[str, Any]:
+        return dict(self.summary.get("decisions", {}))
+
+    @property
+    def batch(self) -> int:
+        return int(self.summary.get("batch", 0))
+
+    def explain(self) -> str:
+        """What the plan holds: decisions, memory by role, the step's estimate (`memc inspect PLAN`)."""
+        return cli("inspect", self.path)
+
+    def save(self, path: str) -> "Plan":
+        """Writes the plan to `path` (compiled again there, so it names its model relative to itself)."""
+        args = list(self._compile_args)
+        out = cli("compile", self.model_path, *args, "-o", path, "--json", "--force")
+        return Plan(path, json.loads(out), model_path=self.model_path, compile_args=args, module=self._module,
+                    input_names=self._input_names, workdir=self._workdir)
+
+    def timeline_html(self, path: str) -> str:
+        """The memory timeline as one self-contained HTML page."""
+        cli("inspect", self.path, "--timeline", path, "--force")
+        return path
+
+    # --- training ---
+    def session(self, total_steps: int = -1, seed: int = 0, device: str = "") -> _Session:
+        """The open plan (arena allocated, weights in): created on the first step, kept after."""
+        if self._session is None:
+            try:
+                self._session = _Session(_memc.Session.open(self.path, device=device, seed=seed, total_steps=total_steps))
+            except ValueError as e:
+                raise MemcError(str(e)) from None
+        return self._session
+
+    def _batch(self, batch: Any) -> Dict[str, np.ndarray]:
+        """(x, y), (x1, x2, ..., y) or {"x": ..., "y": ...} as the session's named arrays."""
+        if isinstance(batch, Mapping):
+            return {k: _numpy(v) for k, v in batch.items()}
+        if isinstance(batch, (list, tuple)) and len(batch) == len(self._input_names) + 1:
+            arrays = {n: _numpy(v) for n, v in zip(self._input_names, batch[:-1])}
+            arrays["y"] = _numpy(batch[-1]).astype(np.int64, copy=False)
+            return arrays
+        raise MemcError(f"memc: a batch is (inputs..., labels) with {len(self._input_names)} input(s), or a dict; got {type(batch).__name__}")
+
+    def step(self, x: Any, y: Any) -> float:
+        """One optimizer step on one batch (the plan's batch rows); returns the loss."""
+        return self.session(self._total_steps).step(self._batch((x, y) if len(self._input_names) == 1 else (*x, y)))
+
+    def predict(self, x: Any) -> np.ndarray:
+        """The model's outputs (logits) for one batch of inputs, with the current weights."""
+        inputs = x if isinstance(x, Mapping) else {self._input_names[0]: x}
+        return self.session(self._total_steps).predict({k: _numpy(v) for k, v in inputs.items()})
+
+    def fit(self, train: Any, eval: Any = None, epochs: int = 1, checkpoint: Optional[str] = None, resume: bool = False,
+            callbacks: Iterable[Callable[[int, float], Any]] = (), seed: int = 0, progress: bool = True,
+            steps: Optional[int] = None) -> Dict[str, Any]:
+        """Trains for `epochs` over `train` (or `steps` optimizer steps) and returns a report like
+        `memc run --json`.
+
+        `train` is data on disk (an .npz, or a folder of .npy files read a batch at a time), which
+        `memc run` trains on with its checkpoints; or any iterable of batches (a DataLoader), which
+        the session steps through. A last batch short of the plan's rows is skipped (static shapes).
+        """
+        if isinstance(train, (str, os.PathLike)):
+            return self._fit_files(os.fspath(train), eval, epochs, checkpoint, resume, seed, steps)
+        if checkpoint or resume:
+            raise MemcError("memc: checkpoint= and resume= need data on disk (an .npz or a folder of .npy files); "
+                            "from an iterable, keep plan.state_dict() yourself")
+        callbacks = list(callbacks)
+        losses, skipped, started = [], 0, time.perf_counter()
+        total = epochs * len(train) if hasattr(train, "__len__") else -1
+        session = self.session(total, seed)
+        bar = _progress(total, progress)
+        for _ in range(epochs):
+            if steps is not None and len(losses) >= steps:
+                break
+            for batch in train:
+                if steps is not None and len(losses) >= steps:
+                    break
+                arrays = self._batch(batch)
+                if arrays["y"].shape[:1] != (session.batch,):
+                    skipped += 1
+                    continue
+                loss = session.step(arrays)
+                losses.append(loss)
+                for callback in callbacks:
+                    callback(session.steps, loss)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.4f}")
+        if bar is not None:
+            bar.close()
+        seconds = time.perf_counter() - started
+        report = {"status": "ok", "steps": len(losses), "losses": losses, "loss": losses[-1] if losses else None,
+                  "step_ms": 1000 * seconds / max(len(losses), 1), "skipped_batches": skipped,
+                  "predicted_peak_bytes": self.predicted_peak_bytes, "measured_peak_bytes": session.measured_peak_bytes,
+                  "device": session.device}
+        if eval is not None:
+            report["accuracy"] = self.accuracy(eval)
+        return report
+
+    def _fit_files(self, data: str, eval: Any, epochs: int, checkpoint: Optional[str], resume: bool, seed: int,
+                   steps: Optional[int]) -> Dict[str, Any]:
+        """`memc run` in this process; its weights come back through a checkpoint (the caller's
+        folder, else one beside the plan), which the session then holds."""
+        if checkpoint is None:
+            if self._workdir is None:
+                self._workdir = tempfile.TemporaryDirectory(prefix="memc_")
+            self._fits = getattr(self, "_fits", 0) + 1
+            checkpoint = os.path.join(self._workdir.name, f"fit{self._fits}")
+        with tempfile.TemporaryDirectory(prefix="memc_fit_") as tmp:
+            report_path = os.path.join(tmp, "report.json")
+            length = ["--steps", str(steps)] if steps is not None else ["--epochs", str(epochs)]
+            args = ["run", self.path, "--data", data, *length, "--seed", str(seed), "--quiet", "--json", report_path,
+                    "--checkpoint", checkpoint] + (["--resume"] if resume else [])
+            if eval is not None:
+                args += ["--eval", os.fspath(eval)]
+            cli(*args)
+            with open(report_path) as f:
+                report = json.load(f)
+        self._session = None
+        self.session(self._total_steps, seed).restore(checkpoint)
+        return report
+
+    def accuracy(self, data: Iterable[Any]) -> float:
+        """Fraction of argmax predictions equal to the labels over an iterable of full batches."""
+        correct = counted = 0
+        session = self.session(self._total_steps)
+        for batch in data:
+            arrays = self._batch(batch)
+            labels = arrays.pop("y")
+            if labels.shape[:1] != (session.batch,):
+                continue
+            logits = session.predict(arrays)
+            correct += int((logits.argmax(axis=1) == labels).sum())
+            counted += len(labels)
+        return correct / counted if counted else float("nan")
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The trained parameters by the model's own names (torch tensors for a torch module, else
+        NumPy arrays); `module.load_state_dict(plan.state_dict())` restores them."""
+        session = self.session(self._total_steps)
+        state = session.state()
+        if self._module is None:
+            return {name: state[name] for name in session.parameters}
+        import torch
+
+        out = {}
+        for name, current in self._module.state_dict().items():
+            value = state.get(name)
+            out[name] = current.clone() if value is None else torch.from_numpy(np.array(value)).to(current.dtype).reshape(current.shape)
+        return out
+
+
+def _progress(total: int, wanted: bool):
+    if not wanted:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total if total > 0 else None, unit="step")
+
+
+def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = None, budget: Optional[str] = None,
+            optimizer: str = "adamw", output: Optional[str] = None, **options: Any) -> Plan:
+    """Compiles `model` into a training plan (see the module's doc). `batch` defaults to the first
+    dim of the example inputs; `output` keeps the plan file (else it lives with the Plan)."""
+    workdir = tempfile.TemporaryDirectory(prefix="memc_")
+    module, input_names = None, ["x"]
+    examples = None if example_inputs is None else (tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,))
+    if isinstance(model, (str, os.PathLike)):
+        model_path = os.fspath(model)
+    elif hasattr(model, "SerializeToString") and hasattr(model, "graph"):  # onnx.ModelProto
+        model_path = os.path.join(workdir.name, "model.onnx")
+        with open(model_path, "wb") as f:
+            f.write(model.SerializeToString())
+    elif hasattr(model, "state_dict") and hasattr(model, "forward"):  # torch.nn.Module
+        if examples is None:
+            raise MemcError("memc: a torch module needs example_inputs to export it")
+        module = model
+        model_path = os.path.join(output and os.path.dirname(os.path.abspath(output)) or workdir.name,
+                                  (os.path.splitext(os.path.basename(output))[0] if output else "model") + ".onnx")
+        input_names = _export_module(model, examples, model_path)
+    else:
+        raise MemcError(f"memc: model is an ONNX path, an onnx.ModelProto or a torch.nn.Module, not {type(model).__name__}")
+    if batch is None:
+        if examples is None:
+            raise MemcError("memc: give batch= or example_inputs (whose first dim is the batch)")
+        batch = int(_numpy(examples[0]).shape[0])
+    args = ["--batch", str(batch), "--optimizer", optimizer] + (["--budget", str(budget)] if budget is not None else []) + _flags(options)
+    plan_path = os.path.abspath(output) if output else os.path.join(workdir.name, "model.plan")
+    summary = json.loads(cli("compile", model_path, *args, "-o", plan_path, "--json", "--force"))
+    summary.setdefault("batch", batch)
+    return Plan(plan_path, summary, model_path=model_path, compile_args=args, module=module, input_names=input_names, workdir=workdir)
+
+
+def load_plan(path: str, module: Any = None) -> Plan:
+    """A plan `memc compile` (or Plan.save) wrote; `module` maps state_dict() to its names."""
+    summary = json.loads(cli("inspect", path, "--json"))
+    return Plan(os.path.abspath(path), summary, model_path=summary.get("model", ""), module=module)

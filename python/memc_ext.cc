@@ -1,0 +1,193 @@
+// memc's Python extension (_memc): the command line in-process (every compile option, with its
+// one-line errors and exit codes) and the Session (runtime/session.h) over NumPy arrays. The
+// package python/memc wraps both into memc.compile, Plan.fit/step/predict/state_dict.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/dataset.h"
+#include "runtime/session.h"
+#include "tools/commands.h"
+
+namespace nb = nanobind;
+
+namespace memc::python {
+namespace {
+
+// A file's text ("" when unreadable).
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs the CLI with stdout and stderr sent to files, as a child process's would be: returns
+// (exit status, stdout, stderr). The interpreter's own streams are flushed first and restored after.
+std::tuple<int, std::string, std::string> run_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_text = {"memc"};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char out_path[] = "/tmp/memc_cli_out_XXXXXX", err_path[] = "/tmp/memc_cli_err_XXXXXX";
+  const int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+  if (out_fd < 0 || err_fd < 0) throw std::runtime_error("memc: cannot create a temporary file for the CLI's output");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int saved_out = dup(1), saved_err = dup(2);
+  dup2(out_fd, 1);
+  dup2(err_fd, 2);
+  int status;
+  {
+    nb::gil_scoped_release release;  // training may take a while; other Python threads go on
+    status = cli::run_cli(static_cast<int>(argv_text.size()), argv.data());
+    std::fflush(stdout);
+    std::fflush(stderr);
+  }
+  dup2(saved_out, 1);
+  dup2(saved_err, 2);
+  for (int fd : {saved_out, saved_err, out_fd, err_fd}) close(fd);
+  std::string out = slurp(out_path), err = slurp(err_path);
+  std::remove(out_path);
+  std::remove(err_path);
+  return {status, out, err};
+}
+
+// The error type the package raises: Python's ValueError family for bad input (memc.MemcError
+// subclasses it in python/memc/__init__.py); RuntimeError for internal errors.
+[[noreturn]] void raise(const Status& st) {
+  const std::string line = "memc: " + st.message();
+  if (st.kind() == ErrorKind::kBadInput || st.kind() == ErrorKind::kBudget) throw nb::value_error(line.c_str());
+  throw std::runtime_error(line);
+}
+template <class T>
+T value_or_raise(Expected<T> e) {
+  if (!e.ok()) raise(e.status());
+  return std::move(e).value();
+}
+
+using Array = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu>;
+
+std::optional<DType> dtype_of(const nb::dlpack::dtype& d) {
+  using Code = nb::dlpack::dtype_code;
+  const auto code = static_cast<Code>(d.code);
+  if (code == Code::Float && d.bits == 32) return DType::kF32;
+  if (code == Code::Float && d.bits == 64) return DType::kF64;
+  if (code == Code::Float && d.bits == 16) return DType::kF16;
+  if (code == Code::Int && d.bits == 64) return DType::kI64;
+  if (code == Code::Int && d.bits == 32) return DType::kI32;
+  if (code == Code::UInt && d.bits == 8) return DType::kU8;
+  if (code == Code::Bool && d.bits == 8) return DType::kBool;
+  return std::nullopt;
+}
+
+// A dict of NumPy arrays as memc tensors (copies: the session keeps none of the caller's memory).
+TensorMap tensors_of(const nb::dict& arrays) {
+  TensorMap out;
+  for (auto [key, value] : arrays) {
+    const std::string name = nb::cast<std::string>(key);
+    Array a;
+    if (!nb::try_cast(value, a)) {
+      throw nb::type_error(("memc: array '" + name + "' is not a C-contiguous NumPy array on the CPU").c_str());
+    }
+    const std::optional<DType> dtype = dtype_of(a.dtype());
+    if (!dtype) throw nb::type_error(("memc: array '" + name + "' has a dtype memc does not read (float16/32/64, int32/64, uint8, bool)").c_str());
+    Shape shape;
+    for (size_t d = 0; d < a.ndim(); ++d) shape.push_back(static_cast<int64_t>(a.shape(d)));
+    Tensor t = Tensor::zeros(*dtype, shape);
+    if (t.nbytes()) std::memcpy(t.raw(), a.data(), t.nbytes());
+    out[name] = std::move(t);
+  }
+  return out;
+}
+
+nb::object array_of(const Tensor& t) {
+  const Tensor f = t.dtype() == DType::kBF16 ? t.cast(DType::kF32) : t;  // NumPy has no bf16
+  std::vector<size_t> shape(f.shape().begin(), f.shape().end());
+  auto* copy = new Tensor(f.clone());
+  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  nb::dlpack::dtype dt;
+  switch (f.dtype()) {
+    case DType::kF32: dt = nb::dtype<float>(); break;
+    case DType::kF64: dt = nb::dtype<double>(); break;
+    case DType::kI64: dt = nb::dtype<int64_t>(); break;
+    case DType::kI32: dt = nb::dtype<int32_t>(); break;
+    case DType::kU8: dt = nb::dtype<uint8_t>(); break;
+    case DType::kBool: dt = nb::dtype<bool>(); break;
+    default: {
+      Tensor* widened = new Tensor(f.cast(DType::kF32));
+      delete copy;
+      copy = widened;
+      owner = nb::capsule(copy, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+      dt = nb::dtype<float>();
+    }
+  }
+  return nb::cast(Array(copy->raw(), shape.size(), shape.data(), owner, nullptr, dt));
+}
+
+nb::dict dict_of(const TensorMap& tensors) {
+  nb::dict out;
+  for (const auto& [name, t] : tensors) out[name.c_str()] = array_of(t);
+  return out;
+}
+
+}  // namespace
+}  // namespace memc::python
+
+NB_MODULE(_memc, m) {
+  using namespace memc;
+  using namespace memc::python;
+  m.doc() = "memc's C++ library: the command line in-process and the Session over NumPy arrays";
+  m.def("cli", &run_cli, nb::arg("args"), "Runs `memc ARGS...`: (exit status, stdout, stderr)");
+  m.def("epoch_order", &epoch_order, nb::arg("size"), nb::arg("seed"), nb::arg("epoch"),
+        "The sample order of an epoch of `memc run` (runtime/dataset.h): the same seeded shuffle");
+  nb::class_<Session>(m, "Session")
+      .def_static(
+          "open",
+          [](const std::string& plan, const std::string& device, uint64_t seed, int64_t total_steps) {
+            return value_or_raise(Session::open(plan, SessionOptions{.device = device, .seed = seed, .total_steps = total_steps})).release();
+          },
+          nb::arg("plan"), nb::arg("device") = "", nb::arg("seed") = 0, nb::arg("total_steps") = -1, nb::rv_policy::take_ownership)
+      .def(
+          "step",
+          [](Session& s, const nb::dict& batch) {
+            const TensorMap tensors = tensors_of(batch);
+            Expected<double> loss = [&] {
+              nb::gil_scoped_release release;
+              return s.step(tensors);
+            }();
+            return value_or_raise(std::move(loss));
+          },
+          nb::arg("batch"))
+      .def(
+          "predict", [](Session& s, const nb::dict& inputs) { return array_of(value_or_raise(s.predict(tensors_of(inputs)))); },
+          nb::arg("inputs"))
+      .def("state", [](const Session& s) { return dict_of(value_or_raise(s.state())); })
+      .def(
+          "restore",
+          [](Session& s, const std::string& dir) {
+            if (Status st = s.restore(dir); !st.ok()) raise(st);
+          },
+          nb::arg("checkpoint_dir"))
+      .def_prop_ro("steps", &Session::steps)
+      .def_prop_ro("measured_peak_bytes", &Session::measured_peak_bytes)
+      .def_prop_ro("device", &Session::device)
+      .def_prop_ro("batch", [](const Session& s) { return s.plan().batch; })
+      .def_prop_ro("parameters", [](const Session& s) {  // the model's trained initializers, by name
+        std::vector<std::string> names;
+        for (ValueId a : s.plan().eval.arguments()) {
+          if (s.plan().eval.value(a).role == Role::kParam) names.push_back(s.plan().eval.value(a).source_name);
+        }
+        return names;
+      });
+}

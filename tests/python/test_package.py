@@ -1,0 +1,211 @@
+"""The Python package (issue 31): memc.compile on an ONNX file and on a torch module, training
+from Python equal to the CLI's bit for bit and to PyTorch's within 1e-5, the state_dict round
+trip, data larger than memory, and bad input as one-line exceptions. Run by tests/python/run.sh
+(ctest `python.package`) in a fresh venv after `pip install .`."""
+import copy
+import json
+import os
+import resource
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import memc
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DIGITS = os.path.join(SRC, "data", "digits_train.npz")
+
+
+def read_safetensors(path):
+    """A safetensors file as {name: float32 array} (memc's checkpoints hold f32 and i64)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        dtype = {"F32": np.float32, "I64": np.int64}[info["dtype"]]
+        out[name] = np.frombuffer(data[a:b], dtype=dtype).reshape(info["shape"])
+    return out
+
+
+def digits():
+    d = np.load(DIGITS)
+    return d["x"], d["y"]
+
+
+def test_onnx_model_trained_from_python_equals_the_cli(tmp_path):
+    plan = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, optimizer="adamw", lr=2e-3, epochs=1,
+                        output=str(tmp_path / "p.plan"))
+    assert plan.predicted_peak_bytes > 0 and plan.decisions["precision"] == "fp32"
+    x, y = digits()
+    # The CLI's 5 steps, and its weights after them.
+    memc.cli("run", plan.path, "--data", DIGITS, "--steps", "5", "--seed", "7", "--quiet", "--checkpoint", str(tmp_path / "ck"))
+    cli_state = read_safetensors(str(tmp_path / "ck" / "checkpoint.safetensors"))
+    # The same batches from Python: the CLI's seeded order (its horizon: one epoch of 44 batches).
+    order = memc._memc.epoch_order(len(y), 7, 0)
+    session = plan.session(total_steps=len(y) // 32, seed=7)
+    for b in range(5):
+        rows = order[32 * b:32 * b + 32]
+        session.step({"x": x[rows], "y": y[rows]})
+    state = plan.state_dict()
+    assert len(state) == 32
+    for name, value in state.items():
+        assert np.array_equal(value, cli_state[name]), name
+
+
+def test_fit_on_files_and_on_an_iterable(tmp_path):
+    plan = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, optimizer="adamw", lr=2e-3)
+    report = plan.fit(DIGITS, eval=os.path.join(SRC, "data", "digits_test.npz"), epochs=2)
+    assert report["steps"] == 88 and report["measured_peak_bytes"] == report["predicted_peak_bytes"]
+    assert 0 < report["accuracy"] <= 1
+    x, y = digits()
+    seen = []
+    fresh = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, optimizer="adamw", lr=2e-3)
+    report = fresh.fit([(x[i:i + 32], y[i:i + 32]) for i in range(0, len(y), 32)], epochs=2,
+                       callbacks=[lambda step, loss: seen.append((step, loss))], progress=False)
+    assert report["steps"] == 88 and report["skipped_batches"] == 2  # 1437 rows: a short last batch per epoch
+    assert [s for s, _ in seen] == list(range(1, 89)) and report["losses"][-1] < report["losses"][0]
+    assert report["measured_peak_bytes"] == fresh.predicted_peak_bytes
+
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.dirname(__file__))
+from tiny_models import TinyViT  # noqa: E402
+
+
+def key_bias_rows(name, value):
+    """The key third of attention's in_proj_bias: its gradient is exactly 0 (softmax ignores a
+    constant added to a row of scores), so both sides hold rounding noise there, which Adam's
+    m / sqrt(v) turns into steps of ±lr in directions neither side controls."""
+    if name.endswith("self_attn.in_proj_bias"):
+        third = value.shape[0] // 3
+        return slice(third, 2 * third)
+    return None
+
+
+def test_torch_module_trains_as_pytorch_does_and_loads_back():
+    torch.manual_seed(0)
+    module = TinyViT()
+    x, y = digits()
+    xs = [torch.from_numpy(x[16 * s:16 * s + 16]) for s in range(5)]
+    ys = [torch.from_numpy(y[16 * s:16 * s + 16]) for s in range(5)]
+    plan = memc.compile(module, (xs[0],), optimizer="adamw", lr=1e-3, weight_decay=0.01, epochs=5)
+    reference = copy.deepcopy(module)
+    optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-3, weight_decay=0.01)
+    for xb, yb in zip(xs, ys):
+        loss = plan.step(xb, yb)
+        optimizer.zero_grad()
+        torch_loss = torch.nn.functional.cross_entropy(reference(xb), yb)
+        torch_loss.backward()
+        optimizer.step()
+        assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
+    state = plan.state_dict()
+    assert set(state) == set(reference.state_dict())
+    for name, ours in state.items():
+        theirs = reference.state_dict()[name]
+        assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, name
+        mask = torch.ones_like(theirs, dtype=torch.bool)
+        if (rows := key_bias_rows(name, theirs)) is not None:
+            mask[rows] = False
+        error = ((ours - theirs)[mask].abs().max() / theirs[mask].abs().max().clamp_min(1e-12)).item()
+        assert error <= 1e-5, f"{name}: {error:.2e}"
+    # The trained weights in the user's own module: its forward equals memc's.
+    restored = copy.deepcopy(module)
+    restored.load_state_dict(plan.state_dict())
+    with torch.no_grad():
+        assert np.abs(restored(xs[0]).numpy() - plan.predict(xs[0])).max() <= 1e-6
+
+
+def test_bad_inputs_are_one_line_exceptions():
+    torch.manual_seed(0)
+    module = TinyViT()
+    x, y = digits()
+    plan = memc.compile(module, (torch.from_numpy(x[:8]),), optimizer="sgd", lr=0.1)
+    cases = [
+        (lambda: plan.step(x[:7], y[:7]), "the plan's batch is 8"),
+        (lambda: plan.step(x[:8, :, :, :7].copy(), y[:8]), "expected [8x1x8x8]"),
+        (lambda: plan.step(x[:8].astype(np.int64), y[:8]), "needs f32"),
+        (lambda: plan.step(x[:8], np.full(8, 12)), "outside [0, 10)"),
+        (lambda: plan.fit("/no/such/data.npz"), "/no/such/data.npz"),
+        (lambda: memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, budget="1KB"), "budget"),
+        (lambda: memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx")), "batch="),
+        (lambda: memc.compile(42), "not int"),
+    ]
+    for call, says in cases:
+        with pytest.raises(memc.MemcError) as e:
+            call()
+        assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+    with pytest.raises(memc.BudgetError):
+        memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, budget="1KB")
+
+    class Unexportable(torch.nn.Module):  # an op torch's ONNX exporter has no rule for
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return torch.linalg.svd(self.linear(x))[0]
+
+    with pytest.raises(memc.MemcError) as e:
+        memc.compile(Unexportable(), (torch.zeros(2, 3, 3),))
+    assert "torch could not export the module" in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+    class NoParameters(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    with pytest.raises(memc.MemcError, match="no trainable parameters"):
+        memc.compile(NoParameters(), (torch.zeros(2, 3),))
+
+    def failing_loader():
+        yield torch.from_numpy(x[:8]), torch.from_numpy(y[:8])
+        raise RuntimeError("the loader broke")
+
+    with pytest.raises(RuntimeError, match="the loader broke"):
+        plan.fit(failing_loader(), progress=False)
+    assert plan.step(x[:8], y[:8]) > 0  # the interpreter and the plan go on
+
+
+def write_shards(folder, total_bytes):
+    """vit_small32-shaped data (3x32x32 f32), 4 shards and labels, as .npy files."""
+    os.makedirs(folder)
+    per = 3 * 32 * 32 * 4
+    n = total_bytes // per + 1
+    block = ((np.arange(3 * 32 * 32, dtype=np.float32) * 37) % 101 / 50.0 - 1.0).reshape(1, 3, 32, 32)
+    for k, rows in enumerate(np.array_split(np.arange(n), 4)):
+        array = np.lib.format.open_memmap(os.path.join(folder, f"x.{k}.npy"), mode="w+", dtype=np.float32, shape=(len(rows), 3, 32, 32))
+        for start in range(0, len(rows), 4096):
+            array[start:start + 4096] = block
+        array.flush()
+        del array
+    np.save(os.path.join(folder, "y.npy"), np.arange(n, dtype=np.int64) % 10)
+    return n
+
+
+def test_data_four_times_the_memory_limit_trains(tmp_path):
+    limit = 640 << 20
+    if os.statvfs(str(tmp_path)).f_bavail * os.statvfs(str(tmp_path)).f_frsize < 4 * limit + (2 << 30):
+        pytest.skip("needs 4.6 GB free for the data")
+    write_shards(str(tmp_path / "big"), 4 * limit)
+    # A child process: the address-space limit first, then memc (OpenBLAS's buffers are bounded by it).
+    script = f"""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+import memc
+plan = memc.compile({os.path.join(SRC, "models", "vit_small32.onnx")!r}, batch=16, optimizer="adamw", threads=1)
+report = plan.fit({str(tmp_path / "big")!r}, steps=30)
+print(report["steps"], report["process_peak_rss_bytes"])
+"""
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-2000:]
+    steps, rss = map(int, child.stdout.split())
+    data = sum(os.path.getsize(tmp_path / "big" / f) for f in os.listdir(tmp_path / "big"))
+    assert data >= 4 * limit and steps == 30 and rss < limit
+    print(f"{data / 2**30:.2f} GiB trained {steps} steps under RLIMIT_AS {limit >> 20} MiB; peak RSS {rss >> 20} MiB")
