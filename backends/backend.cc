@@ -44,7 +44,7 @@ Expected<Backend*> open_backend(const std::string& device) {
   if (auto it = opened.find(index); it != opened.end()) return it->second.get();
   // The CUDA module is loaded here, on the first GPU device a process opens (backends/cuda_module.h).
   Expected<const cuda::ModuleApi*> module = cuda::load_module();
-  if (!module.ok()) return module.status().with_context(str_cat("--device ", device, ": "));
+  if (!module.ok()) return module.status().with_context(str_cat("--device cuda:", index, ": "));
   MEMC_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, (*module)->open(index));
   return (opened[index] = std::move(backend)).get();
 }

@@ -153,11 +153,21 @@ class Plan:
         return cli("inspect", self.path)
 
     def save(self, path: str) -> "Plan":
-        """Writes the plan to `path` (compiled again there, so it names its model relative to itself)."""
-        args = list(self._compile_args)
-        out = cli("compile", self.model_path, *args, "-o", path, "--json", "--force")
-        return Plan(path, json.loads(out), model_path=self.model_path, compile_args=args, module=self._module,
-                    input_names=self._input_names, workdir=self._workdir)
+        """Writes the plan to `path`: the same plan, naming its model relative to the new place."""
+        with open(self.path) as f:
+            doc = json.load(f)
+        model = doc["model"]["path"]
+        if not os.path.isabs(model):
+            model = os.path.normpath(os.path.join(os.path.dirname(self.path), model))
+        target = os.path.abspath(path)
+        doc["model"]["path"] = os.path.relpath(model, os.path.dirname(target))
+        tmp = f"{target}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, target)
+        saved = load_plan(target, self._module)
+        saved._input_names = self._input_names
+        return saved
 
     def timeline_html(self, path: str) -> str:
         """The memory timeline as one self-contained HTML page."""
@@ -340,4 +350,7 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
 def load_plan(path: str, module: Any = None) -> Plan:
     """A plan `memc compile` (or Plan.save) wrote; `module` maps state_dict() to its names."""
     summary = json.loads(cli("inspect", path, "--json"))
-    return Plan(os.path.abspath(path), summary, model_path=summary.get("model", ""), module=module)
+    model = summary.get("model", "")
+    if model and not os.path.isabs(model):  # recorded relative to the plan's folder
+        model = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), model))
+    return Plan(os.path.abspath(path), summary, model_path=model, module=module)

@@ -60,6 +60,20 @@ def test_onnx_model_trained_from_python_equals_the_cli(tmp_path):
         assert np.array_equal(value, cli_state[name]), name
 
 
+def test_plans_save_load_and_describe_themselves(tmp_path):
+    plan = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=8, optimizer="sgd", lr=0.05, remat="none")
+    (tmp_path / "elsewhere").mkdir()
+    saved = plan.save(str(tmp_path / "elsewhere" / "v.plan"))
+    loaded = memc.load_plan(str(tmp_path / "elsewhere" / "v.plan"))
+    assert loaded.predicted_peak_bytes == saved.predicted_peak_bytes == plan.predicted_peak_bytes
+    assert loaded.decisions == plan.decisions and loaded.breakdown == plan.breakdown
+    assert "sgd lr 0.05" in loaded.explain()
+    x, y = digits()
+    assert loaded.step(x[:8], y[:8]) == plan.step(x[:8], y[:8])  # the same plan, the same first step
+    page = loaded.timeline_html(str(tmp_path / "t.html"))
+    assert open(page).read().startswith("<!DOCTYPE html>")
+
+
 def test_fit_on_files_and_on_an_iterable(tmp_path):
     plan = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, optimizer="adamw", lr=2e-3)
     report = plan.fit(DIGITS, eval=os.path.join(SRC, "data", "digits_test.npz"), epochs=2)
