@@ -5,7 +5,9 @@
 Same plan file and data (data/digits_train.npz, or random 3x32x32 images with --image 32): `memc run PLAN --steps S` in a child process
 (its report's step_ms: the step itself) against `plan.fit(batches)` from Python over NumPy
 batches (wall time per step: conversion, the session's checks, the step). Alternating runs; the
-median of each. Prints the CPU model and the thread count.
+median of each. Also, within each Python run, the wall time against the steps' own run time
+(session.last_step_ms, timed as the CLI's step_ms): the Python path's share, free of the
+drift between runs. Prints the CPU model and the thread count.
 """
 import argparse
 import json
@@ -53,7 +55,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         plan = memc.compile(args.model, batch=args.batch, optimizer="adamw", lr=1e-3, epochs=epochs, output=os.path.join(tmp, "p.plan"))
         batches = [(x[i:i + args.batch], y[i:i + args.batch]) for i in range(0, len(y) - args.batch + 1, args.batch)]
-        cli_ms, py_ms = [], []
+        cli_ms, py_ms, py_run_ms = [], [], []
         for rep in range(args.reps):
             report = os.path.join(tmp, f"r{rep}.json")
             subprocess.run([args.memc, "run", plan.path, "--data", data, "--steps", str(args.steps), "--quiet", "--json", report, "--force"],
@@ -62,16 +64,26 @@ def main():
             fresh = memc.load_plan(plan.path)
             session = fresh.session(total_steps=epochs * len(batches))
             session.step({"x": batches[0][0], "y": batches[0][1]})  # the arena and weights, outside the timing
+            run_ms = 0.0
             t0 = time.perf_counter()
             for s in range(args.steps - 1):
                 xb, yb = batches[(s + 1) % len(batches)]
                 session.step({"x": xb, "y": yb})
-            py_ms.append(1000 * (time.perf_counter() - t0) / (args.steps - 1))
+                run_ms += session.last_step_ms
+            wall_ms = 1000 * (time.perf_counter() - t0)
+            py_ms.append(wall_ms / (args.steps - 1))
+            py_run_ms.append(run_ms / (args.steps - 1))
     cli, py = statistics.median(cli_ms), statistics.median(py_ms)
     print(f"CPU {cpu_model()}, {os.cpu_count()} cores; {os.path.basename(args.model)} b{args.batch} AdamW fp32, {args.steps} steps x {args.reps}")
     print(f"CLI    step_ms {cli:.3f}  (runs: {', '.join(f'{v:.3f}' for v in cli_ms)})")
     print(f"Python step_ms {py:.3f}  (runs: {', '.join(f'{v:.3f}' for v in py_ms)})")
-    print(f"Python / CLI   {py / cli:.4f}")
+    print(f"Python / CLI   {py / cli:.4f} (medians); paired runs, median of the ratios "
+          f"{statistics.median(p / c for p, c in zip(py_ms, cli_ms)):.4f}")
+    # In the same process and steps, so free of run-to-run drift: what the Python path adds to
+    # the step memc runs (the CLI's step_ms times the same span).
+    added = [w / r - 1 for w, r in zip(py_ms, py_run_ms)]
+    print(f"Python's steps: wall {py:.3f} ms, of which memc's step {statistics.median(py_run_ms):.3f} ms; "
+          f"added by the Python path {100 * statistics.median(added):+.2f} % (runs: {', '.join(f'{100 * a:+.2f}' for a in added)})")
 
 
 if __name__ == "__main__":

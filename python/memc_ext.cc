@@ -77,6 +77,7 @@ T value_or_raise(Expected<T> e) {
 }
 
 using Array = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu>;
+using InArray = nb::ndarray<nb::numpy, nb::ro, nb::c_contig, nb::device::cpu>;  // read-only arrays too (np.load's mmap)
 
 std::optional<DType> dtype_of(const nb::dlpack::dtype& d) {
   using Code = nb::dlpack::dtype_code;
@@ -91,12 +92,14 @@ std::optional<DType> dtype_of(const nb::dlpack::dtype& d) {
   return std::nullopt;
 }
 
-// A dict of NumPy arrays as memc tensors (copies: the session keeps none of the caller's memory).
-TensorMap tensors_of(const nb::dict& arrays) {
+// A dict of NumPy arrays as memc tensors that borrow the arrays' memory (the step copies each
+// into the arena once). `owners` keeps the arrays alive: the caller's, or nanobind's contiguous
+// conversion of them.
+TensorMap tensors_of(const nb::dict& arrays, std::vector<InArray>& owners) {
   TensorMap out;
   for (auto [key, value] : arrays) {
     const std::string name = nb::cast<std::string>(key);
-    Array a;
+    InArray a;
     if (!nb::try_cast(value, a)) {
       throw nb::type_error(("memc: array '" + name + "' is not a C-contiguous NumPy array on the CPU").c_str());
     }
@@ -104,9 +107,8 @@ TensorMap tensors_of(const nb::dict& arrays) {
     if (!dtype) throw nb::type_error(("memc: array '" + name + "' has a dtype memc does not read (float16/32/64, int32/64, uint8, bool)").c_str());
     Shape shape;
     for (size_t d = 0; d < a.ndim(); ++d) shape.push_back(static_cast<int64_t>(a.shape(d)));
-    Tensor t = Tensor::zeros(*dtype, shape);
-    if (t.nbytes()) std::memcpy(t.raw(), a.data(), t.nbytes());
-    out[name] = std::move(t);
+    out[name] = Tensor::borrow(*dtype, shape, const_cast<void*>(a.data()));  // only read
+    owners.push_back(std::move(a));
   }
   return out;
 }
@@ -161,7 +163,8 @@ NB_MODULE(_memc, m) {
       .def(
           "step",
           [](Session& s, const nb::dict& batch) {
-            const TensorMap tensors = tensors_of(batch);
+            std::vector<InArray> owners;
+            const TensorMap tensors = tensors_of(batch, owners);
             Expected<double> loss = [&] {
               nb::gil_scoped_release release;
               return s.step(tensors);
@@ -170,7 +173,11 @@ NB_MODULE(_memc, m) {
           },
           nb::arg("batch"))
       .def(
-          "predict", [](Session& s, const nb::dict& inputs) { return array_of(value_or_raise(s.predict(tensors_of(inputs)))); },
+          "predict",
+          [](Session& s, const nb::dict& inputs) {
+            std::vector<InArray> owners;
+            return array_of(value_or_raise(s.predict(tensors_of(inputs, owners))));
+          },
           nb::arg("inputs"))
       .def("state", [](const Session& s) { return dict_of(value_or_raise(s.state())); })
       .def(
@@ -180,6 +187,7 @@ NB_MODULE(_memc, m) {
           },
           nb::arg("checkpoint_dir"))
       .def_prop_ro("steps", &Session::steps)
+      .def_prop_ro("last_step_ms", &Session::last_step_ms)
       .def_prop_ro("measured_peak_bytes", &Session::measured_peak_bytes)
       .def_prop_ro("device", &Session::device)
       .def_prop_ro("batch", [](const Session& s) { return s.plan().batch; })

@@ -85,8 +85,12 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
 
 Tensor PlannedExecutor::tensor(ValueId v) const {
   const TensorType& t = module_.value(v).type;
-  char* base = static_cast<char*>(module_.value(v).space == MemSpace::kHost ? host_arena_.get() : arena_.get());
-  return Tensor::borrow(t.dtype, t.shape, base + plan_.slice_of(v).offset);
+  return Tensor::borrow(t.dtype, t.shape, const_cast<void*>(address(v)));
+}
+
+const void* PlannedExecutor::address(ValueId v) const {
+  const char* base = static_cast<const char*>(module_.value(v).space == MemSpace::kHost ? host_arena_.get() : arena_.get());
+  return base + plan_.slice_of(v).offset;
 }
 
 Expected<Tensor> PlannedExecutor::fetch(ValueId v) const {

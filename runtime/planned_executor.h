@@ -30,6 +30,7 @@ class PlannedExecutor {
   // The tensor of an argument or value, in its arena (a view in the backend's memory; valid
   // while the executor lives). Host code reads device values through fetch().
   Tensor tensor(ValueId v) const;
+  const void* address(ValueId v) const;  // where tensor(v) starts, without making the view
   // A host copy of value `v` (synchronous: waits for the step that writes it).
   Expected<Tensor> fetch(ValueId v) const;
   // Copies `value` into the argument named `name` (IR or source name): parameters and states

@@ -20,6 +20,7 @@ struct Session::Impl {
   Scaler scaler;
   std::vector<InputSpec> train_specs, eval_specs;
   int64_t horizon = 0, steps = 0;
+  double last_step_ms = 0;  // the last step's run, without the batch's checks and copy
   std::unique_ptr<TrainContext> ctx;
 };
 
@@ -80,11 +81,14 @@ Expected<double> Session::step(const TensorMap& batch) {
     return Status::BadInput(str_cat("the plan's ", s.plan.schedule.kind, " schedule needs its length: give total_steps, or compile with --steps-per-epoch"));
   }
   if (!batch.count("y")) return Status::BadInput("the batch has no 'y' (int64 labels)");
-  MEMC_ASSIGN_OR_RETURN(const Dataset data, batch_dataset(batch, s.train_specs, s.plan.batch, s.plan.num_classes, true));
-  std::vector<int64_t> order(static_cast<size_t>(s.plan.batch));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  MEMC_ASSIGN_OR_RETURN(const StepOutcome outcome, run_step(*s.ctx, data, order, 0, s.steps + 1, false, s.scaler));
+  MEMC_ASSIGN_OR_RETURN(Dataset data, batch_dataset(batch, s.train_specs, s.plan.batch, s.plan.num_classes, true));
+  // The batch is the step's rows in order: its checked arrays are the feeds (copied once, into the arena).
+  std::map<std::string, Tensor> feeds = std::move(data.inputs);
+  feeds[kLabelsArg] = data.labels;
+  add_step_scalars(*s.ctx, s.steps + 1, s.scaler, feeds);
+  MEMC_ASSIGN_OR_RETURN(const StepOutcome outcome, run_step_on(*s.ctx, feeds, s.steps + 1, false));
   ++s.steps;
+  s.last_step_ms = outcome.ms;
   if (s.scaling.scaled) update_scaler(s.scaler, outcome.skip, s.options.growth_interval);
   return outcome.loss;
 }
@@ -118,6 +122,7 @@ Status Session::restore(const std::string& checkpoint_dir) {
 
 const Plan& Session::plan() const { return impl_->plan; }
 int64_t Session::steps() const { return impl_->steps; }
+double Session::last_step_ms() const { return impl_->last_step_ms; }
 int64_t Session::measured_peak_bytes() const { return impl_->memory->peak_bytes(); }
 std::string Session::device() const { return std::string(impl_->backend->name()); }
 

@@ -40,6 +40,7 @@ class Session {
 
   const Plan& plan() const;
   int64_t steps() const;                 // optimizer steps taken (skipped fp16 steps included)
+  double last_step_ms() const;           // the last step's run as `memc run`'s step_ms times it
   int64_t measured_peak_bytes() const;   // the device accountant's high-water mark
   std::string device() const;
 

@@ -64,6 +64,10 @@ void update_scaler(Scaler& scaler, bool skip, int64_t growth_interval);
 // Step `step` (1-based) on batch `b` of `order` over `data`; updates land in place.
 Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order, int64_t b,
                                int64_t step, bool first_of_run, const Scaler& scaler);
+// The same step on feeds already made: this rank's batch (inputs by name, labels under
+// kLabelsArg) and the scalars add_step_scalars gives (the learning rate, Adam's step, the loss scale).
+Expected<StepOutcome> run_step_on(const TrainContext& ctx, const std::map<std::string, Tensor>& feeds, int64_t step, bool first_of_run);
+void add_step_scalars(const TrainContext& ctx, int64_t step, const Scaler& scaler, std::map<std::string, Tensor>& feeds);
 // Accuracy of the evaluation forward over `data` with `state` (host tensors); `counted` samples.
 Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset& data, int64_t& counted);
 

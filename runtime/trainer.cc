@@ -305,11 +305,15 @@ static Expected<std::map<std::string, Tensor>> step_feeds(const TrainContext& ct
   MEMC_ASSIGN_OR_RETURN(auto feeds, make_batch(data, rows, 0, ctx.plan.rank_rows(), ctx.specs, kLabelsArg));
   int64_t* labels = feeds[kLabelsArg].data<int64_t>();
   std::fill(labels + slice.rows, labels + ctx.plan.rank_rows(), kPaddingLabel);
+  add_step_scalars(ctx, step, scaler, feeds);
+  return feeds;
+}
+
+void add_step_scalars(const TrainContext& ctx, int64_t step, const Scaler& scaler, std::map<std::string, Tensor>& feeds) {
   feeds[kLrArg] = f32_scalar(learning_rate(ctx.plan.schedule, step, ctx.horizon()));
   // Adam's bias correction counts applied updates: a skipped step does not advance it.
   feeds[kStepArg] = f32_scalar(static_cast<double>(ctx.scaling.scaled ? scaler.applied + 1 : step));
   if (ctx.scaling.scaled) feeds[kLossScaleArg] = f32_scalar(scaler.scale);
-  return feeds;
 }
 
 // --dump-grads: the gradients of `feeds` at the state before the step's update, as f32. In a
@@ -324,10 +328,13 @@ static Status dump_gradients(const TrainContext& ctx, const std::map<std::string
   return write_npz(ctx.options.dump_grads, arrays);
 }
 
-// Runs step `step` on batch `b`; its updates land in place on the arguments they replace.
 Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, const std::vector<int64_t>& order, int64_t b,
-                                      int64_t step, bool first_of_run, const Scaler& scaler) {
+                               int64_t step, bool first_of_run, const Scaler& scaler) {
   MEMC_ASSIGN_OR_RETURN(const auto feeds, step_feeds(ctx, data, order, b, step, scaler));
+  return run_step_on(ctx, feeds, step, first_of_run);
+}
+
+Expected<StepOutcome> run_step_on(const TrainContext& ctx, const std::map<std::string, Tensor>& feeds, int64_t step, bool first_of_run) {
   for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(ctx.exec.set_argument(name, tensor));
   const ExecOptions opts{.training = ctx.plan.dropout, .seed = ctx.options.seed, .step = step, .comm = ctx.kernel_comm,
                          .batch_row_offset = ctx.slice().first};
@@ -339,7 +346,7 @@ Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, con
   const auto& updates = ctx.exec.module().output_updates();
   for (size_t i = 0; i < updates.size(); ++i) {
     if (updates[i] == kNoValue) continue;
-    MEMC_CHECK(ctx.exec.output(i).raw() == ctx.exec.tensor(updates[i]).raw(), "update of ", ctx.exec.module().value(updates[i]).name,
+    MEMC_CHECK(ctx.exec.address(ctx.exec.module().outputs()[i]) == ctx.exec.address(updates[i]), "update of ", ctx.exec.module().value(updates[i]).name,
                " is not in place");
   }
   MEMC_ASSIGN_OR_RETURN(const Tensor loss_value, ctx.exec.fetch_output(0));

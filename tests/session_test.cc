@@ -92,6 +92,38 @@ TEST(Session, PredictionsAndTheFirstLossMatchPyTorch) {
   EXPECT_GT(testing::rel_error(*after, *logits), 1e-6);
 }
 
+// Every step's batch passes check_finite, which scans f32 a block at a time: the first bad
+// element is found wherever it lies (block edges, the tail, the very last), and -0, the largest
+// finite float and subnormals pass.
+TEST(CheckFinite, FindsTheFirstNonFiniteElementAcrossBlocks) {
+  const int64_t samples = 3, per_sample = 4099;  // 12,297 elements: 3 blocks of 4,096 and a tail of 9
+  Tensor clean = Tensor::zeros(DType::kF32, {samples, per_sample});
+  float* p = clean.data<float>();
+  p[0] = -0.0f, p[1] = 3.4028235e38f, p[2] = -3.4028235e38f, p[3] = 1e-45f;
+  EXPECT_TRUE(check_finite("f.npz", "x", clean).ok());
+  const struct { int64_t at; float v; const char* says; } cases[] = {
+      {0, std::nanf(""), "sample 0 holds NaN (element 0 of"},
+      {4095, INFINITY, "sample 0 holds +inf (element 4095 of"},
+      {4096, -INFINITY, "sample 0 holds -inf (element 4096 of"},
+      {8192, std::nanf(""), "sample 1 holds NaN (element 4093 of"},
+      {samples * per_sample - 1, INFINITY, "sample 2 holds +inf (element 4098 of"},
+  };
+  for (const auto& c : cases) {
+    Tensor t = clean.clone();
+    t.data<float>()[c.at] = c.v;
+    t.data<float>()[samples * per_sample - 1] = c.at == samples * per_sample - 1 ? c.v : 0.0f;
+    if (c.at + 5000 < samples * per_sample) t.data<float>()[c.at + 5000] = INFINITY;  // a later one is not the first
+    const Status st = check_finite("f.npz", "x", t);
+    ASSERT_FALSE(st.ok()) << c.says;
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.message();
+  }
+  Tensor doubles = Tensor::zeros(DType::kF64, {2, 3});
+  doubles.data<double>()[4] = -INFINITY;
+  const Status st = check_finite("f.npz", "x", doubles);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("sample 1 holds -inf (element 1 of"), std::string::npos) << st.message();
+}
+
 TEST(Session, BadBatchesAreOneLineErrorsAndTheSessionGoesOn) {
   auto ref = read_npz(source_path("models/vit_tiny.ref.npz"));
   ASSERT_TRUE(ref.ok());

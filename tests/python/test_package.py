@@ -74,6 +74,27 @@ def test_plans_save_load_and_describe_themselves(tmp_path):
     assert open(page).read().startswith("<!DOCTYPE html>")
 
 
+def test_steps_read_the_callers_arrays_in_place_however_they_are_held(tmp_path):
+    """The session reads a batch where it lies (no copy before the arena's): a writable array, a
+    read-only memory map and a strided view step to the same loss and weights."""
+    plan = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=8, optimizer="adamw", lr=1e-3, epochs=1,
+                        output=str(tmp_path / "p.plan"))
+    x, y = digits()
+    np.save(tmp_path / "x.npy", x[:8])
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert not mapped.flags.writeable
+    reversed_twice = np.ascontiguousarray(x[:8, :, :, ::-1])[:, :, :, ::-1]
+    assert not reversed_twice.flags.c_contiguous
+    results = []
+    for batch_x in (x[:8].copy(), mapped, reversed_twice):
+        session = memc.load_plan(plan.path).session(total_steps=10)
+        losses = [session.step({"x": batch_x, "y": y[:8]}) for _ in range(2)]
+        results.append((losses, session.state()))
+    for losses, state in results[1:]:
+        assert losses == results[0][0]
+        assert all(np.array_equal(state[k], results[0][1][k]) for k in state)
+
+
 def test_fit_on_files_and_on_an_iterable(tmp_path):
     plan = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, optimizer="adamw", lr=2e-3)
     report = plan.fit(DIGITS, eval=os.path.join(SRC, "data", "digits_test.npz"), epochs=2)
