@@ -3,7 +3,7 @@
     python bench/python_overhead.py [--model models/vit_tiny.onnx] [--batch 32] [--steps 400] [--reps 5]
 
 Same plan file and data (data/digits_train.npz, or random 3x32x32 images with --image 32): `memc run PLAN --steps S` in a child process
-(its report's step_ms: the step itself) against `plan.fit(batches)` from Python over NumPy
+(its report's step_ms: the step itself; loop_step_ms: with its batch's assembly) against `plan.fit(batches)` from Python over NumPy
 batches (wall time per step: conversion, the session's checks, the step). Alternating runs; the
 median of each. Also, within each Python run, the wall time against the steps' own run time
 (session.last_step_ms, timed as the CLI's step_ms): the Python path's share, free of the
@@ -55,12 +55,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         plan = memc.compile(args.model, batch=args.batch, optimizer="adamw", lr=1e-3, epochs=epochs, output=os.path.join(tmp, "p.plan"))
         batches = [(x[i:i + args.batch], y[i:i + args.batch]) for i in range(0, len(y) - args.batch + 1, args.batch)]
-        cli_ms, py_ms, py_run_ms = [], [], []
+        cli_ms, cli_loop_ms, py_ms, py_run_ms = [], [], [], []
         for rep in range(args.reps):
             report = os.path.join(tmp, f"r{rep}.json")
             subprocess.run([args.memc, "run", plan.path, "--data", data, "--steps", str(args.steps), "--quiet", "--json", report, "--force"],
                            check=True, stdout=subprocess.DEVNULL)
-            cli_ms.append(json.load(open(report))["step_ms"])
+            cli_report = json.load(open(report))
+            cli_ms.append(cli_report["step_ms"])
+            cli_loop_ms.append(cli_report["loop_step_ms"])
             fresh = memc.load_plan(plan.path)
             session = fresh.session(total_steps=epochs * len(batches))
             session.step({"x": batches[0][0], "y": batches[0][1]})  # the arena and weights, outside the timing
@@ -79,6 +81,9 @@ def main():
     print(f"Python step_ms {py:.3f}  (runs: {', '.join(f'{v:.3f}' for v in py_ms)})")
     print(f"Python / CLI   {py / cli:.4f} (medians); paired runs, median of the ratios "
           f"{statistics.median(p / c for p, c in zip(py_ms, cli_ms)):.4f}")
+    cli_loop = statistics.median(cli_loop_ms)
+    print(f"CLI    loop_step_ms {cli_loop:.3f} (the step with its batch's assembly and copy in: the span Python's wall time covers); "
+          f"Python / CLI {py / cli_loop:.4f}, paired {statistics.median(p / c for p, c in zip(py_ms, cli_loop_ms)):.4f}")
     # In the same process and steps, so free of run-to-run drift: what the Python path adds to
     # the step memc runs (the CLI's step_ms times the same span).
     added = [w / r - 1 for w, r in zip(py_ms, py_run_ms)]

@@ -290,6 +290,7 @@ struct TrainProgress {
   Position pos;         // where a checkpoint written now resumes
   Scaler scaler;
   double total_ms = 0;  // wall time of the steps this process took
+  double loop_ms = 0;   // the same, each with its batch and bookkeeping
 };
 
 
@@ -412,6 +413,7 @@ static Expected<EpochTotals> train_epoch(const TrainContext& ctx, const Dataset&
   for (int64_t b = first; b < ctx.per_epoch; ++b) {
     if (options.steps >= 0 && report.steps >= options.steps) break;
     const int64_t step = ++progress.step;
+    const auto started = Clock::now();
     MEMC_ASSIGN_OR_RETURN(const StepOutcome outcome, run_step(ctx, data, order, b, step, report.steps == 0, progress.scaler));
     progress.total_ms += outcome.ms;
     if (ctx.scaling.scaled) update_scaler(progress.scaler, outcome.skip, options.growth_interval);
@@ -426,6 +428,7 @@ static Expected<EpochTotals> train_epoch(const TrainContext& ctx, const Dataset&
     ++totals.steps;
     if (!options.quiet && ctx.tty && ctx.rank == 0) print_step_line(ctx, epoch, b, outcome.loss, outcome.ms);
     progress.pos = {step, epoch, b + 1};
+    progress.loop_ms += std::chrono::duration<double, std::milli>(Clock::now() - started).count();
   }
   return totals;
 }
@@ -462,6 +465,7 @@ static Status finish_training_report(const TrainContext& ctx, const TrainProgres
   if (ctx.comm) MEMC_RETURN_IF_ERROR(ctx.comm->all_gather(&report.measured_peak_bytes, report.rank_peak_bytes.data(), 1, DType::kI64));
   report.final_loss = report.losses.empty() ? 0 : report.losses.back();
   report.step_ms = report.steps ? progress.total_ms / static_cast<double>(report.steps) : 0;
+  report.loop_step_ms = report.steps ? progress.loop_ms / static_cast<double>(report.steps) : 0;
   report.samples_per_s = report.step_ms > 0 ? ctx.plan.batch * 1000.0 / report.step_ms : 0;
   return Status::Ok();
 }

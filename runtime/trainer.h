@@ -50,6 +50,7 @@ struct RunReport {
   double accuracy = -1;            // on --eval; -1 when not evaluated
   int64_t eval_samples = 0;
   double step_ms = 0;              // mean wall time of a step
+  double loop_step_ms = 0;         // the same with its batch's reading, checks and copy in, and the loss out
   double samples_per_s = 0;
   int64_t measured_peak_bytes = 0;  // high-water mark of device allocations while training
   int64_t load_peak_bytes = 0;      // the same while loading weights (they stream into the arena)

@@ -536,7 +536,7 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
   }
   if (!args.json_report.empty()) {
     json j = {{"plan", args.plan}, {"steps", r.total_steps}, {"steps_this_run", r.steps}, {"loss", r.final_loss}, {"losses", r.losses},
-              {"step_ms", r.step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)},
+              {"step_ms", r.step_ms}, {"loop_step_ms", r.loop_step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)},
               {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}, {"lower_bound_bytes", plan->memory.lower_bound_bytes},
               {"breakdown", plan->memory.breakdown}, {"target", plan->target}, {"estimated_step_ms", plan->estimated_step_ms},
               {"device", r.device}};

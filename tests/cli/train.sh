@@ -30,6 +30,7 @@ d = json.load(open(sys.argv[1]))
 assert d["steps"] == 5 and len(d["losses"]) == 5, d
 assert all(math.isfinite(l) for l in d["losses"]), d["losses"]
 assert 0 <= d["accuracy"] <= 1 and d["step_ms"] > 0, d
+assert d["loop_step_ms"] >= d["step_ms"], d  # each step timed with its batch assembly too
 for key in ("loss", "decisions", "samples_per_s"): assert key in d, key
 ' "$TMP/report.json" && pass "run --json report" || fail "report: $(head -c 400 "$TMP/report.json")"
 npz_py '
