@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from cpu_info import cpu_model  # bench/cpu_info.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 2.0 ** 20
@@ -75,15 +76,6 @@ def proc_status(field, pid="self"):
     return None
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def usable_cores():

@@ -20,16 +20,11 @@ import time
 import numpy as np
 
 import memc
+from cpu_info import cpu_model  # bench/cpu_info.py
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "?"
 
 
 def main():
