@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "runtime/dataset.h"
@@ -33,7 +34,10 @@ std::string slurp(const std::string& path) {
 
 // Runs the CLI with stdout and stderr sent to files, as a child process's would be: returns
 // (exit status, stdout, stderr). The interpreter's own streams are flushed first and restored after.
-std::tuple<int, std::string, std::string> run_cli(const std::vector<std::string>& args) {
+// `on_step(step, loss)`, unless None, is called after each step of `memc run` (with the GIL);
+// returning False ends training there. An exception it raises, or a signal's (Ctrl-C), ends
+// training too and is raised here once memc has stopped.
+std::tuple<int, std::string, std::string> run_cli(const std::vector<std::string>& args, const nb::object& on_step) {
   std::vector<std::string> argv_text = {"memc"};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -47,10 +51,28 @@ std::tuple<int, std::string, std::string> run_cli(const std::vector<std::string>
   const int saved_out = dup(1), saved_err = dup(2);
   dup2(out_fd, 1);
   dup2(err_fd, 2);
+  std::optional<nb::python_error> raised;
+  cli::CliHooks hooks;
+  if (!on_step.is_none()) {
+    hooks.on_step = [&](int64_t step, double loss) {
+      nb::gil_scoped_acquire gil;
+      try {
+        if (PyErr_CheckSignals() != 0) throw nb::python_error();
+        const nb::object go_on = on_step(step, loss);
+        return go_on.is_none() || nb::cast<bool>(go_on);
+      } catch (nb::python_error& e) {
+        raised.emplace(std::move(e));
+      } catch (const std::exception& e) {  // a result that is not a bool
+        PyErr_SetString(PyExc_TypeError, e.what());
+        raised.emplace();
+      }
+      return false;
+    };
+  }
   int status;
   {
     nb::gil_scoped_release release;  // training may take a while; other Python threads go on
-    status = cli::run_cli(static_cast<int>(argv_text.size()), argv.data());
+    status = cli::run_cli(static_cast<int>(argv_text.size()), argv.data(), hooks);
     std::fflush(stdout);
     std::fflush(stderr);
   }
@@ -60,6 +82,7 @@ std::tuple<int, std::string, std::string> run_cli(const std::vector<std::string>
   std::string out = slurp(out_path), err = slurp(err_path);
   std::remove(out_path);
   std::remove(err_path);
+  if (raised) throw *raised;
   return {status, out, err};
 }
 
@@ -150,7 +173,8 @@ NB_MODULE(_memc, m) {
   using namespace memc;
   using namespace memc::python;
   m.doc() = "memc's C++ library: the command line in-process and the Session over NumPy arrays";
-  m.def("cli", &run_cli, nb::arg("args"), "Runs `memc ARGS...`: (exit status, stdout, stderr)");
+  m.def("cli", &run_cli, nb::arg("args"), nb::arg("on_step") = nb::none(),
+        "Runs `memc ARGS...`: (exit status, stdout, stderr); on_step(step, loss) after each step of a run (False stops it)");
   m.def("epoch_order", &epoch_order, nb::arg("size"), nb::arg("seed"), nb::arg("epoch"),
         "The sample order of an epoch of `memc run` (runtime/dataset.h): the same seeded shuffle");
   nb::class_<Session>(m, "Session")

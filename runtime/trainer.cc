@@ -291,6 +291,7 @@ struct TrainProgress {
   Scaler scaler;
   double total_ms = 0;  // wall time of the steps this process took
   double loop_ms = 0;   // the same, each with its batch and bookkeeping
+  bool stopped = false;  // RunOptions::on_step said to stop
 };
 
 
@@ -403,7 +404,8 @@ static void print_epoch_line(const TrainContext& ctx, int64_t epoch, const Epoch
                totals.loss / static_cast<double>(totals.steps), static_cast<double>(totals.steps * ctx.plan.batch) / std::max(seconds, 1e-9));
 }
 
-// Trains epoch `epoch` from batch `first`; stops at --steps or at a non-finite loss (report.error).
+// Trains epoch `epoch` from batch `first`; stops at --steps, at a non-finite loss (report.error) or
+// when RunOptions::on_step says so.
 static Expected<EpochTotals> train_epoch(const TrainContext& ctx, const Dataset& data, int64_t epoch, int64_t first,
                                          TrainProgress& progress, RunReport& report) {
   const RunOptions& options = ctx.options;
@@ -429,6 +431,10 @@ static Expected<EpochTotals> train_epoch(const TrainContext& ctx, const Dataset&
     if (!options.quiet && ctx.tty && ctx.rank == 0) print_step_line(ctx, epoch, b, outcome.loss, outcome.ms);
     progress.pos = {step, epoch, b + 1};
     progress.loop_ms += std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    if (options.on_step && !ctx.comm && !options.on_step(step, outcome.loss)) {
+      progress.stopped = true;
+      break;
+    }
   }
   return totals;
 }
@@ -451,7 +457,7 @@ static Status train(const TrainContext& ctx, const Dataset& data, TrainProgress&
     if (progress.pos.step_in_epoch >= ctx.per_epoch) progress.pos = {progress.step, epoch + 1, 0};
     if (!options.quiet && totals.steps > 0) print_epoch_line(ctx, epoch, totals);
     if (!options.checkpoint_dir.empty()) MEMC_RETURN_IF_ERROR(write_checkpoint(ctx, progress));
-    if (options.steps >= 0 && report.steps >= options.steps) break;
+    if ((options.steps >= 0 && report.steps >= options.steps) || progress.stopped) break;
   }
   return Status::Ok();
 }

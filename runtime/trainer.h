@@ -40,6 +40,10 @@ struct RunOptions {
   // unique id broadcast over `bootstrap`, the host communicator above); unset when memc was
   // built without NCCL, and then a sharded run on GPUs is refused.
   std::function<Expected<std::unique_ptr<comm::Communicator>>(comm::Communicator& bootstrap, int device)> device_communicator;
+  // Called after each step taken, with its 1-based step and loss (the Python package's progress
+  // bar and callbacks, when memc run trains in its process). Returning false ends training there,
+  // as --steps would (a checkpoint is written as at the end). Not called in a sharded job.
+  std::function<bool(int64_t step, double loss)> on_step;
 };
 
 struct RunReport {

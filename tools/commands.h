@@ -2,6 +2,7 @@
 // (0 ok, 2 bad input, 3 budget, 1 internal) and prints its own one-line errors via report().
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,11 @@ namespace memc::cli {
 // The whole command line: parses argv (argv[0] is the program) and runs the subcommand; the exit
 // status of ../shared/CLI.md, errors as one line on stderr, never an exception. The memc
 // executable's main, and the Python package's way to every CLI option (python/memc_ext.cc).
-int run_cli(int argc, char** argv);
+// `hooks` reach what the command line cannot carry: a caller's code called during a run.
+struct CliHooks {
+  std::function<bool(int64_t step, double loss)> on_step;  // RunOptions::on_step of `memc run`
+};
+int run_cli(int argc, char** argv, const CliHooks& hooks = {});
 
 struct InspectArgs {
   std::string model;

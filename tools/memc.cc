@@ -280,7 +280,7 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
   return std::nullopt;
 }
 
-int run_main(int argc, char** argv) {
+int run_main(int argc, char** argv, const CliHooks& hooks) {
   // An unknown first word is a command typo, not a stray positional.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(std::begin(kCommands), std::end(kCommands), [&](const char* c) { return std::string(argv[1]) == c; })) {
@@ -320,7 +320,10 @@ int run_main(int argc, char** argv) {
     if (Status st = finish_compile_flags(compile, compile_cmd); !st.ok()) return report(st);
     return run_compile(compile.args);
   }
-  if (run_cmd->parsed()) return run_run(run);
+  if (run_cmd->parsed()) {
+    run.options.on_step = hooks.on_step;
+    return run_run(run);
+  }
   if (app.got_subcommand("export")) return run_export(export_args);
   if (app.got_subcommand("calibrate")) return run_calibrate(calibrate);
   std::fprintf(stderr, "memc: no command given (see memc --help)\n");
@@ -329,9 +332,9 @@ int run_main(int argc, char** argv) {
 
 }  // namespace
 
-int run_cli(int argc, char** argv) {
+int run_cli(int argc, char** argv, const CliHooks& hooks) {
   try {
-    return run_main(argc, argv);
+    return run_main(argc, argv, hooks);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "memc: out of host memory\n");
     return 1;

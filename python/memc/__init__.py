@@ -14,9 +14,12 @@ line in-process for compiling and for training on files, and its Session for a P
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -69,9 +72,11 @@ class _Session:
         return call
 
 
-def cli(*args: str) -> str:
-    """Runs `memc ARGS...` in this process and returns what it printed; raises on failure."""
-    status, out, err = _memc.cli([str(a) for a in args])
+def cli(*args: str, on_step: Optional[Callable[[int, float], Any]] = None) -> str:
+    """Runs `memc ARGS...` in this process and returns what it printed; raises on failure.
+    `on_step(step, loss)` is called after each step of `memc run`; returning False stops it
+    there (as --steps would), and an exception it raises (Ctrl-C too) stops it and is raised."""
+    status, out, err = _memc.cli([str(a) for a in args], on_step)
     if status == 0:
         return out
     message = _last_line(err)
@@ -218,9 +223,11 @@ class Plan:
         `train` is data on disk (an .npz, or a folder of .npy files read a batch at a time), which
         `memc run` trains on with its checkpoints; or any iterable of batches (a DataLoader), which
         the session steps through. A last batch short of the plan's rows is skipped (static shapes).
+        Progress shows with tqdm when it is installed. Each callback is called as callback(step,
+        loss) after every step, on either kind; one returning False ends training there.
         """
         if isinstance(train, (str, os.PathLike)):
-            return self._fit_files(os.fspath(train), eval, epochs, checkpoint, resume, seed, steps)
+            return self._fit_files(os.fspath(train), eval, epochs, checkpoint, resume, seed, steps, list(callbacks), progress)
         if checkpoint or resume:
             raise MemcError("memc: checkpoint= and resume= need data on disk (an .npz or a folder of .npy files); "
                             "from an iterable, keep plan.state_dict() yourself")
@@ -229,11 +236,12 @@ class Plan:
         total = epochs * len(train) if hasattr(train, "__len__") else -1
         session = self.session(total, seed)
         bar = _progress(total, progress)
+        stopped = False
         for _ in range(epochs):
-            if steps is not None and len(losses) >= steps:
+            if stopped or (steps is not None and len(losses) >= steps):
                 break
             for batch in train:
-                if steps is not None and len(losses) >= steps:
+                if stopped or (steps is not None and len(losses) >= steps):
                     break
                 arrays = self._batch(batch)
                 if arrays["y"].shape[:1] != (session.batch,):
@@ -241,8 +249,7 @@ class Plan:
                     continue
                 loss = session.step(arrays)
                 losses.append(loss)
-                for callback in callbacks:
-                    callback(session.steps, loss)
+                stopped = False in [callback(session.steps, loss) for callback in callbacks]  # every one called
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss:.4f}")
@@ -258,7 +265,7 @@ class Plan:
         return report
 
     def _fit_files(self, data: str, eval: Any, epochs: int, checkpoint: Optional[str], resume: bool, seed: int,
-                   steps: Optional[int]) -> Dict[str, Any]:
+                   steps: Optional[int], callbacks: Sequence[Callable[[int, float], Any]], progress: bool) -> Dict[str, Any]:
         """`memc run` in this process; its weights come back through a checkpoint (the caller's
         folder, else one beside the plan), which the session then holds."""
         if checkpoint is None:
@@ -273,7 +280,23 @@ class Plan:
                     "--checkpoint", checkpoint] + (["--resume"] if resume else [])
             if eval is not None:
                 args += ["--eval", os.fspath(eval)]
-            cli(*args)
+            # memc's output goes to files meanwhile: the bar and what callbacks print go to the
+            # terminal's streams as they were.
+            with _own_streams() as (out, err):
+                bar = _progress(steps if steps is not None else -1, progress, file=err)
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+
+                    def on_step(step: int, loss: float) -> Any:
+                        if bar is not None:
+                            bar.update(1)
+                            bar.set_postfix(loss=f"{loss:.4f}")
+                        return False not in [callback(step, loss) for callback in callbacks]  # every one called
+
+                    try:
+                        cli(*args, on_step=on_step)
+                    finally:
+                        if bar is not None:
+                            bar.close()
             with open(report_path) as f:
                 report = json.load(f)
         self._session = None
@@ -310,14 +333,33 @@ class Plan:
         return out
 
 
-def _progress(total: int, wanted: bool):
+def _progress(total: int, wanted: bool, file: Any = None):
     if not wanted:
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total if total > 0 else None, unit="step")
+    return tqdm(total=total if total > 0 else None, unit="step", file=file)
+
+
+@contextlib.contextmanager
+def _own_streams():
+    """Python's stdout and stderr on copies of their file descriptors (which memc.cli sends to
+    files while memc runs); the streams themselves where they have none (a notebook's)."""
+    copies = []
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+            copies.append(os.fdopen(os.dup(stream.fileno()), "w", buffering=1))
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            copies.append(stream)
+    try:
+        yield copies[0], copies[1]
+    finally:
+        for copy, stream in zip(copies, (sys.stdout, sys.stderr)):
+            if copy is not stream:
+                copy.close()
 
 
 def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = None, budget: Optional[str] = None,

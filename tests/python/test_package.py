@@ -108,6 +108,37 @@ def test_fit_on_files_and_on_an_iterable(tmp_path):
     assert report["steps"] == 88 and report["skipped_batches"] == 2  # 1437 rows: a short last batch per epoch
     assert [s for s, _ in seen] == list(range(1, 89)) and report["losses"][-1] < report["losses"][0]
     assert report["measured_peak_bytes"] == fresh.predicted_peak_bytes
+    stopping = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, optimizer="adamw", lr=2e-3)
+    report = stopping.fit([(x[i:i + 32], y[i:i + 32]) for i in range(0, len(y), 32)], callbacks=[lambda step, loss: step < 3])
+    assert report["steps"] == 3
+
+
+def test_fit_on_files_calls_back_every_step_and_stops_when_told(tmp_path, capsys):
+    plan = memc.compile(os.path.join(SRC, "models", "vit_tiny.onnx"), batch=32, optimizer="adamw", lr=2e-3, epochs=2,
+                        output=str(tmp_path / "p.plan"))
+    seen = []
+    report = plan.fit(DIGITS, epochs=2, callbacks=[lambda step, loss: seen.append((step, loss))], progress=False)
+    assert seen == list(enumerate(report["losses"], start=1)) and len(seen) == 88
+    # A callback's False ends training after that step; the checkpoint resumes from there to the
+    # same weights as one run without a stop.
+    ck = str(tmp_path / "ck")
+    printed = []
+    report = plan.fit(DIGITS, epochs=2, checkpoint=ck, progress=False,
+                      callbacks=[lambda step, loss: print(f"step {step}"), lambda step, loss: printed.append(step) or step < 50])
+    assert report["steps"] == 50 and printed == list(range(1, 51))
+    assert capsys.readouterr().out.splitlines() == [f"step {s}" for s in range(1, 51)]  # a callback's prints reach Python's stdout
+    report = plan.fit(DIGITS, epochs=2, checkpoint=ck, resume=True, progress=False)
+    assert report["steps_this_run"] == 38 and report["steps"] == 88
+    resumed = plan.state_dict()
+    plan.fit(DIGITS, epochs=2, progress=False)
+    assert all(np.array_equal(resumed[k], v) for k, v in plan.state_dict().items())
+    # An exception in a callback stops memc and reaches the caller.
+    def fails(step, loss):
+        if step == 4:
+            raise KeyError("from the callback")
+    with pytest.raises(KeyError, match="from the callback"):
+        plan.fit(DIGITS, epochs=2, callbacks=[fails], progress=False)
+    assert plan.fit(DIGITS, steps=2, progress=False)["steps"] == 2  # memc goes on after it
 
 
 torch = pytest.importorskip("torch")
