@@ -464,7 +464,9 @@ struct MatmulAny {
 enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL2 };
 
 // One output element: `kept` maps it to its first input element, `reduced` walks the reduced
-// dims in row-major order (the CPU's order), accumulating in f64; any float dtype.
+// dims in row-major order (the CPU's order), accumulating in f64; any float dtype. The device
+// runner splits a long reduction over a block's threads (start/take per element, merge of the
+// partials, finish), in a fixed order: the same result every run.
 struct Reduce {
   const void* in;
   void* out;
@@ -472,21 +474,31 @@ struct Reduce {
   ReduceOp op;
   Strided kept, reduced;
   int64_t count;  // elements per output
-  MEMC_HD void operator()(int64_t o) const {
-    const int64_t base = kept.offset(o);
-    const bool is_max = op == ReduceOp::kMax, is_min = op == ReduceOp::kMin;
-    double acc = is_max ? -INFINITY : is_min ? INFINITY : op == ReduceOp::kProd ? 1.0 : 0.0;
-    for (int64_t r = 0; r < count; ++r) {
-      const double x = ld_double(in, dtype, base + reduced.offset(r));
-      if (is_max) acc = (x > acc || x != x) ? x : acc;
-      else if (is_min) acc = (x < acc || x != x) ? x : acc;
-      else if (op == ReduceOp::kProd) acc *= x;
-      else if (op == ReduceOp::kSumSquare || op == ReduceOp::kL2) acc += x * x;
-      else acc += x;
-    }
+  MEMC_HD double start() const {
+    return op == ReduceOp::kMax ? -INFINITY : op == ReduceOp::kMin ? INFINITY : op == ReduceOp::kProd ? 1.0 : 0.0;
+  }
+  // `acc` with element r of output o's run (at `base`, kept.offset(o)).
+  MEMC_HD double take(double acc, int64_t base, int64_t r) const {
+    const double x = ld_double(in, dtype, base + reduced.offset(r));
+    return op == ReduceOp::kSumSquare || op == ReduceOp::kL2 ? acc + x * x : merge(acc, x);
+  }
+  // Two partial results (NaN wins a max or a min, as on the CPU).
+  MEMC_HD double merge(double a, double b) const {
+    if (op == ReduceOp::kMax) return (b > a || b != b) ? b : a;
+    if (op == ReduceOp::kMin) return (b < a || b != b) ? b : a;
+    if (op == ReduceOp::kProd) return a * b;
+    return a + b;
+  }
+  MEMC_HD void finish(int64_t o, double acc) const {
     if (op == ReduceOp::kMean && count) acc /= static_cast<double>(count);
     if (op == ReduceOp::kL2) acc = std::sqrt(acc);
     st_double(out, dtype, o, acc);
+  }
+  MEMC_HD void operator()(int64_t o) const {
+    const int64_t base = kept.offset(o);
+    double acc = start();
+    for (int64_t r = 0; r < count; ++r) acc = take(acc, base, r);
+    finish(o, acc);
   }
 };
 
