@@ -2,7 +2,6 @@
 
 #include <numeric>
 
-#include "backends/cuda_module.h"
 #include "runtime/device_memory.h"
 #include "runtime/executor.h"
 #include "runtime/train_step.h"
@@ -49,10 +48,8 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string& plan_path, c
   impl->options.device = options.device;
   MEMC_ASSIGN_OR_RETURN(impl->backend, select_backend(options.device, plan, nullptr));
   impl->memory = std::make_unique<DeviceMemory>(*impl->backend);
-  const bool planned_here = (&planning_backend(plan.target) == &cpu_backend()) == (impl->backend == &cpu_backend());
-  const auto workspace = plan.memory.breakdown.find("workspace");
-  const int64_t planned_workspace = planned_here && workspace != plan.memory.breakdown.end() ? workspace->second : 0;
-  MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, *impl->memory, planned_workspace));
+  MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec,
+                        PlannedExecutor::create(plan.train, *impl->memory, planned_workspace_bytes(plan, *impl->backend)));
   impl->exec = std::make_unique<PlannedExecutor>(std::move(exec));
   MEMC_ASSIGN_OR_RETURN(impl->state, load_into_arena(plan_path, plan, *impl->exec, 0));
   MEMC_ASSIGN_OR_RETURN(impl->scaling, loss_scaling(impl->exec->module(), impl->options));
@@ -68,9 +65,12 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string& plan_path, c
 // `arrays` as a data set of exactly `rows` samples for `specs`, checked as `memc run` checks files.
 static Expected<Dataset> batch_dataset(const TensorMap& arrays, const std::vector<InputSpec>& specs, int64_t rows, int64_t num_classes,
                                        bool labelled) {
-  TensorMap with_labels = arrays;
-  if (!labelled) with_labels["y"] = Tensor::zeros(DType::kI64, {rows});
-  MEMC_ASSIGN_OR_RETURN(Dataset data, dataset_from_arrays("the batch", with_labels, specs, num_classes));
+  TensorMap with_labels;  // predict's inputs, with labels the checks ask for (a step's come with its batch)
+  if (!labelled) {
+    with_labels = arrays;
+    with_labels["y"] = Tensor::zeros(DType::kI64, {rows});
+  }
+  MEMC_ASSIGN_OR_RETURN(Dataset data, dataset_from_arrays("the batch", labelled ? arrays : with_labels, specs, num_classes));
   if (data.size != rows) return Status::BadInput(str_cat("the batch has ", data.size, " samples; the plan's batch is ", rows));
   return data;
 }

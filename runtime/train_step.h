@@ -53,6 +53,10 @@ Tensor f32_scalar(double v);
 
 // The backend of a run (RunOptions::device says how an empty one is chosen).
 Expected<Backend*> select_backend(const std::string& device, const Plan& plan, comm::Communicator* comm);
+// The plan's workspace bytes where it was planned for this kind of backend, else 0 (a GPU plan run
+// on the CPU sizes the CPU's own): PlannedExecutor::create's, so the region is as planned however
+// many threads the run has.
+int64_t planned_workspace_bytes(const Plan& plan, const Backend& backend);
 // Streams the plan's weights into the executor's arena; the map holds views of the arena.
 Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& plan, PlannedExecutor& exec, int rank);
 // The state as host tensors (the arena's views on the CPU), and consolidated over ranks.

@@ -196,6 +196,12 @@ static int rank_gpu(comm::Communicator* comm) {
   return local && *local ? std::atoi(local) : comm->rank();
 }
 
+int64_t planned_workspace_bytes(const Plan& plan, const Backend& backend) {
+  const bool planned_here = (&planning_backend(plan.target) == &cpu_backend()) == (&backend == &cpu_backend());
+  const auto workspace = plan.memory.breakdown.find("workspace");
+  return planned_here && workspace != plan.memory.breakdown.end() ? workspace->second : 0;
+}
+
 Expected<Backend*> select_backend(const std::string& device, const Plan& plan, comm::Communicator* comm) {
   const std::string gpu = comm ? str_cat("cuda:", rank_gpu(comm)) : "cuda";
   if (!device.empty()) return open_backend(device == "cuda" ? gpu : device);
@@ -503,12 +509,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   if (const cuda::ModuleApi* module = cuda::loaded_module()) module->set_tf32(options.tf32);  // loaded: a GPU may be in use
   const int64_t in_use_at_open = backend->device_bytes_in_use();
   DeviceMemory device(*backend);
-  // The plan's workspace where it was planned for this kind of backend (a GPU plan run on the CPU
-  // sizes the CPU's own): the region is as planned however many threads this run has.
-  const bool planned_here = (&planning_backend(plan.target) == &cpu_backend()) == (backend == &cpu_backend());
-  const auto workspace_entry = plan.memory.breakdown.find("workspace");
-  const int64_t planned_workspace = planned_here && workspace_entry != plan.memory.breakdown.end() ? workspace_entry->second : 0;
-  MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device, planned_workspace));
+  MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(plan.train, device, planned_workspace_bytes(plan, *backend)));
   MEMC_ASSIGN_OR_RETURN(StateMap state, load_into_arena(plan_path, plan, exec, rank));
   Position pos;
   if (options.resume) {
