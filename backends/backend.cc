@@ -1,5 +1,6 @@
 #include "backends/backend.h"
 
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -8,6 +9,19 @@
 #include "backends/cuda_module.h"
 
 namespace memc {
+
+Expected<void*> Backend::allocate_zeroed(MemoryKind kind, int64_t bytes) {
+  MEMC_ASSIGN_OR_RETURN(void* p, allocate(kind, bytes));
+  if (kind == MemoryKind::kDevice) {
+    if (Status st = fill(p, 0, bytes); !st.ok()) {
+      deallocate(kind, p);
+      return st;
+    }
+  } else if (bytes > 0) {
+    std::memset(p, 0, static_cast<size_t>(bytes));
+  }
+  return p;
+}
 
 Backend& cpu_backend() {
   static cpu::CpuBackend backend;

@@ -109,6 +109,9 @@ class Backend {
   virtual void deallocate(MemoryKind kind, void* p) = 0;
   // Sets `bytes` bytes at `p` (device memory) to `byte`, synchronously.
   virtual Status fill(void* p, uint8_t byte, int64_t bytes) = 0;
+  // allocate, with every byte zero: fill (device) or memset (host) unless the backend gets zeroed
+  // memory for free (the CPU's large blocks are fresh pages, backed only once written).
+  virtual Expected<void*> allocate_zeroed(MemoryKind kind, int64_t bytes);
 
   // --- copies and streams ---
   // Synchronous: complete on return. Either side may be device or host memory.

@@ -44,7 +44,7 @@ struct ModuleApi {
   Expected<std::unique_ptr<comm::Communicator>> (*nccl_communicator)(comm::Communicator& bootstrap, int device,
                                                                      double timeout_s) = nullptr;
 };
-inline constexpr int kModuleAbi = 1;
+inline constexpr int kModuleAbi = 2;  // 2: Backend::allocate_zeroed
 inline constexpr const char* kModuleSymbol = "memc_cuda_module";
 inline constexpr const char* kModuleFile = "libmemc_cuda.so";
 

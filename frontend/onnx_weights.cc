@@ -35,7 +35,7 @@ Status stream_onnx_initializers(const std::string& path, const std::set<std::str
     if (!names.count(init.name())) continue;
     Expected<Tensor> t = tensor_from_proto(init, folder_of(path));
     if (!t.ok()) return t.status().with_context(path + ": initializer '" + init.name() + "': ");
-    init.clear_raw_data();  // the proto's copy goes once decoded
+    std::string().swap(*init.mutable_raw_data());  // the proto's copy goes once decoded (clear() would keep its capacity)
     MEMC_RETURN_IF_ERROR(sink(init.name(), *t));
     seen.insert(init.name());
   }

@@ -1,7 +1,5 @@
 #include "runtime/device_memory.h"
 
-#include <cstring>
-
 namespace memc {
 
 Expected<DeviceMemory::Block> DeviceMemory::allocate(int64_t bytes, const std::string& what) {
@@ -15,7 +13,8 @@ Expected<DeviceMemory::Block> DeviceMemory::allocate_host(int64_t bytes, const s
 Expected<DeviceMemory::Block> DeviceMemory::allocate_kind(MemoryKind kind, int64_t bytes, const std::string& what,
                                                           std::shared_ptr<Counter> counter) {
   if (bytes < 0) return Status::Internal("negative allocation for " + what);
-  Expected<void*> p = backend_->allocate(kind, bytes);
+  // Zeroed once: optimizer states start at zero; nothing is cleared per step afterwards.
+  Expected<void*> p = backend_->allocate_zeroed(kind, bytes);
   if (!p.ok()) return p.status().with_context(what + ": ");
   Backend* backend = backend_;
   Block block(*p, [backend, kind, counter, bytes](void* q) {
@@ -24,12 +23,6 @@ Expected<DeviceMemory::Block> DeviceMemory::allocate_kind(MemoryKind kind, int64
   });
   counter->current += bytes;
   counter->peak = std::max(counter->peak, counter->current);
-  // Zeroed once: optimizer states start at zero; nothing is cleared per step afterwards.
-  if (kind == MemoryKind::kDevice) {
-    MEMC_RETURN_IF_ERROR(backend_->fill(*p, 0, bytes));
-  } else if (bytes > 0) {
-    std::memset(*p, 0, static_cast<size_t>(bytes));
-  }
   return block;
 }
 

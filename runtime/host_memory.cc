@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/blas.h"
 #include "backends/cpu/onednn_matmul.h"
 #include "backends/cpu/vector_math.h"
 
@@ -73,8 +74,7 @@ int64_t available_cores() {
 
 void set_compute_threads(int64_t threads) {
   cpu::set_onednn_threads(static_cast<int>(threads));
-  const int64_t openblas = std::min<int64_t>(threads, openblas_get_num_threads());
-  openblas_set_num_threads(static_cast<int>(openblas));
+  openblas_set_num_threads(1);  // memc's own threads call it, one block each (backends/cpu/blas.cc)
   g_host_memory.threads = threads;
 }
 
@@ -85,7 +85,7 @@ Expected<HostMemory> prepare_host_memory() {
   warn_on_generic_openblas();
   HostMemory hm;
   hm.threads = g_host_memory.threads ? g_host_memory.threads : cpu::onednn_threads();
-  hm.gemm_threads = openblas_get_num_threads();
+  hm.gemm_threads = hm.threads;  // each compute thread may hold an OpenBLAS buffer (backends/cpu/blas.cc)
   hm.vector_math = cpu::vector_math_isa();
   hm.vector_loops = cpu::vector_loops_isa();
   hm.openblas_core = openblas_get_corename();
@@ -99,11 +99,10 @@ Expected<HostMemory> prepare_host_memory() {
   const int64_t free_bytes = hm.address_limit_bytes - mapped_bytes();
   // Room left after the buffers for memc's own work; fewer threads rather than none of it.
   constexpr int64_t kHeadroom = int64_t{64} << 20;
-  int64_t threads = hm.gemm_threads;
+  int64_t threads = hm.threads;
   while (threads > 1 && threads * kGemmBufferBytes + kHeadroom > free_bytes) --threads;
-  if (threads != hm.gemm_threads) openblas_set_num_threads(static_cast<int>(threads));
   hm.gemm_threads = threads;
-  if (hm.threads > threads) {  // oneDNN's threads too: each maps a stack and packing buffers
+  if (hm.threads != threads) {
     cpu::set_onednn_threads(static_cast<int>(threads));
     hm.threads = threads;
   }
@@ -113,10 +112,7 @@ Expected<HostMemory> prepare_host_memory() {
                             ") leaves " + mib(std::max<int64_t>(free_bytes, 0)) + " free, and the GEMM library (OpenBLAS) needs a " +
                             mib(kGemmBufferBytes) + " buffer per thread: give memc at least ulimit -v " + std::to_string(need >> 10));
   }
-  // A GEMM big enough to use every thread maps each thread's buffer now, while it fits.
-  const int n = threads > 1 ? 128 : 8;
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.0f), c(static_cast<size_t>(n) * n, 0.0f);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n);
+  cpu::map_openblas_buffers(threads);
   hm.gemm_buffer_bytes = threads * kGemmBufferBytes;
   return g_host_memory = hm;
 }

@@ -1,9 +1,10 @@
-// Host memory outside the planned arena: the GEMM library's buffers. OpenBLAS maps a 128 MiB
-// buffer for each thread that runs a GEMM, on first use, and retries a failed mmap forever
-// (a run under `ulimit -v` spun at 100% CPU). prepare_host_memory() runs before any GEMM: under
-// a finite address-space limit (RLIMIT_AS) it lowers the GEMM thread count to what the limit
-// holds, checks that their buffers can be mapped, and maps them with one tiny GEMM, so no later
-// GEMM allocates. Without a limit it changes nothing.
+// Host memory outside the planned arena: the GEMM library's buffers. OpenBLAS (f64 GEMMs, and
+// f32 where oneDNN would allocate per call: backends/cpu/blas.h) maps a 128 MiB buffer for each
+// thread that runs a GEMM at the same time, on first use, keeps it, and retries a failed mmap
+// forever (a run under `ulimit -v` spun at 100% CPU). prepare_host_memory() runs before any
+// GEMM: under a finite address-space limit (RLIMIT_AS) it lowers the compute thread count to
+// what the limit holds, checks that their buffers can be mapped, and maps them with one tiny
+// GEMM, so no later GEMM allocates. Without a limit it changes nothing.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,8 +19,8 @@ inline constexpr int64_t kGemmBufferBytes = int64_t{129} << 20;
 
 struct HostMemory {
   int64_t address_limit_bytes = -1;  // RLIMIT_AS; -1: unlimited
-  int64_t threads = 0;               // compute threads: oneDNN's (f32 GEMMs), set by set_compute_threads
-  int64_t gemm_threads = 0;          // threads OpenBLAS (f64 GEMMs) may use
+  int64_t threads = 0;               // compute threads: oneDNN's and memc's, set by set_compute_threads
+  int64_t gemm_threads = 0;          // of them, those that may hold an OpenBLAS buffer at once
   std::string vector_math;           // "avx512f (16 lanes)": the width of exp/erf/tanh (backends/cpu/vector_math.h)
   std::string vector_loops;          // "x86-64-v4 (AVX-512)": the build of memc's own kernel loops (backends/cpu/parallel.h)
   std::string openblas_core;         // OpenBLAS's kernel choice ("Haswell", "SkylakeX", ...)
@@ -30,8 +31,8 @@ struct HostMemory {
 
 // The cores this process may run on (sched_getaffinity).
 int64_t available_cores();
-// One thread count for the GEMM libraries: oneDNN's OpenMP threads and OpenBLAS's (at most what
-// OpenBLAS started before main: runtime/preinit/preinit.cc). Call before prepare_host_memory.
+// One thread count for oneDNN's OpenMP threads and memc's; OpenBLAS runs single-threaded inside
+// them (backends/cpu/blas.cc). Call before prepare_host_memory.
 void set_compute_threads(int64_t threads);
 
 // Exit 1 with one line when even one GEMM buffer does not fit under the limit. Warns in one

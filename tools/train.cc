@@ -513,9 +513,10 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
   // exists) included.
   auto fail = [&](const Status& st) { return fail_job(st, comm); };
   if (Status st = check_run_files(args, *plan); !st.ok()) return fail(st);
-  StateMap state;
   if (args.profile) enable_op_profile();
-  Expected<RunReport> result = run_plan(args.plan, *plan, args.options, &state);
+  // No final state: the checkpoint holds the weights, and a copy would double the process's
+  // resident memory at the end of the run (ViT-B/16 b2: 1.0 GB beside a 1.29 GB plan).
+  Expected<RunReport> result = run_plan(args.plan, *plan, args.options);
   if (!result.ok()) return fail(result.status());
   const RunReport& r = *result;
   const bool diverged = r.status != "ok";

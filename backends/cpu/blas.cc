@@ -3,8 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "backends/cpu/onednn_matmul.h"
+#include "backends/cpu/parallel.h"
 #include "support/status.h"
 
 namespace memc::cpu {
@@ -73,6 +75,55 @@ float* widen(float* out, const T* x, int64_t n) {  // out: [n]
 
 }  // namespace
 
+namespace {
+
+void blas_call(float* c, const float* a, const float* b, const GemmShape& s, int64_t m, int64_t n, int64_t lda, int64_t ldb) {
+  cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(s.k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
+              s.accumulate ? 1.0f : 0.0f, c, static_cast<blasint>(s.n));
+}
+void blas_call(double* c, const double* a, const double* b, const GemmShape& s, int64_t m, int64_t n, int64_t lda, int64_t ldb) {
+  cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(s.k), 1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
+              s.accumulate ? 1.0 : 0.0, c, static_cast<blasint>(s.n));
+}
+
+// Multiply-adds below which a block is not worth another thread (a parallel region costs a few
+// microseconds, a 64³ product about ten).
+constexpr int64_t kBlasBlockGrain = 64 * 64 * 64;
+
+// OpenBLAS, one single-threaded call per block of each matrix's c: a block of rows (of columns
+// when c is wider than tall), 8 apart, taken by memc's OpenMP threads. Each element of c is
+// summed over the whole k by one call, in the order OpenBLAS's kernel sums it, whatever the
+// thread count. Each thread uses one OpenBLAS buffer, mapped on its first call and kept
+// (runtime/host_memory.h), so a step allocates nothing.
+template <typename T>
+void openblas_gemm(T* c, const T* a, const T* b, const GemmShape& s) {  // c: [batch, m, n]
+  const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+  const bool by_rows = s.m >= s.n;
+  const int64_t extent = by_rows ? s.m : s.n;
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t wanted = (threads + s.batch - 1) / s.batch;
+  const int64_t blocks = std::max<int64_t>(1, std::min({wanted, extent / 8, s.m * s.n * s.k / kBlasBlockGrain}));
+  parallel_ranges(s.batch * blocks, 1, INT64_MAX, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / blocks, block = item % blocks;
+      const int64_t lo = extent * block / blocks / 8 * 8, hi = block + 1 == blocks ? extent : extent * (block + 1) / blocks / 8 * 8;
+      if (hi <= lo) continue;
+      T* c_i = c + i * s.m * s.n;
+      const T* a_i = a + i * s.batch_stride_a;
+      const T* b_i = b + i * s.batch_stride_b;
+      if (by_rows) {
+        blas_call(c_i + lo * s.n, s.trans_a ? a_i + lo : a_i + lo * lda, b_i, s, hi - lo, s.n, lda, ldb);
+      } else {
+        blas_call(c_i + lo, a_i, s.trans_b ? b_i + lo * ldb : b_i + lo, s, s.m, hi - lo, lda, ldb);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 template <>
 void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s, float* scratch) {
   if (s.m == 0 || s.n == 0 || s.batch == 0) return;
@@ -80,22 +131,31 @@ void gemm<float>(float* c, const float* a, const float* b, const GemmShape& s, f
     for_each_batch(c, a, b, s, [&](float* c_i, const float* a_i, const float* b_i) { small_sgemm(c_i, a_i, b_i, s); });
     return;
   }
-  onednn_gemm(GemmType::kF32, c, a, b, s, scratch);
+  if (onednn_f32_gemm(s)) {
+    onednn_gemm(GemmType::kF32, c, a, b, s, scratch);
+  } else {
+    openblas_gemm(c, a, b, s);
+  }
 }
 
-namespace {
-void dgemm(double* c, const double* a, const double* b, const GemmShape& s) {
-  cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0, a,
-              static_cast<blasint>(s.trans_a ? s.m : s.k), b, static_cast<blasint>(s.trans_b ? s.k : s.n),
-              s.accumulate ? 1.0 : 0.0, c, static_cast<blasint>(s.n));
+void map_openblas_buffers(int64_t threads) {
+  constexpr int n = 64;  // large enough that OpenBLAS takes its buffer
+  const std::vector<float> a(static_cast<size_t>(n) * n, 0.0f);
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  {
+    std::vector<float> c(static_cast<size_t>(n) * n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n);
+  }
 }
-}  // namespace
 
 template <>
 void gemm<double>(double* c, const double* a, const double* b, const GemmShape& s, float*) {
-  if (s.m == 0 || s.n == 0) return;
-  for_each_batch(c, a, b, s, [&](double* c_i, const double* a_i, const double* b_i) { dgemm(c_i, a_i, b_i, s); });
+  if (s.m == 0 || s.n == 0 || s.batch == 0) return;
+  if (s.k == 0) {
+    batched_naive_gemm(c, a, b, s);
+    return;
+  }
+  openblas_gemm(c, a, b, s);
 }
 
 namespace {
@@ -124,7 +184,7 @@ void gemm<f16_t>(f16_t* c, const f16_t* a, const f16_t* b, const GemmShape& s, f
 template <>
 void gemm<bf16_t>(bf16_t* c, const bf16_t* a, const bf16_t* b, const GemmShape& s, float* scratch) {
   if (s.m == 0 || s.n == 0 || s.batch == 0) return;
-  if (onednn_bf16_gemm() && s.k > 0 && !small_gemm(s)) {
+  if (native_bf16_gemm(s)) {
     onednn_gemm(GemmType::kBf16, c, a, b, s, scratch);
     return;
   }

@@ -19,18 +19,30 @@ struct GemmShape {
   int64_t batch = 1, batch_stride_a = 0, batch_stride_b = 0;  // in elements
 };
 
-// f32 calls oneDNN's matmul (backends/cpu/onednn_matmul.h), or a plain loop for products of at
-// most 32³ multiply-adds per matrix; f64 calls OpenBLAS; bf16 calls oneDNN's bf16 matmul
-// (f32 accumulation, one rounding on store) where the CPU has bf16 dot products
-// (onednn_bf16_gemm); otherwise f16/bf16 widen to f32 in `scratch`, multiply, and round once on
-// store; integer dtypes use a plain loop (wrapping like repeated multiply-add).
+// f32 calls oneDNN's matmul (backends/cpu/onednn_matmul.h) where oneDNN runs the shape in its
+// scratchpad alone (onednn_runs_in_scratchpad: brgemm, on AVX-512), OpenBLAS otherwise (AVX2:
+// oneDNN 2.6's gemm driver mallocs per call, OpenBLAS reuses one buffer per thread), or a plain
+// loop for products of at most 32³ multiply-adds per matrix; f64 calls OpenBLAS; bf16 calls
+// oneDNN's bf16 matmul (f32 accumulation, one rounding on store) where the CPU has bf16 dot
+// products (onednn_bf16_gemm) and brgemm runs the shape; otherwise f16/bf16 widen to f32 in
+// `scratch`, multiply, and round once on store; integer dtypes use a plain loop (wrapping like
+// repeated multiply-add). OpenBLAS runs single-threaded inside memc's own OpenMP threads, each
+// taking a block of c's rows or columns (so c's values do not depend on the thread count).
 template <typename T>
 void gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch = nullptr);  // c: [batch, m, n], a, b: see GemmShape
+
+// OpenBLAS keeps its buffers per calling thread (thread-local) and maps a 128 MiB one on a
+// thread's first product, retrying forever where that fails (runtime/host_memory.h): this runs one
+// small product on each of `threads` OpenMP threads, so each maps its buffer now.
+void map_openblas_buffers(int64_t threads);
 
 enum class GemmType { kF32, kBf16 };  // a, b and c all of this type; bf16 accumulates in f32
 
 // Bytes of user scratchpad oneDNN's matmul needs for this shape and type on this CPU (often 0).
 int64_t onednn_scratchpad_bytes(const GemmShape& s, GemmType type);
+// Whether oneDNN's kernels for this shape, accumulating or not, take all their memory from that
+// scratchpad (else memc runs the product elsewhere: see gemm).
+bool onednn_runs_in_scratchpad(GemmShape s, GemmType type);
 // Whether bf16 GEMMs run natively in oneDNN (else they are widened to f32): pinned by the plan
 // being run (pin_onednn_bf16_gemm), else MEMC_BF16_GEMM=0/1 where native is possible, else
 // native where oneDNN supports it on this CPU and a probe measures it clearly faster than f32
@@ -54,20 +66,28 @@ inline int64_t onednn_scratch_either_way(GemmShape s, GemmType type) {
   return std::max(plain, onednn_scratchpad_bytes(s, type));
 }
 
+// Which library runs a product (gemm's comment): oneDNN in its scratchpad, or not.
+inline bool onednn_f32_gemm(const GemmShape& s) {
+  return s.k > 0 && !small_gemm(s) && onednn_runs_in_scratchpad(s, GemmType::kF32);
+}
+inline bool native_bf16_gemm(const GemmShape& s) {
+  return s.k > 0 && onednn_bf16_gemm() && !small_gemm(s) && onednn_runs_in_scratchpad(s, GemmType::kBf16);
+}
+
 // Floats of `scratch` gemm<T> needs: oneDNN's planned scratchpad for f32 and native bf16
 // (accumulating or not); for widened f16/bf16 that of the f32 product plus the f32 copies of
 // one batch's a, b and c; none otherwise. Whole cache lines, so what follows stays aligned.
 template <typename T>
 int64_t gemm_scratch_floats(const GemmShape& s) {
   if constexpr (std::is_same_v<T, bf16_t>) {
-    if (onednn_bf16_gemm() && !small_gemm(s)) return (onednn_scratch_either_way(s, GemmType::kBf16) + 63) / 64 * 16;
+    if (native_bf16_gemm(s)) return (onednn_scratch_either_way(s, GemmType::kBf16) + 63) / 64 * 16;
   }
   if constexpr (std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>) {
     GemmShape one = s;
     one.batch = 1;
     return gemm_scratch_floats<float>(one) + s.m * s.k + s.k * s.n + s.m * s.n;
   } else if constexpr (std::is_same_v<T, float>) {
-    return small_gemm(s) ? 0 : (onednn_scratch_either_way(s, GemmType::kF32) + 63) / 64 * 16;
+    return onednn_f32_gemm(s) ? (onednn_scratch_either_way(s, GemmType::kF32) + 63) / 64 * 16 : 0;
   } else {
     return 0;
   }

@@ -53,7 +53,17 @@ struct CachedMatmul {
   memory packed_b;
   size_t primitive_scratch_bytes = 0;  // the matmul's scratchpad; packed b follows, 64-byte aligned
   size_t scratch_bytes = 0;            // all of it
+  bool scratchpad_only = false;        // the kernel allocates nothing beyond the scratchpad (brgemm)
 };
+
+// oneDNN 2.6 runs a matmul either as brgemm ("brg:avx512_core"...), which takes all its memory
+// from the scratchpad, or through its gemm driver ("gemm:jit"), which mallocs packing buffers on
+// every call in every thread (8 KiB and up; AVX2-only CPUs and ONEDNN_MAX_CPU_ISA=AVX2 take this
+// path for every shape). Only the first keeps a step inside its plan.
+bool allocates_only_scratchpad(const dnnl::matmul::primitive_desc& desc) {
+  const std::string impl = desc.impl_info_str();
+  return impl.rfind("brg", 0) == 0;
+}
 
 CachedMatmul create(const GemmShape& s, GemmType type) {
   dnnl::primitive_attr attr;
@@ -72,6 +82,7 @@ CachedMatmul create(const GemmShape& s, GemmType type) {
   dnnl::matmul::primitive_desc desc(dnnl::matmul::desc(a, b_any, c), attr, cpu_engine());
   CachedMatmul mm{desc, dnnl::matmul(desc), memory(a, cpu_engine(), nullptr), memory(b, cpu_engine(), nullptr),
                   memory(c, cpu_engine(), nullptr), memory(), {}, std::nullopt, memory(), 0, 0};
+  mm.scratchpad_only = allocates_only_scratchpad(desc);
   mm.primitive_scratch_bytes = (desc.scratchpad_desc().get_size() + 63) / 64 * 64;
   mm.scratch_bytes = mm.primitive_scratch_bytes;
   memory weights = mm.b;
@@ -138,6 +149,15 @@ void onednn_gemm(GemmType type, void* c, const void* a, const void* b, const Gem
 int64_t onednn_scratchpad_bytes(const GemmShape& s, GemmType type) {
   if (s.m == 0 || s.n == 0 || s.k == 0) return 0;
   return static_cast<int64_t>(cached(s, type).scratch_bytes);
+}
+
+bool onednn_runs_in_scratchpad(GemmShape s, GemmType type) {
+  if (s.m == 0 || s.n == 0 || s.k == 0) return false;
+  // Both ways: a kernel may decide to accumulate after its workspace was sized (blas.h).
+  s.accumulate = false;
+  if (!cached(s, type).scratchpad_only) return false;
+  s.accumulate = true;
+  return cached(s, type).scratchpad_only;
 }
 
 bool cpu_has_bf16_dot() {

@@ -3,8 +3,8 @@
 // 128 MiB buffer and spins forever when the mmap fails, and a failed pthread_create makes it
 // raise SIGINT on itself (`ulimit -v` 60–300 MB). This library is linked into libmemc after
 // libopenblas (CMakeLists.txt), so the loader maps it later and glibc runs this constructor
-// first, in memc and in any process that loads libmemc (the Python package); it sets
-// OPENBLAS_NUM_THREADS to what the limit holds. Plain libc only: it runs before libstdc++ may.
+// first, in memc and in any process that loads libmemc (the Python package); under a limit it
+// sets OPENBLAS_NUM_THREADS=1. Plain libc only: it runs before libstdc++ may.
 // It also names the kernels for an Intel CPU with AVX-512 that OpenBLAS 0.3.21 does not know by
 // model number (it falls back to generic "Prescott" kernels there, 5x slower), and chooses how
 // idle OpenMP threads wait (choose_wait_policy); libgomp reads that in its own constructor.
@@ -15,23 +15,6 @@
 #include <unistd.h>
 
 namespace {
-
-constexpr long long kMiB = 1 << 20;
-constexpr long long kBufferBytes = 129 * kMiB;       // OpenBLAS's per-thread buffer (runtime/host_memory.h)
-constexpr long long kStackBytes = 8 * kMiB + 4096;   // a worker's stack and guard page
-constexpr long long kHeadroomBytes = 64 * kMiB;      // memc's own work beyond the first buffer
-
-long long mapped_bytes() {
-  FILE* f = fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  long long kib = 0;
-  while (fgets(line, sizeof line, f)) {
-    if (sscanf(line, "VmSize: %lld kB", &kib) == 1) break;
-  }
-  fclose(f);
-  return kib * 1024;
-}
 
 // OPENBLAS_CORETYPE=SkylakeX on Intel CPUs with AVX-512 (F, BW, DQ, VL), unless the user set it:
 // every AVX-512 Intel core runs SkylakeX's sgemm/dgemm kernels in 0.3.21. Other CPUs keep
@@ -111,16 +94,10 @@ __attribute__((constructor)) void memc_bound_gemm_threads() {
   choose_wait_policy();
   struct rlimit limit;
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
-  long long wanted = sysconf(_SC_NPROCESSORS_ONLN);
-  if (const char* given = getenv("OPENBLAS_NUM_THREADS"); given && atoll(given) > 0) wanted = atoll(given);
-  const long long free_bytes = static_cast<long long>(limit.rlim_cur) - mapped_bytes();
-  // The calling thread's buffer, then one buffer and one stack per extra thread.
-  long long threads = 1;
-  if (free_bytes > kBufferBytes + kHeadroomBytes) threads += (free_bytes - kBufferBytes - kHeadroomBytes) / (kBufferBytes + kStackBytes);
-  if (threads >= wanted) return;
-  char text[24];
-  snprintf(text, sizeof text, "%lld", threads);
-  setenv("OPENBLAS_NUM_THREADS", text, 1);
+  // memc calls OpenBLAS single-threaded from its own threads (backends/cpu/blas.cc): OpenBLAS's
+  // worker threads would only cost stacks under the limit. runtime/host_memory.cc bounds memc's
+  // threads by the buffers the limit holds.
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
 }
 
 }  // namespace
