@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "support/status.h"
 
@@ -44,7 +45,7 @@ Tensor Tensor::zeros(DType dtype, Shape shape) {
   // 64-byte alignment suits SIMD kernels and BLAS.
   const size_t padded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, padded);
-  MEMC_CHECK(p != nullptr, "out of host memory allocating ", padded, " bytes");
+  if (!p) throw std::bad_alloc();  // as operator new would: the CLI and the Python package report it in one line
   std::memset(p, 0, padded);
   t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   t.data_ = p;

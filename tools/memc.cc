@@ -2,6 +2,7 @@
 // live in tools/<name>.cc. Every failure is one line on stderr and an exit code: 2 for bad
 // input (files, flags, data), 3 for an unmet budget, 1 for an internal error.
 #include <CLI/CLI.hpp>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -335,8 +336,14 @@ int run_main(int argc, char** argv, const CliHooks& hooks) {
 int run_cli(int argc, char** argv, const CliHooks& hooks) {
   try {
     return run_main(argc, argv, hooks);
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "memc: out of host memory\n");
+  } catch (const std::bad_alloc&) {  // exit 1, as when the GEMM buffers do not fit (runtime/host_memory.h)
+    struct rlimit limit {};
+    if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+      std::fprintf(stderr, "memc: out of host memory under the address-space limit (ulimit -v %llu): give memc more\n",
+                   static_cast<unsigned long long>(limit.rlim_cur >> 10));
+    } else {
+      std::fprintf(stderr, "memc: out of host memory\n");
+    }
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memc: internal error: %s\n", one_line(e.what()).c_str());

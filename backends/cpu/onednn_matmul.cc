@@ -281,8 +281,13 @@ std::string onednn_description() {
   } else {
     bf16 += " (MEMC_BF16_GEMM)";
   }
+  // A transformer layer's shape tells which way f32 products go here (blas.h: gemm).
+  const GemmShape layer{.m = 256, .n = 768, .k = 768};
+  const std::string f32 = onednn_runs_in_scratchpad(layer, GemmType::kF32)
+                              ? "f32 GEMMs oneDNN brgemm"
+                              : "f32 GEMMs OpenBLAS (oneDNN's gemm driver here allocates per call)";
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", ISA " +
-         isa_name(dnnl::get_effective_cpu_isa()) + ", bf16 GEMMs " + bf16;
+         isa_name(dnnl::get_effective_cpu_isa()) + ", " + f32 + ", bf16 GEMMs " + bf16;
 }
 
 void set_onednn_threads(int threads) { omp_set_num_threads(threads); }
