@@ -1,6 +1,7 @@
 // CPU matmul, linear, conv and attention against naive double-precision references.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "backends/cpu/blas.h"
 #include "backends/cpu/onednn_matmul.h"
@@ -96,7 +97,7 @@ TEST(CpuLinalg, Bf16GemmPathIsMeasuredAndPinnable) {
     EXPECT_EQ(cpu::onednn_bf16_gemm(), native && supported);
     const int64_t widened = cpu::gemm_scratch_floats<float>(s) + s.m * s.k + s.k * s.n + s.m * s.n;
     const int64_t floats = cpu::gemm_scratch_floats<bf16_t>(s);
-    if (cpu::onednn_bf16_gemm()) {
+    if (cpu::native_bf16_gemm(s)) {
       EXPECT_EQ(floats, (cpu::onednn_scratch_either_way(s, cpu::GemmType::kBf16) + 63) / 64 * 16);
     } else {
       EXPECT_EQ(floats, widened);
@@ -106,6 +107,61 @@ TEST(CpuLinalg, Bf16GemmPathIsMeasuredAndPinnable) {
     cpu::gemm(c.data<bf16_t>(), a.data<bf16_t>(), b.data<bf16_t>(), s, scratch.data());
     EXPECT_LE(rel_error(c, reference), 2 * tolerance(DType::kBF16)) << (native ? "native" : "widened");
   }
+}
+
+// f32 products go to oneDNN where its brgemm runs them in the planned scratchpad, else to
+// OpenBLAS (AVX2: oneDNN's gemm driver mallocs per call), which memc's threads call one block of
+// c each, like f64's: either way c is the same bits on one thread and on two, accumulating or
+// not, and a product oneDNN does not run asks for no scratchpad.
+TEST(CpuLinalg, LibraryGemmsAreTheSameBitsOnOneThreadAndTwo) {
+  const std::vector<cpu::GemmShape> shapes = {
+      {.m = 200, .n = 72, .k = 96},
+      {.m = 72, .n = 200, .k = 96, .trans_a = true, .trans_b = true},
+      {.m = 64, .n = 48, .k = 80, .trans_b = true, .accumulate = true, .batch = 3, .batch_stride_a = 64 * 80, .batch_stride_b = 0},
+      {.m = 130, .n = 33, .k = 257, .trans_a = true, .batch = 2, .batch_stride_a = 257 * 130, .batch_stride_b = 257 * 33},
+  };
+  const int saved = cpu::onednn_threads();
+  std::mt19937 rng(13);
+  for (const cpu::GemmShape& s : shapes) {
+    const int64_t a_rows = s.batch_stride_a ? s.batch : 1, b_rows = s.batch_stride_b ? s.batch : 1;
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      const Tensor a = random_tensor(dtype, {a_rows, s.m * s.k}, rng, -3, 3), b = random_tensor(dtype, {b_rows, s.k * s.n}, rng, -3, 3);
+      const Tensor c0 = random_tensor(dtype, {s.batch, s.m * s.n}, rng, -3, 3);
+      std::vector<Tensor> results;
+      for (int threads : {1, 2}) {
+        cpu::set_onednn_threads(threads);
+        Tensor c = c0.clone();
+        std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats<float>(s)) + 16);
+        if (dtype == DType::kF32) {
+          if (!cpu::onednn_f32_gemm(s)) EXPECT_EQ(cpu::gemm_scratch_floats<float>(s), 0);
+          cpu::gemm(c.data<float>(), a.data<float>(), b.data<float>(), s, scratch.data());
+        } else {
+          cpu::gemm(c.data<double>(), a.data<double>(), b.data<double>(), s);
+        }
+        results.push_back(c);
+      }
+      EXPECT_EQ(std::memcmp(results[0].raw(), results[1].raw(), results[0].nbytes()), 0)
+          << s.m << "x" << s.n << "x" << s.k << " batch " << s.batch << " " << dtype_name(dtype)
+          << (dtype == DType::kF32 && cpu::onednn_f32_gemm(s) ? " (oneDNN)" : " (OpenBLAS)");
+      // Against a plain sum in double, batch by batch.
+      double worst = 0;
+      for (int64_t i = 0; i < s.batch; ++i) {
+        for (int64_t r = 0; r < s.m; ++r) {
+          for (int64_t col = 0; col < s.n; ++col) {
+            double sum = s.accumulate ? c0.get_as_double(i * s.m * s.n + r * s.n + col) : 0.0;
+            for (int64_t p = 0; p < s.k; ++p) {
+              const double x = a.get_as_double((s.batch_stride_a ? i * s.m * s.k : 0) + (s.trans_a ? p * s.m + r : r * s.k + p));
+              const double y = b.get_as_double((s.batch_stride_b ? i * s.k * s.n : 0) + (s.trans_b ? col * s.k + p : p * s.n + col));
+              sum += x * y;
+            }
+            worst = std::max(worst, std::abs(results[0].get_as_double(i * s.m * s.n + r * s.n + col) - sum) / (1.0 + std::abs(sum)));
+          }
+        }
+      }
+      EXPECT_LE(worst, dtype == DType::kF32 ? 1e-4 : 1e-12) << s.m << "x" << s.n << "x" << s.k << " " << dtype_name(dtype);
+    }
+  }
+  cpu::set_onednn_threads(saved);
 }
 
 TEST(CpuLinalg, LinearWithAndWithoutBias) {

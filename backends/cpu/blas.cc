@@ -92,32 +92,30 @@ void blas_call(double* c, const double* a, const double* b, const GemmShape& s, 
 // microseconds, a 64³ product about ten).
 constexpr int64_t kBlasBlockGrain = 64 * 64 * 64;
 
-// OpenBLAS, one single-threaded call per block of each matrix's c: a block of rows (of columns
-// when c is wider than tall), 8 apart, taken by memc's OpenMP threads. Each element of c is
-// summed over the whole k by one call, in the order OpenBLAS's kernel sums it, whatever the
-// thread count. Each thread uses one OpenBLAS buffer, mapped on its first call and kept
-// (runtime/host_memory.h), so a step allocates nothing.
+// OpenBLAS's kernels sum an element of c in an order that depends on where its row falls in the
+// kernel's register tile (measured on Zen's sgemm: c's rows split at multiples of 12 give the
+// same bits, other splits and any split of its columns do not). So blocks of rows start at
+// multiples of kBlasRowAlign, a multiple of every tile height OpenBLAS uses on x86-64.
+constexpr int64_t kBlasRowAlign = 48;
+
+// OpenBLAS, one single-threaded call per block of each matrix's rows of c, taken by memc's
+// OpenMP threads: c is the same bits whatever the thread count. Each thread uses one OpenBLAS
+// buffer, mapped up front and kept (map_openblas_buffers), so a step allocates nothing.
 template <typename T>
 void openblas_gemm(T* c, const T* a, const T* b, const GemmShape& s) {  // c: [batch, m, n]
   const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
-  const bool by_rows = s.m >= s.n;
-  const int64_t extent = by_rows ? s.m : s.n;
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t wanted = (threads + s.batch - 1) / s.batch;
-  const int64_t blocks = std::max<int64_t>(1, std::min({wanted, extent / 8, s.m * s.n * s.k / kBlasBlockGrain}));
+  const int64_t blocks = std::max<int64_t>(1, std::min({wanted, s.m / kBlasRowAlign, s.m * s.n * s.k / kBlasBlockGrain}));
+  const int64_t tiles = (s.m + kBlasRowAlign - 1) / kBlasRowAlign;
   parallel_ranges(s.batch * blocks, 1, INT64_MAX, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / blocks, block = item % blocks;
-      const int64_t lo = extent * block / blocks / 8 * 8, hi = block + 1 == blocks ? extent : extent * (block + 1) / blocks / 8 * 8;
+      const int64_t lo = std::min(s.m, tiles * block / blocks * kBlasRowAlign);
+      const int64_t hi = block + 1 == blocks ? s.m : std::min(s.m, tiles * (block + 1) / blocks * kBlasRowAlign);
       if (hi <= lo) continue;
-      T* c_i = c + i * s.m * s.n;
       const T* a_i = a + i * s.batch_stride_a;
-      const T* b_i = b + i * s.batch_stride_b;
-      if (by_rows) {
-        blas_call(c_i + lo * s.n, s.trans_a ? a_i + lo : a_i + lo * lda, b_i, s, hi - lo, s.n, lda, ldb);
-      } else {
-        blas_call(c_i + lo, a_i, s.trans_b ? b_i + lo * ldb : b_i + lo, s, s.m, hi - lo, lda, ldb);
-      }
+      blas_call(c + i * s.m * s.n + lo * s.n, s.trans_a ? a_i + lo : a_i + lo * lda, b + i * s.batch_stride_b, s, hi - lo, s.n, lda, ldb);
     }
   });
 }
