@@ -465,6 +465,9 @@ Status write_npz(const std::string& path, const TensorMap& arrays) {
         return fail("array '" + key + "': " + why);
       }
       zip_set_file_compression(archive, static_cast<zip_uint64_t>(index), ZIP_CM_STORE, 0);
+      // A fixed time (1980-01-01, zip's first) rather than now: the same arrays give the same
+      // bytes, so ranks that each write a file compare equal (check_same_file_on_all_ranks).
+      zip_file_set_mtime(archive, static_cast<zip_uint64_t>(index), 315532800, 0);
     }
     if (zip_close(archive) != 0) {
       std::string why = zip_message(zip_get_error(archive));

@@ -4,6 +4,7 @@
 
 #include "runtime/device_memory.h"
 #include "runtime/executor.h"
+#include "runtime/host_memory.h"
 #include "runtime/train_step.h"
 
 namespace memc {
@@ -42,6 +43,10 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string& plan_path, c
   if (plan.devices > 1) {
     return Status::BadInput(str_cat(plan_path, ": the plan is sharded over ", plan.devices, " devices; run it as ranks (mpirun -np ", plan.devices,
                                     " memc run ...)"));
+  }
+  if (host_memory().threads == 0) {  // nothing ran `memc` in this process yet: set up as it would (runtime/host_memory.h)
+    set_compute_threads(plan.threads > 0 ? std::min(plan.threads, available_cores()) : available_cores());
+    MEMC_RETURN_IF_ERROR(prepare_host_memory().status());
   }
   impl->horizon = schedule_horizon(plan, options);
   impl->options.seed = options.seed;
