@@ -140,8 +140,10 @@ TEST(CpuLinalg, LibraryGemmsAreTheSameBitsOnOneThreadAndTwo) {
         }
         results.push_back(c);
       }
+      int64_t first = 0;  // the first element that differs, for the message
+      while (first + 1 < results[0].numel() && results[0].get_as_double(first) == results[1].get_as_double(first)) ++first;
       EXPECT_EQ(std::memcmp(results[0].raw(), results[1].raw(), results[0].nbytes()), 0)
-          << s.m << "x" << s.n << "x" << s.k << " batch " << s.batch << " " << dtype_name(dtype)
+          << "element " << first << ": " << results[0].get_as_double(first) << " vs " << results[1].get_as_double(first) << "; " << s.m << "x" << s.n << "x" << s.k << " batch " << s.batch << " " << dtype_name(dtype)
           << (dtype == DType::kF32 && cpu::onednn_f32_gemm(s) ? " (oneDNN)" : " (OpenBLAS)");
       // Against a plain sum in double, batch by batch.
       double worst = 0;
