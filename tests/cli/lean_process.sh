@@ -9,7 +9,7 @@ cd "$SRC"
 LIB=$(dirname "$MEMC")/libmemc.so
 [ -f "$LIB" ] || LIB=$(ldd "$MEMC" | awk '/libmemc\.so/ {print $3}')
 sanitized=no
-ldd "$MEMC" | grep -q libasan && sanitized=yes
+ldd "$MEMC" | grep libasan >/dev/null && sanitized=yes
 cuda_libs='libcuda\.|libcudart|libcublas|libcudnn|libnccl|libnvrtc|libmemc_cuda'
 
 # Nothing of CUDA is a dependency of memc or libmemc: the loader never looks for it.

@@ -6,7 +6,7 @@
 # Usage: vit_b16_rss.sh MEMC SRC FILLED_MODEL
 source "$(dirname "$0")/../cli/common.bash" "$@"
 MODEL=$3
-if ldd "$MEMC" | grep -q libasan; then echo "skipped: sanitizer build (ASan's shadow memory is resident)"; exit 0; fi
+if ldd "$MEMC" | grep libasan >/dev/null; then echo "skipped: sanitizer build (ASan's shadow memory is resident)"; exit 0; fi
 $MEMC compile "$MODEL" --batch 2 --optimizer adamw --precision fp32 -o "$TMP/p.plan" >/dev/null 2>"$TMP/err" || fail "compile: $(cat "$TMP/err")"
 # Two images and labels as .npy files, without NumPy.
 python3 - "$TMP/data" <<'PY'
