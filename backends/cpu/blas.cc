@@ -73,10 +73,6 @@ float* widen(float* out, const T* x, int64_t n) {  // out: [n]
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 void blas_call(float* c, const float* a, const float* b, const GemmShape& s, int64_t m, int64_t n, int64_t lda, int64_t ldb) {
   cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(s.k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
@@ -95,7 +91,8 @@ constexpr int64_t kBlasBlockGrain = 64 * 64 * 64;
 // OpenBLAS's kernels sum an element of c in an order that depends on where its row falls in the
 // kernel's register tile (measured on Zen's sgemm: c's rows split at multiples of 12 give the
 // same bits, other splits and any split of its columns do not). So blocks of rows start at
-// multiples of kBlasRowAlign, a multiple of every tile height OpenBLAS uses on x86-64.
+// multiples of kBlasRowAlign, a multiple of 12 and 16 (checked with the Zen, Haswell,
+// Sandybridge and Nehalem cores: tests/cpu_linalg_test.cc).
 constexpr int64_t kBlasRowAlign = 48;
 
 // OpenBLAS, one single-threaded call per block of each matrix's rows of c, taken by memc's

@@ -27,7 +27,7 @@ struct GemmShape {
 // products (onednn_bf16_gemm) and brgemm runs the shape; otherwise f16/bf16 widen to f32 in
 // `scratch`, multiply, and round once on store; integer dtypes use a plain loop (wrapping like
 // repeated multiply-add). OpenBLAS runs single-threaded inside memc's own OpenMP threads, each
-// taking a block of c's rows or columns (so c's values do not depend on the thread count).
+// taking a block of c's rows (so c's values do not depend on the thread count).
 template <typename T>
 void gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch = nullptr);  // c: [batch, m, n], a, b: see GemmShape
 

@@ -2,8 +2,9 @@
 // flags (AVX2, AVX-512, AMX) rather than from a table of model names. Primitives are created
 // once per GemmShape and cached. Scratchpads are user-managed: the caller passes a block of
 // onednn_scratchpad_bytes(s) from its planned workspace, so oneDNN allocates none of its own
-// there. (Its jit gemm driver still mallocs packing buffers per call outside any scratchpad:
-// measured in bench/RESULTS.md §20.)
+// there. Its jit gemm driver (every shape on AVX2) still mallocs packing buffers per call outside
+// any scratchpad (bench/RESULTS.md §20, §41), so gemm runs those shapes on OpenBLAS instead
+// (onednn_runs_in_scratchpad, backends/cpu/blas.h).
 #pragma once
 #include <cstdint>
 #include <string>
