@@ -110,21 +110,86 @@ def _numpy(value: Any) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(value))
 
 
-def _export_module(module: Any, example_inputs: Sequence[Any], path: str) -> list:
-    """torch.nn.Module -> ONNX with torch's own exporter: the initializers keep the module's
-    parameter names and stay trainable (no constant folding), the batch dim is dynamic."""
+EXPORTERS = ("auto", "dynamo", "torchscript")
+
+
+def _export_module(module: Any, example_inputs: Sequence[Any], path: str, exporter: str = "auto") -> Dict[str, Any]:
+    """torch.nn.Module -> ONNX with torch's own exporter, every parameter its own initializer under
+    its own name, whatever the module's mode: the dynamo exporter without its optimizer (which
+    folds weights' transposes and merges equal-valued weights), or TorchScript with the initializers
+    kept as inputs (else, outside training mode, it merges equal-valued ones: the zero biases and
+    unit LayerNorm weights of a fresh model would train as one tensor). The module's mode decides
+    dropout as in PyTorch. "auto" tries dynamo and falls back to TorchScript with the reason as a
+    warning. Returns the input names, the exporter used and the modules whose forward ran."""
     import torch
 
+    if exporter not in EXPORTERS:
+        raise MemcError(f"memc: exporter is one of {', '.join(EXPORTERS)}, not {exporter!r}")
     inputs = tuple(example_inputs)
     names = ["x"] if len(inputs) == 1 else [f"input_{i}" for i in range(len(inputs))]
+    ran: set = set()
+    hooks = [m.register_forward_pre_hook(lambda m, args: ran.add(id(m))) for m in module.modules()]
+    reason = ""
     try:
-        torch.onnx.export(module, inputs, path, input_names=names, output_names=["logits"], export_params=True,
-                          do_constant_folding=False, opset_version=17, dynamo=False,
-                          training=torch.onnx.TrainingMode.PRESERVE,
-                          dynamic_axes={n: {0: "batch"} for n in names})
-    except Exception as e:  # torch's own message, on one line
-        raise MemcError("memc: torch could not export the module: " + " ".join(str(e).split())[:500]) from None
-    return names
+        if exporter in ("auto", "dynamo"):
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.onnx.export(module, inputs, path, input_names=names, output_names=["logits"], dynamo=True,
+                                      optimize=False, external_data=_state_bytes(module) >= 2**31 - 2**26,
+                                      dynamic_shapes=tuple({0: torch.export.Dim.AUTO} for _ in inputs))
+                return {"input_names": names, "exporter": "dynamo", "ran": ran}
+            except Exception as e:
+                reason = " ".join(str(e).split())[:300] or type(e).__name__
+                if exporter == "dynamo":
+                    raise MemcError("memc: torch's dynamo exporter could not export the module: " + reason) from None
+                warnings.warn(f"memc: the dynamo exporter could not export the module ({reason}); exporting with TorchScript",
+                              stacklevel=3)
+        ran.clear()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(module, inputs, path, input_names=names, output_names=["logits"], export_params=True,
+                                  do_constant_folding=False, opset_version=17, dynamo=False,
+                                  training=torch.onnx.TrainingMode.PRESERVE, keep_initializers_as_inputs=True,
+                                  dynamic_axes={n: {0: "batch"} for n in names})
+        except Exception as e:  # torch's own message, on one line
+            raise MemcError("memc: torch could not export the module: " + " ".join(str(e).split())[:500]) from None
+        return {"input_names": names, "exporter": "torchscript", "ran": ran, "dynamo_failure": reason}
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def _state_bytes(module: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in module.state_dict().values())
+
+
+def _check_parameters(module: Any, trained: Iterable[str], ran: set, exporter: str) -> Dict[str, str]:
+    """Every parameter PyTorch would train is one memc trains, by name: a parameter that did not
+    survive the export as its own trained initializer is a MemcError naming it. Weights tied in
+    the module (one Parameter under two names) train as one, as in PyTorch; a parameter of a
+    submodule whose forward never ran gets no gradient in PyTorch either and is left as it is.
+    Returns every name of each trained parameter -> the initializer memc trains it as."""
+    trained = set(trained)
+    aliases: Dict[int, list] = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(p), []).append(name)
+    owners = {id(p): sub for _, sub in module.named_modules() for p in sub.parameters(recurse=False)}
+    mapping, lost = {}, []
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        found = [n for n in aliases[id(p)] if n in trained]
+        if found:
+            mapping.update({n: found[0] for n in aliases[id(p)]})
+        elif id(owners.get(id(p))) in ran:
+            lost.append(name)
+    if lost:
+        shown = ", ".join(f"'{n}'" for n in lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
+        raise MemcError(f"memc: {len(lost)} parameter(s) of the module did not survive the {exporter} export as their own "
+                        f"trained initializers ({shown}): memc would not train them as PyTorch does")
+    return mapping
 
 
 class Plan:
@@ -326,9 +391,9 @@ class Plan:
             return {name: state[name] for name in session.parameters}
         import torch
 
-        out = {}
+        out, names = {}, self.summary.get("parameter_names", {})
         for name, current in self._module.state_dict().items():
-            value = state.get(name)
+            value = state.get(names.get(name, name))  # a tied weight's every name reads the one trained tensor
             out[name] = current.clone() if value is None else torch.from_numpy(np.array(value)).to(current.dtype).reshape(current.shape)
         return out
 
@@ -363,9 +428,11 @@ def _own_streams():
 
 
 def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = None, budget: Optional[str] = None,
-            optimizer: str = "adamw", output: Optional[str] = None, **options: Any) -> Plan:
+            optimizer: str = "adamw", output: Optional[str] = None, exporter: str = "auto", **options: Any) -> Plan:
     """Compiles `model` into a training plan (see the module's doc). `batch` defaults to the first
-    dim of the example inputs; `output` keeps the plan file (else it lives with the Plan)."""
+    dim of the example inputs; `output` keeps the plan file (else it lives with the Plan).
+    `exporter` ("auto", "dynamo" or "torchscript") exports a torch module: "auto" takes torch's
+    dynamo exporter and falls back to TorchScript, with the reason as a warning."""
     workdir = tempfile.TemporaryDirectory(prefix="memc_")
     module, input_names = None, ["x"]
     examples = None if example_inputs is None else (tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,))
@@ -381,7 +448,8 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
         module = model
         model_path = os.path.join(output and os.path.dirname(os.path.abspath(output)) or workdir.name,
                                   (os.path.splitext(os.path.basename(output))[0] if output else "model") + ".onnx")
-        input_names = _export_module(model, examples, model_path)
+        export = _export_module(model, examples, model_path, exporter)
+        input_names = export["input_names"]
     else:
         raise MemcError(f"memc: model is an ONNX path, an onnx.ModelProto or a torch.nn.Module, not {type(model).__name__}")
     if batch is None:
@@ -392,6 +460,11 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
     plan_path = os.path.abspath(output) if output else os.path.join(workdir.name, "model.plan")
     summary = json.loads(cli("compile", model_path, *args, "-o", plan_path, "--json", "--force"))
     summary.setdefault("batch", batch)
+    if module is not None:
+        summary["exporter"] = export["exporter"]
+        if export.get("dynamo_failure"):
+            summary["dynamo_failure"] = export["dynamo_failure"]
+        summary["parameter_names"] = _check_parameters(module, summary.get("trainable_params", []), export["ran"], export["exporter"])
     return Plan(plan_path, summary, model_path=model_path, compile_args=args, module=module, input_names=input_names, workdir=workdir)
 
 
