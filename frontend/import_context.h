@@ -20,6 +20,11 @@ class ImportContext {
   const ImportOptions& options() const { return options_; }
   const std::string& file() const { return file_; }
   int64_t opset() const { return opset_; }
+  // The export was made in training mode: a Dropout whose training_mode is a constant true, or
+  // torch's exporter (whose only Dropout without training_mode is SDPA's dropout_p, which torch's
+  // modules set to 0 outside training). A Dropout with a ratio and no training_mode then trains.
+  bool training_export() const { return training_export_; }
+  void set_training_export(bool v) { training_export_ = v; }
 
   // ONNX names → IR values.
   void define(const std::string& onnx_name, ValueId id) { names_[onnx_name] = id; }
@@ -80,6 +85,7 @@ class ImportContext {
   const ImportOptions& options_;
   std::string file_;
   int64_t opset_;
+  bool training_export_ = false;
   std::unordered_map<std::string, ValueId> names_;
   std::unordered_map<ValueId, Tensor> constants_;
   const onnx::NodeProto* node_ = nullptr;

@@ -178,11 +178,13 @@ Status lower_clip(ImportContext& ctx) {
 }
 
 // Dropout: ratio attribute before 12, optional inputs (ratio, training_mode) from 12. A
-// missing or constant-false training_mode means inference: identity (mask all true).
+// constant-false training_mode means inference: identity (mask all true). A missing one means
+// inference too, except in a training-mode export (ImportContext::training_export), where torch
+// writes SDPA's attention dropout without it: that dropout trains, as in PyTorch.
 Status lower_dropout(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   double ratio = 0.5;
-  bool training = ctx.opset() < 12;  // before 12 the node itself says "dropout here"
+  bool training = ctx.opset() < 12 || ctx.training_export();  // before 12 the node itself says "dropout here"
   if (ctx.opset() < 12) {
     ratio = ctx.attr_float("ratio", 0.5);
     if (ctx.attr_int("is_test", 0)) training = false;

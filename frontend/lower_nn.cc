@@ -1,5 +1,7 @@
 // Neural-network ONNX ops: MatMul, Gemm, Einsum, Conv, Softmax/LogSoftmax,
-// LayerNormalization, Reduce*, ArgMax/ArgMin.
+// LayerNormalization, Reduce*, ArgMax/ArgMin, GlobalAveragePool/GlobalMaxPool, Resize.
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "frontend/lowering.h"
@@ -175,6 +177,142 @@ Status lower_cumsum(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// GlobalAveragePool / GlobalMaxPool: the mean or max over every spatial axis, kept as size 1.
+Status lower_global_pool(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const int64_t rank = static_cast<int64_t>(ctx.type(x).shape.size());
+  if (rank < 3) return ctx.error("needs x [N, C, spatial...]");
+  std::vector<int64_t> axes;
+  for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
+  Attrs a;
+  a.set("axes", axes);
+  a.set("keepdims", int64_t{1});
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit(ctx.op_type() == "GlobalAveragePool" ? "reduce_mean" : "reduce_max", {x}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+// One resized axis as a constant [out, in] matrix: row o holds the weights of the input
+// positions that output o reads (ONNX Resize's coordinate transform, then the mode's taps;
+// taps beyond the edge read the edge, or are dropped and the rest renormalized under
+// exclude_outside).
+struct ResizeAxis {
+  std::string mode, transform, nearest;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+};
+
+Expected<Tensor> resize_matrix(const ResizeAxis& r, int64_t in, int64_t out, double scale, DType dtype) {
+  Tensor m = Tensor::zeros(DType::kF64, {out, in});
+  double* w = m.data<double>();
+  for (int64_t o = 0; o < out; ++o) {
+    double x;
+    if (r.transform == "half_pixel") x = (o + 0.5) / scale - 0.5;
+    else if (r.transform == "pytorch_half_pixel") x = out > 1 ? (o + 0.5) / scale - 0.5 : 0.0;
+    else if (r.transform == "align_corners") x = in * scale != 1.0 ? o * double(in - 1) / (in * scale - 1.0) : 0.0;  // the unrounded length, as ONNX's reference
+    else if (r.transform == "asymmetric") x = o / scale;
+    else if (r.transform == "tf_half_pixel_for_nn") x = (o + 0.5) / scale;
+    else return Status::BadInput(str_cat("coordinate_transformation_mode '", r.transform, "' is unsupported"));
+    double* row = w + o * in;
+    auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
+    if (r.mode == "nearest") {
+      int64_t i;
+      if (r.nearest == "round_prefer_floor") i = static_cast<int64_t>(std::ceil(x - 0.5));
+      else if (r.nearest == "round_prefer_ceil") i = static_cast<int64_t>(std::floor(x + 0.5));
+      else if (r.nearest == "floor") i = static_cast<int64_t>(std::floor(x));
+      else if (r.nearest == "ceil") i = static_cast<int64_t>(std::ceil(x));
+      else return Status::BadInput(str_cat("nearest_mode '", r.nearest, "' is unsupported"));
+      row[clamp(i)] = 1.0;
+    } else if (r.mode == "linear") {
+      const double lo = std::floor(x), t = x - lo;
+      row[clamp(static_cast<int64_t>(lo))] += 1.0 - t;
+      row[clamp(static_cast<int64_t>(lo) + 1)] += t;
+    } else if (r.mode == "cubic") {
+      const double lo = std::floor(x), t = x - lo, a = r.cubic_a;
+      auto k = [a](double d) {  // Keys' cubic convolution kernel
+        d = std::abs(d);
+        if (d <= 1) return ((a + 2) * d - (a + 3)) * d * d + 1;
+        if (d < 2) return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+        return 0.0;
+      };
+      double kept = 0;
+      for (int64_t j = -1; j <= 2; ++j) {
+        const int64_t i = static_cast<int64_t>(lo) + j;
+        const double c = k(t - j);
+        if (r.exclude_outside && (i < 0 || i >= in)) continue;
+        row[clamp(i)] += c;
+        kept += c;
+      }
+      if (r.exclude_outside && kept != 0)
+        for (int64_t i = 0; i < in; ++i) row[i] /= kept;
+    } else {
+      return Status::BadInput(str_cat("mode '", r.mode, "' is unsupported"));
+    }
+  }
+  return m.cast(dtype);
+}
+
+// Resize over static shapes. An axis whose size and scale stay 1:1 is untouched (every mode and
+// transform but crop-and-resize maps it onto itself); each resized axis, which must be one of
+// the last two, is a product with a constant interpolation matrix, so its gradient is the
+// transposed product. A relative position table interpolated to its own size (BEiT's) imports
+// as a copy.
+Status lower_resize(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape in = ctx.type(x).shape;
+  const DType dtype = ctx.type(x).dtype;
+  const int64_t rank = static_cast<int64_t>(in.size());
+  ResizeAxis r{ctx.attr_string("mode", "nearest"), ctx.attr_string("coordinate_transformation_mode", "half_pixel"),
+               ctx.attr_string("nearest_mode", "round_prefer_floor"), ctx.attr_float("cubic_coeff_a", -0.75),
+               ctx.attr_int("exclude_outside", 0) != 0};
+  if (ctx.opset() < 11) r.transform = "asymmetric";
+  if (!is_float(dtype)) return ctx.error("resizes floating-point tensors only");
+  if (ctx.attr_int("antialias", 0)) return ctx.error("antialias is unsupported");
+  if (ctx.has_attr("axes")) return ctx.error("the axes attribute is unsupported");
+  if (ctx.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch") return ctx.error("keep_aspect_ratio_policy other than stretch is unsupported");
+  if (r.transform == "tf_crop_and_resize") return ctx.error("coordinate_transformation_mode 'tf_crop_and_resize' is unsupported");
+  const int scales_at = ctx.opset() < 11 ? 1 : 2, sizes_at = 3;
+  std::vector<double> scales(rank, 1.0);
+  Shape out = in;
+  if (ctx.has_input(sizes_at)) {
+    MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ctx.input_ints(sizes_at, "sizes"));
+    if (static_cast<int64_t>(sizes.size()) != rank) return ctx.error(str_cat("sizes has ", sizes.size(), " values for rank ", rank));
+    for (int64_t d = 0; d < rank; ++d) {
+      if (sizes[d] < 1) return ctx.error(str_cat("size ", sizes[d], " < 1"));
+      out[d] = sizes[d];
+      scales[d] = double(out[d]) / double(in[d]);
+    }
+  } else if (ctx.has_input(scales_at)) {
+    const Tensor* t = ctx.input_constant(scales_at);
+    if (!t) return ctx.error("scales depend on runtime data; memc needs them static");
+    if (t->numel() != rank) return ctx.error(str_cat("scales has ", t->numel(), " values for rank ", rank));
+    for (int64_t d = 0; d < rank; ++d) {
+      scales[d] = t->get_as_double(d);
+      if (!(scales[d] > 0)) return ctx.error(str_cat("scale ", scales[d], " is not positive"));
+      out[d] = static_cast<int64_t>(std::floor(in[d] * scales[d]));
+      if (out[d] < 1) return ctx.error(str_cat("scale ", scales[d], " leaves axis ", d, " empty"));
+    }
+  } else {
+    return ctx.error("needs scales or sizes");
+  }
+  ValueId y = x;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (out[d] == in[d] && scales[d] == 1.0) continue;
+    if (d < rank - 2) return ctx.error(str_cat("resizing axis ", d, " (not one of the last two) is unsupported"));
+    auto m = resize_matrix(r, in[d], out[d], scales[d], dtype);
+    if (!m.ok()) return ctx.error(m.status().message());
+    const ValueId weights = ctx.constant(std::move(*m), "resize_weights");
+    if (d == rank - 1) {  // y · mᵀ
+      Attrs a;
+      a.set("transpose_b", int64_t{1});
+      MEMC_ASSIGN_OR_RETURN(y, ctx.emit("matmul", {y, weights}, std::move(a)));
+    } else {  // m · y, m broadcast over the leading axes
+      MEMC_ASSIGN_OR_RETURN(y, ctx.emit("matmul", {weights, y}));
+    }
+  }
+  if (y == x) { MEMC_ASSIGN_OR_RETURN(y, ctx.emit("copy", {x})); }
+  return ctx.bind(0, y);
+}
+
 }  // namespace
 
 Status lower_einsum(ImportContext& ctx);  // lower_einsum.cc
@@ -191,6 +329,9 @@ void add_nn_lowerings(LoweringTable& table) {
   table["ArgMin"] = lower_arg;
   table["Einsum"] = lower_einsum;
   table["CumSum"] = lower_cumsum;
+  table["GlobalAveragePool"] = lower_global_pool;
+  table["GlobalMaxPool"] = lower_global_pool;
+  table["Resize"] = lower_resize;
 }
 
 }  // namespace memc

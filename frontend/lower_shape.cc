@@ -320,6 +320,57 @@ Status lower_gather_nd(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// ScatterND(data, indices, updates) with constant indices: y's rows (data flattened over the
+// first k dims) are gathered from [updates rows; data rows], the last update of a row winning
+// as in the spec's serial order. Both data and updates keep their gradients (a gather's).
+Status lower_scatter_nd(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
+  MEMC_ASSIGN_OR_RETURN(ValueId updates, ctx.input(2));
+  const std::string reduction = ctx.attr_string("reduction", "none");
+  if (reduction != "none") return ctx.error("reduction '" + reduction + "' is unsupported");
+  const Shape ds = ctx.type(data).shape, is = ctx.type(indices).shape, us = ctx.type(updates).shape;
+  if (is.empty()) return ctx.error("indices must have rank ≥ 1");
+  if (ctx.type(updates).dtype != ctx.type(data).dtype) return ctx.error("updates and data differ in dtype");
+  const int64_t k = is.back();
+  if (k < 1 || k > static_cast<int64_t>(ds.size())) return ctx.error(str_cat("index depth ", k, " outside [1, ", ds.size(), "]"));
+  Shape want(is.begin(), is.end() - 1);
+  want.insert(want.end(), ds.begin() + k, ds.end());
+  if (us != want) return ctx.error(str_cat("updates [", shape_str(us), "] should be [", shape_str(want), "]"));
+  const Tensor* idx = ctx.constant_of(indices);
+  if (!idx) return ctx.error("indices depend on runtime data; memc needs them static");
+  int64_t rows = 1;
+  for (int64_t j = 0; j < k; ++j) rows *= ds[j];
+  const int64_t count = numel(Shape(is.begin(), is.end() - 1));
+  Tensor source = Tensor::zeros(DType::kI64, {rows});
+  int64_t* from = source.data<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) from[r] = count + r;
+  for (int64_t t = 0; t < count; ++t) {
+    int64_t offset = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t i = idx->get_as_int(t * k + j);
+      if (i < -ds[j] || i >= ds[j]) return ctx.error(str_cat("index ", i, " outside dim ", ds[j]));
+      if (i < 0) i += ds[j];
+      offset = offset * ds[j] + i;
+    }
+    from[offset] = t;
+  }
+  Shape slice(ds.begin() + k, ds.end());
+  Shape flat_u = {count}, flat_d = {rows};
+  flat_u.insert(flat_u.end(), slice.begin(), slice.end());
+  flat_d.insert(flat_d.end(), slice.begin(), slice.end());
+  MEMC_ASSIGN_OR_RETURN(ValueId u, ctx.reshape(updates, flat_u));
+  MEMC_ASSIGN_OR_RETURN(ValueId d, ctx.reshape(data, flat_d));
+  Attrs c;
+  c.set("axis", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(ValueId both, ctx.emit("concat", {u, d}, std::move(c)));
+  Attrs g;
+  g.set("axis", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {both, ctx.constant(std::move(source), "scatter_nd_rows")}, std::move(g)));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, ds));
+  return ctx.bind(0, y);
+}
+
 // ONNX slice bounds → the IR's normalized {start, end} for one axis.
 void normalize_slice(int64_t dim, int64_t step, int64_t& start, int64_t& end) {
   if (start < 0) start += dim;
@@ -520,6 +571,7 @@ void add_shape_lowerings(LoweringTable& table) {
   table["Gather"] = lower_gather;
   table["GatherElements"] = lower_gather_elements;
   table["GatherND"] = lower_gather_nd;
+  table["ScatterND"] = lower_scatter_nd;
   table["Slice"] = lower_slice;
   table["Split"] = lower_split;
   table["Expand"] = lower_expand;

@@ -61,6 +61,14 @@ class Importer {
   Status add_inputs(ImportContext& ctx);
   Status add_initializers(ImportContext& ctx);
   std::set<std::string> weight_names() const;
+  bool training_export(const std::vector<onnx::NodeProto>& nodes) const;
+  void find_static_operands(const std::vector<onnx::NodeProto>& nodes);
+  bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
+    return is_weight(init, dtype, count) && !static_operands_.count(init.name());
+  }
+  // Float initializers read only where an op needs a value known at import (Resize's roi and
+  // scales): constants, not parameters.
+  std::set<std::string> static_operands_;
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
   Status set_outputs(ImportContext& ctx);
   void warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes);
@@ -177,7 +185,7 @@ std::set<std::string> Importer::weight_names() const {
   for (const auto& init : model_.graph().initializer()) {
     auto dtype = dtype_from_onnx(init.data_type());
     auto shape = shape_from_proto(init);
-    if (dtype.ok() && shape.ok() && is_weight(init, *dtype, numel(*shape))) names.insert(init.name());
+    if (dtype.ok() && shape.ok() && trains(init, *dtype, numel(*shape))) names.insert(init.name());
   }
   return names;
 }
@@ -192,7 +200,7 @@ Status Importer::add_initializers(ImportContext& ctx) {
     if (!shape.ok()) return error(str_cat(what, ": ", shape.status().message()));
     if (ctx.lookup(init.name()) != kNoValue) return error(str_cat(what, " is defined twice"));
     const bool no_data = tensor_proto_has_no_data(init);
-    if (is_weight(init, *dtype, numel(*shape))) {
+    if (trains(init, *dtype, numel(*shape))) {
       // An exact batch-expanded copy trains as its one row, expanded where the graph reads it.
       auto expanded = audit_.batch_expanded.find(init.name());
       const Shape trained = expanded != audit_.batch_expanded.end() ? expanded->second : *shape;
@@ -266,6 +274,31 @@ void Importer::warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes)
   }
 }
 
+void Importer::find_static_operands(const std::vector<onnx::NodeProto>& nodes) {
+  std::set<std::string> data;
+  for (const auto& n : nodes) {
+    const int first_static = n.op_type() == "Resize" || n.op_type() == "Upsample" ? 1 : n.input_size();
+    for (int i = 0; i < n.input_size(); ++i) (i < first_static ? data : static_operands_).insert(n.input(i));
+  }
+  for (const auto& name : data) static_operands_.erase(name);
+}
+
+bool Importer::training_export(const std::vector<onnx::NodeProto>& nodes) const {
+  if (model_.producer_name() == "pytorch") return true;
+  std::map<std::string, const onnx::TensorProto*> known;
+  for (const auto& init : model_.graph().initializer()) known[init.name()] = &init;
+  for (const auto& n : nodes)
+    if (n.op_type() == "Constant" && n.output_size() == 1)
+      for (const auto& a : n.attribute())
+        if (a.name() == "value" && a.has_t()) known[n.output(0)] = &a.t();
+  for (const auto& n : nodes) {
+    if (n.op_type() != "Dropout" || n.input_size() < 3 || !known.count(n.input(2))) continue;
+    auto mode = tensor_from_proto(*known.at(n.input(2)), base_dir_);
+    if (mode.ok() && mode->numel() == 1 && mode->get_as_int(0) != 0) return true;
+  }
+  return false;
+}
+
 Expected<Module> Importer::run() {
   MEMC_RETURN_IF_ERROR(read_opset());
   if (!model_.has_graph()) return error("the model has no graph");
@@ -273,6 +306,8 @@ Expected<Module> Importer::run() {
   MEMC_RETURN_IF_ERROR(inline_functions(model_, nodes, file_));
   MEMC_RETURN_IF_ERROR(check_ops(nodes));
   ImportContext ctx(module_, options_, file_, opset_);
+  ctx.set_training_export(training_export(nodes));
+  find_static_operands(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   audit_ = audit_parameters(model_, nodes, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));

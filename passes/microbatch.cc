@@ -280,14 +280,16 @@ class Accumulator {
 
 int64_t random_draws_per_sample(const Module& m, const Node& node, int64_t batch) {
   // Attention draws its optional dropout from the counter RNG too, but the registry does not
-  // flag it random (ir/ops/linalg.cc): it is named here, with or without dropout_ratio.
+  // flag it random (ir/ops/linalg.cc): it is named here, with or without dropout_ratio. Its
+  // gradient (dy, q, k, v, [bias]) replays the same draws, so it takes the same offsets.
   const OpDef* def = node.def;
-  const bool attention = node.op == "attention";
+  const bool forward = node.op == "attention", attention = forward || node.op == "attention_grad";
   if (!attention && !(def && (def->flags & kOpRandom))) return 0;
-  const TensorType& t = m.value(node.outputs[0]).type;
+  const TensorType& t = m.value(forward ? node.outputs[0] : node.inputs[0]).type;
   if (attention) {  // one draw per score, entry by entry (b·H + h): [batch, …, Tq, Tk] in any layout
     const AttentionLayout layout = attention_layout_of(node.attrs);
-    const AttentionOperand y = attention_operand_of(layout, t.shape), k = attention_operand_of(layout, m.value(node.inputs[1]).type.shape);
+    const AttentionOperand y = attention_operand_of(layout, t.shape),
+                           k = attention_operand_of(layout, m.value(node.inputs[forward ? 1 : 2]).type.shape);
     if (y.batch.empty() || y.batch[0] != batch) return 0;  // not batch-outermost: its own draws
     return numel(y.batch) * y.t * k.t / batch;
   }

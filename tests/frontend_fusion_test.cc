@@ -220,10 +220,10 @@ TEST(FrontendErrors, RandomBytesNeverCrash) {
 
 TEST(FrontendErrors, UnsupportedOpNamesNodeOpAndOpset) {
   OnnxBuilder b(15);
-  b.input("x", {1, 1, 4, 4}).output("y").node("Resize", {"x"}, {"y"}, "up");
+  b.input("x", {1, 1, 4, 4}).output("y").node("MaxRoiPool", {"x"}, {"y"}, "pool");
   auto m = b.import();
   ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().message(), "test.onnx: node 'up' (Resize, opset 15): unsupported op");
+  EXPECT_EQ(m.status().message(), "test.onnx: node 'pool' (MaxRoiPool, opset 15): unsupported op");
 }
 
 TEST(FrontendErrors, UndefinedInputAndUnsortedGraph) {

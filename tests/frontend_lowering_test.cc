@@ -427,23 +427,52 @@ TEST(FrontendLowering, EinsumOuterProductWithBroadcastLetters) {
   EXPECT_NEAR(y.get_as_double((((1 * 5 + 2) * 3 + 1) * 4 + 3) * 6 + 4), a.get_as_double((1 * 3 + 1) * 4 + 3) * c.get_as_double(((1 * 5 + 2) * 3 + 1) * 6 + 4), 1e-5);
 }
 
+// A constant training_mode decides. Without one, ONNX means inference, except in an export made
+// in training mode (another Dropout's training_mode is true, or torch's exporter wrote it): there
+// torch writes SDPA's attention dropout without training_mode, and PyTorch trains it.
 TEST(FrontendLowering, DropoutTrainingModeDecidesIdentity) {
-  OnnxBuilder b;
-  b.input("x", {8}).output("y").output("z").scalar("ratio", 0.25);
-  Tensor t = Tensor::zeros(DType::kBool, {});
-  t.data<bool>()[0] = true;
-  b.init("train", t);
-  b.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"});
-  b.node("Dropout", {"x", "ratio"}, {"z"});
-  auto m = b.import(raw());
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  ASSERT_EQ(testing::count_op(*m, "dropout"), 1);
-  for (NodeId n : m->schedule()) {
-    if (m->node(n).op == "dropout") {
-      EXPECT_DOUBLE_EQ(m->node(n).attrs.get_float("ratio", 0), 0.25);
-      EXPECT_TRUE(m->node(n).attrs.has("seed"));
+  auto build = [](bool with_training_dropout, const std::string& producer) {
+    OnnxBuilder b;
+    b.proto().set_producer_name(producer);
+    b.input("x", {8}).output("z").scalar("ratio", 0.25);
+    if (with_training_dropout) {
+      Tensor t = Tensor::zeros(DType::kBool, {});
+      t.data<bool>()[0] = true;
+      b.init("train", t);
+      b.output("y");
+      b.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"});
+    }
+    b.node("Dropout", {"x", "ratio"}, {"z"});
+    auto m = b.import(raw());
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m;
+  };
+  auto training = build(true, "memc-test");
+  ASSERT_TRUE(training.ok());
+  ASSERT_EQ(testing::count_op(*training, "dropout"), 2);
+  for (NodeId n : training->schedule()) {
+    if (training->node(n).op == "dropout") {
+      EXPECT_DOUBLE_EQ(training->node(n).attrs.get_float("ratio", 0), 0.25);
+      EXPECT_TRUE(training->node(n).attrs.has("seed"));
     }
   }
+  auto inference = build(false, "memc-test");
+  ASSERT_TRUE(inference.ok());
+  EXPECT_EQ(testing::count_op(*inference, "dropout"), 0);
+  auto torch = build(false, "pytorch");
+  ASSERT_TRUE(torch.ok());
+  EXPECT_EQ(testing::count_op(*torch, "dropout"), 1);
+  // A constant false training_mode stays inference in a training export.
+  OnnxBuilder b;
+  b.input("x", {8}).output("y").output("z").scalar("ratio", 0.25);
+  Tensor on = Tensor::zeros(DType::kBool, {}), off = Tensor::zeros(DType::kBool, {});
+  on.data<bool>()[0] = true;
+  b.init("on", on).init("off", off);
+  b.node("Dropout", {"x", "ratio", "on"}, {"y"});
+  b.node("Dropout", {"x", "ratio", "off"}, {"z"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(testing::count_op(*m, "dropout"), 1);
 }
 
 TEST(FrontendLowering, ConstantNodeForms) {

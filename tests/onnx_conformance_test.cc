@@ -85,14 +85,18 @@ CaseResult run_case(const fs::path& dir, const std::set<std::string>& supported,
       return r;
     }
   }
-  // memc specializes shapes at compile time: integer inputs (shapes, axes, indices, sizes) and
-  // scalars (ratios, pad values, range bounds) become initializers of the model, as an
-  // exporter with a fixed batch writes them.
+  // memc specializes shapes at compile time: integer inputs (shapes, axes, indices, sizes),
+  // scalars (ratios, pad values, range bounds) and Resize's roi and scales become initializers
+  // of the model, as an exporter with a fixed batch writes them.
   const fs::path data = dir / "test_data_set_0";
   std::map<std::string, Tensor> feeds;
   auto& graph = *model.mutable_graph();
   std::set<std::string> initializers;
   for (const auto& init : graph.initializer()) initializers.insert(init.name());
+  std::set<std::string> static_operands;  // Resize's roi, scales and sizes
+  for (const auto& node : graph.node())
+    if (node.op_type() == "Resize")
+      for (int i = 1; i < node.input_size(); ++i) static_operands.insert(node.input(i));
   int input_index = 0;
   for (const auto& input : graph.input()) {
     if (initializers.count(input.name())) continue;
@@ -106,7 +110,7 @@ CaseResult run_case(const fs::path& dir, const std::set<std::string>& supported,
     }
     const int elem = input.type().tensor_type().elem_type();
     const bool scalar = proto.dims_size() == 0;  // ratios, pad values, range bounds
-    if (elem == onnx::TensorProto::INT64 || elem == onnx::TensorProto::INT32 || scalar) {
+    if (elem == onnx::TensorProto::INT64 || elem == onnx::TensorProto::INT32 || scalar || static_operands.count(input.name())) {
       *graph.add_initializer() = proto;
       graph.mutable_initializer(graph.initializer_size() - 1)->set_name(input.name());
       continue;

@@ -140,7 +140,7 @@ def _export_module(module: Any, example_inputs: Sequence[Any], path: str, export
                                       dynamic_shapes=tuple({0: torch.export.Dim.AUTO} for _ in inputs))
                 return {"input_names": names, "exporter": "dynamo", "ran": ran}
             except Exception as e:
-                reason = " ".join(str(e).split())[:300] or type(e).__name__
+                reason = _root_cause(e)
                 if exporter == "dynamo":
                     raise MemcError("memc: torch's dynamo exporter could not export the module: " + reason) from None
                 warnings.warn(f"memc: the dynamo exporter could not export the module ({reason}); exporting with TorchScript",
@@ -159,6 +159,14 @@ def _export_module(module: Any, example_inputs: Sequence[Any], path: str, export
     finally:
         for h in hooks:
             h.remove()
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost exception behind torch's wrapped export error, on one line."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
 
 
 def _state_bytes(module: Any) -> int:
