@@ -1,5 +1,6 @@
 #include "frontend/onnx_import.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -64,7 +65,7 @@ class Importer {
   bool training_export(const std::vector<onnx::NodeProto>& nodes) const;
   void find_static_operands(const std::vector<onnx::NodeProto>& nodes);
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
-    return is_weight(init, dtype, count) && !static_operands_.count(init.name());
+    return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name());
   }
   // Float initializers read only where an op needs a value known at import (Resize's roi and
   // scales): constants, not parameters.
@@ -191,6 +192,11 @@ std::set<std::string> Importer::weight_names() const {
 }
 
 Status Importer::add_initializers(ImportContext& ctx) {
+  for (const auto& name : options_.frozen) {
+    const auto& inits = model_.graph().initializer();
+    if (std::none_of(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; }))
+      return error(str_cat("--freeze names '", name, "', which is no initializer of the model"));
+  }
   for (const auto& init : model_.graph().initializer()) {
     const std::string what = str_cat("initializer '", init.name(), "'");
     if (init.name().empty()) return error("an initializer has no name");

@@ -3,6 +3,7 @@
 // the core op set and fuses exporter idioms (GELU, layernorm, linear, attention).
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,9 @@ struct ImportOptions {
   int64_t batch = -1;  // value for the first dim of inputs when dynamic; -1: the model's, else 1
   int64_t seq = -1;    // value for the second dim of token inputs when dynamic; -1: model's, else error
   std::map<std::string, int64_t> dim_values;  // named symbolic dims (dim_param) → value
+  // Float initializers that are constants, not trained parameters (a module's buffers, frozen
+  // parameters); a name that is no initializer is an error.
+  std::set<std::string> frozen;
   bool load_weights = true;  // false: shapes only (inspect, compile of skeleton models)
   bool fuse = true;          // idiom fusion (tests of raw lowering turn it off)
   bool fuse_attention = true;  // false: leave MatMul→Softmax→MatMul for compile's attention pass

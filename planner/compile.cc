@@ -79,6 +79,7 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   ImportOptions import;
   import.batch = batch;
   import.seq = options.seq;
+  import.frozen = std::set<std::string>(options.frozen.begin(), options.frozen.end());
   import.load_weights = false;
   import.fuse_attention = false;  // the attention pass
   Forward f;

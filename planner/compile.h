@@ -22,6 +22,9 @@ struct CompileOptions : PipelineOptions {
   // The rows of each rank's step: ⌈batch / devices⌉ (a shorter slice pads; passes/shard.h).
   int64_t rank_batch() const { return rank_rows(batch, shard.devices); }
   int64_t seq = -1;
+  // Initializers kept as constants rather than trained (a module's buffers and frozen parameters:
+  // --freeze); each must name an initializer.
+  std::vector<std::string> frozen;
   ScheduleOptions schedule;
   int64_t epochs = 1;
   int64_t steps_per_epoch = 0;

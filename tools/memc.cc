@@ -160,6 +160,9 @@ CLI::App* add_compile_command(CLI::App& app, CompileFlags& f) {
   cmd->add_option("--batch", c.options.batch, "Batch size")->required()->check(kPositive);
   cmd->add_option("-o,--output", c.output, "Plan file to write")->required();
   cmd->add_option("--seq", c.options.seq, "Sequence length for dynamic token dims")->check(kPositive);
+  cmd->add_option("--freeze", c.options.frozen,
+                  "Initializers to keep as constants, not train (comma list: a module's buffers, frozen parameters)")
+      ->delimiter(',');
   add_training_flags(cmd, f);
   add_memory_flags(cmd, f);
   cmd->add_flag("--print-ir-after-all", c.print_ir_after_all, "Print the IR after each pass (stderr)");

@@ -173,6 +173,17 @@ def _state_bytes(module: Any) -> int:
     return sum(t.numel() * t.element_size() for t in module.state_dict().values())
 
 
+def _frozen_initializers(module: Any, model_path: str) -> set:
+    """The initializers memc would train that PyTorch does not: floating-point buffers (Swinv2's
+    relative coordinates table) and parameters with requires_grad off. Asks memc only when the
+    module has such tensors."""
+    trainable = {n for n, p in module.named_parameters(remove_duplicate=False) if p.requires_grad}
+    candidates = {n for n, t in module.state_dict(keep_vars=True).items() if t.is_floating_point() and n not in trainable}
+    if not candidates:
+        return set()
+    return candidates & set(json.loads(cli("inspect", model_path, "--json")).get("trainable_params", []))
+
+
 def _check_parameters(module: Any, trained: Iterable[str], ran: set, exporter: str) -> Dict[str, str]:
     """Every parameter PyTorch would train is one memc trains, by name: a parameter that did not
     survive the export as its own trained initializer is a MemcError naming it. Weights tied in
@@ -458,6 +469,9 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
                                   (os.path.splitext(os.path.basename(output))[0] if output else "model") + ".onnx")
         export = _export_module(model, examples, model_path, exporter)
         input_names = export["input_names"]
+        frozen = _frozen_initializers(model, model_path)
+        if frozen:
+            options = {**options, "freeze": sorted(set(options.get("freeze", [])) | frozen)}
     else:
         raise MemcError(f"memc: model is an ONNX path, an onnx.ModelProto or a torch.nn.Module, not {type(model).__name__}")
     if batch is None:

@@ -38,7 +38,9 @@ def train_beside_pytorch(family, mode, precision, exporter):
         warnings.simplefilter("always")
         plan = memc.compile(module, (data[0][0],), optimizer="adamw", lr=LR, weight_decay=0.01, epochs=STEPS,
                             precision=precision, exporter=exporter)
+    exact = copy.deepcopy(module).double() if precision == "fp32" else None  # float64: the truth both are held to
     optimizer = torch.optim.AdamW(reference.parameters(), lr=LR, weight_decay=0.01)
+    exact_optimizer = exact and torch.optim.AdamW(exact.parameters(), lr=LR, weight_decay=0.01)
     losses, first_grads = [], None
     for x, y in data:
         loss = plan.step(x, y)
@@ -51,21 +53,43 @@ def train_beside_pytorch(family, mode, precision, exporter):
             first_grads = {n: p.grad.detach().abs().max().item() for n, p in reference.named_parameters() if p.grad is not None}
         optimizer.step()
         losses.append((loss, torch_loss.item()))
-    return plan, reference, losses, first_grads, [str(w.message) for w in caught]
+        if exact is not None:
+            exact_optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(exact(x.double()), y).backward()
+            exact_optimizer.step()
+    return plan, reference, exact, losses, first_grads, [str(w.message) for w in caught]
 
 
-def weight_errors(plan, reference, first_grads):
+def relative(a, b):
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-12)).item()
+
+
+def weight_errors(plan, reference, exact, first_grads, tolerance):
     """max |memc - torch| / max |torch| per parameter, leaving out those whose gradient is zero up
     to rounding on PyTorch's side (a key projection's bias: softmax ignores a constant added to a
-    row of scores), where both sides hold noise that Adam's m / sqrt(v) turns into steps of ±lr."""
+    row of scores), where both sides hold noise that Adam's m / sqrt(v) turns into steps of ±lr.
+    Beyond `tolerance`, a parameter passes only when memc is as close to the float64 truth as
+    PyTorch's float32 is (within twice its error): a zero-initialized table whose gradient sums
+    rows of softmax gradients that cancel (BEiT's relative position bias) carries float32
+    rounding on both sides. Returns {name: (error, memc vs float64, torch vs float64)}."""
     largest = max(first_grads.values())
     state, errors = plan.state_dict(), {}
+    exact_params = dict(exact.named_parameters()) if exact is not None else {}
     for name, theirs in reference.named_parameters():
         if first_grads.get(name, 0.0) <= 1e-6 * largest:
             continue
         ours = state[name]
         assert ours.shape == theirs.shape, name
-        errors[name] = ((ours - theirs.detach()).abs().max() / theirs.detach().abs().max().clamp_min(1e-12)).item()
+        error = relative(ours, theirs.detach())
+        if name in exact_params:
+            truth = exact_params[name].detach()
+            errors[name] = (error, relative(ours, truth), relative(theirs.detach(), truth))
+        else:
+            errors[name] = (error, None, None)
+    for name, (error, ours_exact, theirs_exact) in errors.items():
+        if error > tolerance:
+            assert ours_exact is not None and ours_exact <= 2 * theirs_exact, \
+                f"{name}: {error:.2e} from PyTorch" + (f"; against float64 memc {ours_exact:.2e}, PyTorch {theirs_exact:.2e}" if ours_exact else "")
     return errors
 
 
@@ -74,7 +98,7 @@ CASES = [(f, m, p) for f in FAMILIES for m in ("train", "eval") for p in ("fp32"
 
 @pytest.mark.parametrize("family,mode,precision", CASES, ids=[f"{f}-{m}-{p}" for f, m, p in CASES])
 def test_family_trains_as_pytorch(family, mode, precision):
-    plan, reference, losses, first_grads, caught = train_beside_pytorch(family, mode, precision, "auto")
+    plan, reference, exact, losses, first_grads, caught = train_beside_pytorch(family, mode, precision, "auto")
     assert plan.summary["exporter"] == ("torchscript" if family in DYNAMO_FAILS else "dynamo")
     if family in DYNAMO_FAILS:
         assert any("dynamo exporter could not export" in w for w in caught), caught
@@ -84,10 +108,9 @@ def test_family_trains_as_pytorch(family, mode, precision):
     loss_tol, weight_tol = (1e-5, 1e-5) if precision == "fp32" else (2e-2, 2e-2)
     for ours, theirs in losses:
         assert abs(ours - theirs) <= loss_tol * abs(theirs), losses
-    errors = weight_errors(plan, reference, first_grads)
-    worst = max(errors, key=errors.get)
-    print(f"{family} {mode} {precision} via {plan.summary['exporter']}: losses {losses}, worst weight {worst} {errors[worst]:.2e}")
-    assert errors[worst] <= weight_tol, f"{worst}: {errors[worst]:.2e}"
+    errors = weight_errors(plan, reference, exact, first_grads, weight_tol)
+    worst = max(errors, key=lambda n: errors[n][0])
+    print(f"{family} {mode} {precision} via {plan.summary['exporter']}: losses {losses}, worst weight {worst} {errors[worst]}")
 
 
 TORCHSCRIPT_TOO = [f for f in FAMILIES if f not in DYNAMO_FAILS]
@@ -95,12 +118,11 @@ TORCHSCRIPT_TOO = [f for f in FAMILIES if f not in DYNAMO_FAILS]
 
 @pytest.mark.parametrize("family", TORCHSCRIPT_TOO)
 def test_family_trains_through_torchscript_too(family):
-    plan, reference, losses, first_grads, _ = train_beside_pytorch(family, "eval", "fp32", "torchscript")
+    plan, reference, exact, losses, first_grads, _ = train_beside_pytorch(family, "eval", "fp32", "torchscript")
     assert plan.summary["exporter"] == "torchscript"
     for ours, theirs in losses:
         assert abs(ours - theirs) <= 1e-5 * abs(theirs), losses
-    errors = weight_errors(plan, reference, first_grads)
-    assert max(errors.values()) <= 1e-5, max(errors.items(), key=lambda kv: kv[1])
+    weight_errors(plan, reference, exact, first_grads, 1e-5)
 
 
 class TiedHead(torch.nn.Module):
