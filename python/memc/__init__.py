@@ -178,7 +178,8 @@ def _frozen_initializers(module: Any, model_path: str) -> set:
     relative coordinates table) and parameters with requires_grad off. Asks memc only when the
     module has such tensors."""
     trainable = {n for n, p in module.named_parameters(remove_duplicate=False) if p.requires_grad}
-    candidates = {n for n, t in module.state_dict(keep_vars=True).items() if t.is_floating_point() and n not in trainable}
+    tensors = list(module.named_buffers(remove_duplicate=False)) + list(module.named_parameters(remove_duplicate=False))
+    candidates = {n for n, t in tensors if t.is_floating_point() and n not in trainable}  # non-persistent buffers too
     if not candidates:
         return set()
     return candidates & set(json.loads(cli("inspect", model_path, "--json")).get("trainable_params", []))
