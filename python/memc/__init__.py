@@ -6,7 +6,10 @@
     report = plan.fit(loader, epochs=3)          # any iterable of (x, y) batches, or data on disk
     model.load_state_dict(plan.state_dict())     # the trained weights, under the module's names
 
-`model` is an ONNX file, an `onnx.ModelProto` or a `torch.nn.Module` (exported inside the call).
+`model` is an ONNX file, an `onnx.ModelProto` or a `torch.nn.Module`, exported inside the call
+(`exporter="auto"`: torch's dynamo exporter, else TorchScript with the reason as a warning) so
+that every parameter stays its own trained initializer in train() and eval() mode alike, float
+buffers and frozen parameters stay constants, and dropout follows the module's mode.
 Every option of `memc compile` is a keyword (`--remat blocks` is `remat="blocks"`, `--no-dropout`
 is `no_dropout=True`). Errors are `memc.MemcError` (bad input) and `memc.BudgetError` (a budget
 that cannot be met) carrying memc's one-line message. The C++ library does the work: the command

@@ -17,6 +17,11 @@ pip install scikit-build-core nanobind numpy pytest
 pip install --no-deps torch==2.15.0
 pip install filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec onnx
 pip install --no-deps "nvidia-cufile==1.17.*" "nvidia-cusparselt-cu13==0.8.1" "nvidia-nvshmem-cu13==3.7.2" "nvidia-nccl-cu13==2.30.7"
-"$venv/bin/python" -c 'import torch, memc; print("torch", torch.__version__, "memc", memc.__version__, memc.__file__)'
+# The model families users bring (tests/python/families.py): transformers' vision models and
+# torchvision's (its wheel pins the CUDA torch, so without its dependencies), and onnxscript for
+# torch's dynamo exporter, memc.compile's first choice.
+pip install --no-deps torchvision==0.29.2
+pip install pillow transformers==5.25.0 onnxscript
+"$venv/bin/python" -c 'import torch, transformers, memc; print("torch", torch.__version__, "transformers", transformers.__version__, "memc", memc.__version__, memc.__file__)'
 cd "$BUILD"
 exec "$venv/bin/python" -m pytest -q -p no:warnings -p no:cacheprovider "$SRC/tests/python"
