@@ -255,3 +255,36 @@ def test_no_dropout_still_removes_attention_dropout():
     plan.step(x, torch.tensor([1]))
     rows = -plan.state_dict()["values.0"].double().numpy()
     assert not np.any(np.all(rows == 0, axis=1))
+
+
+class Upsampler(torch.nn.Module):
+    """A learned table interpolated up (bilinear, bicubic with align_corners) and down (nearest),
+    as position tables are resized for another image size: Resize with its gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(1, 2, 3, 5))
+        self.head = torch.nn.Linear(2 * 7 * 9 + 2 * 6 * 10 + 2 * 2 * 3, 4)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        t = self.table.expand(x.shape[0], -1, -1, -1) * x[:, :, None, None]
+        up = f.interpolate(t, size=(7, 9), mode="bilinear", align_corners=False)
+        cubic = f.interpolate(t, scale_factor=2, mode="bicubic", align_corners=True)
+        down = f.interpolate(t, size=(2, 3), mode="nearest")
+        return self.head(torch.cat([up.flatten(1), cubic.flatten(1), down.flatten(1)], dim=1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_resize_trains_as_in_pytorch(exporter):
+    torch.manual_seed(0)
+    module = Upsampler()
+    x, y = torch.randn(3, 2), torch.tensor([0, 1, 3])
+    plan = memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
+    reference = copy.deepcopy(module)
+    torch_loss = torch.nn.functional.cross_entropy(reference(x), y)
+    torch_loss.backward()
+    loss = plan.step(x, y)
+    assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
+    step = (module.table.detach() - plan.state_dict()["table"]) / 0.1
+    np.testing.assert_allclose(step.numpy(), reference.table.grad.numpy(), rtol=1e-4, atol=1e-6)
