@@ -282,6 +282,24 @@ Expected<ValueId> runtime_gather_nd_rows(ImportContext& ctx, ValueId indices, co
 // [Π d_0..d_{k-1}, rest])[Σ_j idx[..., j]·stride_j]. Known indices (what exporters mostly write:
 // index grids from the traced shape) fold to a constant row list; runtime ones are computed in
 // the graph (runtime_gather_nd_rows). batch_dims > 0 is unsupported.
+// The row of each index tuple (indices [..., k], known at import) in the data flattened over
+// its first k dims: [is[:-1]] (GatherND, ScatterND).
+Expected<Tensor> index_tuple_rows(const ImportContext& ctx, const Tensor& idx, const Shape& is, const Shape& ds) {
+  const int64_t k = is.back();
+  Tensor rows = Tensor::zeros(DType::kI64, Shape(is.begin(), is.end() - 1));
+  for (int64_t t = 0; t < rows.numel(); ++t) {
+    int64_t offset = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t i = idx.get_as_int(t * k + j);
+      if (i < -ds[j] || i >= ds[j]) return ctx.error(str_cat("index ", i, " outside dim ", ds[j]));
+      if (i < 0) i += ds[j];
+      offset = offset * ds[j] + i;
+    }
+    rows.data<int64_t>()[t] = offset;
+  }
+  return rows;
+}
+
 Status lower_gather_nd(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
@@ -295,17 +313,7 @@ Status lower_gather_nd(ImportContext& ctx) {
   // The row of each index tuple in the data flattened over its first k dims: [is[:-1]].
   ValueId linear = kNoValue;
   if (const Tensor* idx = ctx.constant_of(indices)) {
-    Tensor rows = Tensor::zeros(DType::kI64, Shape(is.begin(), is.end() - 1));
-    for (int64_t t = 0; t < rows.numel(); ++t) {
-      int64_t offset = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t i = idx->get_as_int(t * k + j);
-        if (i < -ds[j] || i >= ds[j]) return ctx.error(str_cat("index ", i, " outside dim ", ds[j]));
-        if (i < 0) i += ds[j];
-        offset = offset * ds[j] + i;
-      }
-      rows.data<int64_t>()[t] = offset;
-    }
+    MEMC_ASSIGN_OR_RETURN(Tensor rows, index_tuple_rows(ctx, *idx, is, ds));
     linear = ctx.constant(std::move(rows), "gather_nd_index");
   } else {
     MEMC_ASSIGN_OR_RETURN(linear, runtime_gather_nd_rows(ctx, indices, ds, k));
@@ -342,19 +350,11 @@ Status lower_scatter_nd(ImportContext& ctx) {
   int64_t rows = 1;
   for (int64_t j = 0; j < k; ++j) rows *= ds[j];
   const int64_t count = numel(Shape(is.begin(), is.end() - 1));
+  MEMC_ASSIGN_OR_RETURN(Tensor targets, index_tuple_rows(ctx, *idx, is, ds));
   Tensor source = Tensor::zeros(DType::kI64, {rows});
   int64_t* from = source.data<int64_t>();
   for (int64_t r = 0; r < rows; ++r) from[r] = count + r;
-  for (int64_t t = 0; t < count; ++t) {
-    int64_t offset = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t i = idx->get_as_int(t * k + j);
-      if (i < -ds[j] || i >= ds[j]) return ctx.error(str_cat("index ", i, " outside dim ", ds[j]));
-      if (i < 0) i += ds[j];
-      offset = offset * ds[j] + i;
-    }
-    from[offset] = t;
-  }
+  for (int64_t t = 0; t < count; ++t) from[targets.data<int64_t>()[t]] = t;
   Shape slice(ds.begin() + k, ds.end());
   Shape flat_u = {count}, flat_d = {rows};
   flat_u.insert(flat_u.end(), slice.begin(), slice.end());
