@@ -414,9 +414,14 @@ class Plan:
             return {name: state[name] for name in session.parameters}
         import torch
 
-        out, names = {}, self.summary.get("parameter_names", {})
+        # A tied weight's every name reads the one tensor memc trained under one of them.
+        aliases: Dict[int, list] = {}
+        for name, p in self._module.named_parameters(remove_duplicate=False):
+            aliases.setdefault(id(p), []).append(name)
+        trained_as = {name: next((n for n in names if n in state), name) for names in aliases.values() for name in names}
+        out = {}
         for name, current in self._module.state_dict().items():
-            value = state.get(names.get(name, name))  # a tied weight's every name reads the one trained tensor
+            value = state.get(trained_as.get(name, name))
             out[name] = current.clone() if value is None else torch.from_numpy(np.array(value)).to(current.dtype).reshape(current.shape)
         return out
 
