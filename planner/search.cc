@@ -53,15 +53,7 @@ class Searcher {
       MEMC_ASSIGN_OR_RETURN(plan, compiler_.schedule(std::move(plan), scheduled));
       ++compiles_;
     }
-    c.peak_bytes = plan.memory.predicted_peak_bytes;
-    c.persistent_bytes = plan.memory.persistent_bytes;
-    c.step_ms = plan.estimated_step_ms;
-    if (auto it = plan.memory.category_peak_bytes.find("activations"); it != plan.memory.category_peak_bytes.end()) {
-      c.activation_bytes = it->second;
-    }
-    for (const auto& [name, bytes] : plan.memory.breakdown) {
-      if (bytes > c.largest_bytes) c.largest = name, c.largest_bytes = bytes;
-    }
+    measure(c, plan);
     const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     log(2, str_cat("search: ", key, ": peak ", format_size(c.peak_bytes), ", ", c.step_ms, " ms (compiled in ", compile_ms, " ms)"));
     explored_.push_back(c);
@@ -115,7 +107,7 @@ class Searcher {
   // The candidate's peak with the schedule pass (what the written plan would report).
   Expected<Candidate> scheduled(Candidate c) {
     MEMC_ASSIGN_OR_RETURN(Plan plan, compiler_.compile(options_for(c), /*quiet=*/true, /*schedule_quiet=*/true));
-    c.peak_bytes = plan.memory.predicted_peak_bytes;
+    measure(c, plan);
     return c;
   }
 
@@ -123,6 +115,22 @@ class Searcher {
   int compiles() const { return compiles_; }
 
  private:
+  // The candidate's figures from its compiled plan; the largest category is the one at the
+  // plan's own peak, so a scheduled plan names what dominates its peak, not the unscheduled one's.
+  static void measure(Candidate& c, const Plan& plan) {
+    c.peak_bytes = plan.memory.predicted_peak_bytes;
+    c.persistent_bytes = plan.memory.persistent_bytes;
+    c.step_ms = plan.estimated_step_ms;
+    if (auto it = plan.memory.category_peak_bytes.find("activations"); it != plan.memory.category_peak_bytes.end()) {
+      c.activation_bytes = it->second;
+    }
+    c.largest.clear();
+    c.largest_bytes = 0;
+    for (const auto& [name, bytes] : plan.memory.breakdown) {
+      if (bytes > c.largest_bytes) c.largest = name, c.largest_bytes = bytes;
+    }
+  }
+
   ModelCompiler& compiler_;
   CompileOptions base_;
   int64_t budget_;
@@ -155,7 +163,7 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
     // fp16-mixed is bf16-mixed plus loss scaling at the same width and the same rate (one
     // low_flops per profile): never less memory or time, so it is searched only where bf16 is
     // not offered (ViT-L/16 at 2 GB: none of its 10 candidates planned below its bf16 twin, and
-    // each was 6–17 % slower; bench/RESULTS.md §24).
+    // each was 6–17 % slower; bench/journal/2026.md §24).
     if (profile.fp16 && !profile.bf16) axes.precisions.push_back(PrecisionKind::kFp16Mixed);
   }
   axes.ks = {base.micro_batches};
@@ -169,7 +177,7 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
     if (fixed_batch < 0 && batch > 1) axes.ks.push_back(batch);
   }
   // Attention kernel and offload level: tiled attention (it can need more memory, as on the
-  // block-sparse BigBird export: bench/RESULTS.md §20); offload is tried after the plans
+  // block-sparse BigBird export: bench/journal/2026.md §20); offload is tried after the plans
   // without it, the optimizer state first, then the parameters (they cross the host link twice
   // a step).
   const std::vector<OffloadLevel> levels = space.offload ? std::vector<OffloadLevel>{OffloadLevel::kNone, OffloadLevel::kOptimizer, OffloadLevel::kParams}

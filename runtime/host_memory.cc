@@ -97,7 +97,10 @@ Expected<HostMemory> prepare_host_memory() {
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return g_host_memory = hm;
   hm.address_limit_bytes = static_cast<int64_t>(limit.rlim_cur);
   const int64_t free_bytes = hm.address_limit_bytes - mapped_bytes();
-  // Room left after the buffers for memc's own work; fewer threads rather than none of it.
+  // Room left after the buffers for memc's own work and oneDNN's JIT-compiled kernels (code
+  // buffers of 256 KiB each, mapped as primitives are made: 143 of them, 36 MiB, for vit_small32
+  // on an AVX-512 CPU), which oneDNN 2.6 does not survive failing to map (SIGSEGV in its code
+  // generator). Fewer threads rather than none of it, and none at all without it.
   constexpr int64_t kHeadroom = int64_t{64} << 20;
   int64_t threads = hm.threads;
   while (threads > 1 && threads * kGemmBufferBytes + kHeadroom > free_bytes) --threads;
@@ -106,11 +109,12 @@ Expected<HostMemory> prepare_host_memory() {
     cpu::set_onednn_threads(static_cast<int>(threads));
     hm.threads = threads;
   }
-  if (!can_map(threads * kGemmBufferBytes)) {
+  if (!can_map(threads * kGemmBufferBytes + kHeadroom)) {
     const int64_t need = hm.address_limit_bytes - std::max<int64_t>(free_bytes, 0) + kGemmBufferBytes + kHeadroom;
     return Status::Internal("out of host memory: the address-space limit (ulimit -v " + std::to_string(hm.address_limit_bytes >> 10) +
-                            ") leaves " + mib(std::max<int64_t>(free_bytes, 0)) + " free, and the GEMM library (OpenBLAS) needs a " +
-                            mib(kGemmBufferBytes) + " buffer per thread: give memc at least ulimit -v " + std::to_string(need >> 10));
+                            ") leaves " + mib(std::max<int64_t>(free_bytes, 0)) + " free, and the GEMM libraries need " +
+                            mib(kGemmBufferBytes) + " per thread (OpenBLAS's buffer) and " + mib(kHeadroom) +
+                            " for their kernels: give memc at least ulimit -v " + std::to_string(need >> 10));
   }
   cpu::map_openblas_buffers(threads);
   hm.gemm_buffer_bytes = threads * kGemmBufferBytes;

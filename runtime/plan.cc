@@ -20,7 +20,7 @@ namespace memc {
 
 using json = nlohmann::json;
 
-const char* memc_version() { return "0.1.0"; }
+const char* memc_version() { return MEMC_VERSION; }
 
 double learning_rate(const ScheduleOptions& s, int64_t step, int64_t total_steps) {
   const int64_t horizon = s.total_steps > 0 ? s.total_steps : total_steps;

@@ -195,10 +195,15 @@ static Status check_ranks(const Plan& plan, const RunOptions& options) {
 // The backend of `memc run --device` (RunOptions::device says how an empty one is chosen).
 // A rank's GPU is its local rank's (OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK; else its rank): one
 // GPU per rank. One device: cuda:0, or the --device given.
+// A rank's GPU: its rank on its node, as the launcher tells it (Open MPI's mpirun, SLURM's srun,
+// MPICH's and Intel MPI's hydra, torchrun-style LOCAL_RANK), else its global rank (one node).
 static int rank_gpu(comm::Communicator* comm) {
   if (!comm) return 0;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return local && *local ? std::atoi(local) : comm->rank();
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}) {
+    const char* local = std::getenv(name);
+    if (local && *local) return std::atoi(local);
+  }
+  return comm->rank();
 }
 
 int64_t planned_workspace_bytes(const Plan& plan, const Backend& backend) {
@@ -491,7 +496,8 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   if (options.resume && options.checkpoint_dir.empty()) return Status::BadInput("--resume needs --checkpoint DIR");
   // Data first: a bad file is refused before any folder is locked or weight is loaded.
   MEMC_ASSIGN_OR_RETURN(const RunData run_data, load_run_data(plan, options));
-  MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, 0));
+  // A resumed run's --steps is checked against the steps its checkpoint has left (resume_position).
+  if (!options.resume) MEMC_RETURN_IF_ERROR(check_steps(plan, options, run_data, 0));
   MEMC_RETURN_IF_ERROR(check_ranks(plan, options));
   comm::Communicator* const comm = options.comm && options.comm->size() > 1 ? options.comm : nullptr;
   const int rank = comm ? comm->rank() : 0;

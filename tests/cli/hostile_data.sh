@@ -42,6 +42,7 @@ refused 2 "make no batch" -- $MEMC run p.plan --data empty.npz --quiet
 refused 2 "--steps 20: the schedule has 8 steps" -- $MEMC run p.plan --data train.npz --steps 20 --quiet
 $MEMC run p.plan --data train.npz --steps 5 --checkpoint ck3 --json s.json --quiet >/dev/null 2>&1 || fail "run 5 steps"
 refused 2 "5 of them done; ask for at most 3" -- $MEMC run p.plan --data train.npz --steps 4 --checkpoint ck3 --resume --quiet
+refused 2 "--steps 20: the schedule has 8 steps (1 epoch(s) of 8 batches of 8 from train.npz), 5 of them done; ask for at most 3" -- $MEMC run p.plan --data train.npz --steps 20 --checkpoint ck3 --resume --quiet
 python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))

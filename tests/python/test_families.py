@@ -76,7 +76,11 @@ def weight_errors(plan, reference, exact, first_grads, precision):
     gradient changes sign between steps).
     fp32: every other element within 5e-5 (zero-initialized biases are
     as small as lr·steps, so a 1e-4 difference in the order of a gradient's float32 sum shows up
-    in single elements: 1.4-2.5e-5 measured in Swin, Swinv2 and ConvNeXt with torch 2.15). bf16-mixed: every gradient
+    in single elements: 1.4-2.5e-5 measured in Swin, Swinv2 and ConvNeXt with torch 2.15), or
+    within 1e-4·lr per step, what a float32 gradient accurate to 1e-4 can move an element through
+    Adam's m / sqrt(v): a parameter whose largest element is 3e-3 (Swinv2's CPB MLP bias) holds
+    5e-5 of its scale to 1.5e-7, and on an AVX-512 CPU (AMD Zen 4, oneDNN's brgemm summing in
+    another order) one element ended 1.5e-7 from float64, 5.1e-5 of that scale. bf16-mixed: every gradient
     carries bf16 rounding (and memc's bf16 split is not autocast's), so every element is held to
     2·lr per step plus 1e-2.
     Returns {name: (error, elements held to the noise bound, memc vs float64, torch vs float64)}."""
@@ -95,8 +99,8 @@ def weight_errors(plan, reference, exact, first_grads, precision):
         if precision == "fp32":
             g32, g64 = first_grads[name]
             noise = ((g32 - g64).abs() > 1e-3 * g64.abs()) | (g64.abs() <= 1e-9 * largest) | ((theirs - truth).abs() > 5e-6 * scale)
-            bad = (gap > 5e-5) & ~(noise & (gap <= noise_bound))
-            assert not bad.any(), f"{name}: {int(bad.sum())} of {ours.numel()} elements beyond 5e-5 of PyTorch (worst {error:.2e})"
+            bad = (gap > max(5e-5, 1e-4 * LR * STEPS / scale.item())) & ~(noise & (gap <= noise_bound))
+            assert not bad.any(), f"{name}: {int(bad.sum())} of {ours.numel()} elements beyond 5e-5 of PyTorch or 1e-4·lr a step (worst {error:.2e})"
         else:
             noise = gap > 1e-2
             assert (gap <= noise_bound + 1e-2).all(), f"{name}: {error:.2e} from PyTorch autocast, beyond 2·lr per step"
