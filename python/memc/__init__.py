@@ -37,11 +37,19 @@ __version__ = "0.9.0"
 
 
 class MemcError(ValueError):
-    """Bad input: a model, data, option or file memc refuses (the CLI's exit status 2)."""
+    """Bad input that memc refuses: a model, data, option, batch or file (the CLI's exit status 2).
+
+    The message is memc's one line, e.g. ``memc: the batch has 16 samples; the plan's batch is 32``.
+    A `ValueError`; the plan and the interpreter stay usable after it.
+    """
 
 
 class BudgetError(MemcError):
-    """The budget cannot be met by any plan (exit status 3)."""
+    """No plan meets the budget (the CLI's exit status 3).
+
+    The message names the smallest peak memc can plan for the model, batch and optimizer, and
+    what dominates it. A subclass of `MemcError`.
+    """
 
 
 def _last_line(text: str) -> str:
@@ -76,9 +84,28 @@ class _Session:
 
 
 def cli(*args: str, on_step: Optional[Callable[[int, float], Any]] = None) -> str:
-    """Runs `memc ARGS...` in this process and returns what it printed; raises on failure.
-    `on_step(step, loss)` is called after each step of `memc run`; returning False stops it
-    there (as --steps would), and an exception it raises (Ctrl-C too) stops it and is raised."""
+    """Runs a `memc` command in this process, as `memc ARGS...` would on the command line.
+
+    Args:
+        *args: The command and its arguments, e.g. ``"inspect", "vit.plan", "--json"``; each is
+            passed through `str()`.
+        on_step: Called as ``on_step(step, loss)`` after each step of `memc run`. Returning
+            False stops the run there, as `--steps` would. An exception it raises (Ctrl-C too)
+            stops the run and is raised from `cli`.
+
+    Returns:
+        What the command printed on stdout.
+
+    Raises:
+        BudgetError: The command exited with status 3 (a budget that cannot be met).
+        MemcError: The command exited with status 2 (bad input).
+        RuntimeError: Any other failure (status 1), with memc's last line of stderr.
+
+    Example:
+        ```python
+        print(memc.cli("inspect", "vit.plan"))
+        ```
+    """
     status, out, err = _memc.cli([str(a) for a in args], on_step)
     if status == 0:
         return out
@@ -216,7 +243,19 @@ def _check_parameters(module: Any, trained: Iterable[str], ran: set, exporter: s
 
 
 class Plan:
-    """A compiled training plan (what `memc compile` wrote) and the session that trains it."""
+    """A compiled training plan (what `memc compile` wrote) and the session that trains it.
+
+    Made by `compile` or `load_plan`. The session (memory arena and weights) opens on the first
+    `step`, `predict`, `fit` or `state_dict` and stays open; it starts from the model's initial
+    weights, or from the checkpoint of the last `fit` on files.
+
+    Attributes:
+        path: The plan file.
+        summary: The plan's summary (what `memc compile --json` prints); for a torch module also
+            ``"exporter"``, ``"parameter_names"`` (each parameter name -> the initializer memc
+            trains it as) and, after a fallback, ``"dynamo_failure"``.
+        model_path: The ONNX model the plan was compiled from.
+    """
 
     def __init__(self, path: str, summary: Dict[str, Any], *, model_path: str, compile_args: Sequence[str] = (),
                  module: Any = None, input_names: Sequence[str] = ("x",), workdir: Optional[tempfile.TemporaryDirectory] = None):
@@ -233,32 +272,55 @@ class Plan:
     # --- what the plan says ---
     @property
     def predicted_peak_bytes(self) -> int:
+        """The planned peak of device memory in bytes, which the run measures exactly."""
         return int(self.summary["predicted_peak_bytes"])
 
     @property
     def breakdown(self) -> Dict[str, int]:
+        """Bytes by role at the peak: activations, grads, master_weights, optimizer_state, params, workspace."""
         return dict(self.summary.get("breakdown", {}))
 
     @property
     def decisions(self) -> Dict[str, Any]:
+        """What the plan chose: precision, micro_batches, remat, offload, attention, shard."""
         return dict(self.summary.get("decisions", {}))
 
     @property
     def batch(self) -> int:
+        """Rows per batch: every batch given to `step` and `fit` has exactly this many."""
         return int(self.summary.get("batch", 0))
 
     def explain(self) -> str:
-        """What the plan holds: decisions, memory by role, the step's estimate (`memc inspect PLAN`)."""
+        """Describes the plan, as `memc inspect PLAN` prints it.
+
+        Returns:
+            The text: training setup, parameters, planned peak against the lower bound and the
+            budget, memory by role at the peak, decisions and the step-time estimate.
+        """
         return cli("inspect", self.path)
 
     def save(self, path: str) -> "Plan":
-        """Writes the plan to `path`: the same plan, naming its model relative to the new place."""
+        """Writes a copy of the plan file to `path`.
+
+        The plan names its model where it is now (relative to `path`). A torch module compiled
+        without `output=` has its exported model in this Plan's temporary folder: that model
+        (and its external data) is copied beside `path` as `path`'s name with `.onnx`, so the
+        saved plan opens after this Plan is gone.
+
+        Args:
+            path: The new plan file; an existing file is replaced.
+
+        Returns:
+            The plan at `path`, for the same module, with a session of its own.
+        """
         with open(self.path) as f:
             doc = json.load(f)
         model = doc["model"]["path"]
         if not os.path.isabs(model):
             model = os.path.normpath(os.path.join(os.path.dirname(self.path), model))
         target = os.path.abspath(path)
+        if self._workdir is not None and os.path.dirname(os.path.realpath(model)) == os.path.realpath(self._workdir.name):
+            model = self._keep_model(model, os.path.splitext(target)[0] + ".onnx")
         doc["model"]["path"] = os.path.relpath(model, os.path.dirname(target))
         tmp = f"{target}.tmp.{os.getpid()}"
         with open(tmp, "w") as f:
@@ -268,14 +330,49 @@ class Plan:
         saved._input_names = self._input_names
         return saved
 
+    @staticmethod
+    def _keep_model(model: str, kept: str) -> str:
+        """Copies a model exported into a temporary folder to `kept`, with the external data
+        files it names beside it under their own names (the plan's checksums cover the bytes)."""
+        folder = os.path.dirname(model)
+        for name in os.listdir(folder):  # external data: "model.onnx.data" and the like
+            if name.startswith(os.path.basename(model)) and name != os.path.basename(model):
+                shutil.copyfile(os.path.join(folder, name), os.path.join(os.path.dirname(kept), name))
+        tmp = f"{kept}.tmp.{os.getpid()}"
+        shutil.copyfile(model, tmp)
+        os.replace(tmp, kept)
+        return kept
+
     def timeline_html(self, path: str) -> str:
-        """The memory timeline as one self-contained HTML page."""
+        """Writes the plan's memory timeline as one self-contained HTML page.
+
+        Args:
+            path: The HTML file; an existing file is replaced.
+
+        Returns:
+            `path`.
+        """
         cli("inspect", self.path, "--timeline", path, "--force")
         return path
 
     # --- training ---
     def session(self, total_steps: int = -1, seed: int = 0, device: str = "") -> _Session:
-        """The open plan (arena allocated, weights in): created on the first step, kept after."""
+        """The plan's session (`runtime/session.h`): the arena allocated, the weights in.
+
+        Opened on the first call and returned as it is after that, so the arguments count only
+        the first time. `step`, `predict`, `fit` and `state_dict` open it themselves.
+
+        Args:
+            total_steps: The learning-rate schedule's horizon in steps (-1: the plan's schedule or epochs).
+            seed: Seed of dropout.
+            device: ``"cpu"``, ``"cuda"`` or ``"cuda:K"`` ("": as `memc run` chooses).
+
+        Returns:
+            The session; its errors raise `MemcError`.
+
+        Raises:
+            MemcError: The plan or its model cannot be opened.
+        """
         if self._session is None:
             try:
                 self._session = _Session(_memc.Session.open(self.path, device=device, seed=seed, total_steps=total_steps))
@@ -294,25 +391,75 @@ class Plan:
         raise MemcError(f"memc: a batch is (inputs..., labels) with {len(self._input_names)} input(s), or a dict; got {type(batch).__name__}")
 
     def step(self, x: Any, y: Any) -> float:
-        """One optimizer step on one batch (the plan's batch rows); returns the loss."""
+        """Takes one optimizer step on one batch.
+
+        Args:
+            x: The inputs, an array or torch tensor of `batch` rows; for a model with several
+                inputs, a tuple of them.
+            y: The integer labels, `batch` of them.
+
+        Returns:
+            The batch's loss before the update.
+
+        Raises:
+            MemcError: A batch of the wrong size, shape or dtype, or labels out of range.
+        """
         return self.session(self._total_steps).step(self._batch((x, y) if len(self._input_names) == 1 else (*x, y)))
 
     def predict(self, x: Any) -> np.ndarray:
-        """The model's outputs (logits) for one batch of inputs, with the current weights."""
+        """Runs the forward pass with the current weights.
+
+        Args:
+            x: One batch of inputs (`batch` rows), or a dict of them by input name.
+
+        Returns:
+            The logits, a NumPy array of shape ``[batch, classes]``.
+
+        Raises:
+            MemcError: A batch of the wrong size, shape or dtype.
+        """
         inputs = x if isinstance(x, Mapping) else {self._input_names[0]: x}
         return self.session(self._total_steps).predict({k: _numpy(v) for k, v in inputs.items()})
 
     def fit(self, train: Any, eval: Any = None, epochs: int = 1, checkpoint: Optional[str] = None, resume: bool = False,
             callbacks: Iterable[Callable[[int, float], Any]] = (), seed: int = 0, progress: bool = True,
             steps: Optional[int] = None) -> Dict[str, Any]:
-        """Trains for `epochs` over `train` (or `steps` optimizer steps) and returns a report like
-        `memc run --json`.
+        """Trains for `epochs` over `train`, or for `steps` optimizer steps.
 
-        `train` is data on disk (an .npz, or a folder of .npy files read a batch at a time), which
-        `memc run` trains on with its checkpoints; or any iterable of batches (a DataLoader), which
-        the session steps through. A last batch short of the plan's rows is skipped (static shapes).
-        Progress shows with tqdm when it is installed. Each callback is called as callback(step,
-        loss) after every step, on either kind; one returning False ends training there.
+        On data on disk this is `memc run` in this process, with its checkpoints; afterwards the
+        plan holds the trained weights. On an iterable the session steps through its batches; a
+        batch with fewer rows than `batch` is skipped (the plan's shapes are fixed). A tqdm bar
+        shows progress when tqdm is installed.
+
+        Args:
+            train: Data on disk (an .npz, or a folder of .npy files read a batch at a time), or
+                any iterable of batches (a DataLoader, a list): ``(x, y)``,
+                ``(x1, x2, ..., y)`` or a dict of arrays by input name with ``"y"``.
+            eval: Test data, scored after training: a path for data on disk, an iterable of
+                batches for an iterable.
+            epochs: Passes over `train` (default 1, whatever the plan's `epochs`).
+            checkpoint: A folder for `memc run`'s checkpoint (data on disk only).
+            resume: Continue from the checkpoint in `checkpoint` (data on disk only).
+            callbacks: Each called as ``callback(step, loss)`` after every step; one returning
+                False ends training there.
+            seed: Seed of the data order (on disk) and of dropout.
+            progress: False hides the progress bar.
+            steps: Stop after this many optimizer steps instead of `epochs`.
+
+        Returns:
+            A report like `memc run --json`: ``steps``, ``loss``, ``step_ms``,
+            ``predicted_peak_bytes``, ``measured_peak_bytes``, ``accuracy`` (with `eval`) and,
+            on an iterable, ``losses`` and ``skipped_batches``.
+
+        Raises:
+            MemcError: Bad data, a batch of the wrong shape or dtype, or `checkpoint`/`resume`
+                with an iterable. An exception from the loader or a callback is raised as it is.
+
+        Example:
+            ```python
+            report = plan.fit(loader, eval=test_loader, epochs=3)
+            report = plan.fit("train_shards/", eval="test.npz", epochs=3, checkpoint="ck")
+            ```
         """
         if isinstance(train, (str, os.PathLike)):
             return self._fit_files(os.fspath(train), eval, epochs, checkpoint, resume, seed, steps, list(callbacks), progress)
@@ -392,7 +539,15 @@ class Plan:
         return report
 
     def accuracy(self, data: Iterable[Any]) -> float:
-        """Fraction of argmax predictions equal to the labels over an iterable of full batches."""
+        """Scores the current weights on labelled batches.
+
+        Args:
+            data: An iterable of batches, as `fit` takes them; batches with fewer rows than
+                `batch` are skipped.
+
+        Returns:
+            The fraction of rows whose argmax logit is the label (NaN when no batch was full).
+        """
         correct = counted = 0
         session = self.session(self._total_steps)
         for batch in data:
@@ -406,8 +561,18 @@ class Plan:
         return correct / counted if counted else float("nan")
 
     def state_dict(self) -> Dict[str, Any]:
-        """The trained parameters by the model's own names (torch tensors for a torch module, else
-        NumPy arrays); `module.load_state_dict(plan.state_dict())` restores them."""
+        """The current weights under the model's own names.
+
+        Returns:
+            For a torch module, its whole ``state_dict()`` as torch tensors: the trained
+            parameters (a tied weight under each of its names), the rest as they are in the
+            module. Else a dict of NumPy arrays by the ONNX initializers' names.
+
+        Example:
+            ```python
+            module.load_state_dict(plan.state_dict())
+            ```
+        """
         session = self.session(self._total_steps)
         state = session.state()
         if self._module is None:
@@ -457,10 +622,46 @@ def _own_streams():
 
 def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = None, budget: Optional[str] = None,
             optimizer: str = "adamw", output: Optional[str] = None, exporter: str = "auto", **options: Any) -> Plan:
-    """Compiles `model` into a training plan (see the module's doc). `batch` defaults to the first
-    dim of the example inputs; `output` keeps the plan file (else it lives with the Plan).
-    `exporter` ("auto", "dynamo" or "torchscript") exports a torch module: "auto" takes torch's
-    dynamo exporter and falls back to TorchScript, with the reason as a warning."""
+    """Compiles `model` into a training plan under a memory budget.
+
+    A torch module is exported to ONNX first, in its current mode (which decides dropout), every
+    parameter its own trained initializer; frozen parameters and floating-point buffers are
+    passed as `freeze`.
+
+    Args:
+        model: An ONNX file path, an `onnx.ModelProto` or a `torch.nn.Module`.
+        example_inputs: One batch of inputs (a tensor, or a tuple for several inputs). Needed for
+            a torch module; its first dimension is the default `batch`.
+        batch: Rows per batch.
+        budget: Device memory the plan may use (``"6GB"``, ``"512MiB"``, bytes); decisions not
+            given as options are searched to meet it.
+        optimizer: ``"adamw"``, ``"adam"``, ``"sgd"``, ``"momentum"``, ``"adam8bit"`` or
+            ``"adafactor"``.
+        output: Keep the plan in this file (replacing it), and a torch module's export beside it
+            as ``<name>.onnx``; by default both live in a temporary folder with the Plan.
+        exporter: For a torch module: ``"auto"`` (torch's dynamo exporter, falling back to
+            TorchScript with the reason as a warning), ``"dynamo"`` or ``"torchscript"``.
+        **options: Any other `memc compile` option, by its name: ``lr=1e-3``,
+            ``precision="bf16-mixed"``, ``remat="blocks"``, ``no_dropout=True``,
+            ``freeze=["pos_table"]``.
+
+    Returns:
+        The plan, not yet opened.
+
+    Raises:
+        BudgetError: No plan meets `budget`.
+        MemcError: Bad input: an unsupported model or op, a bad option, a module torch cannot
+            export, or a parameter the export did not keep as its own trained initializer.
+
+    Warns:
+        UserWarning: `exporter="auto"` fell back to TorchScript; the message says why.
+
+    Example:
+        ```python
+        plan = memc.compile(model, (x,), budget="600KB", lr=2e-3, epochs=20)
+        print(plan.predicted_peak_bytes, plan.decisions)
+        ```
+    """
     workdir = tempfile.TemporaryDirectory(prefix="memc_")
     module, input_names = None, ["x"]
     examples = None if example_inputs is None else (tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,))
@@ -500,7 +701,21 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
 
 
 def load_plan(path: str, module: Any = None) -> Plan:
-    """A plan `memc compile` (or Plan.save) wrote; `module` maps state_dict() to its names."""
+    """Opens a plan file that `memc compile`, `compile(output=...)` or `Plan.save` wrote.
+
+    Args:
+        path: The plan file; its model must be where the plan names it.
+        module: The torch module the plan was compiled from, so that `Plan.state_dict` returns
+            its state under its names. Batches of a module with several inputs are then dicts by
+            input name.
+
+    Returns:
+        The plan; its session starts from the model's initial weights (`Plan.fit` with
+        ``resume=True`` continues from a checkpoint).
+
+    Raises:
+        MemcError: The file is missing or not a plan.
+    """
     summary = json.loads(cli("inspect", path, "--json"))
     model = summary.get("model", "")
     if model and not os.path.isabs(model):  # recorded relative to the plan's folder

@@ -74,6 +74,27 @@ def test_plans_save_load_and_describe_themselves(tmp_path):
     assert open(page).read().startswith("<!DOCTYPE html>")
 
 
+def test_a_saved_plan_of_a_module_outlives_the_plan_it_came_from(tmp_path):
+    """A torch module compiled without output= exports into the Plan's temporary folder; save()
+    keeps that model beside the saved plan, so load_plan works once the first Plan is gone."""
+    import gc
+    import torch
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.GELU(), torch.nn.Linear(32, 10))
+    x, y = digits()
+    plan = memc.compile(module, (torch.from_numpy(x[:8]),), optimizer="sgd", lr=0.05)
+    temporary = plan.model_path
+    plan.save(str(tmp_path / "kept.plan"))
+    first = plan.step(x[:8], y[:8])
+    del plan
+    gc.collect()
+    assert not os.path.exists(temporary)
+    assert os.path.exists(tmp_path / "kept.onnx")
+    loaded = memc.load_plan(str(tmp_path / "kept.plan"), module)
+    assert loaded.step(x[:8], y[:8]) == first
+    assert set(loaded.state_dict()) == {n for n, _ in module.named_parameters()}
+
+
 def test_steps_read_the_callers_arrays_in_place_however_they_are_held(tmp_path):
     """The session reads a batch where it lies (no copy before the arena's): a writable array, a
     read-only memory map and a strided view step to the same loss and weights."""
