@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §9 of bench/RESULTS.md: memory-efficient (tiled) vs naive attention on BigBird original_full
+# §9 of bench/journal/2026.md: memory-efficient (tiled) vs naive attention on BigBird original_full
 # (bigbird-roberta-base dimensions, models/bigbird_long_skeleton.onnx) at long sequences.
 #   bench/attention_bigbird.sh [MEMC]           (default /tmp/memc-bench)
 # 1. compile the skeleton at batch 1, --seq 512/1024/2048/4096, --attention naive|tiled (planned only);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §12 of bench/RESULTS.md: the budget search on the CPU, with a calibrated cost model, run and measured.
+# §12 of bench/journal/2026.md: the budget search on the CPU, with a calibrated cost model, run and measured.
 #   bench/budget_cpu.sh [MEMC]            (default /tmp/memc-bench2)
 # Profile: PROFILE=FILE (a `memc calibrate` output) or, if unset, `taskset -c 1 MEMC calibrate -o $OUT/cpu.json`.
 # (a) digits ViT, the scripts/demo.sh training settings:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §11 of bench/RESULTS.md: the budget search on torchvision ViT-L/16 (skeleton), batch 16, AdamW
+# §11 of bench/journal/2026.md: the budget search on torchvision ViT-L/16 (skeleton), batch 16, AdamW
 # (the default optimizer), step-time estimates for --target h200. Compile only, pinned to core 1.
 #   bench/budget_vit_l16.sh [MEMC]            (default /tmp/memc-bench2)
 # For each budget B in 32 24 16 12 8 6 4 3 2 GB:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU cost model against measured training steps (issue 12 item 5; bench/RESULTS.md §27).
+# The CPU cost model against measured training steps (issue 12 item 5; bench/journal/2026.md §27).
 #   PY=/work/venv-export/bin/python bench/cost_model_check.sh            # ≈6 min on the 2-core VM
 #   PROFILE=cpu.json PY=... bench/cost_model_check.sh                     # also a `memc calibrate` profile
 #   REPS=3 PY=... bench/cost_model_check.sh                                # each run 3 times, interleaved: the median

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""§15 of bench/RESULTS.md: the CPU cost model's estimated step time against the measured one.
+"""§15 of bench/journal/2026.md: the CPU cost model's estimated step time against the measured one.
 
     /work/venv/bin/python bench/cost_model_error.py --memc /tmp/memc-bench2 \
         --s12 /tmp/b12/run/summary.json --s13 /tmp/b13/run2/recipes.json --s14 /tmp/b14/run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU speed, memc against PyTorch side by side in one run (bench/RESULTS.md §22).
+# CPU speed, memc against PyTorch side by side in one run (bench/journal/2026.md §22).
 #   PY=/work/venv-export/bin/python bench/cpu_speed.sh            # ≈10 min on 2 busy cores, ≈2× with bf16-mixed
 #   REPS=3 STEPS=20 B16=0 bench/cpu_speed.sh                      # without ViT-B/16
 #   PRECISIONS=fp32 bench/cpu_speed.sh                            # fp32 only, even on a bf16 CPU

@@ -1,4 +1,4 @@
-"""DeepSpeed's own model-state estimator for ViT-L/16 (bench/RESULTS.md §21), beside memc's plans.
+"""DeepSpeed's own model-state estimator for ViT-L/16 (bench/journal/2026.md §21), beside memc's plans.
 Needs deepspeed from PyPI (DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed, with torch);
 never part of the build or tests. Usage: python bench/deepspeed_estimate.py [PARAMS] [LARGEST_LAYER]"""
 import sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §10 of bench/RESULTS.md: planned peak (and breakdown at the peak) of the torchvision ViT-L/16
+# §10 of bench/journal/2026.md: planned peak (and breakdown at the peak) of the torchvision ViT-L/16
 # skeleton at batch 16 with AdamW, for the precision / micro-batch / remat ladder, plus compile
 # time (median of 3, pinned to one core).
 #   bench/ladder_vit_l16.sh [MEMC]        (default /tmp/memc-bench; prints a markdown table)

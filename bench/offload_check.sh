@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §14 of bench/RESULTS.md: --offload optimizer on the digits ViT (models/vit_tiny.onnx), batch 16, AdamW,
+# §14 of bench/journal/2026.md: --offload optimizer on the digits ViT (models/vit_tiny.onnx), batch 16, AdamW,
 # fp32 and bf16-mixed. Everything else is pinned (--micro-batches 1 --remat none --attention tiled,
 # no --budget, so nothing is searched):
 #   MEMC -v compile models/vit_tiny.onnx --batch 16 --precision P --micro-batches 1 --remat none \

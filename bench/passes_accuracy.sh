@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §7 of bench/RESULTS.md: accuracy parity of memc's memory passes on the digits ViT.
+# §7 of bench/journal/2026.md: accuracy parity of memc's memory passes on the digits ViT.
 # Trains models/vit_tiny.onnx with the settings of scripts/demo.sh (batch 32, adamw, lr 2e-3,
 # warmup-cosine, 100 warm-up steps, 40 epochs) once per variant and prints a markdown table
 # (test accuracy, Δ vs fp32, final loss, planned/measured peak, skipped steps, ms/step).
@@ -36,7 +36,7 @@ variants=(
   "fp16-true, sgd lr 0.1|--lr 0.1 --precision fp16-true --optimizer sgd"
 )
 ONLY=${ONLY:-}   # a regex: run only the variants whose name matches (the fp32 baseline always runs)
-echo "memc: $MEMC (sha256 $(sha256sum "$MEMC" | cut -c1-16)…; the commit it was built from is recorded in RESULTS.md, not here)"
+echo "memc: $MEMC (sha256 $(sha256sum "$MEMC" | cut -c1-16)…; the commit it was built from is recorded in the journal (bench/journal/2026.md), not here)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 i=0
 for seed in "${SEEDS[@]}"; do

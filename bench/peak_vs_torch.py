@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peak memory of one training step: memc's planned arena vs PyTorch on the CPU.
 
-    /work/venv/bin/python bench/peak_vs_torch.py                 # the 8 cases of RESULTS.md, markdown table
+    /work/venv/bin/python bench/peak_vs_torch.py                 # the 8 cases of bench/journal/2026.md §4, markdown table
     /work/venv/bin/python bench/peak_vs_torch.py --json out.json  # also every number, as JSON
     /work/venv/bin/python bench/peak_vs_torch.py --only vit_tiny --optimizers adamw
     /work/venv/bin/python bench/peak_vs_torch.py --frag-table    # only memc: planned peak vs lower bound,

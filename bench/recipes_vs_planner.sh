@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §13 of bench/RESULTS.md: the budget planner vs the articles' fixed recipe, measured on the CPU.
+# §13 of bench/journal/2026.md: the budget planner vs the articles' fixed recipe, measured on the CPU.
 #   bench/recipes_vs_planner.sh [MEMC]            (default /tmp/memc-bench2)
 # Models and budgets as in bench/budget_cpu.sh (§12): vit_tiny batch 32 (the demo's training flags) and the
 # random-weight ViT-B/16 copy at batch 4; budgets 75 %, 50 %, 25 % of the unconstrained planned peak P, a fraction

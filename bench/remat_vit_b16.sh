@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# §8 of bench/RESULTS.md: rematerialization on torchvision ViT-B/16 at batch 8 (AdamW, fp32, CPU).
+# §8 of bench/journal/2026.md: rematerialization on torchvision ViT-B/16 at batch 8 (AdamW, fp32, CPU).
 #   bench/remat_vit_b16.sh [MEMC]            (default /tmp/memc-bench)
 # (a) Pareto curve, planned: memc -v compile models/vit_b_16_skeleton.onnx --batch 8 --remat X for
 #     X = none, blocks and limits from 1 GB down by ×0.7 (plus a few points near 3× less

@@ -24,4 +24,5 @@ pip install --no-deps torchvision==0.29.2
 pip install pillow transformers==5.25.0 onnxscript
 "$venv/bin/python" -c 'import torch, transformers, memc; print("torch", torch.__version__, "transformers", transformers.__version__, "memc", memc.__version__, memc.__file__)'
 cd "$BUILD"
+export MEMC_TEST_BUILD="$BUILD"
 exec "$venv/bin/python" -m pytest -q -p no:warnings -p no:cacheprovider "$SRC/tests/python"
