@@ -134,7 +134,7 @@ struct QuantMap {
     // The first sorted value ≥ x is found by halving without a branch on the data: the loop
     // runs log2(count) times whatever x is, and each step's choice is a select. A branching
     // search mispredicted about half its steps and cost ≈ 140 ns per element on a Xeon
-    // (bench/RESULTS.md §34).
+    // (bench/journal/2026.md §34).
     int lo = 0;
     for (int n = count; n > 1;) {
       const int half = n / 2;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Exports a long-context BigBird skeleton (attention_type original_full) for memc's attention
-benchmark (bench/attention_bigbird.sh, bench/RESULTS.md §9).
+benchmark (bench/attention_bigbird.sh, bench/journal/2026.md §9).
 
     /work/venv/bin/python models/export_bigbird_long.py                       # ~1 min
     /work/venv/bin/python models/export_bigbird_long.py --full-out /tmp/bigbird_long_full.onnx

@@ -32,7 +32,7 @@ make_unique_), except where noted:
   distilbert_base_t215_skeleton  DistilBERT-base dims (768, 12 layers, 12 heads, vocab 30522,
                         max_pos 512), dynamo default, static [16, 512], weights stripped.
   bigbird_base_sparse_t215_skeleton  google/bigbird-roberta-base dims, block_sparse, TorchScript
-                        opset 17, static [2, 4096], weights stripped (bench/RESULTS.md).
+                        opset 17, static [2, 4096], weights stripped (bench/journal/2026.md).
 
 Reference keys add `map/<init>` (a 0-d string array naming the PyTorch parameter and 'T' when
 the initializer holds its transpose) for the mapping test and the README.

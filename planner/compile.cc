@@ -68,7 +68,7 @@ ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
 // f32 scratch anyway, so reading them where the projections wrote them costs nothing and the
 // graph's transposes go (vit_small32 b32 bf16-mixed: 205–209 → 189–196 ms per step). f32
 // operands it reads in place; gathering them costs more than the transposes save (vit_small32 b32
-// fp32: 174 → 189 ms) until its block GEMMs take strided operands (bench/RESULTS.md §35).
+// fp32: 174 → 189 ms) until its block GEMMs take strided operands (bench/journal/2026.md §35).
 static bool lays_out_attention(const CompileOptions& options) {
   return &planning_backend(options.target) == &cpu_backend() && options.precision != PrecisionKind::kFp32;
 }

@@ -26,7 +26,7 @@ using json = nlohmann::json;
 DeviceProfile cpu_default() {
   // The 2-core Intel Xeon VM (AVX-512, AMX) with oneDNN, measured at one thread with
   // `memc run --profile` on vit_tiny b32 (1 and 8 micro-batches) and vit_small32 b32 (fp32 and
-  // bf16-mixed), 2026-12-02 (bench/RESULTS.md §30).
+  // bf16-mixed), 2026-12-02 (bench/journal/2026.md §30).
   DeviceProfile p;
   p.name = "cpu";
   // GEMMs run at ≈120 GFLOP/s (vit_small32's, ViT-B/16's 114–156) after a fixed ≈3.5 µs per
@@ -36,7 +36,7 @@ DeviceProfile cpu_default() {
   p.half_flops = 4e5;
   // 16-bit GEMMs: widened to f32 (conversions cost a little) unless the CPU has bf16 dot products
   // that oneDNN uses (backends/cpu/blas.h); then they run 2–4× the f32 rate (AMX on a Xeon:
-  // 183–600 GFLOP/s against 93–149 f32 on one core, bench/RESULTS.md §23; vit_small32's GEMMs
+  // 183–600 GFLOP/s against 93–149 f32 on one core, bench/journal/2026.md §23; vit_small32's GEMMs
   // 3.1× faster in bf16-mixed), counted as 3×.
   p.low_flops = cpu::onednn_bf16_gemm() ? 3.0 * p.f32_flops : 1.0e11;
   // Attention (backends/cpu/attention.cc) runs its block products at ≈45 % of the GEMM rate on
@@ -65,13 +65,13 @@ DeviceProfile cpu_default() {
   // 9 GB/s of streaming; `memc calibrate`'s (add, transpose) chain within L2 measured 22–34 GB/s.
   p.cache_bytes = cpu_cache_bytes();
   p.cache_bandwidth = 3.2e10;
-  // Two threads against one on the 2-core Xeon VM (bench/RESULTS.md §29, `memc run --profile`):
+  // Two threads against one on the 2-core Xeon VM (bench/journal/2026.md §29, `memc run --profile`):
   // GEMMs 1.54× (ViT-B/16 b8) and 1.59× (vit_small32 b32), the rest 1.32× and 1.35×.
   p.heavy_thread_gain = 0.55;
   p.other_thread_gain = 0.33;
   p.memory_bytes = 24LL << 30;
   // Ranks on one machine talk over MPI's shared-memory transport: `mpirun -np 2 memc calibrate`
-  // measured 1.5 us and 2.1 GB/s sent per rank on a 2-core Xeon VM (bench/RESULTS.md §26).
+  // measured 1.5 us and 2.1 GB/s sent per rank on a 2-core Xeon VM (bench/journal/2026.md §26).
   p.comm_bandwidth = 2e9;
   p.comm_latency_s = 2e-6;
   return p;

@@ -306,7 +306,7 @@ TEST(MemoryPlanVitL16, BreakdownMatchesParameterArithmeticAndPlansFast) {
               static_cast<long long>(d.breakdown[MemoryCategory::kActivations]),
               static_cast<long long>(d.category_peak_bytes[MemoryCategory::kGrads]));
   // Tests never assert wall-clock times: the figure is printed above and recorded in
-  // bench/RESULTS.md (bench/compile_time.sh).
+  // bench/journal/2026.md (bench/compile_time.sh).
 }
 
 }  // namespace

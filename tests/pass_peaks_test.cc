@@ -2,7 +2,7 @@
 // at the reference's batch and sequence length), each pass is compiled against the same options
 // without it. A pass that cannot apply (micro-batches on an export that fixes its batch) is
 // skipped, saying so. (Tiled attention on the block-sparse BigBird export was an exception until
-// the fusion stopped copying keys it cannot save: frontend/fuse_attention.cc, RESULTS §24.)
+// the fusion stopped copying keys it cannot save: frontend/fuse_attention.cc, bench/journal/2026.md §24.)
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -26,7 +26,7 @@ namespace {
 
 // Each block costs a few GEMM calls, and a oneDNN call has a fixed cost of ≈8 µs, more than a
 // 64×64×64 product's arithmetic: with 64×64 blocks ViT-B/16's attention (T = 197) made ≈150k
-// calls per step and took 1.5 s of a 9.1 s step (bench/RESULTS.md §23). Larger blocks cut the
+// calls per step and took 1.5 s of a 9.1 s step (bench/journal/2026.md §23). Larger blocks cut the
 // calls ~8× for a block scratch of ≈0.4 MB per thread, still independent of the sequence length.
 constexpr int64_t kQueryBlock = 128;
 constexpr int64_t kKeyBlock = 256;

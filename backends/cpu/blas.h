@@ -53,7 +53,7 @@ bool onednn_bf16_gemm();
 // cost is ~8 µs (measured; attention's per-head blocks in small models are this size). The
 // count is the whole batch's: a strided batch of many small matrices (attention's grouped
 // heads) is one oneDNN call, not a loop per matrix (vit_tiny b64: 8.1 → 5.3 ms per step,
-// bench/RESULTS.md §33).
+// bench/journal/2026.md §33).
 inline bool small_gemm(const GemmShape& s) { return s.batch * s.m * s.n * s.k <= 32 * 32 * 32; }
 
 // Bytes of oneDNN scratchpad for s with or without accumulation, whichever is more: a kernel

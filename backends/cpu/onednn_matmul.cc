@@ -41,7 +41,7 @@ memory::data_type onednn_type(GemmType t) { return t == GemmType::kBf16 ? memory
 // reordered into the layout the kernel prefers (format_tag::any), in the user scratchpad after
 // the primitive's own: reading a plain row-major b directly ran at 35–80 GFLOP/s on an
 // AVX-512 Xeon when its rows are a multiple of 4 KiB apart (n = 1536, 3072), against 107–147
-// with the reorder counted (bench/RESULTS.md §23). The reorder reads b once per call, O(k·n)
+// with the reorder counted (bench/journal/2026.md §23). The reorder reads b once per call, O(k·n)
 // next to the product's O(m·k·n). bf16 products (AMX there) read b as it is: 400–550 GFLOP/s,
 // and the reorder would cost more than it saves.
 struct CachedMatmul {

@@ -3,7 +3,7 @@
 // once per GemmShape and cached. Scratchpads are user-managed: the caller passes a block of
 // onednn_scratchpad_bytes(s) from its planned workspace, so oneDNN allocates none of its own
 // there. Its jit gemm driver (every shape on AVX2) still mallocs packing buffers per call outside
-// any scratchpad (bench/RESULTS.md §20, §41), so gemm runs those shapes on OpenBLAS instead
+// any scratchpad (bench/journal/2026.md §20, §41), so gemm runs those shapes on OpenBLAS instead
 // (onednn_runs_in_scratchpad, backends/cpu/blas.h).
 #pragma once
 #include <cstdint>
@@ -24,7 +24,7 @@ bool onednn_bf16_gemm_supported();
 
 // A CPU with bf16 dot products is not always faster with them: on a Xeon whose hypervisor hides
 // AMX, oneDNN's avx512_bf16 kernels ran a linear layer's shapes at 66–82 GFLOP/s against 107–147
-// in f32 (bench/RESULTS.md §33). So the flags only make native bf16 possible; a probe times one
+// in f32 (bench/journal/2026.md §33). So the flags only make native bf16 possible; a probe times one
 // kBf16ProbeSize³ product both ways in kBf16ProbeRounds rounds on one thread, by that thread's
 // CPU clock (≈40 ms, once per process, only where native is possible), and native is taken when
 // the median round's bf16 rate is at least kBf16NativeMinRatio of its f32 rate. Wall-clock

@@ -24,7 +24,7 @@ __global__ void run_body(Body body, int64_t n) {
 // A reduction with one block per output (grid-stride over outputs): the block's threads take
 // every blockDim-th element, then merge their partials pairwise in shared memory. One thread per
 // output (run_body) left a bias gradient's 768 outputs each summing 3,152 rows alone: 1.5 ms a
-// call on ViT-B/16 b16 (RESULTS §36).
+// call on ViT-B/16 b16 (bench/journal/2026.md §36).
 constexpr int kReduceThreads = 256;
 __global__ void reduce_blocks(Reduce body, int64_t outputs) {
   __shared__ double partial[kReduceThreads];

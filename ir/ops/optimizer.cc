@@ -90,7 +90,7 @@ void register_optimizer_ops(OpRegistry& r) {
          .doc = "(w, g, m, v, lr, step[, skip]) → (w', m', v') as torch.optim.Adam/AdamW {beta1, beta2, eps, weight_decay, decoupled}"});
   // adam8bit's FLOPs count the work its time is worth: encoding a moment is a search of 256
   // codes, a chain of dependent loads, so an element took ≈ 47 ns on one Xeon core (bench/
-  // RESULTS.md §34), 560 FLOPs at the CPU profile's rate for such ops (30 arithmetic ones had it
+  // bench/journal/2026.md §34), 560 FLOPs at the CPU profile's rate for such ops (30 arithmetic ones had it
   // at a twentieth of its measured time).
   r.add({.name = "adam8bit_update", .min_inputs = 8, .max_inputs = 9, .num_outputs = 5, .flags = flags, .shape = adam8bit_shape,
          .flops = per_element(560),

@@ -72,7 +72,7 @@ bool cores_idle() {
 
 // How idle OpenMP threads (oneDNN's and memc's kernels') wait, unless the user chose
 // (OMP_WAIT_POLICY or GOMP_SPINCOUNT). Both pure policies have a bad case, measured on 2-core
-// VMs (bench/RESULTS.md §33):
+// VMs (bench/journal/2026.md §33):
 // - spinning at a barrier takes the core another process needs: vit_tiny b64, 2 threads, under
 //   load 7: 760–910 ms/step with libgomp's default spin, 71–97 ms passive;
 // - sleeping on an idle VM halts the vCPU, and waking it costs tens of microseconds per parallel
