@@ -102,21 +102,26 @@ Expected<HostMemory> prepare_host_memory() {
   // on an AVX-512 CPU), which oneDNN 2.6 does not survive failing to map (SIGSEGV in its code
   // generator). Fewer threads rather than none of it, and none at all without it.
   constexpr int64_t kHeadroom = int64_t{64} << 20;
+  // A process that ran memc before (the Python package runs a command per call) holds the
+  // buffers it mapped then: OpenBLAS keeps them, and only more threads need more.
+  static int64_t buffers_mapped = 0;
+  auto unmapped = [](int64_t threads) { return std::max<int64_t>(threads - buffers_mapped, 0) * kGemmBufferBytes; };
   int64_t threads = hm.threads;
-  while (threads > 1 && threads * kGemmBufferBytes + kHeadroom > free_bytes) --threads;
+  while (threads > 1 && unmapped(threads) + kHeadroom > free_bytes) --threads;
   hm.gemm_threads = threads;
   if (hm.threads != threads) {
     cpu::set_onednn_threads(static_cast<int>(threads));
     hm.threads = threads;
   }
-  if (!can_map(threads * kGemmBufferBytes + kHeadroom)) {
-    const int64_t need = hm.address_limit_bytes - std::max<int64_t>(free_bytes, 0) + kGemmBufferBytes + kHeadroom;
+  if (!can_map(unmapped(threads) + kHeadroom)) {
+    const int64_t need = hm.address_limit_bytes - std::max<int64_t>(free_bytes, 0) + unmapped(1) + kHeadroom;
     return Status::Internal("out of host memory: the address-space limit (ulimit -v " + std::to_string(hm.address_limit_bytes >> 10) +
                             ") leaves " + mib(std::max<int64_t>(free_bytes, 0)) + " free, and the GEMM libraries need " +
                             mib(kGemmBufferBytes) + " per thread (OpenBLAS's buffer) and " + mib(kHeadroom) +
                             " for their kernels: give memc at least ulimit -v " + std::to_string(need >> 10));
   }
   cpu::map_openblas_buffers(threads);
+  buffers_mapped = std::max(buffers_mapped, threads);
   hm.gemm_buffer_bytes = threads * kGemmBufferBytes;
   return g_host_memory = hm;
 }

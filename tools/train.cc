@@ -27,6 +27,7 @@
 #include "planner/cost_model.h"
 #include "runtime/calibrate.h"
 #include "runtime/safetensors.h"
+#include "runtime/train_step.h"
 #include "runtime/trainer.h"
 #if MEMC_HAVE_MPI
 #include "backends/comm/mpi_communicator.h"
@@ -73,6 +74,11 @@ json plan_summary(const std::string& path, const Plan& plan) {
           {"epochs", plan.epochs},
           {"dropout", plan.dropout},
           {"param_count", params},
+          {"inputs", [&] {  // the data inputs, by graph name, in order (the labels are "y")
+             std::vector<std::string> names;
+             for (const InputSpec& in : data_inputs(plan.eval)) names.push_back(in.name);
+             return names;
+           }()},
           {"trainable_params", [&] {
              std::vector<std::string> names;  // the initializers trained (memc inspect MODEL explains them)
              for (ValueId a : plan.eval.arguments())

@@ -706,8 +706,8 @@ def load_plan(path: str, module: Any = None) -> Plan:
     Args:
         path: The plan file; its model must be where the plan names it.
         module: The torch module the plan was compiled from, so that `Plan.state_dict` returns
-            its state under its names. Batches of a module with several inputs are then dicts by
-            input name.
+            its state under its names. A batch of a module with several inputs is
+            ``(x1, x2, ..., y)`` in the model's input order, or a dict by input name.
 
     Returns:
         The plan; its session starts from the model's initial weights (`Plan.fit` with
@@ -720,4 +720,4 @@ def load_plan(path: str, module: Any = None) -> Plan:
     model = summary.get("model", "")
     if model and not os.path.isabs(model):  # recorded relative to the plan's folder
         model = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), model))
-    return Plan(os.path.abspath(path), summary, model_path=model, module=module)
+    return Plan(os.path.abspath(path), summary, model_path=model, module=module, input_names=summary.get("inputs") or ("x",))

@@ -16,4 +16,4 @@ if [ "$(cat "$venv/pins" 2>/dev/null)" != "$pins" ]; then
   echo "$pins" > "$venv/pins"
 fi
 cd "$SRC"
-exec "$venv/bin/mkdocs" build --strict -q -f mkdocs.yml -d "$BUILD/site"
+exec "$venv/bin/mkdocs" build --strict -f mkdocs.yml -d "$BUILD/site"

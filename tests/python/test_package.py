@@ -95,6 +95,29 @@ def test_a_saved_plan_of_a_module_outlives_the_plan_it_came_from(tmp_path):
     assert set(loaded.state_dict()) == {n for n, _ in module.named_parameters()}
 
 
+def test_a_loaded_plan_of_a_module_with_two_inputs_takes_tuple_batches(tmp_path):
+    """load_plan reads the plan's input names (memc inspect PLAN --json: "inputs"), so batches of
+    a module with several inputs are (x1, x2, y) there as on the Plan compile returned."""
+    import torch
+
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(64, 10), torch.nn.Linear(64, 10)
+
+        def forward(self, x1, x2):
+            return self.a(x1.flatten(1)) + self.b(x2.flatten(1))
+
+    torch.manual_seed(0)
+    module = TwoInputs()
+    x, y = digits()
+    example = (torch.from_numpy(x[:8]), torch.from_numpy(x[8:16]))
+    plan = memc.compile(module, example, optimizer="sgd", lr=0.05, output=str(tmp_path / "two.plan"))
+    loaded = memc.load_plan(str(tmp_path / "two.plan"), module)
+    assert loaded._input_names == plan._input_names and len(loaded._input_names) == 2
+    assert loaded.step((x[:8], x[8:16]), y[:8]) == plan.step((x[:8], x[8:16]), y[:8])
+
+
 def test_steps_read_the_callers_arrays_in_place_however_they_are_held(tmp_path):
     """The session reads a batch where it lies (no copy before the arena's): a writable array, a
     read-only memory map and a strided view step to the same loss and weights."""
