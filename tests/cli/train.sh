@@ -129,6 +129,12 @@ $MEMC compile models/vit_tiny.onnx --batch 64 --budget 1MB -o "$TMP/searched.pla
 expect_error 3 "below the smallest peak memc can plan for this model, batch and optimizer" -- \
   $MEMC compile models/vit_tiny.onnx --batch 64 --budget 100KB -o "$TMP/over.plan"
 [ ! -e "$TMP/over.plan" ] && pass "no plan written below the floor" || fail "a plan was written below the floor"
+# The floor compares scheduled peaks: streamed parameters fall most when scheduled (ViT-L/16 at
+# batch 8 was refused at 500 MB, "floor 888 MB with offload optimizer", though offload params
+# plans 410 MB).
+$MEMC compile models/vit_l_16_skeleton.onnx --batch 8 --target h200 --budget 500MB -o "$TMP/vitl8.plan" --json >"$TMP/vitl8.json" 2>"$TMP/err" \
+  && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["predicted_peak_bytes"] <= 500e6 and d["decisions"]["offload"] == "params", d["decisions"]' "$TMP/vitl8.json" \
+  && pass "ViT-L/16 b8 fits --budget 500MB by streaming its parameters" || fail "ViT-L/16 b8 at 500MB: $(cat "$TMP/err")"
 expect_error 2 "unknown unit" -- $MEMC compile models/vit_tiny.onnx --batch 64 --budget 6XB -o "$TMP/over.plan"
 if $MEMC compile models/vit_tiny.onnx --batch 64 --budget 6MiB --json -o "$TMP/fits.plan" >"$TMP/fits.json" 2>"$TMP/err"; then
   python3 -c '
