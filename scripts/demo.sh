@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/memc ] || scripts/setup.sh build >&2
 out=${MEMC_DEMO_DIR:-$(mktemp -d)}
+mkdir -p "$out"
 # The demo's own outputs: replaced when it runs again in the same MEMC_DEMO_DIR (--force), and
 # its checkpoint folder emptied so that the run trains afresh instead of resuming.
 rm -rf "$out/checkpoint"
