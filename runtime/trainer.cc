@@ -193,10 +193,9 @@ static Status check_ranks(const Plan& plan, const RunOptions& options) {
 }
 
 // The backend of `memc run --device` (RunOptions::device says how an empty one is chosen).
-// A rank's GPU is its local rank's (OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK; else its rank): one
-// GPU per rank. One device: cuda:0, or the --device given.
-// A rank's GPU: its rank on its node, as the launcher tells it (Open MPI's mpirun, SLURM's srun,
-// MPICH's and Intel MPI's hydra, torchrun-style LOCAL_RANK), else its global rank (one node).
+// A rank's GPU is its rank on its node, as the launcher tells it (Open MPI's mpirun, SLURM's
+// srun, MPICH's and Intel MPI's hydra, torchrun-style LOCAL_RANK), else its global rank (one
+// node): one GPU per rank. One device: cuda:0, or the --device given.
 static int rank_gpu(comm::Communicator* comm) {
   if (!comm) return 0;
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}) {
