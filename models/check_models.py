@@ -24,7 +24,8 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onnx_ref_util as U  # noqa: E402
 
-SKELETON_PARAMS = {"vit_b_16_skeleton": 86_567_656, "vit_l_16_skeleton": 304_326_632}
+SKELETON_PARAMS = {"vit_b_16_skeleton": 86_567_656, "vit_l_16_skeleton": 304_326_632,
+                   "vit_h_14_skeleton": 632_045_800, "gpt_6b7_skeleton": 6_658_404_352}
 TOL = 1e-5
 
 

@@ -583,6 +583,8 @@ def main():
             "torchvision").models.vit_b_16, 86_567_656)),
         ("vit_l_16_skeleton", lambda: do_skeleton("vit_l_16_skeleton", __import__(
             "torchvision").models.vit_l_16, 304_326_632)),
+        ("vit_h_14_skeleton", lambda: do_skeleton("vit_h_14_skeleton", __import__(
+            "torchvision").models.vit_h_14, 632_045_800)),
     ])
     for k, fn in jobs.items():
         if args.only and k not in args.only:

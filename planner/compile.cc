@@ -129,14 +129,24 @@ Expected<int64_t> ModelCompiler::fixed_batch(const CompileOptions& options) {
   return f->fixed_batch;
 }
 
+Expected<DeviceProfile> target_profile(const CompileOptions& options) {
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
+  if (!options.interconnect.empty()) MEMC_RETURN_IF_ERROR(set_interconnect(profile, options.interconnect, options.gpus_per_node));
+  return profile;
+}
+
 namespace {
 
-// The plan's estimated step time on `target` and the memory summary of its training step.
-Status measure_step(Plan& plan, const std::string& target, int64_t threads) {
-  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(target));
+// The plan's estimated step time on the options' target and the memory summary of its step.
+Status measure_step(Plan& plan, const CompileOptions& options) {
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, target_profile(options));
   plan.target = profile.name;
-  plan.estimated_step_ms = estimate_step(plan.train, profile, threads).step_ms;
-  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(target)));
+  const StepEstimate e = estimate_step(plan.train, profile, options.threads);
+  plan.estimated_step_ms = e.step_ms;
+  plan.estimated_comm_ms = e.comm_total_ms;
+  plan.estimated_comm_exposed_ms = e.comm_ms;
+  plan.interconnect = plan.devices > 1 ? interconnect_name(profile) : "";
+  MEMC_ASSIGN_OR_RETURN(plan.memory, summarize_memory(plan.train, planning_backend(options.target)));
   return Status::Ok();
 }
 
@@ -264,7 +274,7 @@ Status ModelCompiler::describe_plan(Plan& plan, const CompileOptions& options, i
   plan.decisions.shard = static_cast<int64_t>(options.shard.stage);
   plan.devices = options.shard.devices;
   plan.budget_bytes = options.budget_bytes;
-  return measure_step(plan, options.target, options.threads);
+  return measure_step(plan, options);
 }
 
 // Remat never raises the peak of the plan to write: the step without it is among the choices,
@@ -300,7 +310,7 @@ Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options)
     plan = given;
     auto scheduled = pipeline.run(plan.train, PassInstrumentation{});
     if (!scheduled.ok()) return scheduled.status().with_context("schedule: ");
-    MEMC_RETURN_IF_ERROR(measure_step(plan, options.target, options.threads));
+    MEMC_RETURN_IF_ERROR(measure_step(plan, options));
     // As compile(): a prefetching order over the budget gives way to one without.
     const bool kept = !scheduled->empty() && scheduled->front().get("prefetch_kept", 0) != 0;
     if (!kept || options.budget_bytes <= 0 || plan.memory.predicted_peak_bytes <= options.budget_bytes) break;

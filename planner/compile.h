@@ -30,6 +30,10 @@ struct CompileOptions : PipelineOptions {
   int64_t steps_per_epoch = 0;
   std::string target = "cpu";  // device profile of the step-time estimate (planner/cost_model.h)
   int64_t threads = 1;         // compute threads the step runs with on a CPU target (the estimate's speedup)
+  // How GPU ranks are joined (--interconnect nvlink|ib, --gpus-per-node; planner/cost_model.h
+  // set_interconnect); empty: the target's own (nvlink, 8 GPUs per node, on a GPU target).
+  std::string interconnect;
+  int64_t gpus_per_node = 8;
   // Called with "import" and each pass's name, and the module after it (--print-ir-after-all,
   // --dump-dir); only for plans that report (not for search candidates).
   std::function<void(std::string_view pass, const Module& module)> after_pass;
@@ -42,6 +46,9 @@ struct CompileOptions : PipelineOptions {
 // The device/host memory of a training step, from passes/memory_plan, with the kernel
 // workspace `backend` (the plan's target: backends/backend.h planning_backend) needs.
 Expected<MemorySummary> summarize_memory(const Module& train, const Backend& backend);
+
+// The device profile of options.target with options.interconnect applied.
+Expected<DeviceProfile> target_profile(const CompileOptions& options);
 
 // `plan_path` is where the plan will be written; the model path is stored relative to it.
 Expected<Plan> compile_model(const std::string& model_path, const std::string& plan_path, const CompileOptions& options);

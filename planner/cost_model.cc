@@ -1,6 +1,8 @@
 #include "planner/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <fstream>
 #include <unistd.h>
 #include <unordered_map>
@@ -77,7 +79,7 @@ DeviceProfile cpu_default() {
   return p;
 }
 
-DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, double link, double nvlink, int64_t memory) {
+DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, double link, double nvlink, double nic, int64_t memory) {
   DeviceProfile p;
   p.name = name;
   p.f32_flops = f32;
@@ -93,7 +95,10 @@ DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, d
   p.node_overhead_s = 6e-6;
   p.memory_bytes = memory;
   p.comm_bandwidth = nvlink;
-  p.comm_latency_s = 2e-5;  // an NCCL ring collective's launch and hop latency, a few µs per hop on 8 GPUs
+  p.comm_latency_s = 2e-5;  // the flat model's (unused while the interconnect is set)
+  p.interconnect = "nvlink";
+  p.node_ranks = 8;
+  p.nic_bandwidth = nic;
   return p;
 }
 
@@ -103,10 +108,11 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
   // Data sheets (SXM, dense): A100 19.5 TF f32, 312 TF bf16, 2.04 TB/s, PCIe 4 ×16;
   // H100 67 TF f32, 989 TF bf16, 3.35 TB/s, PCIe 5 ×16; H200 as H100 with 4.8 TB/s, 141 GB.
   // NVLink per GPU and direction: A100 300 GB/s (NVLink 3), H100/H200 450 GB/s (NVLink 4, NVSwitch),
-  // at 80% as NCCL's bus bandwidth reaches on large messages.
-  if (target == "a100") return gpu("a100", 19.5e12, 312e12, 2.039e12, 25e9, 2.4e11, 80LL * 1000 * 1000 * 1000);
-  if (target == "h100") return gpu("h100", 67e12, 989e12, 3.35e12, 50e9, 3.6e11, 80LL * 1000 * 1000 * 1000);
-  if (target == "h200") return gpu("h200", 67e12, 989e12, 4.8e12, 50e9, 3.6e11, 141LL * 1000 * 1000 * 1000);
+  // at 80% as NCCL's bus bandwidth reaches on large messages. One InfiniBand NIC per GPU, as in
+  // DGX/HGX nodes: A100 HDR 200 Gb/s, H100/H200 NDR 400 Gb/s.
+  if (target == "a100") return gpu("a100", 19.5e12, 312e12, 2.039e12, 25e9, 2.4e11, 25e9, 80LL * 1000 * 1000 * 1000);
+  if (target == "h100") return gpu("h100", 67e12, 989e12, 3.35e12, 50e9, 3.6e11, 50e9, 80LL * 1000 * 1000 * 1000);
+  if (target == "h200") return gpu("h200", 67e12, 989e12, 4.8e12, 50e9, 3.6e11, 50e9, 141LL * 1000 * 1000 * 1000);
   std::string path = target;
   if (target == "cpu") {
     const char* env = std::getenv("MEMC_CPU_PROFILE");
@@ -144,11 +150,20 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
     p.heavy_thread_gain = j.value("heavy_thread_gain", p.heavy_thread_gain);
     p.other_thread_gain = j.value("other_thread_gain", p.other_thread_gain);
     p.memory_bytes = j.value("memory_bytes", p.memory_bytes);
+    p.interconnect = j.value("interconnect", p.interconnect);
+    p.node_ranks = j.value("node_ranks", p.node_ranks);
+    p.nic_bandwidth = j.value("nic_bandwidth", p.nic_bandwidth);
   } catch (const json::exception& e) {
     return Status::BadInput(path + ": " + e.what());
   }
   if (!(p.f32_flops > 0 && p.low_flops > 0 && p.mem_bandwidth > 0 && p.host_bandwidth > 0)) {
     return Status::BadInput(path + ": rates must be positive");
+  }
+  if (!p.interconnect.empty() && !(p.interconnect == "nvlink" || p.interconnect == "ib")) {
+    return Status::BadInput(path + ": interconnect must be nvlink, ib or absent");
+  }
+  if (!p.interconnect.empty() && !(p.nic_bandwidth > 0 && p.node_ranks >= 1 && p.comm_bandwidth > 0)) {
+    return Status::BadInput(path + ": an interconnect needs positive nic_bandwidth, comm_bandwidth and node_ranks");
   }
   if (!(p.heavy_thread_gain >= 0 && p.heavy_thread_gain <= 1 && p.other_thread_gain >= 0 && p.other_thread_gain <= 1)) {
     return Status::BadInput(path + ": thread gains must be between 0 and 1");
@@ -181,7 +196,80 @@ Status write_profile(const std::string& path, const DeviceProfile& p) {
             {"heavy_thread_gain", p.heavy_thread_gain},
             {"other_thread_gain", p.other_thread_gain},
             {"memory_bytes", p.memory_bytes}};
+  if (!p.interconnect.empty()) {
+    j["interconnect"] = p.interconnect;
+    j["node_ranks"] = p.node_ranks;
+    j["nic_bandwidth"] = p.nic_bandwidth;
+  }
   return write_file_atomic(path, j.dump(2) + "\n");
+}
+
+Status set_interconnect(DeviceProfile& p, const std::string& kind, int64_t gpus_per_node) {
+  if (p.nic_bandwidth <= 0) {
+    return Status::BadInput(str_cat("--interconnect ", kind, ": --target ", p.name, " is not a GPU (a100, h100 or h200)"));
+  }
+  if (gpus_per_node < 1) return Status::BadInput(str_cat("--gpus-per-node ", gpus_per_node, " must be at least 1"));
+  if (kind == "nvlink") {
+    p.node_ranks = gpus_per_node;
+  } else if (kind == "ib") {
+    p.node_ranks = 1;
+  } else {
+    return Status::BadInput("--interconnect " + kind + ": not nvlink or ib");
+  }
+  p.interconnect = kind;
+  return Status::Ok();
+}
+
+std::string interconnect_name(const DeviceProfile& p) {
+  if (p.interconnect == "nvlink") return str_cat("nvlink, ", p.node_ranks, " GPUs per node");
+  return p.interconnect;
+}
+
+namespace {
+
+// NCCL's tuning tables for the Simple and LL protocols (µs): the base latency of a ring and a
+// tree call, and one hop's latency over NVLink and over the network, ring and tree.
+struct NcclProtocol {
+  double ring_base, tree_base, nvlink_ring, nvlink_tree, net_ring, net_tree;
+  double ring_factor, tree_factor;  // the share of the bus bandwidth the protocol reaches
+};
+constexpr NcclProtocol kSimple{8.4, 8.4, 3.4, 28.0, 9.6, 50.0, 1.0, 0.9};
+constexpr NcclProtocol kLowLatency{6.6, 6.8, 0.47, 0.52, 2.7, 5.0, 0.25, 0.9 / 3.8};
+
+// A collective node's op without _start, and the whole buffer NCCL's model counts.
+std::string_view collective_base(std::string_view op) { return op.ends_with("_start") ? op.substr(0, op.size() - 6) : op; }
+int64_t collective_buffer_bytes(const Module& m, const Node& node) {
+  return collective_base(node.op) == "all_gather" ? m.value(node.outputs[0]).type.bytes() : m.value(node.inputs[0]).type.bytes();
+}
+
+}  // namespace
+
+double collective_seconds(const DeviceProfile& p, std::string_view op, int64_t bytes, int64_t ranks) {
+  if (ranks <= 1) return 0;
+  const auto size = static_cast<double>(bytes);
+  const auto n = static_cast<double>(ranks);
+  if (p.interconnect.empty()) {  // the flat model: each rank's wire bytes, as collective_wire_bytes
+    const double wire = op == "all_reduce" ? 2 * size * (n - 1) / n : op == "broadcast" ? size : size * (n - 1) / n;
+    return wire / p.comm_bandwidth + p.comm_latency_s;
+  }
+  const int64_t per_node = std::min(std::max<int64_t>(p.node_ranks, 1), ranks);
+  const int64_t nodes = (ranks + per_node - 1) / per_node;
+  const bool net = nodes > 1;
+  const double bus = net ? std::min(p.comm_bandwidth, static_cast<double>(per_node) * p.nic_bandwidth * kNicEfficiency) : p.comm_bandwidth;
+  const bool all_reduce = op == "all_reduce";
+  const double steps = all_reduce ? 2 * (n - 1) : op == "broadcast" ? n : n - 1;
+  const double inter_steps = (all_reduce ? 2.0 : 1.0) * static_cast<double>(nodes - 1);  // hops between nodes
+  double best = std::numeric_limits<double>::infinity();
+  for (const NcclProtocol& proto : {kSimple, kLowLatency}) {
+    const double ring_us = proto.ring_base + (steps - inter_steps) * proto.nvlink_ring + inter_steps * proto.net_ring;
+    best = std::min(best, ring_us * 1e-6 + size / (bus * proto.ring_factor * n / steps));
+    if (all_reduce) {
+      const double tree_us = proto.tree_base + 2 * (static_cast<double>(per_node - 1) * proto.nvlink_tree +
+                                                    std::log2(static_cast<double>(nodes)) * proto.net_tree);
+      best = std::min(best, tree_us * 1e-6 + size / (bus * proto.tree_factor * 0.5));
+    }
+  }
+  return best;
 }
 
 StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t threads, std::map<std::string, double>* by_op) {
@@ -211,7 +299,7 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
         if (it != in_flight.end()) comm += std::max(0.0, it->second.second - (seconds - it->second.first));
         continue;
       }
-      const double t = static_cast<double>(collective_wire_bytes(train, node)) / p.comm_bandwidth + p.comm_latency_s;
+      const double t = collective_seconds(p, collective_base(node.op), collective_buffer_bytes(train, node), node.attrs.get_int("ranks", 1));
       comm_total += t;
       if (node.op.ends_with("_start")) {
         in_flight[node.outputs[0]] = {seconds, t};

@@ -55,10 +55,41 @@ struct DeviceProfile {
   double heavy_thread_gain = 0, other_thread_gain = 0;
   int64_t memory_bytes = 0;   // device memory (for reports only: the budget is the user's)
   // Collectives between ranks (ring algorithms: ir/op_registry.h collective_wire_bytes):
-  // bytes/s each rank sends, and the latency of one collective call.
+  // bytes/s each rank sends, and the latency of one collective call. Under NCCL's model
+  // (interconnect set) comm_bandwidth is the bus bandwidth within a node and the latency is
+  // NCCL's own (collective_seconds).
   double comm_bandwidth = 5e9;
   double comm_latency_s = 1e-5;
+  // How GPU ranks are joined (`memc compile --interconnect`; the GPU profiles default to nvlink):
+  //   "nvlink"  node_ranks GPUs per node on an NVLink switch (comm_bandwidth), nodes joined by one
+  //             InfiniBand NIC per GPU: a ring that crosses nodes runs at the lesser of NVLink
+  //             and the node's NICs (node_ranks · nic_bandwidth · kNicEfficiency);
+  //   "ib"      every rank reaches every other over its own NIC (node_ranks 1);
+  //   ""        one tier: comm_bandwidth and comm_latency_s at any rank count (CPU, MPI).
+  std::string interconnect;
+  int64_t node_ranks = 1;
+  double nic_bandwidth = 0;  // bytes/s of one NIC, each direction (data sheet)
 };
+// The share of a NIC's line rate NCCL's bus bandwidth reaches on large messages.
+inline constexpr double kNicEfficiency = 0.9;
+
+// One collective's seconds. Flat profiles: wire bytes (ir/op_registry.h collective_wire_bytes)
+// over comm_bandwidth, plus comm_latency_s. NCCL's model (its src/graph/tuning.cc, as published):
+// for ring and, for all_reduce, tree, each with the LL and Simple protocols,
+//   time = latency + bytes / (bus bandwidth · protocol factor · ratio)
+//   ring: ratio ranks/steps (steps: 2(n−1) for all_reduce, n−1 for all_gather/reduce_scatter),
+//         latency base + (steps − inter-node steps)·NVLink hop + inter-node steps·network hop
+//   tree: ratio ½, latency base + 2·((ranks per node − 1)·NVLink hop + log2(nodes)·network hop)
+// and the fastest of them, as NCCL picks; `bytes` is the whole buffer (all_gather's output,
+// reduce_scatter's and all_reduce's input). `op` without _start.
+double collective_seconds(const DeviceProfile& profile, std::string_view op, int64_t bytes, int64_t ranks);
+
+// Sets how ranks are joined: "nvlink" (gpus_per_node per NVLink node, nodes over InfiniBand) or
+// "ib" (every rank over its own NIC). GPU profiles only; their NICs are the parts' usual ones
+// (A100: HDR 200 Gb/s, H100/H200: NDR 400 Gb/s, one per GPU).
+Status set_interconnect(DeviceProfile& profile, const std::string& kind, int64_t gpus_per_node);
+// "nvlink, 8 GPUs per node" | "ib" | "" (flat).
+std::string interconnect_name(const DeviceProfile& profile);
 
 // The per-core cache a CPU node's bytes must fit to run from it: L2 (sysconf), 1 MiB when the
 // system does not say.

@@ -71,6 +71,11 @@ struct Plan {
   int64_t budget_bytes = 0;  // 0: none given (per device)
   std::string target = "cpu";      // the device profile of the estimate (planner/cost_model.h)
   double estimated_step_ms = 0;    // the cost model's step time on `target`
+  // On N > 1 ranks: the collectives' time, all of it and what compute does not hide (both in
+  // estimated_step_ms's terms), and how the ranks are joined (planner/cost_model.h
+  // interconnect_name; empty on one device or a flat profile).
+  double estimated_comm_ms = 0, estimated_comm_exposed_ms = 0;
+  std::string interconnect;
   MemorySummary memory;
   // What compiling saw of remat. Not written to the plan file: `memc compile --json` reports it.
   struct RematOutcome {

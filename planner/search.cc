@@ -356,7 +356,7 @@ std::vector<Candidate> pareto_front(std::vector<Candidate> all) {
 }  // namespace
 
 Expected<SearchResult> search_plan(ModelCompiler& compiler, const CompileOptions& base, const SearchSpace& space) {
-  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(base.target));
+  MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, target_profile(base));
   const int64_t budget = base.budget_bytes > 0 ? base.budget_bytes : std::numeric_limits<int64_t>::max();
   Searcher s(compiler, base, budget);
   MEMC_ASSIGN_OR_RETURN(const SearchAxes axes, search_axes(compiler, base, space, profile));

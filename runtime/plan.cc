@@ -132,7 +132,8 @@ Status write_plan(const std::string& path, const Plan& plan_in) {
       {"decisions", {{"precision", plan.decisions.precision}, {"micro_batches", plan.decisions.micro_batches},
                      {"remat", plan.decisions.remat}, {"shard", plan.decisions.shard}, {"offload", plan.decisions.offload},
                      {"attention", plan.decisions.attention}}},
-      {"estimate", {{"target", plan.target}, {"step_ms", plan.estimated_step_ms}}},
+      {"estimate", {{"target", plan.target}, {"step_ms", plan.estimated_step_ms}, {"comm_ms", plan.estimated_comm_ms},
+                    {"comm_exposed_ms", plan.estimated_comm_exposed_ms}, {"interconnect", plan.interconnect}}},
       {"budget_bytes", plan.budget_bytes},
       {"memory", {{"predicted_peak_bytes", plan.memory.predicted_peak_bytes}, {"lower_bound_bytes", plan.memory.lower_bound_bytes},
                   {"persistent_bytes", plan.memory.persistent_bytes}, {"host_bytes", plan.memory.host_bytes},
@@ -304,6 +305,10 @@ Status read_planner_fields(const json& doc, const std::string& path, Plan& plan)
   if (const json& est = doc.value("estimate", json::object()); !est.empty()) {
     MEMC_RETURN_IF_ERROR(get(est, "target", plan.target, path + ": estimate"));
     MEMC_RETURN_IF_ERROR(get(est, "step_ms", plan.estimated_step_ms, path + ": estimate"));
+    // (plans written before the communication estimate have none)
+    if (est.contains("comm_ms")) MEMC_RETURN_IF_ERROR(get(est, "comm_ms", plan.estimated_comm_ms, path + ": estimate"));
+    if (est.contains("comm_exposed_ms")) MEMC_RETURN_IF_ERROR(get(est, "comm_exposed_ms", plan.estimated_comm_exposed_ms, path + ": estimate"));
+    if (est.contains("interconnect")) MEMC_RETURN_IF_ERROR(get(est, "interconnect", plan.interconnect, path + ": estimate"));
   }
   MEMC_RETURN_IF_ERROR(get(doc, "budget_bytes", plan.budget_bytes, path));
   const json& mem = doc.value("memory", json::object());

@@ -198,11 +198,23 @@ static Status check_ranks(const Plan& plan, const RunOptions& options) {
 // node): one GPU per rank. One device: cuda:0, or the --device given.
 static int rank_gpu(comm::Communicator* comm) {
   if (!comm) return 0;
+  int local = comm->rank();
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}) {
-    const char* local = std::getenv(name);
-    if (local && *local) return std::atoi(local);
+    const char* value = std::getenv(name);
+    if (value && *value) {
+      local = std::atoi(value);
+      break;
+    }
   }
-  return comm->rank();
+  // More ranks than GPUs on a node share them round-robin (local_rank % gpus); NCCL then needs
+  // NCCL_MULTI_RANK_GPU_ENABLE=1 (2.30 and later), and says so through memc if it refuses.
+  const cuda::ModuleApi* module = cuda::loaded_module();
+  if (!module) {
+    Expected<const cuda::ModuleApi*> loaded = cuda::load_module();
+    module = loaded.ok() ? *loaded : nullptr;
+  }
+  const int gpus = module ? module->probe().count : 0;
+  return gpus > 0 ? local % gpus : local;
 }
 
 int64_t planned_workspace_bytes(const Plan& plan, const Backend& backend) {
@@ -212,10 +224,11 @@ int64_t planned_workspace_bytes(const Plan& plan, const Backend& backend) {
 }
 
 Expected<Backend*> select_backend(const std::string& device, const Plan& plan, comm::Communicator* comm) {
-  const std::string gpu = comm ? str_cat("cuda:", rank_gpu(comm)) : "cuda";
-  if (!device.empty()) return open_backend(device == "cuda" ? gpu : device);
+  // (asked only where a GPU is wanted: a CPU run never loads the CUDA module)
+  auto gpu = [&] { return comm ? str_cat("cuda:", rank_gpu(comm)) : std::string("cuda"); };
+  if (!device.empty()) return open_backend(device == "cuda" ? gpu() : device);
   if (plan.target != "a100" && plan.target != "h100" && plan.target != "h200") return &cpu_backend();
-  Expected<Backend*> cuda = open_backend(gpu);
+  Expected<Backend*> cuda = open_backend(gpu());
   if (!cuda.ok()) return &cpu_backend();
   for (NodeId n : plan.train.schedule()) {
     if (!(*cuda)->find_kernel(plan.train.node(n).op)) return &cpu_backend();

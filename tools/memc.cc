@@ -129,6 +129,10 @@ void add_memory_flags(CLI::App* cmd, CompileFlags& f) {
   cmd->add_option("--precision", f.precision,
                   "fp32 (default) | bf16-mixed | fp16-mixed (dynamic loss scaling) | bf16-true | fp16-true | auto (with --budget: searched unless given)");
   cmd->add_option("--target", c.options.target, "Device of the step-time estimate: cpu (default), a100, h100, h200, or a profile file from memc calibrate");
+  cmd->add_option("--interconnect", c.options.interconnect,
+                  "How GPU ranks are joined, for the step-time estimate with --devices N: nvlink (default on a GPU target: "
+                  "--gpus-per-node GPUs on NVLink, nodes over InfiniBand) | ib (every rank over its own NIC)");
+  cmd->add_option("--gpus-per-node", c.options.gpus_per_node, "GPUs sharing a node's NVLink (--interconnect nvlink; default 8)")->check(kPositive);
   cmd->add_flag("--explain", c.explain, "Show the technique ladder and the Pareto front of (peak, step time)");
   cmd->add_option("--micro-batches", c.options.micro_batches, "Split each batch into K micro-batches and accumulate gradients (default 1)")
       ->check(kPositive);
@@ -198,6 +202,10 @@ Status finish_compile_flags(CompileFlags& f, const CLI::App* cmd) {
   }
   MEMC_ASSIGN_OR_RETURN(c.options.shard, parse_shard(f.shard, f.devices));
   if (f.devices == 1 && f.shard != "none") return Status::BadInput("--shard " + f.shard + " needs --devices N > 1");
+  if (cmd->count("--gpus-per-node") > 0 && c.options.interconnect != "nvlink") {
+    return Status::BadInput("--gpus-per-node goes with --interconnect nvlink");
+  }
+  if (!c.options.interconnect.empty()) MEMC_RETURN_IF_ERROR(target_profile(c.options).status());  // a GPU target, nvlink or ib
   c.search_shard = (budget || c.explain) && f.devices > 1 && cmd->count("--shard") == 0;
   return Status::Ok();
 }

@@ -105,7 +105,10 @@ json plan_summary(const std::string& path, const Plan& plan) {
           {"category_peak_bytes", plan.memory.category_peak_bytes},
           {"budget_bytes", plan.budget_bytes > 0 ? json(plan.budget_bytes) : json(nullptr)},
           {"target", plan.target},
-          {"estimated_step_ms", plan.estimated_step_ms}};
+          {"estimated_step_ms", plan.estimated_step_ms},
+          {"estimated_comm_ms", plan.estimated_comm_ms},
+          {"estimated_comm_exposed_ms", plan.estimated_comm_exposed_ms},
+          {"interconnect", plan.interconnect}};
 }
 
 void print_summary(const json& s) {
@@ -137,6 +140,11 @@ void print_summary(const json& s) {
               d["offload"].get<std::string>().c_str(), d["attention"].get<std::string>().c_str());
   std::printf("estimate   %.1f ms per step on %s (planner/cost_model.h)\n", s["estimated_step_ms"].get<double>(),
               s["target"].get<std::string>().c_str());
+  if (devices > 1) {
+    const std::string over = s.value("interconnect", std::string());
+    std::printf("comm       collectives %.1f ms per step%s, %.1f ms of it not hidden by compute\n", s.value("estimated_comm_ms", 0.0),
+                over.empty() ? "" : (" over " + over).c_str(), s.value("estimated_comm_exposed_ms", 0.0));
+  }
 }
 
 }  // namespace

@@ -83,7 +83,22 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(Communicato
   comm->follow_event_ = follow;
   ncclComm_t nccl = nullptr;
   const ncclResult_t r = ncclCommInitRank(&nccl, comm->size_, id, comm->rank_);
-  if (r != ncclSuccess) return Status::Internal(str_cat("rank ", comm->rank_, ": ncclCommInitRank: ", ncclGetErrorString(r)));
+  if (r != ncclSuccess) {
+    // Ranks that share a GPU: NCCL refuses them ("Duplicate GPU detected") unless it is 2.30 or
+    // later and asked to allow them.
+    int version = 0;
+    ncclGetVersion(&version);
+    const std::string nccl_version = str_cat(version / 10000, ".", version / 100 % 100, ".", version % 100);
+    const char* multi = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    const bool shared = comm->size_ > devices;
+    std::string hint;
+    if (shared && version < 23000) {
+      hint = str_cat("; ", comm->size_, " ranks share ", devices, " GPU(s), which needs NCCL 2.30 or later with NCCL_MULTI_RANK_GPU_ENABLE=1");
+    } else if (shared && !(multi && std::string(multi) == "1")) {
+      hint = str_cat("; ", comm->size_, " ranks share ", devices, " GPU(s): set NCCL_MULTI_RANK_GPU_ENABLE=1 (and a small NCCL_MAX_CTAS)");
+    }
+    return Status::Internal(str_cat("rank ", comm->rank_, ": ncclCommInitRank: ", ncclGetErrorString(r), " (NCCL ", nccl_version, ")", hint));
+  }
   comm->comm_ = nccl;
   return comm;
 }
