@@ -26,6 +26,8 @@ struct ExecOptions {
   // Data-parallel runs: KernelContext::comm and ::batch_row_offset (backends/backend.h).
   comm::Communicator* comm = nullptr;
   int64_t batch_row_offset = 0;
+  // A training step: with --profile its kernels' spans become the step timeline (op_profile.h).
+  bool train_step = false;
   // execute() only: the backend whose kernels run (null: the CPU's). Values live in host memory,
   // so only a backend whose kernels run there fits (tests run the CUDA kernels' bodies so).
   const Backend* kernels = nullptr;

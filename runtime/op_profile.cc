@@ -1,18 +1,29 @@
 #include "runtime/op_profile.h"
 
 #include <algorithm>
+#include <chrono>
+#include <unordered_map>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "ir/op_registry.h"
 
 namespace memc {
 namespace {
 
+struct Span {
+  int64_t node = -1, pair = -1;
+  std::string op;
+  double start_ms = 0, end_ms = 0;
+};
+
 struct Profile {
   bool enabled = false;
   std::mutex mutex;  // ranks are processes, but kernels may record from a helper thread later
   std::map<std::string, OpTime> by_op;
+  std::chrono::steady_clock::time_point step_origin;
+  std::vector<Span> spans;  // the current (last) profiled training step's
 };
 
 Profile& profile() {
@@ -34,6 +45,55 @@ void record_op_time(const std::string& op, double ms) {
   if (t.op.empty()) t.op = op, t.category = op_category(op);
   t.ms += ms;
   ++t.calls;
+}
+
+void begin_profiled_step() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.spans.clear();
+  p.step_origin = std::chrono::steady_clock::now();
+}
+
+double profiled_step_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - profile().step_origin).count();
+}
+
+void record_span(int64_t node, int64_t pair, const std::string& op, double start_ms, double end_ms) {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.spans.push_back({node, pair, op, start_ms, end_ms});
+}
+
+StepTimeline last_step_timeline() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  StepTimeline t;
+  if (p.spans.empty()) return t;
+  t.step_ms = p.spans.back().end_ms - p.spans.front().start_ms;
+  std::unordered_map<int64_t, size_t> started;  // a start node → its collective
+  const OpRegistry& registry = OpRegistry::get();
+  for (const Span& s : p.spans) {
+    const OpDef* def = registry.find(s.op);
+    if (!def || !(def->flags & kOpCollective)) {
+      t.kernel_ms += s.end_ms - s.start_ms;
+      continue;
+    }
+    const std::string_view op(s.op);
+    if (op.ends_with("_start")) {
+      started[s.node] = t.collectives.size();
+      // the start kernel's own span counts as waiting: the step spent it on the collective
+      t.collectives.push_back({std::string(op.substr(0, op.size() - 6)), s.start_ms, s.end_ms, s.end_ms - s.start_ms});
+    } else if (op.ends_with("_done")) {
+      if (auto it = started.find(s.pair); it != started.end()) {
+        CollectiveSpan& c = t.collectives[it->second];
+        c.wait_ms += s.end_ms - s.start_ms;
+        c.end_ms = s.end_ms;
+      }
+    } else {
+      t.collectives.push_back({s.op, s.start_ms, s.end_ms, s.end_ms - s.start_ms});
+    }
+  }
+  return t;
 }
 
 std::vector<OpTime> op_profile() {

@@ -160,6 +160,7 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
   const int64_t run_state = backend_->run_state_bytes();
   const Stream copy_stream = backend_->copy_stream();  // transfers' async pairs run there
   const bool timed = op_profile_enabled();  // per-node times: no fused runs
+  if (timed && options.train_step) begin_profiled_step();
   // Per node of a fused run: its tensors (stable: reserved) and its context.
   std::vector<std::vector<Tensor>> inputs, outputs;
   std::vector<KernelContext> contexts;
@@ -200,10 +201,17 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
     const Node& node = module_.node(step.node);
     KernelContext& ctx = contexts[0];
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    const double span_start = timed && options.train_step ? profiled_step_ms() : 0.0;
     Status st = (*step.kernel)(ctx);
     if (timed && st.ok()) {
       MEMC_RETURN_IF_ERROR(backend_->synchronize(stream));
       record_op_time(node.op, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      if (options.train_step) {
+        // a done node's pending input comes from its start node: the pair the timeline joins
+        const bool done = node.op.ends_with("_done") && !node.inputs.empty() && node.inputs[0] != kNoValue;
+        const int64_t pair = done ? static_cast<int64_t>(module_.value(node.inputs[0]).producer) : -1;
+        record_span(static_cast<int64_t>(step.node), pair, node.op, span_start, profiled_step_ms());
+      }
     }
     if (!st.ok()) return st.with_context(str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", ": "));
   }

@@ -367,7 +367,7 @@ Expected<StepOutcome> run_step(const TrainContext& ctx, const Dataset& data, con
 Expected<StepOutcome> run_step_on(const TrainContext& ctx, const std::map<std::string, Tensor>& feeds, int64_t step, bool first_of_run) {
   for (const auto& [name, tensor] : feeds) MEMC_RETURN_IF_ERROR(ctx.exec.set_argument(name, tensor));
   const ExecOptions opts{.training = ctx.plan.dropout, .seed = ctx.options.seed, .step = step, .comm = ctx.kernel_comm,
-                         .batch_row_offset = ctx.slice().first};
+                         .batch_row_offset = ctx.slice().first, .train_step = true};
   if (!ctx.options.dump_grads.empty() && first_of_run) MEMC_RETURN_IF_ERROR(dump_gradients(ctx, feeds, step));
   StepOutcome outcome;
   const auto t0 = Clock::now();
@@ -490,6 +490,38 @@ static Status train(const TrainContext& ctx, const Dataset& data, TrainProgress&
   return Status::Ok();
 }
 
+// --profile: every rank's last step timeline to every rank. The ranks run one plan, so they
+// have the same collectives; each sends [step_ms, kernel_ms, then start, end, wait per collective].
+static Status gather_timelines(comm::Communicator* comm, RunReport& report) {
+  const StepTimeline mine = last_step_timeline();
+  if (!comm) {
+    report.rank_timelines = {mine};
+    return Status::Ok();
+  }
+  const auto ranks = static_cast<size_t>(comm->size());
+  int64_t count = static_cast<int64_t>(mine.collectives.size());
+  std::vector<int64_t> counts(ranks);
+  MEMC_RETURN_IF_ERROR(comm->all_gather(&count, counts.data(), 1, DType::kI64));
+  for (int64_t c : counts) {
+    if (c != count) return Status::Internal(str_cat("--profile: rank ", comm->rank(), " ran ", count, " collectives, another rank ", c));
+  }
+  const size_t width = 2 + 3 * static_cast<size_t>(count);
+  std::vector<double> send{mine.step_ms, mine.kernel_ms}, all(width * ranks);
+  for (const CollectiveSpan& c : mine.collectives) send.insert(send.end(), {c.start_ms, c.end_ms, c.wait_ms});
+  MEMC_RETURN_IF_ERROR(comm->all_gather(send.data(), all.data(), static_cast<int64_t>(width), DType::kF64));
+  report.rank_timelines.assign(ranks, StepTimeline{});
+  for (size_t r = 0; r < ranks; ++r) {
+    const double* row = all.data() + r * width;
+    StepTimeline& t = report.rank_timelines[r];
+    t.step_ms = row[0];
+    t.kernel_ms = row[1];
+    for (size_t k = 0; k < static_cast<size_t>(count); ++k) {
+      t.collectives.push_back({mine.collectives[k].op, row[2 + 3 * k], row[3 + 3 * k], row[4 + 3 * k]});
+    }
+  }
+  return Status::Ok();
+}
+
 // The report's totals once training stopped (collective: every rank's peak goes to every rank).
 static Status finish_training_report(const TrainContext& ctx, const TrainProgress& progress, int64_t peak_bytes, RunReport& report) {
   report.total_steps = report.error.empty() ? progress.step : progress.pos.step;  // a diverged step is not counted
@@ -497,6 +529,7 @@ static Status finish_training_report(const TrainContext& ctx, const TrainProgres
   report.measured_peak_bytes = peak_bytes;
   report.rank_peak_bytes.assign(static_cast<size_t>(ctx.plan.devices), report.measured_peak_bytes);
   if (ctx.comm) MEMC_RETURN_IF_ERROR(ctx.comm->all_gather(&report.measured_peak_bytes, report.rank_peak_bytes.data(), 1, DType::kI64));
+  if (op_profile_enabled()) MEMC_RETURN_IF_ERROR(gather_timelines(ctx.comm, report));
   report.final_loss = report.losses.empty() ? 0 : report.losses.back();
   report.step_ms = report.steps ? progress.total_ms / static_cast<double>(report.steps) : 0;
   report.loop_step_ms = report.steps ? progress.loop_ms / static_cast<double>(report.steps) : 0;
@@ -542,6 +575,7 @@ Expected<RunReport> run_plan(const std::string& plan_path, const Plan& plan, con
   report.device = std::string(backend->name());
   report.rank = rank;
   report.ranks = static_cast<int>(plan.devices);
+  if (comm) report.communicator = std::string((device_comm ? device_comm.get() : comm)->transport());
   report.load_peak_bytes = device.peak_bytes();  // the arena exists before the first weight arrives
   MEMC_ASSIGN_OR_RETURN(const LossScaling scaling, loss_scaling(exec.module(), options));
   MEMC_ASSIGN_OR_RETURN(const Scaler scaler, initial_scaler(scaling, options, pos));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/comm/communicator.h"
+#include "runtime/op_profile.h"
 #include "runtime/plan.h"
 
 namespace memc {
@@ -66,7 +67,10 @@ struct RunReport {
   std::string error;                // one line naming the step, when status is not ok
   int64_t diverged_step = 0;        // the 1-based step whose loss was not finite
   int rank = 0, ranks = 1;          // this process's rank in a sharded run, and how many there are
+  std::string communicator;         // the ranks' collectives: "mpi" (CPU ranks) or "nccl" (GPU ranks); empty on one device
   std::vector<int64_t> rank_peak_bytes;  // every rank's measured_peak_bytes, in rank order (sharded runs)
+  // --profile: every rank's last training step as it saw it (runtime/op_profile.h), in rank order.
+  std::vector<StepTimeline> rank_timelines;
   // The device's own count of bytes in use (Backend::device_bytes_in_use; -1 on the CPU): once the
   // backend is open, before memc allocates (the runtime's context), and after the last step.
   int64_t device_in_use_at_open = -1, device_in_use_after_training = -1;

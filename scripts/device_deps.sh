@@ -27,8 +27,24 @@ strip -o "$stage/lib/libmemc_cuda.so" "$build/libmemc_cuda.so"  # beside libmemc
 skip='/(libc|libm|libmvec|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnvrtc[a-z-]*|libnccl)\.so'
 ldd "$stage"/bin/* "$stage"/lib/libmemc_cuda.so | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 strip "$stage/lib/libmemc.so"  # built with debug info; the dynamic symbols the module needs stay
+# Open MPI for GPU ranks (bench/device/multi_gpu.sh): the device image has none. Debian's
+# mpirun, its plugins, PMIx and their help files, relocated under mpi/ (bench/device/mpi_env.sh
+# points OPAL_PREFIX and PMIx there); the libraries memc itself links are in lib/ already.
+# Checked here with the system's Open MPI hidden (`unshare -m`, its files bind-mounted away).
+mpi=$stage/mpi/usr
+mkdir -p "$mpi/bin" "$mpi/lib/x86_64-linux-gnu" "$mpi/share" "$stage/mpi/lib"
+cp -L /usr/bin/orterun /usr/bin/orted "$mpi/bin/"
+cp -a /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 "$mpi/lib/x86_64-linux-gnu/"
+rm -rf "$mpi/lib/x86_64-linux-gnu/openmpi/include" "$mpi/lib/x86_64-linux-gnu/pmix2/include"
+cp -a /usr/share/openmpi "$mpi/share/"
+for l in libmpi.so.40 libopen-rte.so.40 libopen-pal.so.40 libhwloc.so.15 libevent_core-2.1.so.7 libevent_pthreads-2.1.so.7 \
+         libevent-2.1.so.7 libudev.so.1 libmca_common_sm.so.40 libmca_common_monitoring.so.50 libmca_common_ompio.so.41 \
+         libnuma.so.1 libuuid.so.1 libatomic.so.1; do
+  cp -L "/usr/lib/x86_64-linux-gnu/$l" "$stage/mpi/lib/"
+done
+cp -L /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so.2 "$stage/mpi/lib/"
 git rev-parse HEAD >"$stage/COMMIT"
 mkdir -p .devdeps
-tar -cJf .devdeps/memc-device.tar.xz.tmp -C "$stage" COMMIT bin lib
+tar -cJf .devdeps/memc-device.tar.xz.tmp -C "$stage" COMMIT bin lib mpi
 mv .devdeps/memc-device.tar.xz.tmp .devdeps/memc-device.tar.xz
 echo "device_deps.sh: .devdeps/memc-device.tar.xz ($(du -h .devdeps/memc-device.tar.xz | cut -f1)): ${targets[*]}, $(ls "$stage/lib" | wc -l) libraries"

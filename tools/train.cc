@@ -450,6 +450,41 @@ static void print_op_profile(int64_t steps, const Plan& plan, const std::map<std
   }
 }
 
+// --profile: each rank's last training step, its collectives in the order they started.
+struct TimelineTotals {
+  double in_flight_ms = 0, wait_ms = 0, hidden_ms = 0;
+};
+static TimelineTotals timeline_totals(const StepTimeline& t) {
+  TimelineTotals s;
+  for (const CollectiveSpan& c : t.collectives) s.in_flight_ms += c.end_ms - c.start_ms, s.wait_ms += c.wait_ms, s.hidden_ms += c.hidden_ms();
+  return s;
+}
+
+static void print_timelines(const std::vector<StepTimeline>& timelines) {
+  for (size_t r = 0; r < timelines.size(); ++r) {
+    const StepTimeline& t = timelines[r];
+    if (t.collectives.empty()) continue;
+    const TimelineTotals s = timeline_totals(t);
+    std::printf("  rank %zu, last step %.2f ms: %zu collectives in flight %.2f ms, the step waited %.2f ms for them, "
+                "%.2f ms went to compute meanwhile\n", r, t.step_ms, t.collectives.size(), s.in_flight_ms, s.wait_ms, s.hidden_ms);
+  }
+}
+
+static json timelines_json(const std::vector<StepTimeline>& timelines) {
+  json ranks = json::array();
+  for (size_t r = 0; r < timelines.size(); ++r) {
+    const StepTimeline& t = timelines[r];
+    const TimelineTotals s = timeline_totals(t);
+    json collectives = json::array();
+    for (const CollectiveSpan& c : t.collectives) {
+      collectives.push_back({{"op", c.op}, {"start_ms", c.start_ms}, {"end_ms", c.end_ms}, {"wait_ms", c.wait_ms}, {"hidden_ms", c.hidden_ms()}});
+    }
+    ranks.push_back({{"rank", r}, {"step_ms", t.step_ms}, {"kernel_ms", t.kernel_ms}, {"collective_in_flight_ms", s.in_flight_ms},
+                     {"collective_wait_ms", s.wait_ms}, {"collective_hidden_ms", s.hidden_ms}, {"collectives", collectives}});
+  }
+  return ranks;
+}
+
 // `estimate`: estimated_op_ms(plan).
 static json op_profile_json(int64_t steps, const std::map<std::string, double>& estimate) {
   const std::vector<OpTime> ops = op_profile();
@@ -511,6 +546,65 @@ static Expected<std::unique_ptr<comm::Communicator>> gpu_rank_communicator(comm:
 }
 #endif
 
+// Rank 0's lines after a run that did not diverge (--quiet drops the progress line, not these).
+static void print_run_result(const RunArgs& args, const Plan* plan, const RunReport& r, const std::map<std::string, double>& estimated_ms) {
+  if (r.steps) {
+    std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
+    if (r.loss_scaling) std::printf("loss scaling: %lld steps skipped (inf/NaN gradients), loss scale %g\n", static_cast<long long>(r.skipped_steps), r.loss_scale);
+    // A plan counts its target's kernel workspaces: on another backend the two differ by that.
+    const bool elsewhere = (r.device == "cpu") != (plan->target != "a100" && plan->target != "h100" && plan->target != "h200");
+    std::printf("device peak %s measured on %s, %s planned for %s%s\n", with_commas(r.measured_peak_bytes).c_str(), r.device.c_str(),
+                with_commas(plan->memory.predicted_peak_bytes).c_str(), plan->target.c_str(),
+                elsewhere ? " (kernel workspaces differ between the two)" : "");
+  }
+  if (args.profile && r.steps) {
+    print_op_profile(r.steps, *plan, estimated_ms);
+    print_timelines(r.rank_timelines);
+  }
+  if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
+}
+
+// The --json report of a run.
+static json run_report_json(const RunArgs& args, const Plan* plan, const RunReport& r, const std::map<std::string, double>& estimated_ms) {
+  const bool diverged = r.status != "ok";
+  json j = {{"plan", args.plan}, {"steps", r.total_steps}, {"steps_this_run", r.steps}, {"loss", r.final_loss}, {"losses", r.losses},
+            {"step_ms", r.step_ms}, {"loop_step_ms", r.loop_step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)},
+            {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}, {"lower_bound_bytes", plan->memory.lower_bound_bytes},
+            {"breakdown", plan->memory.breakdown}, {"target", plan->target}, {"estimated_step_ms", plan->estimated_step_ms},
+            {"device", r.device}};
+  j["measured_peak_bytes"] = r.steps ? json(r.measured_peak_bytes) : json(nullptr);
+  j["load_peak_bytes"] = r.steps ? json(r.load_peak_bytes) : json(nullptr);
+  j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);
+  j["skipped_steps"] = r.skipped_steps;
+  j["loss_scale"] = r.loss_scaling ? json(r.loss_scale) : json(nullptr);
+  j["status"] = r.status;
+  if (diverged) j["error"] = r.error, j["diverged_step"] = r.diverged_step;
+  j["process_peak_rss_bytes"] = process_peak_rss_bytes();
+  if (r.device_in_use_at_open >= 0) {  // a GPU: the driver's figures beside the accountant's
+    j["device_memory"] = {{"in_use_at_open_bytes", r.device_in_use_at_open}, {"in_use_after_training_bytes", r.device_in_use_after_training}};
+  }
+  if (r.ranks > 1) {
+    j["devices"] = r.ranks;
+    j["communicator"] = r.communicator;
+    json ranks = json::array();
+    for (size_t i = 0; i < r.rank_peak_bytes.size(); ++i) {
+      ranks.push_back({{"rank", i}, {"measured_peak_bytes", r.rank_peak_bytes[i]}, {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}});
+    }
+    j["ranks"] = ranks;
+  }
+  const HostMemory& host = host_memory();
+  j["host_memory"] = {{"address_limit_bytes", host.address_limit_bytes >= 0 ? json(host.address_limit_bytes) : json(nullptr)},
+                      {"gemm_threads", host.gemm_threads}, {"gemm_buffer_bytes", host.gemm_buffer_bytes},
+                      {"threads", host.threads}, {"gemm_library", gemm_library()}, {"vector_math", host.vector_math},
+                      {"vector_loops", host.vector_loops},
+                      {"openblas_core", host.openblas_core}, {"omp_wait", host.omp_wait}};
+  if (args.profile) {
+    j["op_profile"] = op_profile_json(r.steps, estimated_ms);
+    j["op_profile"]["timeline"] = timelines_json(r.rank_timelines);
+  }
+  return j;
+}
+
 static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communicator* comm) {
   RunArgs args = args_in;
   args.options.comm = comm;
@@ -536,51 +630,10 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
   const bool diverged = r.status != "ok";
   if (rank != 0) return diverged ? 2 : 0;
   const std::map<std::string, double> estimated_ms = args.profile ? estimated_op_ms(*plan) : std::map<std::string, double>{};
-  if (!diverged) {  // --quiet drops the progress line, not the result; a diverged run reports its one line only
-    if (r.steps) {
-      std::printf("trained %lld steps: loss %.4f, %.1f ms/step, %.0f samples/s\n", static_cast<long long>(r.steps), r.final_loss, r.step_ms, r.samples_per_s);
-      if (r.loss_scaling) std::printf("loss scaling: %lld steps skipped (inf/NaN gradients), loss scale %g\n", static_cast<long long>(r.skipped_steps), r.loss_scale);
-      // A plan counts its target's kernel workspaces: on another backend the two differ by that.
-      const bool elsewhere = (r.device == "cpu") != (plan->target != "a100" && plan->target != "h100" && plan->target != "h200");
-      std::printf("device peak %s measured on %s, %s planned for %s%s\n", with_commas(r.measured_peak_bytes).c_str(), r.device.c_str(),
-                  with_commas(plan->memory.predicted_peak_bytes).c_str(), plan->target.c_str(),
-                  elsewhere ? " (kernel workspaces differ between the two)" : "");
-    }
-    if (args.profile && r.steps) print_op_profile(r.steps, *plan, estimated_ms);
-    if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
-  }
+  // a diverged run reports its one line only
+  if (!diverged) print_run_result(args, plan, r, estimated_ms);
   if (!args.json_report.empty()) {
-    json j = {{"plan", args.plan}, {"steps", r.total_steps}, {"steps_this_run", r.steps}, {"loss", r.final_loss}, {"losses", r.losses},
-              {"step_ms", r.step_ms}, {"loop_step_ms", r.loop_step_ms}, {"samples_per_s", r.samples_per_s}, {"decisions", decisions_json(plan->decisions)},
-              {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}, {"lower_bound_bytes", plan->memory.lower_bound_bytes},
-              {"breakdown", plan->memory.breakdown}, {"target", plan->target}, {"estimated_step_ms", plan->estimated_step_ms},
-              {"device", r.device}};
-    j["measured_peak_bytes"] = r.steps ? json(r.measured_peak_bytes) : json(nullptr);
-    j["load_peak_bytes"] = r.steps ? json(r.load_peak_bytes) : json(nullptr);
-    j["accuracy"] = r.accuracy >= 0 ? json(r.accuracy) : json(nullptr);
-    j["skipped_steps"] = r.skipped_steps;
-    j["loss_scale"] = r.loss_scaling ? json(r.loss_scale) : json(nullptr);
-    j["status"] = r.status;
-    if (diverged) j["error"] = r.error, j["diverged_step"] = r.diverged_step;
-    j["process_peak_rss_bytes"] = process_peak_rss_bytes();
-    if (r.device_in_use_at_open >= 0) {  // a GPU: the driver's figures beside the accountant's
-      j["device_memory"] = {{"in_use_at_open_bytes", r.device_in_use_at_open}, {"in_use_after_training_bytes", r.device_in_use_after_training}};
-    }
-    if (r.ranks > 1) {
-      j["devices"] = r.ranks;
-      json ranks = json::array();
-      for (size_t i = 0; i < r.rank_peak_bytes.size(); ++i) {
-        ranks.push_back({{"rank", i}, {"measured_peak_bytes", r.rank_peak_bytes[i]}, {"predicted_peak_bytes", plan->memory.predicted_peak_bytes}});
-      }
-      j["ranks"] = ranks;
-    }
-    const HostMemory& host = host_memory();
-    j["host_memory"] = {{"address_limit_bytes", host.address_limit_bytes >= 0 ? json(host.address_limit_bytes) : json(nullptr)},
-                        {"gemm_threads", host.gemm_threads}, {"gemm_buffer_bytes", host.gemm_buffer_bytes},
-                        {"threads", host.threads}, {"gemm_library", gemm_library()}, {"vector_math", host.vector_math},
-                        {"vector_loops", host.vector_loops},
-                        {"openblas_core", host.openblas_core}, {"omp_wait", host.omp_wait}};
-    if (args.profile) j["op_profile"] = op_profile_json(r.steps, estimated_ms);
+    const json j = run_report_json(args, plan, r, estimated_ms);
     if (Status st = write_file_atomic(args.json_report, j.dump(2) + "\n"); !st.ok()) return report(st.with_context("--json: "));
   }
   if (diverged) return report(Status::BadInput(r.error));
