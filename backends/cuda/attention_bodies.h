@@ -180,4 +180,79 @@ struct AttentionGradBias {
   }
 };
 
+// ---- attention through GEMMs (f32) ---------------------------------------------------------------
+// Where cuDNN does not take a shape (f32 above all), attention runs as batched cuBLASLt products
+// over a chunk of batch entries at a time, the score matrices [entries, Tq, Tk] (f32) in the
+// node's planned scratch (backends/cuda/ops_conv_attention.h):
+//   forward   S = Q·Kᵀ; P̃ = softmax(scale·S + bias)∘F (ScoreSoftmax); Y = P̃·V
+//   backward  S = Q·Kᵀ; P = softmax(scale·S + bias) (ScoreSoftmax, no F); G = dY·Vᵀ; per row
+//             D = Σ P∘F∘G, then dS = scale·P∘(F∘G − D) over G and P̃ = P∘F over P (ScoreGrad);
+//             dV = P̃ᵀ·dY, dQ = dS·K, dK = dSᵀ·Q
+// F is dropout's factor, the same draws as the CPU kernel's (1 without dropout). On a device a
+// warp takes a row (backends/cuda/kernels.cu); the bodies' operator() is the one-thread form
+// the host runner runs. The softmax's max and sum are f32 (PyTorch's are too).
+constexpr int64_t kScoreChunkBytes = int64_t{256} << 20;  // one chunk's score matrices, at most
+
+// Batch entries per chunk: as many as fit kScoreChunkBytes, 0 when one entry's scores do not
+// (then memc's row kernel runs, which keeps no score matrix).
+inline int64_t attention_chunk(int64_t batch, int64_t tq, int64_t tk) {
+  const int64_t entry = tq * tk * 4;
+  if (batch <= 0 || entry <= 0 || entry > kScoreChunkBytes) return 0;
+  return batch < kScoreChunkBytes / entry ? batch : kScoreChunkBytes / entry;
+}
+
+struct ScoreSoftmax {
+  float* s;             // [rows, Tk]: Q·Kᵀ in, probabilities out
+  AttentionGeometry g;
+  int64_t first = 0;    // the chunk's first batch entry
+  bool dropout = false;  // multiply by F (the forward)
+  MEMC_HD int64_t cols() const { return g.tk; }
+  MEMC_HD float logit(int64_t row, int64_t c) const {
+    float x = s[row * g.tk + c] * g.scale;
+    if (g.bias) {
+      const int64_t b = first + row / g.tq, r = row % g.tq;
+      x += static_cast<float>(ld_double(g.bias, g.bias_dtype, g.bias_map.offset(b) + r * g.bias_row + c * g.bias_col));
+    }
+    return x;
+  }
+  // p = e^(x − m)/Σ, times F when asked.
+  MEMC_HD void store(int64_t row, int64_t c, float m, float inv_sum) const {
+    const float f = dropout ? g.factor(first + row / g.tq, row % g.tq, c) : 1.f;
+    s[row * g.tk + c] = std::exp(logit(row, c) - m) * inv_sum * f;
+  }
+  MEMC_HD void operator()(int64_t row) const {
+    float m = -INFINITY;
+    for (int64_t c = 0; c < g.tk; ++c) m = fmaxf(m, logit(row, c));
+    if (m == -INFINITY) m = 0;  // a row masked everywhere: 0/0, NaN, as on the CPU
+    float sum = 0.f;
+    for (int64_t c = 0; c < g.tk; ++c) sum += std::exp(logit(row, c) - m);
+    const float inv_sum = 1.f / sum;
+    for (int64_t c = 0; c < g.tk; ++c) store(row, c, m, inv_sum);
+  }
+};
+
+struct ScoreGrad {
+  float* p;             // [rows, Tk]: P in, P∘F out
+  float* grad;          // [rows, Tk]: G = dY·Vᵀ in, dS out
+  AttentionGeometry g;
+  int64_t first = 0;
+  MEMC_HD int64_t cols() const { return g.tk; }
+  MEMC_HD float factor(int64_t row, int64_t c) const { return g.factor(first + row / g.tq, row % g.tq, c); }
+  MEMC_HD float term(int64_t row, int64_t c) const {
+    const int64_t i = row * g.tk + c;
+    return p[i] * factor(row, c) * grad[i];
+  }
+  MEMC_HD void store(int64_t row, int64_t c, float d) const {
+    const int64_t i = row * g.tk + c;
+    const float f = factor(row, c), pi = p[i];
+    grad[i] = g.scale * pi * (f * grad[i] - d);
+    p[i] = pi * f;
+  }
+  MEMC_HD void operator()(int64_t row) const {
+    float d = 0.f;
+    for (int64_t c = 0; c < g.tk; ++c) d += term(row, c);
+    for (int64_t c = 0; c < g.tk; ++c) store(row, c, d);
+  }
+};
+
 }  // namespace memc::cuda

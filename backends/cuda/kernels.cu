@@ -43,6 +43,46 @@ __global__ void reduce_blocks(Reduce body, int64_t outputs) {
   }
 }
 
+// A warp per row of a score matrix (attention through GEMMs, backends/cuda/attention_bodies.h):
+// the lanes stride over the row's columns, then reduce by shuffles, in a fixed order.
+constexpr int kWarp = 32, kRowThreads = 256;
+__device__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__global__ void score_softmax_rows(ScoreSoftmax body, int64_t rows) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp), cols = body.cols();
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; row < rows; row += warps) {
+    float m = -INFINITY;
+    for (int64_t c = lane; c < cols; c += kWarp) m = fmaxf(m, body.logit(row, c));
+    m = warp_max(m);
+    if (m == -INFINITY) m = 0;
+    float sum = 0.f;
+    for (int64_t c = lane; c < cols; c += kWarp) sum += expf(body.logit(row, c) - m);
+    const float inv_sum = 1.f / warp_sum(sum);
+    for (int64_t c = lane; c < cols; c += kWarp) body.store(row, c, m, inv_sum);
+  }
+}
+__global__ void score_grad_rows(ScoreGrad body, int64_t rows) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp), cols = body.cols();
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; row < rows; row += warps) {
+    float d = 0.f;
+    for (int64_t c = lane; c < cols; c += kWarp) d += body.term(row, c);
+    d = warp_sum(d);
+    for (int64_t c = lane; c < cols; c += kWarp) body.store(row, c, d);
+  }
+}
+unsigned row_blocks(int64_t rows) {
+  const int64_t per_block = kRowThreads / kWarp;
+  return static_cast<unsigned>(std::min<int64_t>((rows + per_block - 1) / per_block, int64_t{1} << 20));
+}
+
 Status check_launch(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   return Status::Internal(str_cat("CUDA ", what, ": ", cudaGetErrorString(e)));
@@ -105,6 +145,17 @@ struct DeviceRunner {
     const int64_t blocks = std::min<int64_t>(n, int64_t{1} << 16);
     reduce_blocks<<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(body, n);
     return check_launch(cudaGetLastError(), "kernel launch (reduction)");
+  }
+  // Score rows take a warp each.
+  Status operator()(const ScoreSoftmax& body, int64_t rows) {
+    if (rows <= 0) return Status::Ok();
+    score_softmax_rows<<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);
+    return check_launch(cudaGetLastError(), "kernel launch (score softmax)");
+  }
+  Status operator()(const ScoreGrad& body, int64_t rows) {
+    if (rows <= 0) return Status::Ok();
+    score_grad_rows<<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);
+    return check_launch(cudaGetLastError(), "kernel launch (score gradient)");
   }
   Status copy(void* dst, const void* src, int64_t bytes) {
     if (bytes <= 0) return Status::Ok();

@@ -152,11 +152,81 @@ inline std::optional<SdpaShape> sdpa_shape(const KernelContext& ctx, size_t q_in
   return s;
 }
 
-// Scratch of the attention forward on cuDNN: the row statistics it writes (f32 per query row),
-// then cuDNN's own workspace, given cuBLASLt's figure (the step's GEMMs plan it already).
-inline int64_t attention_scratch(const TensorType& q, int64_t gemm_bytes) {
+// Attention through GEMMs (backends/cuda/attention_bodies.h) for q [batch..., Tq, D] and k
+// [batch..., Tk, D]: f32 operands, each batch entry its own (the geometry checks it), and a score
+// chunk within kScoreChunkBytes. 0 entries per chunk where it does not apply.
+inline int64_t gemm_attention_chunk(const TensorType& q, const TensorType& k) {
+  if (q.dtype != DType::kF32 || q.shape.size() < 2 || k.shape.size() < 2) return 0;
+  const int64_t tq = q.shape[q.shape.size() - 2], tk = k.shape[k.shape.size() - 2];
+  return attention_chunk(numel(q.shape) / std::max<int64_t>(tq * q.shape.back(), 1), tq, tk);
+}
+// Its scratch: `matrices` score chunks (1 forward, 2 backward), then cuBLASLt's workspace.
+inline int64_t gemm_attention_scratch(const TensorType& q, const TensorType& k, int matrices, int64_t gemm_bytes) {
+  const int64_t chunk = gemm_attention_chunk(q, k);
+  if (chunk == 0) return 0;
+  const int64_t tq = q.shape[q.shape.size() - 2], tk = k.shape[k.shape.size() - 2];
+  return matrices * scratch_piece(chunk * tq * tk * 4) + gemm_bytes;
+}
+
+// Scratch of the attention forward: on cuDNN (16-bit) the row statistics it writes (f32 per
+// query row), then cuDNN's own workspace, given cuBLASLt's figure (the step's GEMMs plan it
+// already); in f32 the GEMM path's score chunk.
+inline int64_t attention_scratch(const TensorType& q, const TensorType& k, int64_t gemm_bytes) {
   const bool half = q.dtype == DType::kBF16 || q.dtype == DType::kF16;
-  return half ? scratch_piece(numel(q.shape) / std::max<int64_t>(q.shape.back(), 1) * 4) + gemm_bytes : 0;
+  if (!half) return gemm_attention_scratch(q, k, 1, gemm_bytes);
+  return scratch_piece(numel(q.shape) / std::max<int64_t>(q.shape.back(), 1) * 4) + gemm_bytes;
+}
+
+// The forward through GEMMs, chunk by chunk (f32; gemm_attention_chunk > 0).
+template <class R>
+Status attention_by_gemm(KernelContext& ctx, R& run, const AttentionGeometry& g, int64_t chunk) {
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(float* scores, scratch.take<float>(ctx, chunk * g.tq * g.tk));
+  const float *q = in<float>(ctx, 0), *k = in<float>(ctx, 1), *v = in<float>(ctx, 2);
+  float* y = out<float>(ctx, 0);
+  for (int64_t first = 0; first < g.batch; first += chunk) {
+    const int64_t n = std::min(chunk, g.batch - first);
+    GemmCall qk{.dtype = DType::kF32, .m = g.tq, .n = g.tk, .k = g.d, .trans_a = false, .trans_b = true};
+    qk.batch = n, qk.stride_a = g.tq * g.d, qk.stride_b = g.tk * g.d;
+    qk.a = q + first * g.tq * g.d, qk.b = k + first * g.tk * g.d, qk.y = scores;
+    MEMC_RETURN_IF_ERROR(run.gemm(qk, scratch.next, scratch.left));
+    MEMC_RETURN_IF_ERROR(run(ScoreSoftmax{scores, g, first, g.dropout}, n * g.tq));
+    GemmCall pv{.dtype = DType::kF32, .m = g.tq, .n = g.dv, .k = g.tk, .trans_a = false, .trans_b = false};
+    pv.batch = n, pv.stride_a = g.tq * g.tk, pv.stride_b = g.tk * g.dv;
+    pv.a = scores, pv.b = v + first * g.tk * g.dv, pv.y = y + first * g.tq * g.dv;
+    MEMC_RETURN_IF_ERROR(run.gemm(pv, scratch.next, scratch.left));
+  }
+  return Status::Ok();
+}
+
+// The backward through GEMMs, chunk by chunk (f32, no bias gradient).
+template <class R>
+Status attention_grad_by_gemm(KernelContext& ctx, R& run, const AttentionGeometry& g, int64_t chunk) {
+  Scratch scratch(ctx);
+  MEMC_ASSIGN_OR_RETURN(float* probs, scratch.take<float>(ctx, chunk * g.tq * g.tk));
+  MEMC_ASSIGN_OR_RETURN(float* grads, scratch.take<float>(ctx, chunk * g.tq * g.tk));
+  const float *dy = in<float>(ctx, 0), *q = in<float>(ctx, 1), *k = in<float>(ctx, 2), *v = in<float>(ctx, 3);
+  float *dq = out<float>(ctx, 0), *dk = out<float>(ctx, 1), *dv = out<float>(ctx, 2);
+  auto call = [&](int64_t n, int64_t m, int64_t cols, int64_t inner, bool ta, bool tb, const float* a, int64_t sa, const float* b,
+                  int64_t sb, float* y) {
+    GemmCall c{.dtype = DType::kF32, .m = m, .n = cols, .k = inner, .trans_a = ta, .trans_b = tb};
+    c.batch = n, c.stride_a = sa, c.stride_b = sb, c.a = a, c.b = b, c.y = y;
+    return run.gemm(c, scratch.next, scratch.left);
+  };
+  const int64_t scores = g.tq * g.tk;
+  for (int64_t first = 0; first < g.batch; first += chunk) {
+    const int64_t n = std::min(chunk, g.batch - first);
+    const float *qe = q + first * g.tq * g.d, *ke = k + first * g.tk * g.d, *ve = v + first * g.tk * g.dv;
+    const float* dye = dy + first * g.tq * g.dv;
+    MEMC_RETURN_IF_ERROR(call(n, g.tq, g.tk, g.d, false, true, qe, g.tq * g.d, ke, g.tk * g.d, probs));       // S = Q·Kᵀ
+    MEMC_RETURN_IF_ERROR(run(ScoreSoftmax{probs, g, first, false}, n * g.tq));                                // P
+    MEMC_RETURN_IF_ERROR(call(n, g.tq, g.tk, g.dv, false, true, dye, g.tq * g.dv, ve, g.tk * g.dv, grads));   // G = dY·Vᵀ
+    MEMC_RETURN_IF_ERROR(run(ScoreGrad{probs, grads, g, first}, n * g.tq));                                   // dS, P∘F
+    MEMC_RETURN_IF_ERROR(call(n, g.tk, g.dv, g.tq, true, false, probs, scores, dye, g.tq * g.dv, dv + first * g.tk * g.dv));
+    MEMC_RETURN_IF_ERROR(call(n, g.tq, g.d, g.tk, false, false, grads, scores, ke, g.tk * g.d, dq + first * g.tq * g.d));
+    MEMC_RETURN_IF_ERROR(call(n, g.tk, g.d, g.tq, true, false, grads, scores, qe, g.tq * g.d, dk + first * g.tk * g.d));
+  }
+  return Status::Ok();
 }
 
 // Whether a cuDNN refusal (bad input: no engine, too little workspace, not built) leaves the
@@ -174,6 +244,8 @@ Status attention_op(KernelContext& ctx, R& run) {
     const Status st = run.sdpa(*shape, false, p, scratch.next, scratch.left);
     if (!fall_back(st)) return st;
   }
+  const TensorType q_type{ctx.inputs[0]->dtype(), ctx.inputs[0]->shape()}, k_type{ctx.inputs[1]->dtype(), ctx.inputs[1]->shape()};
+  if (const int64_t chunk = gemm_attention_chunk(q_type, k_type)) return attention_by_gemm(ctx, run, g, chunk);
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     return run(AttentionRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), g}, g.batch * g.tq);
   });
@@ -219,6 +291,10 @@ Status attention_grad_op(KernelContext& ctx, R& run) {
   if (const std::optional<SdpaShape> shape = sdpa_shape(ctx, 1, g); shape && ctx.outputs.size() == 3) {
     const Status st = attention_grad_on_cudnn(ctx, run, *shape);
     if (!fall_back(st)) return st;
+  }
+  const TensorType q_type{ctx.inputs[1]->dtype(), ctx.inputs[1]->shape()}, k_type{ctx.inputs[2]->dtype(), ctx.inputs[2]->shape()};
+  if (const int64_t chunk = gemm_attention_chunk(q_type, k_type); chunk && ctx.outputs.size() == 3) {
+    return attention_grad_by_gemm(ctx, run, g, chunk);
   }
   const int64_t rows = g.batch * g.tq;
   Scratch scratch(ctx);

@@ -329,6 +329,84 @@ TEST(CudaAttention, BackwardAgainstADoubleReference) {
 }
 
 
+// f32 attention through batched GEMMs (attention_by_gemm, attention_grad_by_gemm) in chunks of 3
+// batch entries (8 entries: chunks of 3, 3 and 2), with an additive mask broadcast over heads and
+// rows and dropout active, against memc's row kernel on the same values: the same draws, the
+// same results within f32 rounding (the row kernel's dot products are f64). Planning asks for at
+// least one whole chunk of scores: the path's scratch is what the kernel takes.
+TEST(CudaAttention, ThroughGemmsInChunksMatchesTheRowKernel) {
+  const Shape shape{2, 4, 33, 16}, mask_shape{2, 1, 1, 33};
+  std::mt19937 rng(11);
+  std::vector<Tensor> qkv;
+  for (int i = 0; i < 4; ++i) qkv.push_back(testing::random_tensor(DType::kF32, shape, rng, -1.0, 1.0));  // q, k, v, dy
+  Tensor mask = testing::random_tensor(DType::kF32, mask_shape, rng, -2.0, 0.0);
+  for (int64_t c = 30; c < 33; ++c) mask.set_from_double(c, -std::numeric_limits<float>::infinity());  // padding, batch 0
+  Node node;
+  node.id = 7;
+  node.attrs.set("dropout_ratio", 0.25);
+  KernelContext proto{node, {}, {}, /*training=*/true, /*seed=*/42, /*step=*/3};
+  auto geometry = [&](std::vector<Tensor*> inputs, size_t q_input) {
+    KernelContext ctx = proto;
+    for (Tensor* t : inputs) ctx.inputs.push_back(t);
+    auto g = cuda::ops::attention_geometry(ctx, q_input, shape);
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    return *g;
+  };
+  // Forward.
+  const cuda::AttentionGeometry g = geometry({&qkv[0], &qkv[1], &qkv[2], &mask}, 0);
+  ASSERT_TRUE(g.dropout);
+  Tensor rows = Tensor::zeros(DType::kF32, shape), chunks = Tensor::zeros(DType::kF32, shape);
+  HostRunner runner(proto);
+  ASSERT_TRUE(runner(cuda::AttentionRow<float>{qkv[0].data<float>(), qkv[1].data<float>(), qkv[2].data<float>(), rows.data<float>(), g},
+                     g.batch * g.tq).ok());
+  {
+    KernelContext ctx = proto;
+    ctx.inputs = {&qkv[0], &qkv[1], &qkv[2], &mask};
+    ctx.outputs = {&chunks};
+    Scratch64 workspace(cuda::ops::scratch_piece(3 * 33 * 33 * 4));
+    workspace.give(ctx);
+    ASSERT_TRUE(cuda::ops::attention_by_gemm(ctx, runner, g, 3).ok());
+  }
+  EXPECT_LE(relative_difference(chunks, rows), 2e-6);
+  // Backward: dy, q, k, v, mask.
+  const cuda::AttentionGeometry gb = geometry({&qkv[3], &qkv[0], &qkv[1], &qkv[2], &mask}, 1);
+  std::vector<Tensor> by_rows, by_chunks;
+  for (int i = 0; i < 3; ++i) by_rows.push_back(Tensor::zeros(DType::kF32, shape)), by_chunks.push_back(Tensor::zeros(DType::kF32, shape));
+  std::vector<float> stats(static_cast<size_t>(gb.batch * gb.tq * 2));
+  const float *dy = qkv[3].data<float>(), *q = qkv[0].data<float>(), *k = qkv[1].data<float>(), *v = qkv[2].data<float>();
+  ASSERT_TRUE(runner(cuda::AttentionGradStats<float>{dy, q, k, v, stats.data(), gb}, gb.batch * gb.tq).ok());
+  ASSERT_TRUE(runner(cuda::AttentionGradQ<float>{dy, q, k, v, stats.data(), by_rows[0].data<float>(), gb}, gb.batch * gb.tq).ok());
+  ASSERT_TRUE(runner(cuda::AttentionGradKV<float>{dy, q, k, v, stats.data(), by_rows[1].data<float>(), by_rows[2].data<float>(), gb},
+                     gb.batch * gb.tk).ok());
+  {
+    KernelContext ctx = proto;
+    ctx.inputs = {&qkv[3], &qkv[0], &qkv[1], &qkv[2], &mask};
+    ctx.outputs = {&by_chunks[0], &by_chunks[1], &by_chunks[2]};
+    Scratch64 workspace(2 * cuda::ops::scratch_piece(3 * 33 * 33 * 4));
+    workspace.give(ctx);
+    ASSERT_TRUE(cuda::ops::attention_grad_by_gemm(ctx, runner, gb, 3).ok());
+    // One chunk's scores fewer than the kernel takes: refused, not run beyond the plan.
+    Scratch64 short_workspace(cuda::ops::scratch_piece(3 * 33 * 33 * 4));
+    short_workspace.give(ctx);
+    EXPECT_EQ(cuda::ops::attention_grad_by_gemm(ctx, runner, gb, 3).kind(), ErrorKind::kBadInput);
+  }
+  for (int o = 0; o < 3; ++o) {
+    const double d = relative_difference(by_chunks[o], by_rows[o]);
+    std::printf("[attention by GEMMs] output %d (dq, dk, dv): %.2e from the row kernel\n", o, d);
+    EXPECT_LE(d, 2e-6) << "output " << o;
+  }
+  // The planned scratch: one chunk forward, two backward, each within kScoreChunkBytes; none
+  // for 16-bit operands (cuDNN's) or where one entry's scores exceed the cap.
+  const TensorType q32{DType::kF32, shape}, qbf{DType::kBF16, shape};
+  EXPECT_EQ(cuda::ops::gemm_attention_chunk(q32, q32), 8);
+  EXPECT_EQ(cuda::ops::gemm_attention_scratch(q32, q32, 2, 0), 2 * cuda::ops::scratch_piece(8 * 33 * 33 * 4));
+  EXPECT_EQ(cuda::ops::gemm_attention_chunk(qbf, qbf), 0);
+  const TensorType huge{DType::kF32, {1, 1, 16384, 64}};
+  EXPECT_EQ(cuda::ops::gemm_attention_chunk(huge, huge), 0);  // 1 GiB of scores for one entry
+  const TensorType many{DType::kF32, {64, 16, 1024, 64}};
+  EXPECT_EQ(cuda::ops::gemm_attention_chunk(many, many), 64);  // 4 MiB an entry: 64 entries in 256 MiB
+}
+
 // Every optimizer's update kernel in a real step: the updated weights and states after one step
 // of the digits ViT, against the CPU backend. The gradients feeding them differ in the last bits
 // (GEMM summation order), so floats agree to 1e-4 and an 8-bit code may land on its neighbour.
