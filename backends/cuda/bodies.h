@@ -634,7 +634,8 @@ struct CumsumLine {
 
 // ---- normalization ----------------------------------------------------------------------------
 // One row of layernorm: mean and variance in f64 as the CPU; scale and bias (T, optional)
-// broadcast to the row's n elements through `param`.
+// broadcast to the row's n elements through `param`. operator() is one thread's row (the host
+// runner's); a device takes a warp per row (backends/cuda/kernels.cu) through the same pieces.
 template <typename T>
 struct LayernormRow {
   const T* x;
@@ -646,28 +647,34 @@ struct LayernormRow {
   int64_t n;
   double eps;
   Strided scale_map, bias_map;  // over the normalized dims
+  MEMC_HD int64_t cols() const { return n; }
+  MEMC_HD double value(int64_t r, int64_t i) const { return ld(x + r * n, i); }
+  MEMC_HD double inv_std(double square_sum) const { return 1.0 / std::sqrt((n ? square_sum / n : 0) + eps); }
+  MEMC_HD void store(int64_t r, int64_t i, float mean, float inv) const {
+    const float s = scale ? ld(scale, scale_map.offset(i)) : 1.f, b = bias ? ld(bias, bias_map.offset(i)) : 0.f;
+    st(y + r * n, i, (ld(x + r * n, i) - mean) * inv * s + b);
+  }
+  MEMC_HD void stats(int64_t r, float mean, float inv) const {
+    if (mean_out) mean_out[r] = mean;
+    if (inv_std_out) inv_std_out[r] = inv;
+  }
   MEMC_HD void operator()(int64_t r) const {
-    const T* xr = x + r * n;
     double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += ld(xr, i);
+    for (int64_t i = 0; i < n; ++i) sum += value(r, i);
     const double mean = n ? sum / n : 0;
     double square_sum = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const double c = ld(xr, i) - mean;
+      const double c = value(r, i) - mean;
       square_sum += c * c;
     }
-    const double inv_std = 1.0 / std::sqrt((n ? square_sum / n : 0) + eps);
-    const float mean_f = static_cast<float>(mean), inv_std_f = static_cast<float>(inv_std);
-    for (int64_t i = 0; i < n; ++i) {
-      const float s = scale ? ld(scale, scale_map.offset(i)) : 1.f, b = bias ? ld(bias, bias_map.offset(i)) : 0.f;
-      st(y + r * n, i, (ld(xr, i) - mean_f) * inv_std_f * s + b);
-    }
-    if (mean_out) mean_out[r] = mean_f;
-    if (inv_std_out) inv_std_out[r] = inv_std_f;
+    const float mean_f = static_cast<float>(mean), inv_std_f = static_cast<float>(inv_std(square_sum));
+    for (int64_t i = 0; i < n; ++i) store(r, i, mean_f, inv_std_f);
+    stats(r, mean_f, inv_std_f);
   }
 };
 
 // layernorm_grad, per row: dx, and the row's mean and 1/std for the scale gradient's columns.
+// As LayernormRow, a thread's row here and a warp's on a device, through the same pieces.
 template <typename T>
 struct LayernormGradRow {
   const T* dy;
@@ -678,41 +685,65 @@ struct LayernormGradRow {
   int64_t h;
   double eps;
   Strided scale_map;
+  MEMC_HD int64_t cols() const { return h; }
+  MEMC_HD float xv(int64_t r, int64_t j) const { return ld(x + r * h, j); }
+  MEMC_HD float gv(int64_t r, int64_t j) const { return ld(dy + r * h, j) * ld(scale, scale_map.offset(j)); }
+  MEMC_HD float inv_std(float square) const { return 1.f / std::sqrt(square / static_cast<float>(h) + static_cast<float>(eps)); }
+  // dx from the row's mean, 1/std and the means of g and g·x̂.
+  MEMC_HD void store(int64_t r, int64_t j, float mean, float inv, float mean_g, float mean_gx) const {
+    const float xhat = (xv(r, j) - mean) * inv;
+    st(dx + r * h, j, inv * (gv(r, j) - mean_g - xhat * mean_gx));
+  }
   MEMC_HD void operator()(int64_t r) const {
-    const T *xr = x + r * h, *dyr = dy + r * h;
     float sum = 0;
-    for (int64_t j = 0; j < h; ++j) sum += ld(xr, j);
+    for (int64_t j = 0; j < h; ++j) sum += xv(r, j);
     const float mean = sum / static_cast<float>(h);
     float square = 0;
-    for (int64_t j = 0; j < h; ++j) square += (ld(xr, j) - mean) * (ld(xr, j) - mean);
-    const float inv_std = 1.f / std::sqrt(square / static_cast<float>(h) + static_cast<float>(eps));
+    for (int64_t j = 0; j < h; ++j) square += (xv(r, j) - mean) * (xv(r, j) - mean);
+    const float inv = inv_std(square);
     float sum_g = 0, sum_gx = 0;
     for (int64_t j = 0; j < h; ++j) {
-      const float g = ld(dyr, j) * ld(scale, scale_map.offset(j)), xhat = (ld(xr, j) - mean) * inv_std;
-      sum_g += g, sum_gx += g * xhat;
+      const float g = gv(r, j);
+      sum_g += g, sum_gx += g * (xv(r, j) - mean) * inv;
     }
     const float mean_g = sum_g / static_cast<float>(h), mean_gx = sum_gx / static_cast<float>(h);
-    for (int64_t j = 0; j < h; ++j) {
-      const float g = ld(dyr, j) * ld(scale, scale_map.offset(j)), xhat = (ld(xr, j) - mean) * inv_std;
-      st(dx + r * h, j, inv_std * (g - mean_g - xhat * mean_gx));
-    }
-    stats[2 * r] = mean, stats[2 * r + 1] = inv_std;
+    for (int64_t j = 0; j < h; ++j) store(r, j, mean, inv, mean_g, mean_gx);
+    stats[2 * r] = mean, stats[2 * r + 1] = inv;
   }
 };
 
-// dscale[j] = Σ_rows dy·x̂, one column per thread (adjacent threads read adjacent elements);
-// into `out` (T) when scale covers the whole row, else into the f32 `acc` [h].
+// dscale[j] = Σ_rows dy·x̂ in two passes, the same sums in the same order every run: partial[p][j]
+// over the rows of block p (kLayernormRowsPerPartial of them), one (p, j) per thread with
+// adjacent threads on adjacent columns; then each column's partials in block order, into `out`
+// (T) when scale covers the whole row, else into the f32 `acc` [h].
+constexpr int64_t kLayernormRowsPerPartial = 32;
+inline int64_t layernorm_partials(int64_t rows) { return (rows + kLayernormRowsPerPartial - 1) / kLayernormRowsPerPartial; }
+
 template <typename T>
-struct LayernormGradScale {
+struct LayernormGradScalePartial {
   const T* dy;
   const T* x;
   const float* stats;
+  float* partial;  // [partials, h]
+  int64_t rows, h;
+  MEMC_HD void operator()(int64_t i) const {
+    const int64_t p = i / h, j = i % h;
+    const int64_t end = (p + 1) * kLayernormRowsPerPartial < rows ? (p + 1) * kLayernormRowsPerPartial : rows;
+    float s = 0;
+    for (int64_t r = p * kLayernormRowsPerPartial; r < end; ++r) s += ld(dy, r * h + j) * ((ld(x, r * h + j) - stats[2 * r]) * stats[2 * r + 1]);
+    partial[i] = s;
+  }
+};
+
+template <typename T>
+struct LayernormGradScale {
+  const float* partial;  // [partials, h]
   T* out;
   float* acc;
-  int64_t rows, h;
+  int64_t partials, h;
   MEMC_HD void operator()(int64_t j) const {
     float s = 0;
-    for (int64_t r = 0; r < rows; ++r) s += ld(dy, r * h + j) * ((ld(x, r * h + j) - stats[2 * r]) * stats[2 * r + 1]);
+    for (int64_t p = 0; p < partials; ++p) s += partial[p * h + j];
     if (out) st(out, j, s);
     else acc[j] = s;
   }

@@ -78,6 +78,52 @@ __global__ void score_grad_rows(ScoreGrad body, int64_t rows) {
     for (int64_t c = lane; c < cols; c += kWarp) body.store(row, c, d);
   }
 }
+__device__ double warp_sum(double v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+// layernorm's rows, a warp each: the body's pieces in the body's order (its operator() is the
+// one-thread form), the sums reduced across the warp.
+template <typename T>
+__global__ void layernorm_rows(LayernormRow<T> body, int64_t rows) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp), n = body.cols();
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows; r += warps) {
+    double sum = 0;
+    for (int64_t i = lane; i < n; i += kWarp) sum += body.value(r, i);
+    const double mean = n ? warp_sum(sum) / static_cast<double>(n) : 0.0;
+    double square = 0;
+    for (int64_t i = lane; i < n; i += kWarp) {
+      const double c = body.value(r, i) - mean;
+      square += c * c;
+    }
+    const float mean_f = static_cast<float>(mean), inv_f = static_cast<float>(body.inv_std(warp_sum(square)));
+    for (int64_t i = lane; i < n; i += kWarp) body.store(r, i, mean_f, inv_f);
+    if (lane == 0) body.stats(r, mean_f, inv_f);
+  }
+}
+template <typename T>
+__global__ void layernorm_grad_rows(LayernormGradRow<T> body, int64_t rows) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp), h = body.cols();
+  const float count = static_cast<float>(h);
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows; r += warps) {
+    float sum = 0;
+    for (int64_t j = lane; j < h; j += kWarp) sum += body.xv(r, j);
+    const float mean = warp_sum(sum) / count;
+    float square = 0;
+    for (int64_t j = lane; j < h; j += kWarp) square += (body.xv(r, j) - mean) * (body.xv(r, j) - mean);
+    const float inv = body.inv_std(warp_sum(square));
+    float sum_g = 0, sum_gx = 0;
+    for (int64_t j = lane; j < h; j += kWarp) {
+      const float g = body.gv(r, j);
+      sum_g += g, sum_gx += g * (body.xv(r, j) - mean) * inv;
+    }
+    const float mean_g = warp_sum(sum_g) / count, mean_gx = warp_sum(sum_gx) / count;
+    for (int64_t j = lane; j < h; j += kWarp) body.store(r, j, mean, inv, mean_g, mean_gx);
+    if (lane == 0) body.stats[2 * r] = mean, body.stats[2 * r + 1] = inv;
+  }
+}
 unsigned row_blocks(int64_t rows) {
   const int64_t per_block = kRowThreads / kWarp;
   return static_cast<unsigned>(std::min<int64_t>((rows + per_block - 1) / per_block, int64_t{1} << 20));
@@ -146,7 +192,19 @@ struct DeviceRunner {
     reduce_blocks<<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(body, n);
     return check_launch(cudaGetLastError(), "kernel launch (reduction)");
   }
-  // Score rows take a warp each.
+  // layernorm rows and score rows take a warp each.
+  template <typename T>
+  Status operator()(const LayernormRow<T>& body, int64_t rows) {
+    if (rows <= 0) return Status::Ok();
+    layernorm_rows<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);
+    return check_launch(cudaGetLastError(), "kernel launch (layernorm)");
+  }
+  template <typename T>
+  Status operator()(const LayernormGradRow<T>& body, int64_t rows) {
+    if (rows <= 0) return Status::Ok();
+    layernorm_grad_rows<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);
+    return check_launch(cudaGetLastError(), "kernel launch (layernorm gradient)");
+  }
   Status operator()(const ScoreSoftmax& body, int64_t rows) {
     if (rows <= 0) return Status::Ok();
     score_softmax_rows<<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);

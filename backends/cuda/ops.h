@@ -456,10 +456,10 @@ Status layernorm_op(KernelContext& ctx, R& run) {
   });
 }
 
-// Scratch of layernorm_grad: per-row statistics [rows, 2], and a row of f32 partials when the
-// scale covers fewer elements than the row.
+// Scratch of layernorm_grad: per-row statistics [rows, 2], the scale gradient's partial sums
+// [row blocks, h], and a row of f32 sums when the scale covers fewer elements than the row.
 inline int64_t layernorm_grad_scratch(int64_t rows, int64_t h, int64_t scale_numel) {
-  return scratch_piece(rows * 2 * 4) + (scale_numel != h ? scratch_piece(h * 4) : 0);
+  return scratch_piece(rows * 2 * 4) + scratch_piece(layernorm_partials(rows) * h * 4) + (scale_numel != h ? scratch_piece(h * 4) : 0);
 }
 
 template <class R>
@@ -475,9 +475,12 @@ Status layernorm_grad_op(KernelContext& ctx, R& run) {
   MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, rows * 2));
   return dispatch_float(ctx, x.dtype(), [&]<typename T>() -> Status {
     MEMC_RETURN_IF_ERROR(run(LayernormGradRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), stats, h, eps, scale_map}, rows));
-    if (ds_n == h) return run(LayernormGradScale<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, out<T>(ctx, 1), nullptr, rows, h}, h);
+    const int64_t partials = layernorm_partials(rows);
+    MEMC_ASSIGN_OR_RETURN(float* partial, scratch.take<float>(ctx, partials * h));
+    MEMC_RETURN_IF_ERROR(run(LayernormGradScalePartial<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, partial, rows, h}, partials * h));
+    if (ds_n == h) return run(LayernormGradScale<T>{partial, out<T>(ctx, 1), nullptr, partials, h}, h);
     MEMC_ASSIGN_OR_RETURN(float* acc, scratch.take<float>(ctx, h));
-    MEMC_RETURN_IF_ERROR(run(LayernormGradScale<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, nullptr, acc, rows, h}, h));
+    MEMC_RETURN_IF_ERROR(run(LayernormGradScale<T>{partial, nullptr, acc, partials, h}, h));
     return run(SumInto<T>{acc, out<T>(ctx, 1), h, scale_map}, ds_n);
   });
 }
