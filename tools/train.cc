@@ -87,6 +87,11 @@ json plan_summary(const std::string& path, const Plan& plan) {
            }()},
           {"param_bytes", param_bytes},
           {"train_nodes", plan.train.schedule().size()},
+          {"flops_per_step", [&] {  // the training step's arithmetic on one rank (ir/op_registry.h node_flops): MFU's numerator
+             int64_t flops = 0;
+             for (NodeId n : plan.train.schedule()) flops += node_flops(plan.train, plan.train.node(n));
+             return flops;
+           }()},
           {"comm_bytes_per_step", [&] {  // what one rank sends per step (ring collectives)
              int64_t bytes = 0;
              for (NodeId n : plan.train.schedule()) bytes += collective_wire_bytes(plan.train, plan.train.node(n));
