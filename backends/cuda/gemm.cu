@@ -7,8 +7,13 @@
 // Numerics: f32 computes in f32 (TF32 off, so results match the CPU within rounding of the
 // summation order; `set_tf32(true)` allows it); bf16/f16 accumulate in f32, as the CPU kernels.
 // Scratch: the node's planned workspace (backends/cuda/workspace.cc: 32 MiB on Hopper).
+// Descriptors and the algorithm are made on a shape's first call and kept for the process.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "backends/cuda/gemm.h"
 
@@ -67,19 +72,35 @@ Status layout(cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t rows, in
 
 void set_tf32(bool allowed) { g_tf32 = allowed; }
 
-Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* stream) {
-  if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
-  MEMC_ASSIGN_OR_RETURN(cublasLtHandle_t h, handle());
-  MEMC_ASSIGN_OR_RETURN(cudaDataType_t type, data_type(c.dtype));
-  const cublasComputeType_t compute = c.dtype == DType::kF32 && g_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+namespace {
+
+// A GEMM's shape as cuBLASLt sees it: its descriptors and algorithm are made once per shape (and
+// device, precision mode and workspace) and reused by every later call, so a step's launches do
+// not each create descriptors and ask the heuristic again.
+struct GemmKey {
+  int device = 0;
+  DType dtype = DType::kF32;
+  bool tf32 = false, trans_a = false, trans_b = false, bias = false;
+  int64_t m = 0, n = 0, k = 0, batch = 1, stride_a = 0, stride_b = 0, workspace = 0;
+  auto operator<=>(const GemmKey&) const = default;
+};
+struct Prepared {
   Descriptors desc;
+  cublasLtMatmulAlgo_t algo{};
+  size_t limit = 0;
+};
+
+Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepared& p) {
+  MEMC_ASSIGN_OR_RETURN(cudaDataType_t type, data_type(c.dtype));
+  const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  Descriptors& desc = p.desc;
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F), "matmul desc"));
   // Column-major view (header): D[N×M] = op(B)[N×K] · op(A)[K×M], A and B swapped.
   const cublasOperation_t op_first = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // B (row-major [K,N] or [N,K])
   const cublasOperation_t op_second = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A (row-major [M,K] or [K,M])
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)), "transa"));
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)), "transb"));
-  if (c.bias) {
+  if (key.bias) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue"));
     MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)), "bias"));
@@ -92,15 +113,47 @@ Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* s
   MEMC_RETURN_IF_ERROR(layout(&desc.b, type, a_rows, a_cols, a_rows, c.batch, c.stride_a));
   MEMC_RETURN_IF_ERROR(layout(&desc.d, type, c.n, c.m, c.n, c.batch, c.n * c.m));
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceCreate(&desc.preference), "preference"));
-  const size_t limit = static_cast<size_t>(workspace_bytes);
-  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof(limit)), "workspace"));
+  p.limit = static_cast<size_t>(key.workspace);
+  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.limit, sizeof(p.limit)), "workspace"));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulAlgoGetHeuristic(h, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result, &found), "heuristic"));
-  if (found == 0) return Status::Internal(str_cat("cuBLASLt found no algorithm for ", c.m, "x", c.n, "x", c.k, " within ", workspace_bytes, " bytes of workspace"));
+  if (found == 0) return Status::Internal(str_cat("cuBLASLt found no algorithm for ", c.m, "x", c.n, "x", c.k, " within ", key.workspace, " bytes of workspace"));
+  p.algo = result.algo;
+  return Status::Ok();
+}
+
+// The prepared form of `c`, made on its shape's first call.
+Expected<Prepared*> prepared(const GemmCall& c, int64_t workspace_bytes, cublasLtHandle_t h) {
+  GemmKey key{.dtype = c.dtype, .tf32 = c.dtype == DType::kF32 && g_tf32, .trans_a = c.trans_a, .trans_b = c.trans_b, .bias = c.bias != nullptr,
+              .m = c.m, .n = c.n, .k = c.k, .batch = c.batch, .stride_a = c.stride_a, .stride_b = c.stride_b, .workspace = workspace_bytes};
+  if (cudaGetDevice(&key.device) != cudaSuccess) return Status::Internal("cuBLASLt GEMM: cudaGetDevice failed");
+  static std::mutex mutex;
+  static std::map<GemmKey, std::unique_ptr<Prepared>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Prepared>& slot = cache[key];
+  if (!slot) {
+    auto made = std::make_unique<Prepared>();
+    if (Status st = prepare(c, key, h, *made); !st.ok()) {
+      cache.erase(key);
+      return st;
+    }
+    slot = std::move(made);
+  }
+  return slot.get();
+}
+
+}  // namespace
+
+Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* stream) {
+  if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
+  MEMC_ASSIGN_OR_RETURN(cublasLtHandle_t h, handle());
+  MEMC_ASSIGN_OR_RETURN(Prepared* p, prepared(c, workspace_bytes, h));
+  // The bias lives where this call's node has it: the one attribute set per call.
+  if (c.bias) MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(p->desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)), "bias"));
   const float alpha = 1.f, beta = 0.f;  // the output is written whole, never accumulated into
-  return check_lt(cublasLtMatmul(h, desc.op, &alpha, c.b, desc.a, c.a, desc.b, &beta, c.y, desc.d, c.y, desc.d, &result.algo, workspace,
-                                 limit, static_cast<cudaStream_t>(stream)),
+  return check_lt(cublasLtMatmul(h, p->desc.op, &alpha, c.b, p->desc.a, c.a, p->desc.b, &beta, c.y, p->desc.d, c.y, p->desc.d, &p->algo,
+                                 workspace, p->limit, static_cast<cudaStream_t>(stream)),
                   "matmul");
 }
 
