@@ -24,6 +24,7 @@ struct Profile {
   std::map<std::string, OpTime> by_op;
   std::chrono::steady_clock::time_point step_origin;
   std::vector<Span> spans;  // the current (last) profiled training step's
+  std::vector<double> transfers;  // its collectives' device times, in start order
 };
 
 Profile& profile() {
@@ -51,6 +52,7 @@ void begin_profiled_step() {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mutex);
   p.spans.clear();
+  p.transfers.clear();
   p.step_origin = std::chrono::steady_clock::now();
 }
 
@@ -62,6 +64,12 @@ void record_span(int64_t node, int64_t pair, const std::string& op, double start
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mutex);
   p.spans.push_back({node, pair, op, start_ms, end_ms});
+}
+
+void record_collective_transfers(std::vector<double> ms) {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.transfers = std::move(ms);
 }
 
 StepTimeline last_step_timeline() {
@@ -92,6 +100,9 @@ StepTimeline last_step_timeline() {
     } else {
       t.collectives.push_back({s.op, s.start_ms, s.end_ms, s.end_ms - s.start_ms});
     }
+  }
+  for (size_t i = 0; i < t.collectives.size() && i < p.transfers.size(); ++i) {
+    if (p.transfers[i] == p.transfers[i]) t.collectives[i].transfer_ms = p.transfers[i];  // NaN: unknown
   }
   return t;
 }

@@ -34,6 +34,7 @@ struct CollectiveSpan {
   double start_ms = 0;    // its start kernel began (a blocking call: the call began)
   double end_ms = 0;      // its done kernel (or the blocking call) returned
   double wait_ms = 0;     // the step stood still for it: its start and done kernels' spans, or the whole call
+  double transfer_ms = -1;  // its own time on NCCL's stream (CUDA events); -1 where unknown (MPI)
   double hidden_ms() const { return end_ms - start_ms - wait_ms; }
 };
 struct StepTimeline {
@@ -48,6 +49,9 @@ void record_span(int64_t node, int64_t pair, const std::string& op, double start
 // The current step's time origin, for record_span: ms since begin_profiled_step.
 double profiled_step_ms();
 StepTimeline last_step_timeline();
+// The communicator's device time of each of the step's collectives, in the order they started
+// (Communicator::take_transfer_ms; NaN or absent: unknown).
+void record_collective_transfers(std::vector<double> ms);
 
 // The breakdown's categories: "gemm" (matmul, linear, conv and their backward ops), "attention"
 // (the fused attention forward and backward), "optimizer" (the update ops),

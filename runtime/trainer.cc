@@ -370,9 +370,12 @@ Expected<StepOutcome> run_step_on(const TrainContext& ctx, const std::map<std::s
                          .batch_row_offset = ctx.slice().first, .train_step = true};
   if (!ctx.options.dump_grads.empty() && first_of_run) MEMC_RETURN_IF_ERROR(dump_gradients(ctx, feeds, step));
   StepOutcome outcome;
+  const bool timeline = op_profile_enabled() && ctx.kernel_comm;
+  if (timeline) ctx.kernel_comm->take_transfer_ms();  // the step's own collectives only
   const auto t0 = Clock::now();
   MEMC_RETURN_IF_ERROR(ctx.exec.run(opts));
   outcome.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (timeline) record_collective_transfers(ctx.kernel_comm->take_transfer_ms());
   const auto& updates = ctx.exec.module().output_updates();
   for (size_t i = 0; i < updates.size(); ++i) {
     if (updates[i] == kNoValue) continue;
@@ -491,7 +494,8 @@ static Status train(const TrainContext& ctx, const Dataset& data, TrainProgress&
 }
 
 // --profile: every rank's last step timeline to every rank. The ranks run one plan, so they
-// have the same collectives; each sends [step_ms, kernel_ms, then start, end, wait per collective].
+// have the same collectives; each sends [step_ms, kernel_ms, then start, end, wait, transfer per
+// collective].
 static Status gather_timelines(comm::Communicator* comm, RunReport& report) {
   const StepTimeline mine = last_step_timeline();
   if (!comm) {
@@ -505,9 +509,9 @@ static Status gather_timelines(comm::Communicator* comm, RunReport& report) {
   for (int64_t c : counts) {
     if (c != count) return Status::Internal(str_cat("--profile: rank ", comm->rank(), " ran ", count, " collectives, another rank ", c));
   }
-  const size_t width = 2 + 3 * static_cast<size_t>(count);
+  const size_t width = 2 + 4 * static_cast<size_t>(count);
   std::vector<double> send{mine.step_ms, mine.kernel_ms}, all(width * ranks);
-  for (const CollectiveSpan& c : mine.collectives) send.insert(send.end(), {c.start_ms, c.end_ms, c.wait_ms});
+  for (const CollectiveSpan& c : mine.collectives) send.insert(send.end(), {c.start_ms, c.end_ms, c.wait_ms, c.transfer_ms});
   MEMC_RETURN_IF_ERROR(comm->all_gather(send.data(), all.data(), static_cast<int64_t>(width), DType::kF64));
   report.rank_timelines.assign(ranks, StepTimeline{});
   for (size_t r = 0; r < ranks; ++r) {
@@ -516,7 +520,7 @@ static Status gather_timelines(comm::Communicator* comm, RunReport& report) {
     t.step_ms = row[0];
     t.kernel_ms = row[1];
     for (size_t k = 0; k < static_cast<size_t>(count); ++k) {
-      t.collectives.push_back({mine.collectives[k].op, row[2 + 3 * k], row[3 + 3 * k], row[4 + 3 * k]});
+      t.collectives.push_back({mine.collectives[k].op, row[2 + 4 * k], row[3 + 4 * k], row[4 + 4 * k], row[5 + 4 * k]});
     }
   }
   return Status::Ok();

@@ -455,13 +455,23 @@ static void print_op_profile(int64_t steps, const Plan& plan, const std::map<std
   }
 }
 
+static std::string format_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", ms);
+  return text;
+}
+
 // --profile: each rank's last training step, its collectives in the order they started.
 struct TimelineTotals {
   double in_flight_ms = 0, wait_ms = 0, hidden_ms = 0;
+  double transfer_ms = -1;  // Σ of the collectives' device times (NCCL), -1 where unknown
 };
 static TimelineTotals timeline_totals(const StepTimeline& t) {
   TimelineTotals s;
-  for (const CollectiveSpan& c : t.collectives) s.in_flight_ms += c.end_ms - c.start_ms, s.wait_ms += c.wait_ms, s.hidden_ms += c.hidden_ms();
+  for (const CollectiveSpan& c : t.collectives) {
+    s.in_flight_ms += c.end_ms - c.start_ms, s.wait_ms += c.wait_ms, s.hidden_ms += c.hidden_ms();
+    if (c.transfer_ms >= 0) s.transfer_ms = std::max(s.transfer_ms, 0.0) + c.transfer_ms;
+  }
   return s;
 }
 
@@ -470,8 +480,9 @@ static void print_timelines(const std::vector<StepTimeline>& timelines) {
     const StepTimeline& t = timelines[r];
     if (t.collectives.empty()) continue;
     const TimelineTotals s = timeline_totals(t);
-    std::printf("  rank %zu, last step %.2f ms: %zu collectives in flight %.2f ms, the step waited %.2f ms for them, "
-                "%.2f ms went to compute meanwhile\n", r, t.step_ms, t.collectives.size(), s.in_flight_ms, s.wait_ms, s.hidden_ms);
+    const std::string device = s.transfer_ms >= 0 ? str_cat(" (", format_ms(s.transfer_ms), " ms on NCCL's stream)") : std::string();
+    std::printf("  rank %zu, last step %.2f ms: %zu collectives in flight %.2f ms%s, the step waited %.2f ms for them, "
+                "%.2f ms went to compute meanwhile\n", r, t.step_ms, t.collectives.size(), s.in_flight_ms, device.c_str(), s.wait_ms, s.hidden_ms);
   }
 }
 
@@ -482,10 +493,12 @@ static json timelines_json(const std::vector<StepTimeline>& timelines) {
     const TimelineTotals s = timeline_totals(t);
     json collectives = json::array();
     for (const CollectiveSpan& c : t.collectives) {
-      collectives.push_back({{"op", c.op}, {"start_ms", c.start_ms}, {"end_ms", c.end_ms}, {"wait_ms", c.wait_ms}, {"hidden_ms", c.hidden_ms()}});
+      collectives.push_back({{"op", c.op}, {"start_ms", c.start_ms}, {"end_ms", c.end_ms}, {"wait_ms", c.wait_ms}, {"hidden_ms", c.hidden_ms()},
+                             {"transfer_ms", c.transfer_ms >= 0 ? json(c.transfer_ms) : json(nullptr)}});
     }
     ranks.push_back({{"rank", r}, {"step_ms", t.step_ms}, {"kernel_ms", t.kernel_ms}, {"collective_in_flight_ms", s.in_flight_ms},
-                     {"collective_wait_ms", s.wait_ms}, {"collective_hidden_ms", s.hidden_ms}, {"collectives", collectives}});
+                     {"collective_wait_ms", s.wait_ms}, {"collective_hidden_ms", s.hidden_ms},
+                     {"collective_transfer_ms", s.transfer_ms >= 0 ? json(s.transfer_ms) : json(nullptr)}, {"collectives", collectives}});
   }
   return ranks;
 }

@@ -16,8 +16,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "ir/dtype.h"
 #include "support/status.h"
@@ -52,6 +53,10 @@ class Communicator {
   // that have returned: nothing to do.
   virtual Status follow(void* stream) { return Status::Ok(); }
   virtual Status barrier() = 0;
+  // The device time of each collective waited for since the last call, in the order they were
+  // started (ms on the transport's stream, from CUDA events; NaN for one not waited for yet),
+  // and forgets them. Empty where the transport cannot time its collectives (MPI).
+  virtual std::vector<double> take_transfer_ms() { return {}; }
   // Ends the whole job (every rank) with `exit_code` after a failure this rank cannot recover
   // from; never returns.
   [[noreturn]] virtual void abort(int exit_code) = 0;

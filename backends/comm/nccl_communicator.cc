@@ -5,6 +5,8 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <cstdlib>
 
 namespace memc::comm {
@@ -104,7 +106,10 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(Communicato
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  for (auto& [id, entry] : pending_) cudaEventDestroy(static_cast<cudaEvent_t>(entry.second));
+  for (auto& [id, entry] : pending_) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(entry.begin));
+    cudaEventDestroy(static_cast<cudaEvent_t>(entry.end));
+  }
   if (comm_) ncclCommDestroy(as_comm(comm_));
   if (follow_event_) cudaEventDestroy(static_cast<cudaEvent_t>(follow_event_));
   if (stream_) cudaStreamDestroy(as_stream(stream_));
@@ -127,38 +132,62 @@ Status NcclCommunicator::usable(const char* op) const {
   return comm_ ? Status::Ok() : failure(op, "after an earlier failure aborted the communicator");
 }
 
-Expected<RequestId> NcclCommunicator::track(const char* op, int nccl_result) {
-  if (nccl_result != ncclSuccess) return failure(op, str_cat("failed to start: ", ncclGetErrorString(static_cast<ncclResult_t>(nccl_result))));
+Expected<void*> NcclCommunicator::begin(const char* op) {
   cudaEvent_t event = nullptr;
-  if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
-      cudaEventRecord(event, as_stream(stream_)) != cudaSuccess) {
+  if (cudaEventCreate(&event) != cudaSuccess || cudaEventRecord(event, as_stream(stream_)) != cudaSuccess) {
+    if (event) cudaEventDestroy(event);
+    return failure(op, "cannot record a CUDA event");
+  }
+  return static_cast<void*>(event);
+}
+
+Expected<RequestId> NcclCommunicator::track(const char* op, void* begin, int nccl_result) {
+  if (nccl_result != ncclSuccess) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(begin));
+    return failure(op, str_cat("failed to start: ", ncclGetErrorString(static_cast<ncclResult_t>(nccl_result))));
+  }
+  cudaEvent_t event = nullptr;
+  if (cudaEventCreate(&event) != cudaSuccess || cudaEventRecord(event, as_stream(stream_)) != cudaSuccess) {
+    if (event) cudaEventDestroy(event);
+    cudaEventDestroy(static_cast<cudaEvent_t>(begin));
     return failure(op, "cannot record a CUDA event");
   }
   const RequestId id = next_request_++;
-  pending_[id] = {op, event};
+  pending_[id] = {op, begin, event, transfer_ms_.size()};
+  transfer_ms_.push_back(std::numeric_limits<double>::quiet_NaN());
   return id;
+}
+
+std::vector<double> NcclCommunicator::take_transfer_ms() {
+  std::vector<double> taken;
+  taken.swap(transfer_ms_);
+  for (auto& [id, entry] : pending_) entry.slot = SIZE_MAX;  // started before: no longer reported
+  return taken;
 }
 
 Expected<RequestId> NcclCommunicator::start_all_gather(const void* send, void* recv, int64_t count, DType dtype) {
   MEMC_RETURN_IF_ERROR(usable("all_gather"));
   auto type = nccl_type(dtype);
   if (!type.ok()) return type.status();
-  return track("all_gather", ncclAllGather(send, recv, static_cast<size_t>(count), *type, as_comm(comm_), as_stream(stream_)));
+  MEMC_ASSIGN_OR_RETURN(void* start, begin("all_gather"));
+  return track("all_gather", start, ncclAllGather(send, recv, static_cast<size_t>(count), *type, as_comm(comm_), as_stream(stream_)));
 }
 
 Expected<RequestId> NcclCommunicator::start_reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
   MEMC_RETURN_IF_ERROR(usable("reduce_scatter"));
   auto type = reducible_type(dtype);
   if (!type.ok()) return type.status().with_context("reduce_scatter: ");
-  return track("reduce_scatter", ncclReduceScatter(send, recv, static_cast<size_t>(count), *type, nccl_op(op), as_comm(comm_),
-                                                   as_stream(stream_)));
+  MEMC_ASSIGN_OR_RETURN(void* start, begin("reduce_scatter"));
+  return track("reduce_scatter", start,
+               ncclReduceScatter(send, recv, static_cast<size_t>(count), *type, nccl_op(op), as_comm(comm_), as_stream(stream_)));
 }
 
 Expected<RequestId> NcclCommunicator::start_all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
   MEMC_RETURN_IF_ERROR(usable("all_reduce"));
   auto type = reducible_type(dtype);
   if (!type.ok()) return type.status().with_context("all_reduce: ");
-  return track("all_reduce",
+  MEMC_ASSIGN_OR_RETURN(void* start, begin("all_reduce"));
+  return track("all_reduce", start,
                ncclAllReduce(send, recv, static_cast<size_t>(count), *type, nccl_op(op), as_comm(comm_), as_stream(stream_)));
 }
 
@@ -167,15 +196,17 @@ Expected<RequestId> NcclCommunicator::start_broadcast(void* buffer, int64_t coun
   if (root < 0 || root >= size_) return Status::BadInput(str_cat("broadcast: root ", root, " is not a rank of ", size_));
   auto type = nccl_type(dtype);
   if (!type.ok()) return type.status();
-  return track("broadcast", ncclBroadcast(buffer, buffer, static_cast<size_t>(count), *type, root, as_comm(comm_), as_stream(stream_)));
+  MEMC_ASSIGN_OR_RETURN(void* start, begin("broadcast"));
+  return track("broadcast", start, ncclBroadcast(buffer, buffer, static_cast<size_t>(count), *type, root, as_comm(comm_), as_stream(stream_)));
 }
 
 Status NcclCommunicator::wait(RequestId id) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return Status::Internal(str_cat("rank ", rank_, ": wait for unknown request ", id));
-  const auto [op, event_ptr] = it->second;
+  const Pending entry = it->second;
   pending_.erase(it);
-  cudaEvent_t event = static_cast<cudaEvent_t>(event_ptr);
+  const char* op = entry.op;
+  cudaEvent_t event = static_cast<cudaEvent_t>(entry.end);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
   Status result = Status::Ok();
   while (true) {
@@ -201,7 +232,11 @@ Status NcclCommunicator::wait(RequestId id) {
     // A collective that cannot finish holds the stream: abort the communicator so it is freed.
     ncclCommAbort(as_comm(comm_));
     comm_ = nullptr;
+  } else if (entry.slot < transfer_ms_.size()) {  // both events have completed: the collective's device time
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(entry.begin), event) == cudaSuccess) transfer_ms_[entry.slot] = ms;
   }
+  cudaEventDestroy(static_cast<cudaEvent_t>(entry.begin));
   cudaEventDestroy(event);
   return result;
 }

@@ -7,6 +7,7 @@
 // Built whenever CUDA and NCCL are found; create() fails, saying why, where there is no GPU.
 #pragma once
 #include <map>
+#include <vector>
 #include <memory>
 
 #include "backends/comm/communicator.h"
@@ -35,10 +36,13 @@ class NcclCommunicator final : public Communicator {
   Status follow(void* stream) override;  // this communicator's stream waits for `stream`'s work
   Status barrier() override;
   [[noreturn]] void abort(int exit_code) override;
+  std::vector<double> take_transfer_ms() override;
 
  private:
   NcclCommunicator() = default;
-  Expected<RequestId> track(const char* op, int nccl_result);
+  // A timing event recorded on the stream before a collective is queued (its start).
+  Expected<void*> begin(const char* op);
+  Expected<RequestId> track(const char* op, void* begin, int nccl_result);
   Status failure(const char* op, const std::string& why) const;
   Status usable(const char* op) const;
 
@@ -48,8 +52,15 @@ class NcclCommunicator final : public Communicator {
   void* comm_ = nullptr;    // ncclComm_t
   void* stream_ = nullptr;  // cudaStream_t
   void* follow_event_ = nullptr;  // cudaEvent_t recorded on the stream followed
-  std::map<RequestId, std::pair<const char*, void*>> pending_;  // op, cudaEvent_t
+  struct Pending {
+    const char* op;
+    void* begin;   // cudaEvent_t before the collective
+    void* end;     // cudaEvent_t after it
+    size_t slot;   // its place in transfer_ms_
+  };
+  std::map<RequestId, Pending> pending_;
   RequestId next_request_ = 1;
+  std::vector<double> transfer_ms_;  // per collective started, in order (take_transfer_ms)
 };
 
 // The number of CUDA devices, or 0 with the reason in `why` (no driver, no device).

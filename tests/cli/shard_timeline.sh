@@ -4,8 +4,9 @@
 # order they started, the same ops on every rank, as many as the profile counted per step
 # (the *_start calls and the blocking calls: two independent recordings), each inside the step,
 # with waits no longer than the time in flight, and some of zero3's prefetched gathers spanning
-# compute (hidden > 0). Also: the text report prints one timeline line per rank, and a run on
-# one device reports a timeline without collectives.
+# compute (hidden > 0); MPI gives no device time (transfer_ms null: NCCL's come from CUDA
+# events). Also: the text report prints one timeline line per rank, the report names its
+# communicator, and a run on one device reports a timeline without collectives.
 source "$(dirname "$0")/common.bash" "$@"
 cd "$SRC"
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun (scripts/setup.sh installs OpenMPI)"; exit 77; }
@@ -38,9 +39,11 @@ for r in tl:
         assert 0 <= c["start_ms"] <= c["end_ms"] <= r["step_ms"] + eps, ("inside the step", c, r["step_ms"])
         assert 0 <= c["wait_ms"] <= c["end_ms"] - c["start_ms"] + eps, ("wait", c)
         assert c["hidden_ms"] >= -eps, ("hidden", c)
+        assert c["transfer_ms"] is None, ("MPI does not time its collectives", c)  # NCCL: CUDA events
         hidden = max(hidden, c["hidden_ms"])
 need = {"zero2": {"reduce_scatter", "all_gather"}, "zero3": {"reduce_scatter", "all_gather"}}[stage]
 assert need <= set(ops0), ("ops", set(ops0))
+assert j["communicator"] == "mpi", j.get("communicator")
 if stage == "zero3":
     assert hidden > 0, "no prefetched gather spans compute"
 print("%d collectives per rank, ops %s, largest hidden %.3f ms" % (len(ops0), sorted(set(ops0)), hidden))
