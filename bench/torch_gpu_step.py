@@ -16,7 +16,8 @@ The same model and settings as memc's run beside it:
   bigbird_long  transformers' BigBirdForSequenceClassification built by
                models/export_bigbird_long.py's build() (bigbird-roberta-base dimensions,
                attention_type original_full, 2 labels), the ONNX file's initializers matched by
-               name and shape (all 201 parameters); data: input_ids, attention_mask, y (the
+               name and shape (201 of its 203 parameters: the pooler, unused by the
+               classifier, is not in the export); data: input_ids, attention_mask, y (the
                sequence length is the data's)
 AdamW (lr 1e-3, weight decay 0.01; PyTorch's default implementation), dropout as exported, and
   fp32        f32 everywhere, TF32 off (memc's default)
@@ -26,7 +27,8 @@ AdamW (lr 1e-3, weight decay 0.01; PyTorch's default implementation), dropout as
               (each encoder block compiled on its own, PyTorch's "regional compilation": the
               identical blocks share one compiled graph, so it compiles in a fraction of the
               time); the optimizer step stays eager. A failure (or --compile-timeout) is
-              reported as a JSON line {"error": ...}, not a crash.
+              reported as a JSON line {"error": ...} (then exit 1), not a crash; so is any
+              configuration's failure in a --sweep (exit 0: the lines say which).
   --device cpu  the same on the CPU (a rehearsal of the pipeline; no CUDA memory figures)
 
 Prints one JSON line per configuration (--sweep: several in one process, the model built once
@@ -62,20 +64,22 @@ def onnx_initializers(path):
 
 def load_matching(model, inits):
     """Every initializer whose name and shape match an entry of the state dict; the rest keep
-    torch's init. Returns (loaded, parameters)."""
+    torch's init. Returns (parameters loaded, parameters, the names of those not loaded)."""
     import torch
     state = model.state_dict()
-    loaded = 0
     for key, value in state.items():
         if key in inits and tuple(inits[key].shape) == tuple(value.shape):
             state[key] = torch.from_numpy(inits[key].copy())
-            loaded += 1
     model.load_state_dict(state)
-    return loaded, sum(1 for _ in model.parameters())
+    names = [n for n, _ in model.named_parameters()]
+    missing = [n for n, p in model.named_parameters() if n not in inits or tuple(inits[n].shape) != tuple(p.shape)]
+    return len(names) - len(missing), len(names), missing
 
 
 def build(name, onnx_path):
-    """(model on the CPU, loaded, of, blocks): blocks are the encoder blocks (remat, regional compile)."""
+    """(model on the CPU, loaded, of, missing, blocks): blocks are the encoder blocks (remat,
+    regional compile); missing, the parameters the ONNX file has no tensor for (bigbird_long: the
+    pooler, which its classifier does not use and the export dropped)."""
     import torch
     inits = onnx_initializers(onnx_path)
     if name == "bigbird_long":
@@ -85,14 +89,15 @@ def build(name, onnx_path):
         torch.use_deterministic_algorithms(False)
         torch.set_num_threads(threads)
         model = B.build(12)
+        model.config.return_dict = True  # transformers 5 reads .last_hidden_state inside, whatever return_dict says
         blocks = model.bert.encoder.layer
     else:
         import torchvision
         model = getattr(torchvision.models, name)()
         blocks = model.encoder.layers
-    loaded, of = load_matching(model, inits)
+    loaded, of, missing = load_matching(model, inits)
     del inits
-    return model, loaded, of, blocks
+    return model, loaded, of, missing, blocks
 
 
 class Timeout(Exception):
@@ -134,7 +139,7 @@ def run_config(args, model, blocks, batch, precision, remat, compile_scope, data
     def step():
         opt.zero_grad(set_to_none=True)
         with autocast():
-            logits = call(ids, attention_mask=mask)[0] if bigbird else call(x)
+            logits = call(input_ids=ids, attention_mask=mask).logits if bigbird else call(x)
             loss = F.cross_entropy(logits, y)
         loss.backward()
         opt.step()
@@ -206,43 +211,53 @@ def main():
         print(json.dumps({"model": args.model, "error": "torch.cuda.is_available() is False"}), flush=True)
         return 1
     t0 = time.perf_counter()
-    model, loaded, of, blocks = build(args.model, args.onnx)
+    model, loaded, of, missing, blocks = build(args.model, args.onnx)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()} if len(configs) > 1 else None
     model.to(dev).train()
     setup_s = time.perf_counter() - t0
     data = dict(np.load(args.data))
     scope = args.compile_scope if args.compile else None
 
+    alarmed = []
+
     def on_alarm(signum, frame):
+        alarmed.append(True)
         raise Timeout()
 
     signal.signal(signal.SIGALRM, on_alarm)
+    failed = 0
     for n, (batch, precision, remat) in enumerate(configs):
         head = {"model": args.model, "batch": batch, "precision": precision, "remat": remat,
                 "compile": scope or False, "device": args.device, "warmup": args.warmup, "runs": args.runs}
+        if args.model == "bigbird_long":
+            head["seq"] = int(data["input_ids"].shape[1])
+            head["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
         if n and initial is not None:
             model.load_state_dict(initial)
         started = time.perf_counter()
         opt = forwards = None
+        alarmed.clear()
         if args.compile_timeout > 0:
             signal.alarm(max(1, int(args.compile_timeout)))
         try:
             res, opt, forwards = run_config(args, model, blocks, batch, precision, remat, scope, data, dev)
             signal.alarm(0)
-            line = {**head, **res, "tensors_from_onnx": loaded, "of": of, "setup_s": round(setup_s, 2),
+            line = {**head, **res, "tensors_from_onnx": loaded, "of": of, "not_from_onnx": missing, "setup_s": round(setup_s, 2),
                     "torch": torch.__version__,
                     "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
                     "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-        except Timeout:
-            line = {**head, "error": f"timed out after {args.compile_timeout:.0f} s"
-                    + (" (torch.compile)" if scope else "")}
-        except BaseException as e:  # a compile failure, an out-of-memory: one error line, then the next config
+        except BaseException as e:  # a compile failure, an out-of-memory, --compile-timeout: one error line, then the next config
             signal.alarm(0)
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            msg = f"{type(e).__name__}: {e}".strip().splitlines()
-            line = {**head, "error": " ".join(msg[:1] + msg[-1:] if len(msg) > 1 else msg)[:500],
-                    "traceback_tail": traceback.format_exc().strip().splitlines()[-3:]}
+            if isinstance(e, KeyboardInterrupt) or not (args.compile or args.sweep):
+                raise  # one eager run (bench/device_check.sh) fails as it always did
+            failed += 1
+            if alarmed:  # (inductor may wrap the Timeout in its own error)
+                line = {**head, "error": f"timed out after {args.compile_timeout:.0f} s (--compile-timeout)"
+                        + (" in torch.compile" if scope else "")}
+            else:
+                msg = f"{type(e).__name__}: {e}".strip().splitlines()
+                line = {**head, "error": " ".join(msg[:1] + msg[-1:] if len(msg) > 1 else msg)[:500],
+                        "traceback_tail": traceback.format_exc().strip().splitlines()[-3:]}
         line["config_s"] = round(time.perf_counter() - started, 2)
         print(json.dumps(line), flush=True)
         # undo the config: checkpointing, compiled blocks, optimizer state, gradients, compiled graphs
@@ -260,7 +275,7 @@ def main():
         gc.collect()
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    return 0
+    return 1 if failed and not args.sweep else 0  # a sweep's lines say which failed
 
 
 if __name__ == "__main__":
