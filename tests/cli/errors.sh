@@ -44,4 +44,9 @@ expect_error 2 "does not exist" -- $MEMC infer $M --input $REF -o /nonexistent/d
 expect_error 2 "is a directory" -- $MEMC infer $M --input $REF -o "$TMP"
 [ "$(cat "$OUT")" = "keep me" ] && pass "output file untouched by failures" || fail "output file was modified"
 ls "$TMP" | grep -q '\.tmp\.' && fail "temporary files left behind: $(ls "$TMP")"
+# The interconnect of a GPU prediction (planner/cost_model.h set_interconnect).
+expect_error 2 "--interconnect ethernet: not nvlink or ib" -- $MEMC compile $M --batch 8 --devices 2 --target h200 --interconnect ethernet -o "$TMP/i.plan"
+expect_error 2 "--target cpu is not a GPU" -- $MEMC compile $M --batch 8 --devices 2 --interconnect nvlink -o "$TMP/i.plan"
+expect_error 2 "--gpus-per-node goes with --interconnect nvlink" -- $MEMC compile $M --batch 8 --devices 2 --target h200 --gpus-per-node 4 -o "$TMP/i.plan"
+expect_error 2 "--gpus-per-node" -- $MEMC compile $M --batch 8 --devices 2 --target h200 --interconnect nvlink --gpus-per-node 0 -o "$TMP/i.plan"
 finish
