@@ -181,14 +181,17 @@ TEST(BackendSeam, PoisonedOutputsChangeNothing) {
 }
 
 TEST(BackendSeam, GpuTargetsPlanCudaWorkspaces) {
-  // The largest CUDA kernel scratch is the patch convolution's weight gradient: cuBLASLt's
-  // recommended 32 MiB on Hopper (4 MiB on Ampere), the im2col matrix (8 images · 16 positions ·
-  // 4 taps · 4 B = 2,048 B) and dy transposed (32 channels · 8 · 16 · 4 B = 16,384 B), after the
-  // run state's 256 bytes (the step, read by kernels replayed from a CUDA graph).
+  // The largest CUDA kernel scratch is f32 attention's backward through GEMMs: cuBLASLt's
+  // recommended 32 MiB on Hopper (4 MiB on Ampere) and two score chunks (8 images · 2 heads = 16
+  // entries of 17 × 17 f32 = 18,496 B, each in a 256-byte piece: 18,688 B), after the run state's
+  // 256 bytes (the step, read by kernels replayed from a CUDA graph). The patch convolution's
+  // weight gradient comes next: the im2col matrix (8 images · 16 positions · 4 taps · 4 B =
+  // 2,048 B) and dy transposed (32 channels · 8 · 16 · 4 B = 16,384 B).
   const Plan h200 = compile_vit("none", "h200"), a100 = compile_vit("none", "a100"), cpu = compile_vit("none", "cpu");
-  const int64_t conv_scratch = 256 + 2048 + 16384;
-  EXPECT_EQ(h200.memory.breakdown.at("workspace"), (int64_t{32} << 20) + conv_scratch);
-  EXPECT_EQ(a100.memory.breakdown.at("workspace"), (int64_t{4} << 20) + conv_scratch);
+  const int64_t attention_scratch = 256 + 2 * 18688, conv_scratch = 256 + 2048 + 16384;
+  ASSERT_GT(attention_scratch, conv_scratch);
+  EXPECT_EQ(h200.memory.breakdown.at("workspace"), (int64_t{32} << 20) + attention_scratch);
+  EXPECT_EQ(a100.memory.breakdown.at("workspace"), (int64_t{4} << 20) + attention_scratch);
   EXPECT_EQ(cpu.memory.breakdown.at("workspace"), max_workspace_bytes(cpu_backend(), cpu.train));
   // The arena is the same plan: only the workspace region above it differs.
   EXPECT_EQ(h200.memory.predicted_peak_bytes - h200.memory.breakdown.at("workspace"),
