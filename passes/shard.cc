@@ -457,7 +457,7 @@ void overlap_reductions(Module& m, const std::vector<ValueId>& dones, const std:
 }
 
 ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& o) {
-  if (o.devices == 1) return v;
+  if (o.devices == 1 || o.global_divisor()) return v;
   return emit(m, "mul", {v, scalar_like(m, m.value(v).type.dtype, 1.0 / static_cast<double>(o.devices))});
 }
 

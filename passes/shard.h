@@ -3,8 +3,9 @@
 //   rank r takes rank_slice(B, N, r): ⌊B/N⌋ rows, one more for the first B mod N ranks; random ops
 //   offset their draws by the slice's first row (attribute rng_row_stride), so N ranks replay one
 //   device's masks. Every rank's step has ⌈B/N⌉ rows: a short slice pads a row labelled
-//   kPaddingLabel, and each rank divides its loss sum by B/N (softmax_cross_entropy's
-//   ignore_index and divisor), so the ranks' mean is the global batch's mean loss.
+//   kPaddingLabel, and each rank divides its loss sum by the global batch B
+//   (softmax_cross_entropy's ignore_index and divisor), so the ranks' sum is the global batch's
+//   mean loss and each rank's backward is one device's rows at one device's scale.
 //   Parameters are grouped into units (the transformer's embedding, each block and the head,
 //   found from the graph's structure: passes/shard_units.h); a unit's gradients are flattened
 //   into one buffer padded to a multiple of N (so each collective is one call) and reduced:
@@ -17,9 +18,13 @@
 //            "shard.unitK", all-gathered and split into the parameters before the forward uses
 //            them and gathered again for backward, so whole parameters live only while a unit
 //            computes (FSDP); autodiff turns the gather into the gradient's reduce_scatter.
-//   The loss and gradients are the global batch's mean: the reduced gradient sum is scaled by
-//   1/N (exact for N a power of two), the loss is all-reduced and scaled likewise; global-norm
-//   clipping and loss scaling's found_inf all-reduce their sums of squares.
+//   The loss and gradients are the global batch's mean: the reduced sums of the ranks' 1/B-scaled
+//   losses and gradients, with nothing scaled by 1/N. (Scaling a rank's seed by N/B and the sum
+//   by 1/N, as memc did before, is the same in exact arithmetic, but for N not a power of two it
+//   rounds every 16-bit tensor of the backward differently from one device: bf16-mixed
+//   gradients on 3 ranks were 3× farther from one device's than on 2 or 4, bench/journal/2026.md
+//   §44.) Without the global batch (ShardOptions::batch 0) the rank's mean is scaled by 1/N.
+//   Global-norm clipping and loss scaling's found_inf all-reduce their sums of squares.
 //   zero3's gathers are async pairs, prefetched one unit ahead: unit k's all_gather_start reads
 //   unit k−1's first split piece as its `after` point, forward and backward (the schedule pass
 //   keeps that order when it costs at most one unit in flight each way, passes/schedule.h).
@@ -71,6 +76,8 @@ struct ShardOptions {
   bool replicate_states = false;
   bool active() const { return devices > 1 || stage != ShardStage::kNone; }
   bool uneven() const { return devices > 1 && batch > 0 && batch % devices != 0; }
+  // Each rank's loss divides by the global batch, and the ranks' reduced values are summed.
+  bool global_divisor() const { return devices > 1 && batch > 0; }
   // The parameters are per-unit flat arguments (zero3's shards, or streamed whole units).
   bool flat_params() const { return stage == ShardStage::kZero3 || stream_params; }
   // Streaming on N ranks streams each rank's zero3 shards: one device, or zero3.
@@ -180,7 +187,8 @@ void overlap_reductions(Module& m, const std::vector<ValueId>& dones, const std:
 // {kNoValue, values[0], …, values[n−2]}: each unit's predecessor's value (overlap_reductions'
 // `after` when units are in forward order).
 std::vector<ValueId> previous_unit(const std::vector<ValueId>& values);
-// v / N in v's dtype (the mean over ranks of an all-reduced sum).
+// The global batch's mean from the ranks' reduced sum `v`: v itself when each rank's loss
+// divides by the global batch (ShardOptions::global_divisor), else v / N in v's dtype.
 ValueId mean_over_ranks(Module& m, ValueId v, const ShardOptions& options);
 // After the optimizer updated `unit.weight` to `updated`: all_gather the blocks and write each
 // parameter's slice back as its update.

@@ -154,11 +154,14 @@ Expected<StepValues> step_inputs(Module& module, bool loss_scaling) {
   return v;
 }
 
-// The rank's loss when the devices do not divide the global batch: its sum over the real rows,
-// divided by batch/devices (the ranks' mean then is the global batch's mean loss).
+// A rank's loss: its sum over its real rows divided by the global batch, so the ranks' sum is
+// the global batch's mean loss and the backward seeds each row as one device does (passes/shard.h);
+// a short slice's padding row is ignored.
 LossRows loss_rows(const ShardOptions& shard) {
-  if (!shard.uneven()) return {};
-  return {.divisor = static_cast<double>(shard.batch) / static_cast<double>(shard.devices), .ignore_label = kPaddingLabel};
+  if (!shard.global_divisor()) return {};
+  LossRows rows{.divisor = static_cast<double>(shard.batch)};
+  if (shard.uneven()) rows.ignore_label = kPaddingLabel;
+  return rows;
 }
 
 // One batch's loss and gradients: softmax cross-entropy (times the loss scale), autodiff, then
