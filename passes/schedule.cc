@@ -144,8 +144,11 @@ bool is_prefetch(const Node& node) { return node.op.ends_with("_start") && node.
 // A transfer's start whose source the step computes (a gradient staged for a host update, a
 // weight's new value going back to the device): issued as soon as that source exists, since its
 // source stays live until the done anyway. A start from an argument waits for its place.
+// A collective's start on a computed value (a unit's gradient reduction) likewise: its input stays
+// live until the done, and a late start only shortens what compute hides of it.
 bool is_copy_of_computed(const Module& m, const Node& node) {
-  return node.def && (node.def->flags & kOpTransfer) && node.op.ends_with("_start") && m.value(node.inputs[0]).producer != kNoNode;
+  return node.def && (node.def->flags & (kOpTransfer | kOpCollective)) && node.op.ends_with("_start") &&
+         m.value(node.inputs[0]).producer != kNoNode;
 }
 
 // (bucket, primary, current position): smallest first; the position makes keys unique.
