@@ -6,9 +6,11 @@
 // shard_block, and a done's result where it is not in place.
 // Ordering: a start first orders the communicator after the work queued on the node's stream
 // (Communicator::follow: a no-op for MPI, whose CPU kernels have all finished; NCCL's own stream
-// waits for the compute stream), so it reads its input once computed. A done, and each blocking
-// collective, waits on the host with the communicator's deadline before the next node is
-// launched, so nothing reads a result early and a dead peer fails the step instead of hanging.
+// waits for the compute stream), so it reads its input once computed. A done orders what follows
+// it on the node's stream after the collective (Communicator::wait_on: MPI waits on the host;
+// NCCL makes the compute stream wait, and the executor's settle() at the step's end checks the
+// deadline), and each blocking collective waits on the host, so nothing reads a result early and
+// a dead peer fails the step instead of hanging.
 #pragma once
 #include <string>
 #include <string_view>
@@ -82,7 +84,7 @@ Status done_kernel(KernelContext& ctx, Copy& copy) {
   Tensor& y = *ctx.outputs[0];
   if (ctx.comm) {
     MEMC_ASSIGN_OR_RETURN(const comm::RequestId request, ctx.comm->take(pending.raw()));
-    MEMC_RETURN_IF_ERROR(ctx.comm->wait(request));
+    MEMC_RETURN_IF_ERROR(ctx.comm->wait_on(request, ctx.stream));
   }
   if (y.raw() == pending.raw()) return Status::Ok();  // in place in a planned arena
   return copy(y.raw(), pending.raw(), static_cast<int64_t>(y.nbytes()));

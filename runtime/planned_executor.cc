@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/comm/communicator.h"
 #include "ir/op_registry.h"
 #include "runtime/op_profile.h"
 
@@ -137,7 +138,12 @@ Status PlannedExecutor::run(const ExecOptions& options) {
   }
   if (graphs && eager_runs_ > 0) return capture_and_launch(options, stream);
   ++eager_runs_;
-  MEMC_RETURN_IF_ERROR(launch_kernels(options, stream, poison));
+  const Status launched = launch_kernels(options, stream, poison);
+  // The collectives the compute stream waits on first, with the communicator's deadline: a dead
+  // peer fails here instead of hanging the stream's synchronize.
+  const Status settled = options.comm ? options.comm->settle() : Status::Ok();
+  MEMC_RETURN_IF_ERROR(launched);
+  MEMC_RETURN_IF_ERROR(settled);
   return backend_->synchronize(stream);
 }
 
@@ -204,6 +210,7 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
     const double span_start = timed && options.train_step ? profiled_step_ms() : 0.0;
     Status st = (*step.kernel)(ctx);
     if (timed && st.ok()) {
+      if (options.comm) MEMC_RETURN_IF_ERROR(options.comm->settle());  // a done's span holds its wait
       MEMC_RETURN_IF_ERROR(backend_->synchronize(stream));
       record_op_time(node.op, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       if (options.train_step) {

@@ -4,9 +4,12 @@
 // the seam during a real training step of the digits ViT.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "backends/backend.h"
+#include "backends/comm/communicator.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cuda/target.h"
 #include "backends/cuda_module.h"
@@ -65,10 +68,12 @@ class RecordingBackend final : public Backend {
   void destroy(Event) override {}
   Status synchronize(Stream) override {
     ++counts.synchronizes;
+    if (log) log->push_back("synchronize");
     return Status::Ok();
   }
 
   Counts counts;
+  std::vector<std::string>* log = nullptr;  // synchronize() appends to it when set
 
  private:
   static Status trampoline(KernelContext& ctx) {
@@ -163,6 +168,97 @@ TEST(BackendSeam, TrainingStepCrossesOnlyTheSeam) {
 
 // Check mode fills every output that does not share an input's bytes with NaN before its
 // kernel runs: a kernel that left part of its output unwritten would turn the loss into NaN.
+// Rank 0 of two whose peer's blocks equal its own; logs each call, and settle() fails on demand.
+class LoggingCommunicator final : public comm::Communicator {
+ public:
+  explicit LoggingCommunicator(std::vector<std::string>& log) : log_(log) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string_view transport() const override { return "logging"; }
+  comm::BufferSpace buffers() const override { return comm::BufferSpace::kHost; }
+  Expected<comm::RequestId> start_all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    std::memcpy(recv, send, bytes);
+    std::memcpy(static_cast<char*>(recv) + bytes, send, bytes);
+    return started();
+  }
+  Expected<comm::RequestId> start_reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, comm::ReduceOp) override {
+    std::memmove(recv, send, static_cast<size_t>(count) * dtype_size(dtype));
+    return started();
+  }
+  Expected<comm::RequestId> start_all_reduce(const void* send, void* recv, int64_t count, DType dtype, comm::ReduceOp) override {
+    std::memmove(recv, send, static_cast<size_t>(count) * dtype_size(dtype));
+    return started();
+  }
+  Expected<comm::RequestId> start_broadcast(void*, int64_t, DType, int) override { return started(); }
+  Status wait(comm::RequestId) override {
+    log_.push_back("wait");
+    return Status::Ok();
+  }
+  Status wait_on(comm::RequestId, void*) override {
+    log_.push_back("wait_on");
+    return Status::Ok();
+  }
+  Status settle() override {
+    log_.push_back("settle");
+    return settle_status;
+  }
+  Status barrier() override { return Status::Ok(); }
+  [[noreturn]] void abort(int) override { std::abort(); }
+
+  Status settle_status = Status::Ok();
+
+ private:
+  comm::RequestId started() {
+    log_.push_back("start");
+    return next_++;
+  }
+  std::vector<std::string>& log_;
+  comm::RequestId next_ = 1;
+};
+
+// A done node leaves its wait to the stream (Communicator::wait_on: NCCL's compute stream waits
+// on the collective's event and the host goes on launching), and the step settles every such
+// wait, with the deadline, before it waits for the compute stream: a peer that never finishes
+// fails the step there instead of hanging the synchronize.
+TEST(BackendSeam, DonesWaitOnTheStreamAndTheStepSettlesBeforeSynchronizing) {
+  CompileOptions options;
+  options.batch = 8;
+  options.optimizer.kind = "adamw";
+  options.shard = *parse_shard("zero3", 2);
+  const std::string model = source_path("models/vit_tiny.onnx");
+  auto plan = compile_model(model, model + ".plan", options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  int64_t dones = 0;
+  for (NodeId n : plan->train.schedule()) dones += plan->train.node(n).op.ends_with("_done");
+  ASSERT_GT(dones, 4);
+
+  std::vector<std::string> log;
+  RecordingBackend backend;
+  backend.log = &log;
+  DeviceMemory memory(backend);
+  auto exec = PlannedExecutor::create(plan->train, memory);
+  ASSERT_TRUE(exec.ok()) << exec.status().message();
+  std::mt19937 rng(3);
+  feed_all(*exec, rng);
+  LoggingCommunicator comm(log);
+  log.clear();
+  ASSERT_TRUE(exec->run(ExecOptions{.training = true, .seed = 1, .step = 1, .comm = &comm}).ok());
+  EXPECT_EQ(std::count(log.begin(), log.end(), "wait_on"), dones);
+  ASSERT_GE(log.size(), 2u);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "settle"), 1);
+  EXPECT_EQ(log[log.size() - 2], "settle");
+  EXPECT_EQ(log.back(), "synchronize");
+
+  feed_all(*exec, rng, /*per_step=*/true);
+  log.clear();
+  comm.settle_status = Status::Internal("rank 0 of 2: nccl reduce_scatter did not complete within 1 s");
+  const Status failed = exec->run(ExecOptions{.training = true, .seed = 1, .step = 2, .comm = &comm});
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("did not complete within 1 s"), std::string::npos) << failed.message();
+  EXPECT_EQ(std::count(log.begin(), log.end(), "synchronize"), 0);  // the stream may wait on it forever
+}
+
 TEST(BackendSeam, PoisonedOutputsChangeNothing) {
   const Plan plan = compile_vit("none");
   DeviceMemory a, b;

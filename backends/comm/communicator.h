@@ -48,6 +48,15 @@ class Communicator {
   virtual Expected<RequestId> start_broadcast(void* buffer, int64_t count, DType dtype, int root) = 0;
   // Completes a started collective, or fails naming what went wrong (timeout, a dead peer).
   virtual Status wait(RequestId request) = 0;
+  // Completes a started collective for the work queued on `stream` (a backend's compute stream)
+  // from now on. A device transport does it without blocking the host: the stream waits for the
+  // collective, and the check that it finished in time and without error moves to settle().
+  // Default: wait() on the host.
+  virtual Status wait_on(RequestId request, void* stream) { return wait(request); }
+  // Blocks until every collective that wait_on() left to the device has completed, each within
+  // the deadline, or fails naming the first that did not. Call it before the host reads what
+  // the step computed, and before waiting for the compute stream (which may wait on them).
+  virtual Status settle() { return Status::Ok(); }
   // Orders the collectives started from now on after the work queued so far on `stream` (a
   // backend's compute stream, cudaStream_t). MPI's buffers are host memory written by kernels
   // that have returned: nothing to do.

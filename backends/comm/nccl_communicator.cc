@@ -106,7 +106,8 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(Communicato
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  for (auto& [id, entry] : pending_) {
+  for (auto& [id, entry] : pending_) deferred_.push_back(entry);
+  for (const Pending& entry : deferred_) {
     cudaEventDestroy(static_cast<cudaEvent_t>(entry.begin));
     cudaEventDestroy(static_cast<cudaEvent_t>(entry.end));
   }
@@ -162,6 +163,7 @@ std::vector<double> NcclCommunicator::take_transfer_ms() {
   std::vector<double> taken;
   taken.swap(transfer_ms_);
   for (auto& [id, entry] : pending_) entry.slot = SIZE_MAX;  // started before: no longer reported
+  for (Pending& entry : deferred_) entry.slot = SIZE_MAX;
   return taken;
 }
 
@@ -200,16 +202,19 @@ Expected<RequestId> NcclCommunicator::start_broadcast(void* buffer, int64_t coun
   return track("broadcast", start, ncclBroadcast(buffer, buffer, static_cast<size_t>(count), *type, root, as_comm(comm_), as_stream(stream_)));
 }
 
-Status NcclCommunicator::wait(RequestId id) {
+Expected<NcclCommunicator::Pending> NcclCommunicator::take_pending(RequestId id) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return Status::Internal(str_cat("rank ", rank_, ": wait for unknown request ", id));
   const Pending entry = it->second;
   pending_.erase(it);
+  return entry;
+}
+
+Status NcclCommunicator::complete(const Pending& entry, std::chrono::steady_clock::time_point deadline) {
   const char* op = entry.op;
   cudaEvent_t event = static_cast<cudaEvent_t>(entry.end);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
   Status result = Status::Ok();
-  while (true) {
+  while (comm_) {  // after an abort the event is only freed
     const cudaError_t state = cudaEventQuery(event);
     if (state == cudaSuccess) break;
     if (state != cudaErrorNotReady) {
@@ -232,7 +237,7 @@ Status NcclCommunicator::wait(RequestId id) {
     // A collective that cannot finish holds the stream: abort the communicator so it is freed.
     ncclCommAbort(as_comm(comm_));
     comm_ = nullptr;
-  } else if (entry.slot < transfer_ms_.size()) {  // both events have completed: the collective's device time
+  } else if (comm_ && entry.slot < transfer_ms_.size()) {  // both events have completed: the collective's device time
     float ms = 0;
     if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(entry.begin), event) == cudaSuccess) transfer_ms_[entry.slot] = ms;
   }
@@ -241,8 +246,38 @@ Status NcclCommunicator::wait(RequestId id) {
   return result;
 }
 
+static std::chrono::steady_clock::time_point deadline_after(double seconds) {
+  return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+Status NcclCommunicator::wait(RequestId id) {
+  MEMC_ASSIGN_OR_RETURN(const Pending entry, take_pending(id));
+  return complete(entry, deadline_after(timeout_s_));
+}
+
+Status NcclCommunicator::wait_on(RequestId id, void* stream) {
+  MEMC_ASSIGN_OR_RETURN(const Pending entry, take_pending(id));
+  if (cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(entry.end), 0) != cudaSuccess) {
+    return complete(entry, deadline_after(timeout_s_));  // the host waits instead
+  }
+  deferred_.push_back(entry);
+  return Status::Ok();
+}
+
+Status NcclCommunicator::settle() {
+  const auto deadline = deadline_after(timeout_s_);
+  Status result = Status::Ok();
+  for (const Pending& entry : deferred_) {
+    Status st = complete(entry, deadline);
+    if (result.ok() && !st.ok()) result = std::move(st);
+  }
+  deferred_.clear();
+  return result;
+}
+
 Status NcclCommunicator::barrier() {
   // Work queued on the stream first, then the ranks meet over the bootstrap (no device buffer).
+  MEMC_RETURN_IF_ERROR(settle());
   MEMC_RETURN_IF_ERROR(usable("barrier"));
   const cudaError_t err = cudaStreamSynchronize(as_stream(stream_));
   if (err != cudaSuccess) return failure("barrier", cudaGetErrorString(err));

@@ -1,11 +1,15 @@
 // Collectives between GPU ranks over NCCL, one GPU per rank. Bootstrapped through MPI: rank 0
 // makes the ncclUniqueId and the bootstrap communicator broadcasts it. Buffers are device
-// memory; collectives run on this communicator's own CUDA stream, and wait() polls a CUDA event
-// with the bootstrap's deadline, checking ncclCommGetAsyncError, so a dead peer fails the wait
-// (the communicator is then aborted with ncclCommAbort) instead of hanging. bf16/f16 use NCCL's
+// memory; collectives run on this communicator's own CUDA stream. A done node's wait_on() makes
+// the compute stream wait for the collective's end event (cudaStreamWaitEvent), so the host goes
+// on launching compute; settle() at the step's end, and wait() for a blocking collective, poll
+// the events with the bootstrap's deadline, checking ncclCommGetAsyncError, so a dead peer fails
+// the step (the communicator is then aborted with ncclCommAbort, which frees both streams)
+// instead of hanging. bf16/f16 use NCCL's
 // own reductions (f32 arithmetic, rounded per step), the same contract as the MPI user ops.
 // Built whenever CUDA and NCCL are found; create() fails, saying why, where there is no GPU.
 #pragma once
+#include <chrono>
 #include <map>
 #include <vector>
 #include <memory>
@@ -33,6 +37,8 @@ class NcclCommunicator final : public Communicator {
   Expected<RequestId> start_all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
   Expected<RequestId> start_broadcast(void* buffer, int64_t count, DType dtype, int root) override;
   Status wait(RequestId request) override;
+  Status wait_on(RequestId request, void* stream) override;
+  Status settle() override;
   Status follow(void* stream) override;  // this communicator's stream waits for `stream`'s work
   Status barrier() override;
   [[noreturn]] void abort(int exit_code) override;
@@ -45,6 +51,10 @@ class NcclCommunicator final : public Communicator {
   Expected<RequestId> track(const char* op, void* begin, int nccl_result);
   Status failure(const char* op, const std::string& why) const;
   Status usable(const char* op) const;
+  struct Pending;
+  // Polls the collective's end event until `deadline`; records its device time; frees its events.
+  Status complete(const Pending& entry, std::chrono::steady_clock::time_point deadline);
+  Expected<Pending> take_pending(RequestId request);
 
   Communicator* bootstrap_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0;
@@ -59,6 +69,7 @@ class NcclCommunicator final : public Communicator {
     size_t slot;   // its place in transfer_ms_
   };
   std::map<RequestId, Pending> pending_;
+  std::vector<Pending> deferred_;  // wait_on()'s, in the order waited: settle() checks them
   RequestId next_request_ = 1;
   std::vector<double> transfer_ms_;  // per collective started, in order (take_transfer_ms)
 };

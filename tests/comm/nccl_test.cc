@@ -69,6 +69,43 @@ TEST(NcclComm, CollectivesUseTheRankOrderedLayout) {
   cudaFree(d_recv);
 }
 
+// A done on the compute stream: the stream waits for the collective (the host does not), a copy
+// queued behind the wait reads the gathered blocks, and settle() checks and times the collective.
+TEST(NcclComm, WaitOnTheComputeStreamOrdersWhatFollowsAndSettleChecksIt) {
+  REQUIRE_GPUS();
+  auto created = NcclCommunicator::create(*g_comm, -1, 60);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  NcclCommunicator& nccl = **created;
+  const int R = nccl.size(), r = nccl.rank();
+  const int64_t count = 1 << 20;
+  std::vector<float> send(count, static_cast<float>(r + 1)), back(count * R);
+  float *d_send = nullptr, *d_recv = nullptr, *d_copy = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_send, count * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_recv, count * R * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_copy, count * R * sizeof(float)), cudaSuccess);
+  cudaMemcpy(d_send, send.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  nccl.take_transfer_ms();
+  ASSERT_TRUE(nccl.follow(compute).ok());
+  auto request = nccl.start_all_gather(d_send, d_recv, count, DType::kF32);
+  ASSERT_TRUE(request.ok()) << request.status().message();
+  ASSERT_TRUE(nccl.wait_on(*request, compute).ok());
+  cudaMemcpyAsync(d_copy, d_recv, count * R * sizeof(float), cudaMemcpyDeviceToDevice, compute);
+  ASSERT_TRUE(nccl.settle().ok());
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  cudaMemcpy(back.data(), d_copy, back.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  for (int b = 0; b < R; ++b) ASSERT_EQ(back[b * count + count - 1], static_cast<float>(b + 1)) << b;
+  const std::vector<double> ms = nccl.take_transfer_ms();
+  ASSERT_EQ(ms.size(), 1u);
+  EXPECT_GT(ms[0], 0.0);
+  EXPECT_TRUE(nccl.settle().ok());  // nothing left to settle
+  cudaStreamDestroy(compute);
+  cudaFree(d_send);
+  cudaFree(d_recv);
+  cudaFree(d_copy);
+}
+
 TEST(NcclComm, Bf16SumsRoundOncePerAddition) {
   REQUIRE_GPUS();
   auto created = NcclCommunicator::create(*g_comm, -1, 60);
