@@ -144,10 +144,18 @@ bool is_prefetch(const Node& node) { return node.op.ends_with("_start") && node.
 // A transfer's start whose source the step computes (a gradient staged for a host update, a
 // weight's new value going back to the device): issued as soon as that source exists, since its
 // source stays live until the done anyway. A start from an argument waits for its place.
-// A collective's start on a computed value (a unit's gradient reduction) likewise: its input stays
-// live until the done, and a late start only shortens what compute hides of it.
 bool is_copy_of_computed(const Module& m, const Node& node) {
-  return node.def && (node.def->flags & (kOpTransfer | kOpCollective)) && node.op.ends_with("_start") &&
+  return node.def && (node.def->flags & kOpTransfer) && node.op.ends_with("_start") && m.value(node.inputs[0]).producer != kNoNode;
+}
+
+// A collective's start on a computed value without an `after` point: a unit's gradient
+// reduction (zero1/2's all-reduce or reduce-scatter, zero3's reduce-scatter from autodiff). An
+// order that overlaps collectives issues it as soon as its gradient exists: its input stays live
+// until the done anyway, and a memory-first policy would otherwise start it right before its
+// done, hiding nothing. Its result (1/N of the input for a reduce-scatter, all of it for an
+// all-reduce) is what the overlap costs.
+bool is_reduction_start(const Module& m, const Node& node) {
+  return node.def && (node.def->flags & kOpCollective) && node.op.ends_with("_start") && node.inputs.size() == 1 &&
          m.value(node.inputs[0]).producer != kNoNode;
 }
 
@@ -216,7 +224,7 @@ class ListScheduler {
     const int32_t pos = g_.position[n];
     // A prefetching start (one with an `after` point) goes as soon as that point allows:
     // delaying it would only shorten the overlap it was placed for.
-    if (prefetch_ && is_prefetch(m_.node(n))) return Key{-1, pos, pos};
+    if (prefetch_ && (is_prefetch(m_.node(n)) || is_reduction_start(m_, m_.node(n)))) return Key{-1, pos, pos};
     if (is_copy_of_computed(m_, m_.node(n))) return Key{-1, pos, pos};
     // What reads a prefetched transfer's result (a unit's split) waits until it is needed, or
     // the next prefetch, which follows it, would run ahead through every unit.
@@ -319,14 +327,17 @@ Expected<ScheduleReport::Candidate> measure(const Module& m, const std::string& 
   return c;
 }
 
-// What prefetching may add to the peak: one unit in flight each way, forward and backward (twice
-// the largest prefetched buffer).
+// What overlapping collectives may add to the peak: one unit in flight each way, forward and
+// backward (twice the largest prefetched buffer), and one gradient reduction's result in flight
+// beside the one a late start would hold (twice the largest).
 int64_t prefetch_allowance(const Module& m) {
-  int64_t largest = 0;
+  int64_t gathered = 0, reduced = 0;
   for (NodeId n : m.schedule()) {
-    if (is_prefetch(m.node(n))) largest = std::max(largest, m.value(m.node(n).outputs[0]).type.bytes());
+    const Node& node = m.node(n);
+    if (is_prefetch(node)) gathered = std::max(gathered, m.value(node.outputs[0]).type.bytes());
+    if (is_reduction_start(m, node)) reduced = std::max(reduced, m.value(node.outputs[0]).type.bytes());
   }
-  return 2 * largest;
+  return 2 * gathered + 2 * reduced;
 }
 
 bool smaller(const ScheduleReport::Candidate& a, const ScheduleReport::Candidate& b) {

@@ -9,10 +9,12 @@
 //    in place (passes/liveness.h rule B), so a read after the update would see the new value.
 //  - Never makes the peak worse: each candidate order is measured with MemoryPlan (arena, then
 //    lower bound) and the current order is kept unless a candidate is strictly smaller.
-//  - Prefetch (collective starts with an `after` point, passes/shard.h): every policy also runs
-//    issuing them as soon as `after` exists. The best such order (the given one included) is kept
-//    when it costs at most twice the largest prefetched buffer (one unit in flight each way)
-//    over the best order without; otherwise the prefetch is dropped.
+//  - Prefetch (collective starts with an `after` point, passes/shard.h) and gradient reductions
+//    (a collective start on a computed value): every policy also runs issuing prefetches as soon
+//    as `after` exists and reductions as soon as their gradient does. The best such order (the
+//    given one included) is kept when it costs at most twice the largest prefetched buffer plus
+//    twice the largest reduction's result (one unit in flight each way) over the best order
+//    without; otherwise the overlap is dropped.
 //  - Run after every pass that adds or removes nodes (precision, microbatch, shard, remat,
 //    offload), right before memory_plan; anything that reorders afterwards voids the choice.
 //
