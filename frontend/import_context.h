@@ -30,6 +30,14 @@ class ImportContext {
   void define(const std::string& onnx_name, ValueId id) { names_[onnx_name] = id; }
   ValueId lookup(const std::string& onnx_name) const;
 
+  // ONNX sequences (SplitToSequence's output) → their tensors, read by SequenceAt at a known
+  // position. memc has no sequence values: a sequence is its items, each an IR tensor.
+  void define_sequence(const std::string& onnx_name, std::vector<ValueId> items) { sequences_[onnx_name] = std::move(items); }
+  const std::vector<ValueId>* sequence(const std::string& onnx_name) const {
+    auto it = sequences_.find(onnx_name);
+    return it == sequences_.end() ? nullptr : &it->second;
+  }
+
   // Values whose contents are known at import time.
   const Tensor* constant_of(ValueId v) const;
   // Adds a memc.constant holding `value` and records it as known.
@@ -87,6 +95,7 @@ class ImportContext {
   int64_t opset_;
   bool training_export_ = false;
   std::unordered_map<std::string, ValueId> names_;
+  std::unordered_map<std::string, std::vector<ValueId>> sequences_;
   std::unordered_map<ValueId, Tensor> constants_;
   const onnx::NodeProto* node_ = nullptr;
   int node_index_ = 0;

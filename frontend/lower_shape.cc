@@ -456,6 +456,67 @@ Status lower_split(ImportContext& ctx) {
   return Status::Ok();
 }
 
+// SplitToSequence(x[, split]) → a sequence of slices along `axis`: chunks of `split` (a scalar:
+// the last may be shorter) or the sizes it lists; without it, pieces of 1, squeezed unless
+// keepdims. Only SequenceAt at a known position may read the sequence (as torch's exporters
+// write tensor.split / chunk without the optimizer): the items are plain tensors.
+Status lower_split_to_sequence(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape in = ctx.type(x).shape;
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", 0), in.size()));
+  const int64_t dim = in[axis];
+  std::vector<int64_t> sizes;
+  const bool given = ctx.has_input(1);
+  if (given) {
+    const Tensor* split = ctx.input_constant(1);
+    if (split == nullptr) return ctx.error("split sizes computed at run time are not supported");
+    MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> listed, ctx.input_ints(1, "split"));
+    if (split->rank() == 0) {
+      if (listed.size() != 1 || listed[0] < 1) return ctx.error("split chunk must be at least 1");
+      for (int64_t offset = 0; offset < dim; offset += listed[0]) sizes.push_back(std::min(listed[0], dim - offset));
+    } else {
+      sizes = listed;
+    }
+  } else {
+    sizes.assign(static_cast<size_t>(dim), 1);
+  }
+  const bool squeeze = !given && ctx.attr_int("keepdims", 1) == 0;
+  std::vector<ValueId> items;
+  int64_t offset = 0;
+  for (const int64_t size : sizes) {
+    if (size < 0 || size > dim - offset) return ctx.error(str_cat("split sizes exceed dim ", dim));
+    Attrs a;
+    a.set("axes", std::vector<int64_t>{axis});
+    a.set("starts", std::vector<int64_t>{offset});
+    a.set("ends", std::vector<int64_t>{offset + size});
+    a.set("steps", std::vector<int64_t>{1});
+    MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("slice", {x}, std::move(a)));
+    if (squeeze) {
+      Shape out = in;
+      out.erase(out.begin() + axis);
+      MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, out));
+    }
+    items.push_back(y);
+    offset += size;
+  }
+  if (offset != dim) return ctx.error(str_cat("split sizes sum to ", offset, ", dim is ", dim));
+  if (ctx.has_output(0)) ctx.define_sequence(ctx.node().output(0), std::move(items));
+  return Status::Ok();
+}
+
+// SequenceAt(sequence, position): the item, where the sequence is SplitToSequence's and the
+// position is known at import (negative counts from the end).
+Status lower_sequence_at(ImportContext& ctx) {
+  const std::vector<ValueId>* items = ctx.has_input(0) ? ctx.sequence(ctx.node().input(0)) : nullptr;
+  if (items == nullptr) return ctx.error(str_cat("input '", ctx.has_input(0) ? ctx.node().input(0) : "", "' is not a sequence from SplitToSequence"));
+  if (ctx.input_constant(1) == nullptr) return ctx.error("a position computed at run time is not supported");
+  MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> position, ctx.input_ints(1, "position"));
+  const auto n = static_cast<int64_t>(items->size());
+  const int64_t at = position.size() == 1 && position[0] < 0 ? position[0] + n : (position.empty() ? -1 : position[0]);
+  if (position.size() != 1 || at < 0 || at >= n) return ctx.error(str_cat("position is outside the sequence of ", n));
+  return ctx.bind(0, (*items)[static_cast<size_t>(at)]);
+}
+
 Status lower_expand(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(auto dims, ctx.input_ints(1, "Expand shape"));
@@ -574,6 +635,8 @@ void add_shape_lowerings(LoweringTable& table) {
   table["ScatterND"] = lower_scatter_nd;
   table["Slice"] = lower_slice;
   table["Split"] = lower_split;
+  table["SplitToSequence"] = lower_split_to_sequence;
+  table["SequenceAt"] = lower_sequence_at;
   table["Expand"] = lower_expand;
   table["Tile"] = lower_tile;
   table["Pad"] = lower_pad;

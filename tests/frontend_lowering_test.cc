@@ -239,6 +239,56 @@ TEST(FrontendLowering, SplitAcrossOpsets) {
   }
 }
 
+// torch's dynamo exporter without its optimizer writes tensor.split(n, dim) as SplitToSequence
+// read by SequenceAt (GPT-2's q/k/v, the export memc's Python package makes): the sequence's
+// items are slices; a scalar split makes chunks (the last shorter), none makes pieces of 1,
+// squeezed without keepdims; a negative position counts from the end.
+TEST(FrontendLowering, SplitToSequenceReadBySequenceAt) {
+  const Tensor x = make_tensor(DType::kF32, {5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  {
+    OnnxBuilder b(20);
+    b.input("x", {5, 2}).output("a").output("c");
+    b.scalar("two", 2, DType::kI64).scalar("zero", 0, DType::kI64).scalar("minus_one", -1, DType::kI64);
+    b.node("SplitToSequence", {"x", "two"}, {"seq"});
+    b.node("SequenceAt", {"seq", "zero"}, {"a"});
+    b.node("SequenceAt", {"seq", "minus_one"}, {"c"});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(m->value(m->outputs()[0]).type.shape, (Shape{2, 2}));
+    EXPECT_EQ(m->value(m->outputs()[1]).type.shape, (Shape{1, 2}));  // 5 = 2 + 2 + 1
+    auto out = execute(*m, {{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    expect_values(out->at(0), {0, 1, 2, 3});
+    expect_values(out->at(1), {8, 9});
+  }
+  {
+    OnnxBuilder b(20);
+    b.input("x", {5, 2}).output("b");
+    b.scalar("one", 1, DType::kI64);
+    auto& n = b.node("SplitToSequence", {"x"}, {"seq"});
+    testing::attr_i(n, "axis", 1);
+    testing::attr_i(n, "keepdims", 0);
+    b.node("SequenceAt", {"seq", "one"}, {"b"});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(m->value(m->outputs()[0]).type.shape, (Shape{5}));
+    auto out = execute(*m, {{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    expect_values(out->at(0), {1, 3, 5, 7, 9});
+  }
+  {  // a position past the end: one line naming the node
+    OnnxBuilder b(20);
+    b.input("x", {5, 2}).output("b");
+    b.scalar("nine", 9, DType::kI64).ints("sizes", {3, 2});
+    b.node("SplitToSequence", {"x", "sizes"}, {"seq"});
+    b.node("SequenceAt", {"seq", "nine"}, {"b"}, "at_nine");
+    auto m = b.import(raw());
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find("node 'at_nine' (SequenceAt, opset 20): position is outside the sequence of 2"), std::string::npos)
+        << m.status().message();
+  }
+}
+
 TEST(FrontendLowering, ConcatGatherExpandTilePad) {
   OnnxBuilder b;
   b.input("x", {2, 2}).input("ids", {3}, onnx::TensorProto::INT64).output("c").output("g").output("e").output("t").output("p");
@@ -498,8 +548,8 @@ TEST(FrontendLowering, SupportedOpListCoversTheBrief) {
                          "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul", "Max",
                          "Mean", "Min", "Mod", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "Range", "Reciprocal", "ReduceL2",
                          "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu",
-                         "Reshape", "Round", "Shape", "Sigmoid", "Sign", "Sin", "Size", "Slice", "Softmax", "Softplus",
-                         "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"}) {
+                         "Reshape", "Round", "SequenceAt", "Shape", "Sigmoid", "Sign", "Sin", "Size", "Slice", "Softmax", "Softplus",
+                         "Split", "SplitToSequence", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"}) {
     EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
   }
 }
