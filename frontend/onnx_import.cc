@@ -65,8 +65,11 @@ class Importer {
   bool training_export(const std::vector<onnx::NodeProto>& nodes) const;
   void find_static_operands(const std::vector<onnx::NodeProto>& nodes);
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
-    return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name());
+    return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
+           !buffers_.count(init.name());
   }
+  // The module's buffers, as the export's graph signature names them (frontend/param_audit.h).
+  std::set<std::string> buffers_;
   // Float initializers read only where an op needs a value known at import (Resize's roi and
   // scales): constants, not parameters.
   std::set<std::string> static_operands_;
@@ -206,6 +209,7 @@ Status Importer::add_initializers(ImportContext& ctx) {
     if (!shape.ok()) return error(str_cat(what, ": ", shape.status().message()));
     if (ctx.lookup(init.name()) != kNoValue) return error(str_cat(what, " is defined twice"));
     const bool no_data = tensor_proto_has_no_data(init);
+    if (audit_.same_as.count(init.name())) continue;  // a folded copy the first one stands for: below
     if (trains(init, *dtype, numel(*shape))) {
       // An exact batch-expanded copy trains as its one row, expanded where the graph reads it.
       auto expanded = audit_.batch_expanded.find(init.name());
@@ -232,6 +236,15 @@ Status Importer::add_initializers(ImportContext& ctx) {
     if (!t.ok()) return error(str_cat(what, ": ", t.status().message()));
     ctx.define(init.name(), ctx.constant(std::move(*t), init.name()));
   }
+  // Each tied folded copy reads the tensor trained for the first; `memc export` writes it back
+  // under both names (module metadata "tied_copies": copy, first, copy, first, ...).
+  std::vector<std::string> tied;
+  for (const auto& [copy, first] : audit_.same_as) {
+    ctx.define(copy, ctx.lookup(first));
+    tied.push_back(copy);
+    tied.push_back(first);
+  }
+  if (!tied.empty()) module_.metadata().set("tied_copies", tied);
   return Status::Ok();
 }
 
@@ -315,6 +328,7 @@ Expected<Module> Importer::run() {
   ctx.set_training_export(training_export(nodes));
   find_static_operands(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
+  buffers_ = exported_buffers(model_);
   audit_ = audit_parameters(model_, nodes, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));
   std::vector<std::string> defined;

@@ -42,6 +42,18 @@ bool op_output_name(const std::string& name) {
 
 // NodeProto.metadata_props (field 9, ONNX ≥ 1.16) is newer than Debian's onnx.proto: protobuf
 // keeps it as an unknown field, each entry a serialized StringStringEntryProto.
+// ValueInfoProto's (field 4) likewise.
+std::string unknown_metadata(const google::protobuf::Message& m, int field, const std::string& key) {
+  const google::protobuf::UnknownFieldSet& fields = m.GetReflection()->GetUnknownFields(m);
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = fields.field(i);
+    if (f.number() != field || f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    onnx::StringStringEntryProto entry;
+    if (entry.ParseFromString(f.length_delimited()) && entry.key() == key) return entry.value();
+  }
+  return "";
+}
+
 std::string metadata(const onnx::NodeProto& n, const std::string& key) {
   constexpr int kMetadataProps = 9;
   const google::protobuf::UnknownFieldSet& fields = n.GetReflection()->GetUnknownFields(n);
@@ -92,6 +104,26 @@ bool all_rows_equal(const Tensor& t) {
 
 std::string node_label(const onnx::NodeProto& n) { return n.name().empty() ? n.op_type() : n.name(); }
 
+// The value_info (or graph input) metadata of each named value, where the export wrote `key`.
+std::map<std::string, std::string> value_metadata(const onnx::ModelProto& model, const std::string& key) {
+  constexpr int kValueInfoMetadata = 4;
+  std::map<std::string, std::string> found;
+  for (const auto* list : {&model.graph().value_info(), &model.graph().input()}) {
+    for (const auto& v : *list) {
+      std::string value = unknown_metadata(v, kValueInfoMetadata, key);
+      if (!value.empty()) found[v.name()] = std::move(value);
+    }
+  }
+  return found;
+}
+
+// The one name in onnxscript's "['name']" (folded_from); "" for none or several.
+std::string single_source(const std::string& list) {
+  if (list.size() < 4 || list.front() != '[' || list.back() != ']' || std::count(list.begin(), list.end(), '\'') != 2) return "";
+  const size_t open = list.find('\''), close = list.rfind('\'');
+  return list.substr(open + 1, close - open - 1);
+}
+
 // Each finding is printed once per process: compile imports the same model several times.
 void warn_once(const std::string& line) {
   static std::mutex mu;
@@ -100,7 +132,53 @@ void warn_once(const std::string& line) {
   if (seen.insert(line).second) warn(line);
 }
 
+// Folded copies of one parameter (ALBERT's shared feed-forward weights, folded once per layer
+// that uses them): when they have one layout and equal values, the first stands for all, so the
+// parameter trains as one tensor, as the module shares it.
+template <class Report>
+void tie_folded_copies(const onnx::ModelProto& model, const std::string& base_dir, ParamAudit& audit, Report&& report) {
+  std::map<std::string, std::vector<std::string>> copies;  // parameter → its folded copies, in graph order
+  for (const auto& init : model.graph().initializer()) {
+    if (auto it = audit.folded_from.find(init.name()); it != audit.folded_from.end()) copies[it->second].push_back(init.name());
+  }
+  std::map<std::string, const onnx::TensorProto*> by_name;
+  for (const auto& init : model.graph().initializer()) by_name[init.name()] = &init;
+  for (const auto& [from, names] : copies) {
+    if (names.size() < 2) continue;
+    const onnx::TensorProto& first = *by_name.at(names[0]);
+    Expected<Tensor> reference = tensor_proto_has_no_data(first) ? Expected<Tensor>(Status::BadInput("no data")) : tensor_from_proto(first, base_dir);
+    std::vector<std::string> tied;
+    for (size_t k = 1; k < names.size(); ++k) {
+      const onnx::TensorProto& other = *by_name.at(names[k]);
+      const bool same_layout = other.data_type() == first.data_type() &&
+                               std::equal(other.dims().begin(), other.dims().end(), first.dims().begin(), first.dims().end());
+      if (!same_layout) continue;
+      if (reference.ok() && !tensor_proto_has_no_data(other)) {  // equal values, checked; a skeleton has none to check
+        Expected<Tensor> value = tensor_from_proto(other, base_dir);
+        if (!value.ok() || value->nbytes() != reference->nbytes() || std::memcmp(value->raw(), reference->raw(), value->nbytes()) != 0) continue;
+      }
+      audit.same_as[names[k]] = names[0];
+      tied.push_back("'" + names[k] + "'");
+      const std::string superseded = "initializer '" + names[k] + "' [";  // "memc trains it as '<copy>'" no longer holds
+      std::erase_if(audit.findings, [&](const std::string& line) { return line.rfind(superseded, 0) == 0; });
+    }
+    if (tied.empty()) continue;
+    std::string list;
+    for (size_t i = 0; i < tied.size(); ++i) list += (i ? ", " : "") + tied[i];
+    report(str_cat("initializers '", names[0], "' and ", list, " are the exporter's folded copies of one parameter '", from,
+                   "' (equal values): memc trains them as one tensor, '", names[0], "', as the model shares it"));
+  }
+}
+
 }  // namespace
+
+std::set<std::string> exported_buffers(const onnx::ModelProto& model) {
+  std::set<std::string> buffers;
+  for (const auto& [name, kind] : value_metadata(model, "pkg.torch.export.graph_signature.InputSpec.kind")) {
+    if (kind == "BUFFER") buffers.insert(name);
+  }
+  return buffers;
+}
 
 Tensor first_row(const Tensor& t) {
   Shape shape = t.shape();
@@ -121,10 +199,16 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
       if (weights.count(in) && seen.insert(in).second) uses[in].push_back(&n);
   }
   ParamAudit audit;
-  auto report = [&](const std::string& line) {
-    audit.findings.push_back(line);
-    if (print_warnings) warn_once(file + ": " + line);
-  };
+  auto report = [&](const std::string& line) { audit.findings.push_back(line); };
+  const std::map<std::string, std::string> folded = value_metadata(model, "pkg.onnxscript.optimizer.folded_from");
+  for (const std::string& name : exported_buffers(model)) {
+    const auto& inits = model.graph().initializer();
+    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; });
+    if (init == inits.end()) continue;
+    const auto dtype = dtype_from_onnx(init->data_type());
+    if (!dtype.ok() || !is_float(*dtype)) continue;
+    report(str_cat("initializer '", name, "' is a buffer of the PyTorch module (torch.export's graph signature says so): memc keeps it constant, as PyTorch does"));
+  }
   for (const auto& init : model.graph().initializer()) {
     const std::string& name = init.name();
     if (!weights.count(name)) continue;
@@ -163,6 +247,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
     });
     if (dims.size() == 2 && synthesized_name(name) && matmul_weight) {
       std::string from;
+      if (auto it = folded.find(name); it != folded.end()) from = single_source(it->second);  // onnxscript's own record
       for (const auto* n : users)
         if (from.empty()) from = parameter_behind(*n);
       if (!from.empty()) {
@@ -177,6 +262,10 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
       report(str_cat("initializer '", name, "' [", shape_str(dims),
                      "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter"));
     }
+  }
+  tie_folded_copies(model, base_dir, audit, report);
+  if (print_warnings) {
+    for (const std::string& line : audit.findings) warn_once(file + ": " + line);
   }
   return audit;
 }

@@ -21,6 +21,9 @@ struct ParamAudit {
   // Folded transpose → the PyTorch parameter it was computed from, where the exporter's node
   // metadata names it (pkg.torch.onnx.name_scopes / fx_node of the dynamo exporter).
   std::map<std::string, std::string> folded_from;
+  // Folded copies of one parameter with one layout and equal values → the first of them, which
+  // memc trains for all (the export folded a shared weight once per use: ALBERT's layers).
+  std::map<std::string, std::string> same_as;
   // One line per finding, in graph order (also printed as warnings).
   std::vector<std::string> findings;
 };
@@ -32,6 +35,11 @@ struct ParamAudit {
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
                             const std::set<std::string>& weights, int64_t fixed_batch, const std::string& base_dir,
                             const std::string& file, bool print_warnings = true);
+
+// The initializers torch.export's graph signature marks as the module's buffers (the dynamo
+// exporter's value_info metadata, InputSpec kind BUFFER): PyTorch never trains them, so memc
+// keeps them constant (rotary embeddings' inv_freq, for one).
+std::set<std::string> exported_buffers(const onnx::ModelProto& model);
 
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);

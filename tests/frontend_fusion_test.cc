@@ -1,5 +1,6 @@
 // Fusions (pattern in → fused op out, numerics equal to the unfused import), shape folding
 // with a dynamic batch, and error cases (garbage, truncation, unsupported ops, skeletons).
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -283,6 +284,62 @@ TEST(FrontendImport, WeightsVsConstantsAndMetadata) {
   EXPECT_EQ(params, 1);
   EXPECT_EQ(m->metadata().get_int("opset", 0), 17);
   EXPECT_EQ(m->metadata().get_string("producer", ""), "memc-test");
+}
+
+// Today's dynamo exporter records, in value_info metadata (ValueInfoProto field 4, newer than
+// Debian's onnx.proto), which initializers are the module's buffers and which it folded from a
+// parameter. A buffer stays constant (PyTorch never trains it: Llama's rotary inv_freq), and the
+// folded copies of one shared parameter (ALBERT's feed-forward weights, folded once per layer)
+// train as one tensor; a copy with other values does not.
+void add_value_metadata(onnx::ModelProto& model, const std::string& name, const std::string& key, const std::string& value) {
+  onnx::ValueInfoProto* info = model.mutable_graph()->add_value_info();
+  info->set_name(name);
+  onnx::StringStringEntryProto entry;
+  entry.set_key(key);
+  entry.set_value(value);
+  info->GetReflection()->MutableUnknownFields(info)->AddLengthDelimited(4, entry.SerializeAsString());
+}
+
+TEST(FrontendImport, ExportedBuffersStayConstantAndFoldedCopiesOfOneParameterTrainAsOne) {
+  OnnxBuilder b(18);
+  b.input("x", {2, 2}).output("y");
+  const Tensor w = make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4});
+  b.init("val_1", w).init("val_2", w).init("val_3", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 5}));
+  b.init("rotary.inv_freq", make_tensor(DType::kF32, {2}, {1, 0.5}));
+  b.node("MatMul", {"x", "val_1"}, {"a"});
+  b.node("MatMul", {"a", "val_2"}, {"b"});
+  b.node("MatMul", {"b", "val_3"}, {"c"});
+  b.node("Mul", {"c", "rotary.inv_freq"}, {"y"});
+  const std::string folded = "pkg.onnxscript.optimizer.folded_from";
+  add_value_metadata(b.proto(), "val_1", folded, "['layer.ffn.weight']");
+  add_value_metadata(b.proto(), "val_2", folded, "['layer.ffn.weight']");
+  add_value_metadata(b.proto(), "val_3", folded, "['layer.ffn.weight']");  // another value: not tied
+  add_value_metadata(b.proto(), "rotary.inv_freq", "pkg.torch.export.graph_signature.InputSpec.kind", "BUFFER");
+  std::vector<std::string> findings;
+  ImportOptions options;
+  options.param_findings = &findings;
+  auto m = b.import(options);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<std::string> params;
+  for (ValueId a : m->arguments()) {
+    if (m->value(a).role == Role::kParam) params.push_back(m->value(a).source_name);
+  }
+  EXPECT_EQ(params, (std::vector<std::string>{"val_1", "val_3"}));
+  auto tied = m->metadata().find("tied_copies");
+  ASSERT_NE(tied, nullptr);
+  EXPECT_EQ(std::get<std::vector<std::string>>(*tied), (std::vector<std::string>{"val_2", "val_1"}));
+  auto has = [&](const std::string& text) {
+    return std::any_of(findings.begin(), findings.end(), [&](const std::string& f) { return f.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("initializers 'val_1' and 'val_2' are the exporter's folded copies of one parameter 'layer.ffn.weight'"));
+  EXPECT_TRUE(has("initializer 'rotary.inv_freq' is a buffer of the PyTorch module"));
+  EXPECT_FALSE(has("initializer 'val_2' ["));  // its "trains it as 'val_2'" line is superseded
+  // The forward reads one tensor twice: x·W·W·W3·inv_freq.
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 2}, {1, 0, 0, 1})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  // W·W = [[7, 10], [15, 22]]; · W3 = [[37, 64], [81, 140]]; · [1, 0.5]
+  const std::vector<double> want = {37, 32, 81, 70};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out->at(0).get_as_double(i), want[i], 1e-4) << i;
 }
 
 // A model-local function (as the dynamo exporter writes) is inlined.

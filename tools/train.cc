@@ -678,6 +678,14 @@ int run_export(const ExportArgs& args) {
     if (it == file->tensors.end()) return report(Status::BadInput(weights_path + ": no weights for parameter '" + v.source_name + "'"));
     weights[v.source_name] = it->second;
   }
+  // A folded copy tied to another (frontend/param_audit.h) is written with the trained tensor.
+  if (const Attr* tied = plan->eval.metadata().find("tied_copies")) {
+    if (const auto* names = std::get_if<std::vector<std::string>>(tied)) {
+      for (size_t i = 0; i + 1 < names->size(); i += 2) {
+        if (auto it = weights.find((*names)[i + 1]); it != weights.end()) weights[(*names)[i]] = it->second;
+      }
+    }
+  }
   const std::string model = resolve_model_path(args.plan, *plan);
   if (Status st = write_onnx_with_weights(model, args.output, weights); !st.ok()) return report(st);
   std::printf("memc export: %s with %zu trained weights from %s -> %s\n", model.c_str(), weights.size(), weights_path.c_str(), args.output.c_str());
