@@ -679,7 +679,8 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
                                   (os.path.splitext(os.path.basename(output))[0] if output else "model") + ".onnx")
         export = _export_module(model, examples, model_path, exporter)
         input_names = export["input_names"]
-        frozen = _frozen_initializers(model, model_path)
+        with _naming_the_module(model if not output else None, export, model_path):
+            frozen = _frozen_initializers(model, model_path)
         if frozen:
             options = {**options, "freeze": sorted(set(options.get("freeze", [])) | frozen)}
     else:
@@ -690,7 +691,8 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
         batch = int(_numpy(examples[0]).shape[0])
     args = ["--batch", str(batch), "--optimizer", optimizer] + (["--budget", str(budget)] if budget is not None else []) + _flags(options)
     plan_path = os.path.abspath(output) if output else os.path.join(workdir.name, "model.plan")
-    summary = json.loads(cli("compile", model_path, *args, "-o", plan_path, "--json", "--force"))
+    with _naming_the_module(module if not output else None, export if module is not None else None, model_path):
+        summary = json.loads(cli("compile", model_path, *args, "-o", plan_path, "--json", "--force"))
     summary.setdefault("batch", batch)
     if module is not None:
         summary["exporter"] = export["exporter"]
@@ -698,6 +700,19 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
             summary["dynamo_failure"] = export["dynamo_failure"]
         summary["parameter_names"] = _check_parameters(module, summary.get("trainable_params", []), export["ran"], export["exporter"])
     return Plan(plan_path, summary, model_path=model_path, compile_args=args, module=module, input_names=input_names, workdir=workdir)
+
+
+@contextlib.contextmanager
+def _naming_the_module(module: Any, export: Optional[dict], model_path: str):
+    """Re-raises memc's refusal of a module's export naming the module, not the export's
+    temporary file, which is gone once the exception leaves `compile`."""
+    try:
+        yield
+    except MemcError as e:
+        if module is None or export is None:
+            raise
+        what = f"{type(module).__name__} (its {export['exporter']} ONNX export)"
+        raise type(e)(str(e).replace(model_path, what, 1)) from None
 
 
 def load_plan(path: str, module: Any = None) -> Plan:

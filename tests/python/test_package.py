@@ -267,6 +267,21 @@ def test_bad_inputs_are_one_line_exceptions():
         memc.compile(Unexportable(), (torch.zeros(2, 3, 3),))
     assert "torch could not export the module" in str(e.value) and "\n" not in str(e.value), str(e.value)
 
+    class WithBatchNorm(torch.nn.Module):  # exports fine; memc has no BatchNormalization
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+            self.norm = torch.nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.norm(self.linear(x))
+
+    with pytest.raises(memc.MemcError) as e:  # the export's folder is gone: the module is named
+        memc.compile(WithBatchNorm().eval(), (torch.zeros(2, 3),))
+    message = str(e.value)
+    assert "WithBatchNorm (its" in message and "BatchNormalization" in message and "unsupported op" in message, message
+    assert "memc_" not in message and "\n" not in message, message
+
     class NoParameters(torch.nn.Module):
         def forward(self, x):
             return x * 2
