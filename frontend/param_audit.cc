@@ -55,15 +55,8 @@ std::string unknown_metadata(const google::protobuf::Message& m, int field, cons
 }
 
 std::string metadata(const onnx::NodeProto& n, const std::string& key) {
-  constexpr int kMetadataProps = 9;
-  const google::protobuf::UnknownFieldSet& fields = n.GetReflection()->GetUnknownFields(n);
-  for (int i = 0; i < fields.field_count(); ++i) {
-    const google::protobuf::UnknownField& f = fields.field(i);
-    if (f.number() != kMetadataProps || f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
-    onnx::StringStringEntryProto entry;
-    if (entry.ParseFromString(f.length_delimited()) && entry.key() == key) return entry.value();
-  }
-  return "";
+  constexpr int kNodeMetadata = 9;
+  return unknown_metadata(n, kNodeMetadata, key);
 }
 
 // The parameter a Linear's folded weight came from: the FX node reads it as "%p_<module path
