@@ -14,6 +14,7 @@ build=${1:-build}
 targets=(memc cuda_ops_host_test cuda_backend_test)
 modules=(memc_cuda)  # libmemc_cuda.so: memc opens it with dlopen (backends/cuda_module.h), so ldd misses it
 grep -q "^build cudnn_sdpa_test:" "$build/build.ninja" && targets+=(cudnn_sdpa_test)
+grep -q "^build tests/comm_nccl_test:" "$build/build.ninja" && targets+=(comm_nccl_test)  # NCCL's own checks on GPU ranks (multi_gpu.sh)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" "${modules[@]}"
 
 stage=$(mktemp -d)
