@@ -108,6 +108,17 @@ def text_models():
         "llama": lambda: X.LlamaForSequenceClassification(X.LlamaConfig(**dec)),
         "qwen2": lambda: X.Qwen2ForSequenceClassification(X.Qwen2Config(**dec)),
         "mistral": lambda: X.MistralForSequenceClassification(X.MistralConfig(**dec)),
+        # the second round (journal §46)
+        "phi3": lambda: X.Phi3ForSequenceClassification(X.Phi3Config(**dec)),
+        "gemma": lambda: X.GemmaForSequenceClassification(X.GemmaConfig(head_dim=16, **dec)),
+        "qwen3": lambda: X.Qwen3ForSequenceClassification(X.Qwen3Config(head_dim=16, **dec)),
+        "modernbert": lambda: X.ModernBertForSequenceClassification(X.ModernBertConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            max_position_embeddings=64, pad_token_id=0, num_labels=2, initializer_range=0.2)),
+        "opt": lambda: X.OPTForSequenceClassification(X.OPTConfig(
+            vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=2,
+            max_position_embeddings=64, word_embed_proj_dim=32, pad_token_id=0, num_labels=2, dropout=0.0,
+            attention_dropout=0.0)),
     }
 
 

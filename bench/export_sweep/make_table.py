@@ -1,7 +1,7 @@
 import json, glob, os
 OUT = os.environ.get("SWEEP_OUT", os.path.abspath("export_sweep_out"))
 order = ["bert","roberta","xlm_roberta","distilbert","albert","electra","deberta_v2","mpnet","bigbird_full","bigbird_sparse",
-         "gpt2","llama","qwen2","mistral","vit","deit","beit","swin","convnext","mobilevit","dinov2"]
+         "gpt2","llama","qwen2","mistral","phi3","gemma","qwen3","modernbert","opt","vit","deit","beit","swin","convnext","mobilevit","dinov2"]
 def row(model, exp):
     b = f"{model}_{exp}"
     meta = json.load(open(f"{OUT}/{b}.meta.json"))
