@@ -48,7 +48,7 @@ rm -rf "$work" && mkdir -p "$work"
 # NCCL's own checks first, on 2 ranks sharing the GPU: the rank-ordered layout, bf16 sums, and a
 # done on the compute stream (Communicator::wait_on, then settle) ordering what follows it.
 if [[ $device == cuda && -x $root/bin/comm_nccl_test ]]; then
-  timeout 90 "${mpirun_local[@]}" -np 2 "$root/bin/comm_nccl_test" 2>&1 | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED' ||
+  timeout 90 "${mpirun_local[@]}" -np 2 "$root/bin/comm_nccl_test" --gtest_color=no 2>&1 | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED' ||
     echo "comm_nccl_test: no result (exit ${PIPESTATUS[0]})"
 fi
 rows="$out/multi_gpu.jsonl"
