@@ -68,7 +68,8 @@ class Importer {
     return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
            !buffers_.count(init.name());
   }
-  // The module's buffers, as the export's graph signature names them (frontend/param_audit.h).
+  // The module's buffers, as the export's graph signature names them, and the exporter's constants
+  // folded from no parameter (frontend/param_audit.h): PyTorch trains neither.
   std::set<std::string> buffers_;
   // Float initializers read only where an op needs a value known at import (Resize's roi and
   // scales): constants, not parameters.
@@ -329,6 +330,7 @@ Expected<Module> Importer::run() {
   find_static_operands(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
+  for (const auto& [name, from] : folded_constants(model_, nodes)) buffers_.insert(name);
   audit_ = audit_parameters(model_, nodes, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));
   std::vector<std::string> defined;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <numeric>
 
 #include "frontend/onnx_tensor.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -59,19 +61,26 @@ std::string metadata(const onnx::NodeProto& n, const std::string& key) {
   return unknown_metadata(n, kNodeMetadata, key);
 }
 
+// Every quoted name in a Python list's repr ("['', 'inner', 'inner.bert']").
+std::vector<std::string> quoted_names(const std::string& list) {
+  std::vector<std::string> names;
+  for (size_t open = list.find('\''); open != std::string::npos; open = list.find('\'', open + 1)) {
+    const size_t close = list.find('\'', open + 1);
+    if (close == std::string::npos) break;
+    names.push_back(list.substr(open + 1, close - open - 1));
+    open = close;
+  }
+  return names;
+}
+
+bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
 // The parameter a Linear's folded weight came from: the FX node reads it as "%p_<module path
 // with _>_<attribute>"; the innermost module scope (name_scopes) whose path prefixes such a
 // token gives the dotted name ("...q_lin" + "weight"). "" when the metadata does not say.
 std::string parameter_behind(const onnx::NodeProto& n) {
-  const std::string scopes = metadata(n, "pkg.torch.onnx.name_scopes"), fx = metadata(n, "pkg.torch.onnx.fx_node");
-  std::vector<std::string> paths;  // "['', 'inner', 'inner.distilbert', …, 'linear']"
-  for (size_t open = scopes.find('\''); open != std::string::npos; open = scopes.find('\'', open + 1)) {
-    const size_t close = scopes.find('\'', open + 1);
-    if (close == std::string::npos) break;
-    paths.push_back(scopes.substr(open + 1, close - open - 1));
-    open = close;
-  }
-  auto is_ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  const std::string fx = metadata(n, "pkg.torch.onnx.fx_node");
+  const std::vector<std::string> paths = quoted_names(metadata(n, "pkg.torch.onnx.name_scopes"));
   for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
     if (it->empty()) continue;
     std::string prefix = "%p_" + *it + "_";
@@ -108,6 +117,45 @@ std::map<std::string, std::string> value_metadata(const onnx::ModelProto& model,
     }
   }
   return found;
+}
+
+constexpr const char* kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
+constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+
+// What the FX graph says of names, read from each node's pkg.torch.onnx.fx_node
+// ("%index_1 : [num_users=1] = call_function[...](args = (%b_rotary_emb_embed_positions, ...))"):
+// the placeholders it reads, by torch.export's prefixes ("p_" a parameter, "b_" a buffer, "c_" a
+// lifted constant; the module path's dots become underscores), and the values its nodes define.
+struct FxNames {
+  std::set<std::string> parameters, constants, defined;
+};
+
+FxNames fx_names(const std::vector<onnx::NodeProto>& nodes) {
+  FxNames names;
+  for (const auto& n : nodes) {
+    const std::string fx = metadata(n, "pkg.torch.onnx.fx_node");
+    for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
+      size_t end = at + 1;
+      while (end < fx.size() && is_ident(fx[end])) ++end;
+      const std::string token = fx.substr(at + 1, end - at - 1);
+      if (at == 0) {
+        names.defined.insert(token);
+      } else if (token.rfind("p_", 0) == 0) {
+        names.parameters.insert(token.substr(2));
+      } else if (token.rfind("b_", 0) == 0 || token.rfind("c_", 0) == 0) {
+        names.constants.insert(token.substr(2));
+      }
+    }
+  }
+  return names;
+}
+
+// The aten ops that make a tensor from no input tensor, as the dynamo exporter names their
+// outputs ("arange", "full"; a later one gets "_1", which op_output_name already knows).
+bool creation_op_name(const std::string& name) {
+  static const std::set<std::string> ops = {"arange", "full", "ones", "zeros", "empty", "eye", "linspace", "scalar_tensor",
+                                            "new_ones", "new_zeros", "new_full", "new_empty", "lift_fresh_copy"};
+  return ops.count(name) > 0;
 }
 
 // The one name in onnxscript's "['name']" (folded_from); "" for none or several.
@@ -167,10 +215,61 @@ void tie_folded_copies(const onnx::ModelProto& model, const std::string& base_di
 
 std::set<std::string> exported_buffers(const onnx::ModelProto& model) {
   std::set<std::string> buffers;
-  for (const auto& [name, kind] : value_metadata(model, "pkg.torch.export.graph_signature.InputSpec.kind")) {
+  for (const auto& [name, kind] : value_metadata(model, kSignatureKind)) {
     if (kind == "BUFFER") buffers.insert(name);
   }
   return buffers;
+}
+
+std::map<std::string, std::string> folded_constants(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes) {
+  const std::map<std::string, std::string> folded = value_metadata(model, kFoldedFrom);
+  const std::map<std::string, std::string> kinds = value_metadata(model, kSignatureKind);
+  const FxNames fx = fx_names(nodes);
+  std::set<std::string> activations;  // computed at run time: surviving nodes' outputs, the graph's inputs
+  for (const auto& n : nodes) activations.insert(n.output().begin(), n.output().end());
+  for (const auto& in : model.graph().input()) activations.insert(in.name());
+  auto mangled = [](std::string name) {
+    std::replace(name.begin(), name.end(), '.', '_');
+    return name;
+  };
+  auto module_buffer = [&](const std::string& s) {
+    auto kind = kinds.find(s);
+    if (kind != kinds.end()) return kind->second == "BUFFER" || kind->second == "CONSTANT_TENSOR";
+    return fx.constants.count(mangled(s)) > 0 && !fx.parameters.count(mangled(s));
+  };
+  auto exporter_value = [&](const std::string& s) {
+    if (s.find('.') != std::string::npos || kinds.count(s) || fx.parameters.count(mangled(s))) return false;
+    return synthesized_name(s) || op_output_name(s) || creation_op_name(s) || activations.count(s) || fx.defined.count(s);
+  };
+  std::map<std::string, std::string> constants;
+  for (const auto& init : model.graph().initializer()) {
+    auto it = folded.find(init.name());
+    const auto dtype = dtype_from_onnx(init.data_type());
+    if (it == folded.end() || !dtype.ok() || !is_float(*dtype) || init.dims_size() == 0) continue;
+    const int64_t count = std::accumulate(init.dims().begin(), init.dims().end(), int64_t{1}, std::multiplies<>());
+    if (count <= 1 && synthesized_name(init.name())) continue;  // the importer never trains these anyway
+    const std::vector<std::string> sources = quoted_names(it->second);
+    std::vector<std::string> buffers, values;
+    for (const std::string& s : sources) {
+      if (module_buffer(s)) {
+        buffers.push_back("'" + s + "'");
+      } else if (exporter_value(s)) {
+        values.push_back("'" + s + "'");
+      } else {
+        break;  // a parameter, or a module path that may be one
+      }
+    }
+    if (sources.empty() || buffers.size() + values.size() != sources.size()) continue;
+    std::string phrase = buffers.empty() ? "values the exporter computed" : buffers.size() == 1 ? "the module's buffer " : "the module's buffers ";
+    for (size_t i = 0; i < buffers.size() && i < 3; ++i) phrase += (i ? ", " : "") + buffers[i];
+    if (buffers.empty()) {
+      phrase += " (";
+      for (size_t i = 0; i < values.size() && i < 3; ++i) phrase += (i ? ", " : "") + values[i];
+      phrase += values.size() > 3 ? ", …)" : ")";
+    }
+    constants[init.name()] = phrase;
+  }
+  return constants;
 }
 
 Tensor first_row(const Tensor& t) {
@@ -193,7 +292,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
   }
   ParamAudit audit;
   auto report = [&](const std::string& line) { audit.findings.push_back(line); };
-  const std::map<std::string, std::string> folded = value_metadata(model, "pkg.onnxscript.optimizer.folded_from");
+  const std::map<std::string, std::string> folded = value_metadata(model, kFoldedFrom);
   for (const std::string& name : exported_buffers(model)) {
     const auto& inits = model.graph().initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; });
@@ -201,6 +300,10 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
     const auto dtype = dtype_from_onnx(init->data_type());
     if (!dtype.ok() || !is_float(*dtype)) continue;
     report(str_cat("initializer '", name, "' is a buffer of the PyTorch module (torch.export's graph signature says so): memc keeps it constant, as PyTorch does"));
+  }
+  for (const auto& [name, from] : folded_constants(model, nodes)) {
+    report(str_cat("initializer '", name, "' is a constant the exporter folded from ", from,
+                   ", no parameter: memc keeps it constant, as PyTorch does"));
   }
   for (const auto& init : model.graph().initializer()) {
     const std::string& name = init.name();

@@ -41,6 +41,16 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
 // keeps them constant (rotary embeddings' inv_freq, for one).
 std::set<std::string> exported_buffers(const onnx::ModelProto& model);
 
+// Initializers the dynamo exporter's optimizer folded from no parameter (onnxscript's
+// folded_from lists every value behind a folded constant): ALiBi slopes computed from arange,
+// the ones of a LayerNorm without affine weights, a rotary buffer under a new name. PyTorch
+// never trains them, so memc keeps them constant. Each maps to a phrase naming what it was
+// folded from. A source is taken as a non-parameter only on evidence: onnxscript's own names
+// ("val_12"), an op's output (a surviving node's, or an aten op's name), or a buffer or lifted
+// constant by torch.export's graph signature or the FX graph's placeholders ("%b_...",
+// "%c_..."). A module path with no such evidence may be a parameter, so its copy still trains.
+std::map<std::string, std::string> folded_constants(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes);
+
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);
 

@@ -342,6 +342,57 @@ TEST(FrontendImport, ExportedBuffersStayConstantAndFoldedCopiesOfOneParameterTra
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out->at(0).get_as_double(i), want[i], 1e-4) << i;
 }
 
+// The dynamo exporter's optimizer folds constants that PyTorch never trains into initializers:
+// Bloom's ALiBi slopes (from arange and pow), GPT-J's rotary table (its buffer, renamed). Their
+// onnxscript folded_from lists no parameter, so memc keeps them constant; a folded value whose
+// sources may hold a parameter (a module path, a root attribute like 'cls_token') still trains.
+TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
+  OnnxBuilder b(18);
+  b.input("x", {2, 2}).output("y");
+  b.init("val_1", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4}));
+  b.init("unsqueeze_1", make_tensor(DType::kF32, {2, 1}, {0.5, 0.25}));
+  b.init("val_37", make_tensor(DType::kF32, {2, 2}, {1, 1, 1, 1}));
+  b.init("val_9", make_tensor(DType::kF32, {2}, {2, 2}));
+  b.init("val_10", make_tensor(DType::kF32, {2}, {3, 3}));
+  b.node("MatMul", {"x", "val_1"}, {"a"});
+  b.node("Mul", {"a", "unsqueeze_1"}, {"m"});
+  auto& index = b.node("Add", {"m", "val_37"}, {"c"});  // the FX graph read the buffer here
+  onnx::StringStringEntryProto fx;
+  fx.set_key("pkg.torch.onnx.fx_node");
+  fx.set_value("%index_1 : [num_users=1] = call_function[target=torch.ops.aten.index.Tensor](args = (%b_rotary_embed_positions, [%m]), kwargs = {})");
+  index.GetReflection()->MutableUnknownFields(&index)->AddLengthDelimited(9, fx.SerializeAsString());
+  b.node("Mul", {"c", "val_9"}, {"d"});
+  b.node("Add", {"d", "val_10"}, {"y"});
+  const std::string folded = "pkg.onnxscript.optimizer.folded_from";
+  add_value_metadata(b.proto(), "val_1", folded, "['layer.weight']");
+  add_value_metadata(b.proto(), "unsqueeze_1", folded, "['arange', 'full', 'pow_1', 'val_4', 'x']");
+  add_value_metadata(b.proto(), "val_37", folded, "['rotary.embed_positions']");
+  add_value_metadata(b.proto(), "val_9", folded, "['ln.weight', 'val_8']");
+  add_value_metadata(b.proto(), "val_10", folded, "['cls_token']");
+  std::vector<std::string> findings;
+  ImportOptions options;
+  options.param_findings = &findings;
+  auto m = b.import(options);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<std::string> params;
+  for (ValueId a : m->arguments()) {
+    if (m->value(a).role == Role::kParam) params.push_back(m->value(a).source_name);
+  }
+  EXPECT_EQ(params, (std::vector<std::string>{"val_1", "val_9", "val_10"}));
+  auto has = [&](const std::string& text) {
+    return std::any_of(findings.begin(), findings.end(), [&](const std::string& f) { return f.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("initializer 'unsqueeze_1' is a constant the exporter folded from values the exporter computed ('arange', 'full', 'pow_1', …), no parameter"));
+  EXPECT_TRUE(has("initializer 'val_37' is a constant the exporter folded from the module's buffer 'rotary.embed_positions', no parameter"));
+  EXPECT_FALSE(has("initializer 'val_9' is a constant"));
+  EXPECT_FALSE(has("initializer 'val_10' is a constant"));
+  // The forward is unchanged: (x·W ⊙ slopes + 1) ⊙ 2 + 3.
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 2}, {1, 0, 0, 1})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const std::vector<double> want = {6, 7, 6.5, 7};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out->at(0).get_as_double(i), want[i], 1e-6) << i;
+}
+
 // A model-local function (as the dynamo exporter writes) is inlined.
 TEST(FrontendImport, InlinesLocalFunctions) {
   OnnxBuilder b(18);
