@@ -91,6 +91,23 @@ Status lower_leaky_relu(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// HardSigmoid: max(0, min(1, alpha·x + beta)); HardSwish: x · HardSigmoid(x) at alpha 1/6,
+// beta 1/2 (PyTorch's hardswish). Built from mul, add, max and min, whose gradients pass where
+// the clip is inactive, boundaries included.
+Status lower_hard_sigmoid(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const DType dtype = ctx.type(x).dtype;
+  if (!is_float(dtype)) return ctx.error("needs a float input");
+  const bool swish = ctx.op_type() == "HardSwish";
+  const double alpha = swish ? 1.0 / 6 : ctx.attr_float("alpha", 0.2), beta = swish ? 0.5 : ctx.attr_float("beta", 0.5);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("mul", {x, ctx.scalar(alpha, dtype)}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("add", {y, ctx.scalar(beta, dtype)}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("max", {y, ctx.scalar(0.0, dtype)}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("min", {y, ctx.scalar(1.0, dtype)}));
+  if (swish) { MEMC_ASSIGN_OR_RETURN(y, ctx.emit("mul", {x, y})); }
+  return ctx.bind(0, y);
+}
+
 Status lower_gelu(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   const std::string approximate = ctx.attr_string("approximate", "none");
@@ -230,6 +247,8 @@ void add_elementwise_lowerings(LoweringTable& table) {
   table["Identity"] = lower_identity;
   table["LeakyRelu"] = lower_leaky_relu;
   table["Gelu"] = lower_gelu;
+  table["HardSigmoid"] = lower_hard_sigmoid;
+  table["HardSwish"] = lower_hard_sigmoid;
   table["Where"] = lower_where;
   table["IsNaN"] = lower_is_nan_inf;
   table["IsInf"] = lower_is_nan_inf;

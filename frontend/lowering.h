@@ -1,5 +1,5 @@
 // One lowering function per ONNX op (default domain), split by family:
-// lower_elementwise.cc, lower_shape.cc, lower_nn.cc. Each reads the current node from the
+// lower_elementwise.cc, lower_shape.cc, lower_nn.cc, lower_pool.cc. Each reads the current node from the
 // context, emits core ops and binds the node's outputs.
 #pragma once
 #include <map>
@@ -15,6 +15,7 @@ using LoweringTable = std::map<std::string, LowerFn>;
 void add_elementwise_lowerings(LoweringTable& table);
 void add_shape_lowerings(LoweringTable& table);
 void add_nn_lowerings(LoweringTable& table);
+void add_pool_lowerings(LoweringTable& table);
 
 // Every lowering, by ONNX op type.
 const LoweringTable& onnx_lowerings();

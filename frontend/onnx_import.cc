@@ -22,6 +22,7 @@ const LoweringTable& onnx_lowerings() {
     add_elementwise_lowerings(*t);
     add_shape_lowerings(*t);
     add_nn_lowerings(*t);
+    add_pool_lowerings(*t);
     return t;
   }();
   return *table;

@@ -221,7 +221,7 @@ std::set<std::string> exported_buffers(const onnx::ModelProto& model) {
   return buffers;
 }
 
-std::map<std::string, std::string> folded_constants(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes) {
+std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes) {
   const std::map<std::string, std::string> folded = value_metadata(model, kFoldedFrom);
   const std::map<std::string, std::string> kinds = value_metadata(model, kSignatureKind);
   const FxNames fx = fx_names(nodes);
@@ -241,33 +241,33 @@ std::map<std::string, std::string> folded_constants(const onnx::ModelProto& mode
     if (s.find('.') != std::string::npos || kinds.count(s) || fx.parameters.count(mangled(s))) return false;
     return synthesized_name(s) || op_output_name(s) || creation_op_name(s) || activations.count(s) || fx.defined.count(s);
   };
-  std::map<std::string, std::string> constants;
+  std::map<std::string, FoldedSources> found;
   for (const auto& init : model.graph().initializer()) {
     auto it = folded.find(init.name());
     const auto dtype = dtype_from_onnx(init.data_type());
     if (it == folded.end() || !dtype.ok() || !is_float(*dtype) || init.dims_size() == 0) continue;
     const int64_t count = std::accumulate(init.dims().begin(), init.dims().end(), int64_t{1}, std::multiplies<>());
     if (count <= 1 && synthesized_name(init.name())) continue;  // the importer never trains these anyway
-    const std::vector<std::string> sources = quoted_names(it->second);
-    std::vector<std::string> buffers, values;
-    for (const std::string& s : sources) {
-      if (module_buffer(s)) {
-        buffers.push_back("'" + s + "'");
-      } else if (exporter_value(s)) {
-        values.push_back("'" + s + "'");
-      } else {
-        break;  // a parameter, or a module path that may be one
-      }
+    FoldedSources& sources = found[init.name()];
+    for (const std::string& s : quoted_names(it->second)) {
+      (module_buffer(s) ? sources.buffers : exporter_value(s) ? sources.values : sources.parameters).push_back(s);
     }
-    if (sources.empty() || buffers.size() + values.size() != sources.size()) continue;
-    std::string phrase = buffers.empty() ? "values the exporter computed" : buffers.size() == 1 ? "the module's buffer " : "the module's buffers ";
-    for (size_t i = 0; i < buffers.size() && i < 3; ++i) phrase += (i ? ", " : "") + buffers[i];
-    if (buffers.empty()) {
-      phrase += " (";
-      for (size_t i = 0; i < values.size() && i < 3; ++i) phrase += (i ? ", " : "") + values[i];
-      phrase += values.size() > 3 ? ", …)" : ")";
-    }
-    constants[init.name()] = phrase;
+  }
+  return found;
+}
+
+std::map<std::string, std::string> folded_constants(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes) {
+  auto quoted = [](const std::vector<std::string>& names) {
+    std::string list;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) list += (i ? ", '" : "'") + names[i] + "'";
+    return list + (names.size() > 3 ? ", …" : "");
+  };
+  std::map<std::string, std::string> constants;
+  for (const auto& [name, from] : folded_sources(model, nodes)) {
+    if (!from.parameters.empty() || (from.buffers.empty() && from.values.empty())) continue;
+    constants[name] = from.buffers.empty()             ? "values the exporter computed (" + quoted(from.values) + ")"
+                      : from.buffers.size() == 1 ? "the module's buffer " + quoted(from.buffers)
+                                                 : "the module's buffers " + quoted(from.buffers);
   }
   return constants;
 }
@@ -301,6 +301,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
     if (!dtype.ok() || !is_float(*dtype)) continue;
     report(str_cat("initializer '", name, "' is a buffer of the PyTorch module (torch.export's graph signature says so): memc keeps it constant, as PyTorch does"));
   }
+  const std::map<std::string, FoldedSources> sources = folded_sources(model, nodes);
   for (const auto& [name, from] : folded_constants(model, nodes)) {
     report(str_cat("initializer '", name, "' is a constant the exporter folded from ", from,
                    ", no parameter: memc keeps it constant, as PyTorch does"));
@@ -354,6 +355,10 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
         report(str_cat("initializer '", name, "' [", shape_str(dims),
                        "] is a weight the exporter computed (a folded transpose; the parameter's name is lost): memc trains it in this layout"));
       }
+    } else if (auto from = sources.find(name);
+               !audit.batch_expanded.count(name) && from != sources.end() && from->second.parameters.size() == 1) {
+      report(str_cat("initializer '", name, "' [", shape_str(dims), "] is computed by the exporter from parameter '",
+                     from->second.parameters[0], "' alone (a folded reshape, cast or offset): memc trains it in this form"));
     } else if (!audit.batch_expanded.count(name) && (synthesized_name(name) || op_output_name(name))) {
       report(str_cat("initializer '", name, "' [", shape_str(dims),
                      "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter"));

@@ -41,6 +41,14 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
 // keeps them constant (rotary embeddings' inv_freq, for one).
 std::set<std::string> exported_buffers(const onnx::ModelProto& model);
 
+// What onnxscript's folded_from says a folded float initializer was computed from, each source
+// sorted as a module buffer (or lifted constant), a value of the exporter's own, or a parameter
+// (or a module path that may be one).
+struct FoldedSources {
+  std::vector<std::string> parameters, buffers, values;
+};
+std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes);
+
 // Initializers the dynamo exporter's optimizer folded from no parameter (onnxscript's
 // folded_from lists every value behind a folded constant): ALiBi slopes computed from arange,
 // the ones of a LayerNorm without affine weights, a rotary buffer under a new name. PyTorch

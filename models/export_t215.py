@@ -27,6 +27,10 @@ make_unique_), except where noted:
                         biases 0): the optimizer deduplicates equal initializers. Reference
                         gradients are per PyTorch parameter (untied_grad/<torch name>) and for
                         the shared initializer (grad/<init>, the sum: what the graph says).
+  pool_net_t215, pool_net_ts_t215  a small digits model with GroupNorm, AvgPool (padded;
+                        ceil mode), MaxPool (2-D padded; 1-D), Hardswish and Hardsigmoid: the
+                        ops of PoolFormer, Funnel, BiT, CANINE and LeViT, through the dynamo
+                        default and the TorchScript (TRAINING, no folding) exporters.
   bert_t215, roberta_t215  HF BertForSequenceClassification / RobertaForSequenceClassification,
                         small configs, dynamo default options (coverage: import + logits).
   distilbert_base_t215_skeleton  DistilBERT-base dims (768, 12 layers, 12 heads, vocab 30522,
@@ -94,6 +98,8 @@ def match(onnx_model, torch_model):
                 elif a.ndim == p.ndim + 1 and a.shape[0] == 1 and a.shape[2:] == p.shape[1:] \
                         and a.shape[1] < p.shape[0] and np.array_equal(a[0], p[:a.shape[1]]):
                     hits.append((n, "S"))   # a folded lookup of the first rows (position embeddings)
+                elif a.shape != p.shape and a.size == p.size and np.array_equal(a.reshape(-1), p.reshape(-1)):
+                    hits.append((n, "R"))   # a folded reshape (GroupNorm's weight as [C, 1, 1])
         if hits:
             mapping[init.name] = hits
         else:
@@ -141,12 +147,13 @@ def write_refs(name, path, model, make_inputs, input_names):
         for pname, tr in hits:
             g = grads[pname]
             g = g.t() if tr == "T" else g
-            if tr == "S":
+            if tr in ("S", "R"):
                 shape = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == init)).shape
-                g = g[:shape[1]].reshape(shape)
+                g = (g[:shape[1]] if tr == "S" else g).reshape(shape)
             acc = g.clone() if acc is None else acc + g
         ref["grad/" + init] = acc.numpy().astype(np.float32)
-        ref["map/" + init] = np.array(",".join(p + {"T": "^T", "B": "[batch-expanded]", "S": "[:T] (folded lookup)"}.get(t, "")
+        ref["map/" + init] = np.array(",".join(p + {"T": "^T", "B": "[batch-expanded]", "S": "[:T] (folded lookup)",
+                                                    "R": "[reshaped]"}.get(t, "")
                                                for p, t in hits))
         if len(hits) > 1:
             for pname, tr in hits:
@@ -333,6 +340,52 @@ def do_vit_dynamo(name, pristine):
     write_refs(name, p, model, digits_inputs, ["x"])
 
 
+class PoolNet(torch.nn.Module):
+    """The pooling ops of today's vision and text transformers on one small digits model:
+    PoolFormer's GroupNorm and average-pool token mixer (count_include_pad=False), LeViT's
+    Hardswish, BiT's padded max-pool stem, Funnel's ceil-mode average pool, a Hardsigmoid gate
+    and CANINE's 1-D max-pool downsampling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.norm = torch.nn.GroupNorm(2, 8)
+        self.mix = torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.act = torch.nn.Hardswish()
+        self.down = torch.nn.MaxPool2d(3, 2, 1)
+        self.pool = torch.nn.AvgPool2d(3, 2, ceil_mode=True)
+        self.gate = torch.nn.Hardsigmoid()
+        self.seq_pool = torch.nn.MaxPool1d(2, 2)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.stem(x)                       # [B, 8, 8, 8]
+        y = self.norm(x)
+        x = x + self.mix(y) - y                # PoolFormer's block
+        x = self.down(self.act(x))             # [B, 8, 4, 4]
+        x = self.pool(x)                       # [B, 8, 2, 2]: the last window overhangs
+        x = x * self.gate(x)
+        x = self.seq_pool(x.flatten(2))        # [B, 8, 2]
+        return self.head(x.flatten(1))
+
+
+def do_pool_net(name, dynamo):
+    seed_all(8)
+    model = PoolNet()
+    REPORT[name] = {"perturbed_params": make_unique_(model, seed=108)}
+    x = digits_inputs(0, 4)[0]
+    p = os.path.join(MODELS, f"{name}.onnx")
+    if dynamo:
+        model.eval()
+        export_dynamo_default(model, x, p)
+    else:
+        model.train()
+        export_ts(model, x, p, ["x"])
+    summarize(name, p)
+    model.train()
+    write_refs(name, p, model, digits_inputs, ["x"])
+
+
 def do_skeleton(name, model, args, dynamo, names):
     with tempfile.TemporaryDirectory() as td:
         tmp = os.path.join(td, "full.onnx")
@@ -379,6 +432,8 @@ def main():
         ("bert_t215", lambda: do_hf_dynamo("bert_t215", build_bert("bert", 5), 105)),
         ("roberta_t215", lambda: do_hf_dynamo("roberta_t215", build_bert("roberta", 6), 106)),
         ("gpt2_t215", lambda: do_hf_dynamo("gpt2_t215", build_gpt2(7), 107)),
+        ("pool_net_t215", lambda: do_pool_net("pool_net_t215", True)),
+        ("pool_net_ts_t215", lambda: do_pool_net("pool_net_ts_t215", False)),
         ("distilbert_base_t215_skeleton", lambda: do_skeleton(
             "distilbert_base_t215_skeleton",
             Logits(build_distilbert(0, vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,

@@ -91,7 +91,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                                            GradModel{"bigbird_sparse_t215", 64}, GradModel{"bigbird_full_t215", 32},
                                            GradModel{"distilbert_t215", 32}, GradModel{"distilbert_ts_t215", 32}, GradModel{"bert_t215", 32}, GradModel{"roberta_t215", 32},
                                            GradModel{"gpt2_t215", 32},  // causal mask, runtime GatherND
-                                           GradModel{"vit_tiny_dynamo_t215", -1}, GradModel{"vit_tiny_dynamo_t215_tied", -1}),
+                                           GradModel{"vit_tiny_dynamo_t215", -1}, GradModel{"vit_tiny_dynamo_t215_tied", -1},
+                                           // GroupNorm, AvgPool (padded, ceil mode), MaxPool (2-D padded, 1-D), Hardswish, Hardsigmoid
+                                           GradModel{"pool_net_t215", -1}, GradModel{"pool_net_ts_t215", -1}),
                          [](const ::testing::TestParamInfo<GradModel>& info) { return info.param.name; });
 
 Plan digits_plan(const std::string& optimizer, const std::string& schedule, double lr, int64_t epochs) {

@@ -1,0 +1,219 @@
+// Pooling over static shapes: AveragePool, MaxPool, and InstanceNormalization (the per-channel
+// normalization TorchScript writes for GroupNorm), each lowered to ops that already have
+// kernels and gradients, so training through them needs nothing new:
+// - AveragePool is separable: on each pooled axis, a product with a constant [out, in] matrix
+//   whose row o holds 1/count at the inputs window o reads (as Resize's lowering does).
+// - MaxPool pads with the lowest value, takes one strided slice per kernel tap and folds them
+//   with max in the kernel's row-major order; max sends a tie's gradient to its first operand,
+//   so the first maximum in the window gets it, as in PyTorch.
+// - InstanceNormalization is a layernorm over each (sample, channel)'s spatial extent with unit
+//   weights, then the per-channel scale and bias.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "frontend/lowering.h"
+
+namespace memc {
+namespace {
+
+// The value MaxPool pads with: below every element of the dtype.
+double lowest(DType dtype) {
+  switch (dtype) {
+    case DType::kI64: return static_cast<double>(std::numeric_limits<int64_t>::min());
+    case DType::kI32: return std::numeric_limits<int32_t>::min();
+    case DType::kU8:
+    case DType::kBool: return 0;
+    default: return -std::numeric_limits<double>::infinity();
+  }
+}
+
+// The windows of a pooling node along each spatial axis (ONNX's pooling attributes).
+struct PoolWindows {
+  std::vector<int64_t> kernel, strides, dilations, pads, out;  // pads: begins, then ends
+  int64_t span(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }
+};
+
+Expected<PoolWindows> pool_windows(ImportContext& ctx, const Shape& xs) {
+  const size_t sd = xs.size() - 2;
+  PoolWindows w;
+  w.kernel = ctx.attr_ints("kernel_shape");
+  w.strides = ctx.attr_ints("strides", std::vector<int64_t>(sd, 1));
+  w.dilations = ctx.attr_ints("dilations", std::vector<int64_t>(sd, 1));
+  w.pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * sd, 0));
+  if (w.kernel.size() != sd) return Status::BadInput(str_cat("kernel_shape needs ", sd, " values for a ", xs.size(), "-D input"));
+  if (w.strides.size() != sd || w.dilations.size() != sd || w.pads.size() != 2 * sd) {
+    return Status::BadInput("kernel_shape/strides/dilations/pads rank mismatch");
+  }
+  for (size_t i = 0; i < sd; ++i) {
+    if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1 || w.kernel[i] > (1 << 16) || w.strides[i] > (1 << 20) ||
+        w.dilations[i] > (1 << 20) || w.pads[i] < 0 || w.pads[sd + i] < 0 || w.pads[i] > (1 << 20) || w.pads[sd + i] > (1 << 20)) {
+      return Status::BadInput("bad kernel_shape, stride, dilation or pad");
+    }
+  }
+  const std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  const bool ceil_mode = ctx.attr_int("ceil_mode", 0) != 0;
+  w.out.resize(sd);
+  for (size_t i = 0; i < sd; ++i) {
+    const int64_t in = xs[2 + i], s = w.strides[i];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      w.out[i] = (in + s - 1) / s;
+      const int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * s + w.span(i) - in), small = total / 2;
+      w.pads[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      w.pads[sd + i] = total - w.pads[i];
+      continue;
+    }
+    if (auto_pad == "VALID") {
+      w.pads[i] = w.pads[sd + i] = 0;
+    } else if (auto_pad != "NOTSET") {
+      return Status::BadInput("auto_pad '" + auto_pad + "' is unsupported");
+    }
+    const int64_t room = in + w.pads[i] + w.pads[sd + i] - w.span(i);
+    if (room < 0) return Status::BadInput(str_cat("the window (", w.span(i), ") is larger than the padded input on spatial axis ", i));
+    w.out[i] = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+    // A ceil-mode window must start inside the input or its leading pad (PyTorch's rule).
+    if (ceil_mode && (w.out[i] - 1) * s >= in + w.pads[i]) --w.out[i];
+  }
+  return w;
+}
+
+// The spatial axis `i` of an AveragePool as a constant [out, in] matrix: row o holds 1/count at
+// the inputs its window reads, count being the taps inside the input, or inside the input and
+// its explicit pads under count_include_pad.
+Tensor average_matrix(const PoolWindows& w, size_t i, int64_t in, bool include_pad, DType dtype) {
+  const size_t sd = w.kernel.size();
+  const int64_t out = w.out[i];
+  Tensor m = Tensor::zeros(DType::kF64, {out, in});
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t start = o * w.strides[i] - w.pads[i];
+    std::vector<int64_t> inside;
+    int64_t padded = 0;
+    for (int64_t t = 0; t < w.kernel[i]; ++t) {
+      const int64_t p = start + t * w.dilations[i];
+      if (p >= 0 && p < in) inside.push_back(p);
+      if (p >= -w.pads[i] && p < in + w.pads[sd + i]) ++padded;
+    }
+    const int64_t count = include_pad ? padded : static_cast<int64_t>(inside.size());
+    for (int64_t p : inside) m.set_from_double(o * in + p, 1.0 / static_cast<double>(count));
+  }
+  return m.cast(dtype);
+}
+
+// y with axis `axis` replaced by m · (that axis): m is [out, in].
+Expected<ValueId> product_on_axis(ImportContext& ctx, ValueId y, int64_t axis, ValueId m) {
+  const int64_t rank = static_cast<int64_t>(ctx.type(y).shape.size());
+  if (axis == rank - 2) return ctx.emit("matmul", {m, y});
+  std::vector<int64_t> perm(rank);
+  for (int64_t d = 0; d < rank; ++d) perm[d] = d;
+  std::swap(perm[axis], perm[rank - 1]);
+  if (axis != rank - 1) { MEMC_ASSIGN_OR_RETURN(y, ctx.transpose(y, perm)); }
+  Attrs a;
+  a.set("transpose_b", int64_t{1});
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("matmul", {y, m}, std::move(a)));
+  if (axis != rank - 1) { MEMC_ASSIGN_OR_RETURN(y, ctx.transpose(y, perm)); }
+  return y;
+}
+
+Status lower_average_pool(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape xs = ctx.type(x).shape;
+  const DType dtype = ctx.type(x).dtype;
+  if (xs.size() < 3 || !is_float(dtype)) return ctx.error("needs a float x [N, C, spatial...]");
+  auto w = pool_windows(ctx, xs);
+  if (!w.ok()) return ctx.error(w.status().message());
+  const bool include_pad = ctx.attr_int("count_include_pad", 0) != 0;
+  ValueId y = x;
+  for (size_t i = 0; i < w->kernel.size(); ++i) {
+    const ValueId m = ctx.constant(average_matrix(*w, i, xs[2 + i], include_pad, dtype), "pool_weights");
+    MEMC_ASSIGN_OR_RETURN(y, product_on_axis(ctx, y, static_cast<int64_t>(2 + i), m));
+  }
+  return ctx.bind(0, y);
+}
+
+Status lower_max_pool(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape xs = ctx.type(x).shape;
+  const DType dtype = ctx.type(x).dtype;
+  if (xs.size() < 3) return ctx.error("needs x [N, C, spatial...]");
+  if (ctx.has_output(1)) return ctx.error("MaxPool's Indices output is unsupported");
+  auto w = pool_windows(ctx, xs);
+  if (!w.ok()) return ctx.error(w.status().message());
+  const size_t sd = w->kernel.size(), rank = xs.size();
+  // Pad so that every window lies inside: the explicit pads, and more at the end in ceil mode.
+  std::vector<int64_t> pads(2 * rank, 0);
+  bool padded = false;
+  for (size_t i = 0; i < sd; ++i) {
+    pads[2 + i] = w->pads[i];
+    pads[rank + 2 + i] = std::max<int64_t>(0, (w->out[i] - 1) * w->strides[i] + w->span(i) - w->pads[i] - xs[2 + i]);
+    padded = padded || pads[2 + i] || pads[rank + 2 + i];
+  }
+  ValueId source = x;
+  if (padded) {
+    Attrs a;
+    a.set("pads", pads);
+    a.set("mode", std::string("constant"));
+    a.set("value", lowest(dtype));
+    MEMC_ASSIGN_OR_RETURN(source, ctx.emit("pad", {x}, std::move(a)));
+  }
+  std::vector<int64_t> axes(sd), tap(sd, 0);
+  for (size_t i = 0; i < sd; ++i) axes[i] = static_cast<int64_t>(2 + i);
+  ValueId y = kNoValue;
+  for (;;) {  // every tap of the kernel, row-major
+    std::vector<int64_t> starts(sd), ends(sd);
+    for (size_t i = 0; i < sd; ++i) {
+      starts[i] = tap[i] * w->dilations[i];
+      ends[i] = starts[i] + (w->out[i] - 1) * w->strides[i] + 1;
+    }
+    Attrs a;
+    a.set("axes", axes);
+    a.set("starts", starts);
+    a.set("ends", ends);
+    a.set("steps", w->strides);
+    MEMC_ASSIGN_OR_RETURN(ValueId taken, ctx.emit("slice", {source}, std::move(a)));
+    if (y == kNoValue) {
+      y = taken;
+    } else {
+      MEMC_ASSIGN_OR_RETURN(y, ctx.emit("max", {y, taken}));
+    }
+    size_t i = sd;
+    while (i > 0 && ++tap[i - 1] == w->kernel[i - 1]) tap[--i] = 0;
+    if (i == 0) break;
+  }
+  return ctx.bind(0, y);
+}
+
+Status lower_instance_norm(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(ValueId scale, ctx.input(1));
+  MEMC_ASSIGN_OR_RETURN(ValueId bias, ctx.input(2));
+  const Shape xs = ctx.type(x).shape;
+  const DType dtype = ctx.type(x).dtype;
+  if (xs.size() < 3 || !is_float(dtype)) return ctx.error("needs a float x [N, C, spatial...]");
+  const int64_t n = xs[0], c = xs[1], spatial = numel(Shape(xs.begin() + 2, xs.end()));
+  for (ValueId v : {scale, bias}) {
+    if (ctx.type(v).shape != Shape{c}) return ctx.error(str_cat("scale and B must be [", c, "]"));
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId flat, ctx.reshape(x, {n, c, spatial}));
+  Tensor ones = Tensor::zeros(dtype, {spatial});
+  for (int64_t i = 0; i < spatial; ++i) ones.set_from_double(i, 1.0);
+  Attrs a;
+  a.set("axis", int64_t{2});
+  a.set("eps", ctx.attr_float("epsilon", 1e-5));
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("layernorm", {flat, ctx.constant(std::move(ones), "instance_norm_ones")}, std::move(a)));
+  MEMC_ASSIGN_OR_RETURN(ValueId s, ctx.reshape(scale, {c, 1}));
+  MEMC_ASSIGN_OR_RETURN(ValueId b, ctx.reshape(bias, {c, 1}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("mul", {y, s}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("add", {y, b}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, xs));
+  return ctx.bind(0, y);
+}
+
+}  // namespace
+
+void add_pool_lowerings(LoweringTable& table) {
+  table["AveragePool"] = lower_average_pool;
+  table["MaxPool"] = lower_max_pool;
+  table["InstanceNormalization"] = lower_instance_norm;
+}
+
+}  // namespace memc
