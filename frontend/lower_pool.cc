@@ -1,6 +1,7 @@
-// Pooling over static shapes: AveragePool, MaxPool, and InstanceNormalization (the per-channel
-// normalization TorchScript writes for GroupNorm), each lowered to ops that already have
-// kernels and gradients, so training through them needs nothing new:
+// Pooling and per-channel normalization over static shapes: AveragePool, MaxPool,
+// InstanceNormalization (the form both exporters write for GroupNorm) and BatchNormalization
+// with running statistics, each lowered to ops that already have kernels and gradients, so
+// training through them needs nothing new:
 // - AveragePool is separable: on each pooled axis, a product with a constant [out, in] matrix
 //   whose row o holds 1/count at the inputs window o reads (as Resize's lowering does).
 // - MaxPool pads with the lowest value, takes one strided slice per kernel tap and folds them
@@ -8,11 +9,15 @@
 //   so the first maximum in the window gets it, as in PyTorch.
 // - InstanceNormalization is a layernorm over each (sample, channel)'s spatial extent with unit
 //   weights, then the per-channel scale and bias.
+// - BatchNormalization normalizes with its running statistics, constants (as a module in
+//   eval() does): (x − mean) · scale/√(var + ε) + B. Batch statistics (training mode, or a module
+//   exported in train()) are refused in one line: they need running-statistics updates.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "frontend/lowering.h"
+#include "frontend/param_audit.h"
 
 namespace memc {
 namespace {
@@ -208,12 +213,55 @@ Status lower_instance_norm(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// What the dynamo exporter's FX node says a BatchNormalization was: torch.export writes a
+// module in train() as _native_batch_norm_legit_functional (batch statistics, running stats
+// updated) and in eval() as _native_batch_norm_legit_no_training; the ONNX node it makes for
+// the first has no training_mode, so only this metadata tells them apart.
+bool fx_batch_statistics(const onnx::NodeProto& node) {
+  const std::string fx = node_metadata(node, "pkg.torch.onnx.fx_node");
+  const size_t target = fx.find("target=torch.ops.aten.");
+  if (target == std::string::npos) return false;
+  const std::string op = fx.substr(target, fx.find(']', target) - target);
+  return op.find("batch_norm") != std::string::npos && op.find("no_training") == std::string::npos;
+}
+
+Status lower_batch_norm(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape xs = ctx.type(x).shape;
+  const DType dtype = ctx.type(x).dtype;
+  if (xs.size() < 2 || !is_float(dtype)) return ctx.error("needs a float x [N, C, ...]");
+  if (ctx.attr_int("training_mode", 0) != 0 || ctx.has_output(1) || ctx.has_output(2) || fx_batch_statistics(ctx.node())) {
+    return ctx.error(
+        "BatchNormalization with batch statistics (a module exported in train() mode) is unsupported: memc does not "
+        "update running statistics; export the module after .eval() to train it with its running statistics");
+  }
+  const int64_t c = xs[1];
+  Shape per_channel(xs.size() - 1, 1);  // [C, 1, ...]: broadcast over the spatial axes
+  per_channel[0] = c;
+  std::vector<ValueId> v(4);
+  for (int i = 0; i < 4; ++i) {
+    MEMC_ASSIGN_OR_RETURN(v[i], ctx.input(i + 1));
+    if (ctx.type(v[i]).shape != Shape{c}) return ctx.error(str_cat("scale, B, mean and var must be [", c, "]"));
+    if (ctx.type(v[i]).dtype != dtype) { MEMC_ASSIGN_OR_RETURN(v[i], ctx.cast(v[i], dtype)); }
+    MEMC_ASSIGN_OR_RETURN(v[i], ctx.reshape(v[i], per_channel));
+  }
+  const auto [scale, bias, mean, var] = std::tie(v[0], v[1], v[2], v[3]);
+  MEMC_ASSIGN_OR_RETURN(ValueId k, ctx.emit("add", {var, ctx.scalar(ctx.attr_float("epsilon", 1e-5), dtype)}));
+  MEMC_ASSIGN_OR_RETURN(k, ctx.emit("rsqrt", {k}));
+  MEMC_ASSIGN_OR_RETURN(k, ctx.emit("mul", {scale, k}));
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("sub", {x, mean}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("mul", {y, k}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("add", {y, bias}));
+  return ctx.bind(0, y);
+}
+
 }  // namespace
 
 void add_pool_lowerings(LoweringTable& table) {
   table["AveragePool"] = lower_average_pool;
   table["MaxPool"] = lower_max_pool;
   table["InstanceNormalization"] = lower_instance_norm;
+  table["BatchNormalization"] = lower_batch_norm;
 }
 
 }  // namespace memc

@@ -73,7 +73,7 @@ class Importer {
   // folded from no parameter (frontend/param_audit.h): PyTorch trains neither.
   std::set<std::string> buffers_;
   // Float initializers read only where an op needs a value known at import (Resize's roi and
-  // scales): constants, not parameters.
+  // scales) or a constant (BatchNormalization's running statistics): not parameters.
   std::set<std::string> static_operands_;
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
   Status set_outputs(ImportContext& ctx);
@@ -298,7 +298,9 @@ void Importer::warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes)
 void Importer::find_static_operands(const std::vector<onnx::NodeProto>& nodes) {
   std::set<std::string> data;
   for (const auto& n : nodes) {
-    const int first_static = n.op_type() == "Resize" || n.op_type() == "Upsample" ? 1 : n.input_size();
+    const int first_static = n.op_type() == "Resize" || n.op_type() == "Upsample" ? 1
+                             : n.op_type() == "BatchNormalization"            ? 3
+                                                                              : n.input_size();
     for (int i = 0; i < n.input_size(); ++i) (i < first_static ? data : static_operands_).insert(n.input(i));
   }
   for (const auto& name : data) static_operands_.erase(name);

@@ -56,10 +56,14 @@ std::string unknown_metadata(const google::protobuf::Message& m, int field, cons
   return "";
 }
 
-std::string metadata(const onnx::NodeProto& n, const std::string& key) {
+}  // namespace
+
+std::string node_metadata(const onnx::NodeProto& n, const std::string& key) {
   constexpr int kNodeMetadata = 9;
   return unknown_metadata(n, kNodeMetadata, key);
 }
+
+namespace {
 
 // Every quoted name in a Python list's repr ("['', 'inner', 'inner.bert']").
 std::vector<std::string> quoted_names(const std::string& list) {
@@ -79,8 +83,8 @@ bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c 
 // with _>_<attribute>"; the innermost module scope (name_scopes) whose path prefixes such a
 // token gives the dotted name ("...q_lin" + "weight"). "" when the metadata does not say.
 std::string parameter_behind(const onnx::NodeProto& n) {
-  const std::string fx = metadata(n, "pkg.torch.onnx.fx_node");
-  const std::vector<std::string> paths = quoted_names(metadata(n, "pkg.torch.onnx.name_scopes"));
+  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+  const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
   for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
     if (it->empty()) continue;
     std::string prefix = "%p_" + *it + "_";
@@ -133,7 +137,7 @@ struct FxNames {
 FxNames fx_names(const std::vector<onnx::NodeProto>& nodes) {
   FxNames names;
   for (const auto& n : nodes) {
-    const std::string fx = metadata(n, "pkg.torch.onnx.fx_node");
+    const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
     for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
       size_t end = at + 1;
       while (end < fx.size() && is_ident(fx[end])) ++end;
@@ -208,6 +212,30 @@ void tie_folded_copies(const onnx::ModelProto& model, const std::string& base_di
     for (size_t i = 0; i < tied.size(); ++i) list += (i ? ", " : "") + tied[i];
     report(str_cat("initializers '", names[0], "' and ", list, " are the exporter's folded copies of one parameter '", from,
                    "' (equal values): memc trains them as one tensor, '", names[0], "', as the model shares it"));
+  }
+}
+
+// The dynamo exporter's optimizer fuses a BatchNorm into the Conv (or Linear) before it: the
+// node keeps the BatchNorm's FX node, and the weight and bias it reads, under the layer's own
+// names, hold the layer scaled by the BatchNorm's statistics. Training them trains another
+// parameterization than the module's, and in train() mode PyTorch would normalize with batch
+// statistics besides: one line per fused node.
+template <class Report>
+void report_fused_batch_norms(const std::vector<onnx::NodeProto>& nodes, Report&& report) {
+  for (const auto& n : nodes) {
+    if (n.op_type() != "Conv" && n.op_type() != "Gemm" && n.op_type() != "MatMul") continue;
+    const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+    const size_t target = fx.find("target=torch.ops.aten.");
+    if (target == std::string::npos) continue;
+    const std::string op = fx.substr(target + 22, fx.find(']', target) - target - 22);
+    if (op.find("batch_norm") == std::string::npos) continue;
+    std::string weights;
+    for (int i = 1; i < n.input_size(); ++i) weights += str_cat(i > 1 ? ", '" : "'", n.input(i), "'");
+    report(str_cat("node '", node_label(n), "' (", n.op_type(), ") is the exporter's fusion of a layer and the BatchNorm after it (",
+                   op, "): its weights ", weights, " hold the layer scaled by the BatchNorm's statistics, not the module's parameters",
+                   op.find("no_training") == std::string::npos ? ", and the module was in train() mode, where PyTorch uses batch statistics" : "",
+                   "; memc trains the fused form: export", op.find("no_training") == std::string::npos ? " after .eval()" : "",
+                   " with optimize=False to train the module's own"));
   }
 }
 
@@ -364,6 +392,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
                      "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter"));
     }
   }
+  report_fused_batch_norms(nodes, report);
   tie_folded_copies(model, base_dir, audit, report);
   if (print_warnings) {
     for (const std::string& line : audit.findings) warn_once(file + ": " + line);

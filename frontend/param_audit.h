@@ -59,6 +59,10 @@ std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& mode
 // "%c_..."). A module path with no such evidence may be a parameter, so its copy still trains.
 std::map<std::string, std::string> folded_constants(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes);
 
+// A node's metadata_props entry (the dynamo exporter's pkg.torch.onnx.fx_node, name_scopes);
+// "" when absent.
+std::string node_metadata(const onnx::NodeProto& n, const std::string& key);
+
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);
 

@@ -31,6 +31,9 @@ make_unique_), except where noted:
                         ceil mode), MaxPool (2-D padded; 1-D), Hardswish and Hardsigmoid: the
                         ops of PoolFormer, Funnel, BiT, CANINE and LeViT, through the dynamo
                         default and the TorchScript (TRAINING, no folding) exporters.
+  bn_net_noopt_t215, bn_net_ts_t215  BatchNorm (2-D and 1-D) with running statistics, exported
+                        in eval() by dynamo with optimize=False (the Python package's export) and by
+                        TorchScript (EVAL, no folding); references in eval() (frozen-BN training).
   bert_t215, roberta_t215  HF BertForSequenceClassification / RobertaForSequenceClassification,
                         small configs, dynamo default options (coverage: import + logits).
   distilbert_base_t215_skeleton  DistilBERT-base dims (768, 12 layers, 12 heads, vocab 30522,
@@ -119,7 +122,7 @@ def forward_loss(model, inputs, labels):
     return logits.detach(), loss.detach(), grads
 
 
-def write_refs(name, path, model, make_inputs, input_names):
+def write_refs(name, path, model, make_inputs, input_names, train=True):
     """<name>.ref.npz: inputs, labels, logits, loss, grad/<init> (what the graph means:
     transposed for 'T', summed over a shared initializer's params; for 'B' the parameter's own
     gradient, the re-derived [1,...] form memc trains) and untied_grad/<torch name> for shared
@@ -127,7 +130,7 @@ def write_refs(name, path, model, make_inputs, input_names):
     m = onnx.load(path, load_external_data=True)
     mapping, non_param, unmatched = match(m, model)
     set_dropout(model, 0.0)
-    model.train()
+    model.train(train)   # eval() for BatchNorm with running statistics
     inputs4, labels4 = make_inputs(0, 4)
     logits, loss, grads = forward_loss(model, inputs4, labels4)
     for n in unmatched:
@@ -204,12 +207,12 @@ def save_inline(path):
     onnx.save_model(m, path)
 
 
-def export_dynamo_default(model, args, path):
+def export_dynamo_default(model, args, path, optimize=True):
     """torch.onnx.export with default options (dynamo=True, optimize=True in torch ≥ 2.9);
-    only the names are given."""
+    only the names are given (and optimize=False where asked: memc's Python package's export)."""
     with tempfile.TemporaryDirectory() as td:
         tmp = os.path.join(td, "m.onnx")
-        torch.onnx.export(model, args, tmp, input_names=None, output_names=["logits"])
+        torch.onnx.export(model, args, tmp, input_names=None, output_names=["logits"], optimize=optimize)
         m = onnx.load(tmp, load_external_data=True)
     # Stack traces make most of the bytes; the module scope and FX node (which name the
     # parameter behind a folded weight, memc reads them) stay.
@@ -386,6 +389,47 @@ def do_pool_net(name, dynamo):
     write_refs(name, p, model, digits_inputs, ["x"])
 
 
+class BnNet(torch.nn.Module):
+    """BatchNorm with running statistics (a module fine-tuned in eval(), as frozen-BN training
+    does): 2-D after a Conv and a depthwise Conv, 1-D after a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.dw = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8)
+        self.bn2 = torch.nn.BatchNorm2d(8, eps=1e-3)
+        self.fc = torch.nn.Linear(128, 16)
+        self.bn3 = torch.nn.BatchNorm1d(16)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.nn.functional.hardswish(self.bn1(self.stem(x)))
+        x = torch.relu(self.bn2(self.dw(x)))
+        return self.head(torch.relu(self.bn3(self.fc(x.flatten(1)))))
+
+
+def do_bn_net(name, dynamo):
+    seed_all(9)
+    model = BnNet()
+    REPORT[name] = {"perturbed_params": make_unique_(model, seed=109)}
+    g = torch.Generator().manual_seed(209)
+    with torch.no_grad():   # running statistics away from 0 and 1
+        for bn in (model.bn1, model.bn2, model.bn3):
+            bn.running_mean.copy_(torch.randn(bn.num_features, generator=g) * 0.1)
+            bn.running_var.copy_(0.5 + torch.rand(bn.num_features, generator=g))
+    x = digits_inputs(0, 4)[0]
+    p = os.path.join(MODELS, f"{name}.onnx")
+    model.eval()
+    if dynamo:
+        export_dynamo_default(model, x, p, optimize=False)
+    else:
+        torch.onnx.export(model, x, p, input_names=["x"], output_names=["logits"], opset_version=17,
+                          training=torch.onnx.TrainingMode.EVAL, do_constant_folding=False, dynamo=False)
+    summarize(name, p)
+    write_refs(name, p, model, digits_inputs, ["x"], train=False)
+
+
 def do_skeleton(name, model, args, dynamo, names):
     with tempfile.TemporaryDirectory() as td:
         tmp = os.path.join(td, "full.onnx")
@@ -434,6 +478,8 @@ def main():
         ("gpt2_t215", lambda: do_hf_dynamo("gpt2_t215", build_gpt2(7), 107)),
         ("pool_net_t215", lambda: do_pool_net("pool_net_t215", True)),
         ("pool_net_ts_t215", lambda: do_pool_net("pool_net_ts_t215", False)),
+        ("bn_net_noopt_t215", lambda: do_bn_net("bn_net_noopt_t215", True)),
+        ("bn_net_ts_t215", lambda: do_bn_net("bn_net_ts_t215", False)),
         ("distilbert_base_t215_skeleton", lambda: do_skeleton(
             "distilbert_base_t215_skeleton",
             Logits(build_distilbert(0, vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,

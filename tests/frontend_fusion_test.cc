@@ -393,6 +393,57 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out->at(0).get_as_double(i), want[i], 1e-6) << i;
 }
 
+void add_fx_node(onnx::NodeProto& node, const std::string& fx_node) {
+  onnx::StringStringEntryProto entry;
+  entry.set_key("pkg.torch.onnx.fx_node");
+  entry.set_value(fx_node);
+  node.GetReflection()->MutableUnknownFields(&node)->AddLengthDelimited(9, entry.SerializeAsString());
+}
+
+// torch 2.15's dynamo exporter writes a module in train() with a BatchNormalization node that
+// has no training_mode (ONNX's default: running statistics); only its FX node says PyTorch
+// normalizes with the batch's there. memc refuses it; the same node from eval() trains with its
+// running statistics as constants. The optimizer's BatchNorm fused into a Conv is named.
+TEST(FrontendImport, BatchNormFromTrainModeIsRefusedAndAFusedOneIsNamed) {
+  auto model = [](const std::string& fx) {
+    OnnxBuilder b(18);
+    b.input("x", {2, 3, 2, 2}).output("y");
+    for (const char* name : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
+      b.init(name, make_tensor(DType::kF32, {3}, {0.5, 1.5, 2}));
+    add_fx_node(b.node("BatchNormalization", {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"y"}), fx);
+    return b;
+  };
+  auto train = model("%getitem : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_functional.default](args = (%conv2d, %p_bn_weight))").import();
+  ASSERT_FALSE(train.ok());
+  EXPECT_NE(train.status().message().find("BatchNormalization with batch statistics (a module exported in train() mode) is unsupported"), std::string::npos)
+      << train.status().message();
+  auto eval = model("%getitem : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_no_training.default](args = (%conv2d,))").import();
+  ASSERT_TRUE(eval.ok()) << eval.status().message();
+  std::vector<std::string> params;
+  for (ValueId a : eval->arguments())
+    if (eval->value(a).role == Role::kParam) params.push_back(eval->value(a).source_name);
+  EXPECT_EQ(params, (std::vector<std::string>{"bn.weight", "bn.bias"}));  // the running statistics stay constant
+  // y = (x − mean)·w/√(var + ε) + b, channel 0: (1 − 0.5)·0.5/√(0.5 + 1e-5) + 0.5
+  auto out = execute(*eval, {{"x", make_tensor(DType::kF32, {2, 3, 2, 2}, std::vector<double>(24, 1.0))}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_NEAR(out->at(0).get_as_double(0), 0.5 * 0.5 / std::sqrt(0.5 + 1e-5) + 0.5, 1e-6);
+
+  OnnxBuilder fused(18);
+  fused.input("x", {2, 1, 4, 4}).output("y");
+  fused.init("c.weight", make_tensor(DType::kF32, {2, 1, 1, 1}, {1, 2})).init("c.bias", make_tensor(DType::kF32, {2}, {0, 1}));
+  add_fx_node(fused.node("Conv", {"x", "c.weight", "c.bias"}, {"y"}),
+              "%bn : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_no_training.default](args = (%conv2d,))");
+  std::vector<std::string> findings;
+  ImportOptions options;
+  options.param_findings = &findings;
+  ASSERT_TRUE(fused.import(options).ok());
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_NE(findings[0].find("is the exporter's fusion of a layer and the BatchNorm after it (_native_batch_norm_legit_no_training.default): "
+                             "its weights 'c.weight', 'c.bias' hold the layer scaled"),
+            std::string::npos)
+      << findings[0];
+}
+
 // A model-local function (as the dynamo exporter writes) is inlined.
 TEST(FrontendImport, InlinesLocalFunctions) {
   OnnxBuilder b(18);

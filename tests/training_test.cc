@@ -93,7 +93,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                                            GradModel{"gpt2_t215", 32},  // causal mask, runtime GatherND
                                            GradModel{"vit_tiny_dynamo_t215", -1}, GradModel{"vit_tiny_dynamo_t215_tied", -1},
                                            // GroupNorm, AvgPool (padded, ceil mode), MaxPool (2-D padded, 1-D), Hardswish, Hardsigmoid
-                                           GradModel{"pool_net_t215", -1}, GradModel{"pool_net_ts_t215", -1}),
+                                           GradModel{"pool_net_t215", -1}, GradModel{"pool_net_ts_t215", -1},
+                                           // BatchNorm with running statistics (eval-mode exports, eval-mode references)
+                                           GradModel{"bn_net_noopt_t215", -1}, GradModel{"bn_net_ts_t215", -1}),
                          [](const ::testing::TestParamInfo<GradModel>& info) { return info.param.name; });
 
 Plan digits_plan(const std::string& optimizer, const std::string& schedule, double lr, int64_t epochs) {

@@ -292,3 +292,51 @@ def test_resize_trains_as_in_pytorch(exporter):
     assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
     step = (module.table.detach() - plan.state_dict()["table"]) / 0.1
     np.testing.assert_allclose(step.numpy(), reference.table.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+class PoolingCnn(torch.nn.Module):
+    """The pooling and normalization layers of CNN-transformer hybrids (PoolFormer, LeViT, BiT,
+    MobileViT): BatchNorm, GroupNorm, average and max pooling (padded, ceil mode), Hardswish."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.gn = torch.nn.GroupNorm(2, 8)
+        self.mix = torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.down = torch.nn.MaxPool2d(3, 2, 1)
+        self.pool = torch.nn.AvgPool2d(3, 2, ceil_mode=True)
+        self.head = torch.nn.Linear(8 * 4 * 4, CLASSES)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.2, 0.2)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        x = torch.nn.functional.hardswish(self.bn(self.stem(x)))
+        y = self.gn(x)
+        x = self.pool(self.down(x + self.mix(y) - y))
+        return self.head(x.flatten(1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_pooling_and_batchnorm_in_eval_train_as_in_pytorch(exporter):
+    torch.manual_seed(0)
+    module = PoolingCnn().eval()  # BatchNorm with its running statistics: frozen-BN fine-tuning
+    reference = copy.deepcopy(module)
+    x, y = batches()[0]
+    plan = memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
+    torch_loss = torch.nn.functional.cross_entropy(reference(x), y)
+    torch_loss.backward()
+    loss = plan.step(x, y)
+    assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
+    state = plan.state_dict()
+    for name, p in reference.named_parameters():
+        step = (dict(module.named_parameters())[name].detach() - state[name]) / 0.1
+        np.testing.assert_allclose(step.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_batchnorm_in_train_mode_is_refused_in_one_line():
+    module = PoolingCnn().train()
+    x, _ = batches()[0]
+    with pytest.raises(memc.MemcError, match=r"BatchNormalization with batch statistics .* export the module after \.eval\(\)"):
+        memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter="dynamo")
