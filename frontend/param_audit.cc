@@ -385,8 +385,9 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
       }
     } else if (auto from = sources.find(name);
                !audit.batch_expanded.count(name) && from != sources.end() && from->second.parameters.size() == 1) {
-      report(str_cat("initializer '", name, "' [", shape_str(dims), "] is computed by the exporter from parameter '",
-                     from->second.parameters[0], "' alone (a folded reshape, cast or offset): memc trains it in this form"));
+      report(str_cat("initializer '", name, "' [", shape_str(dims), "] is a value the exporter folded from parameter '",
+                     from->second.parameters[0], "' alone: memc trains it in this form (the same as training '", from->second.parameters[0],
+                     "' when that function is a reshape or a cast)"));
     } else if (!audit.batch_expanded.count(name) && (synthesized_name(name) || op_output_name(name))) {
       report(str_cat("initializer '", name, "' [", shape_str(dims),
                      "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter"));
