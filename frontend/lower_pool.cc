@@ -10,8 +10,9 @@
 // - InstanceNormalization is a layernorm over each (sample, channel)'s spatial extent with unit
 //   weights, then the per-channel scale and bias.
 // - BatchNormalization normalizes with its running statistics, constants (as a module in
-//   eval() does): (x − mean) · scale/√(var + ε) + B. Batch statistics (training mode, or a module
-//   exported in train()) are refused in one line: they need running-statistics updates.
+//   eval() does): (x − mean)/√(var + ε) · scale + B; with the batch's statistics where the running
+//   ones never change (momentum 1: BiT's weight standardization). Other batch statistics (a
+//   module exported in train()) are refused in one line: they need running-statistics updates.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -225,12 +226,32 @@ bool fx_batch_statistics(const onnx::NodeProto& node) {
   return op.find("batch_norm") != std::string::npos && op.find("no_training") == std::string::npos;
 }
 
+// x's statistics over every axis but the channels ([1, C, 1, ...]): mean, and the biased variance.
+Expected<std::pair<ValueId, ValueId>> batch_statistics(ImportContext& ctx, ValueId x) {
+  const int64_t rank = static_cast<int64_t>(ctx.type(x).shape.size());
+  std::vector<int64_t> axes = {0};
+  for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
+  Attrs a;
+  a.set("axes", axes);
+  a.set("keepdims", int64_t{1});
+  MEMC_ASSIGN_OR_RETURN(ValueId mean, ctx.emit("reduce_mean", {x}, a));
+  MEMC_ASSIGN_OR_RETURN(ValueId d, ctx.emit("sub", {x, mean}));
+  MEMC_ASSIGN_OR_RETURN(ValueId sq, ctx.emit("mul", {d, d}));
+  MEMC_ASSIGN_OR_RETURN(ValueId var, ctx.emit("reduce_mean", {sq}, a));
+  return std::make_pair(mean, var);
+}
+
+// Batch statistics are supported where the running statistics stay as they are: ONNX's
+// momentum 1 (PyTorch's 0, or none: F.batch_norm(training=True) without running statistics, as
+// BiT standardizes its convolutions' weights). Otherwise PyTorch would update them each step,
+// which memc does not do.
 Status lower_batch_norm(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   const Shape xs = ctx.type(x).shape;
   const DType dtype = ctx.type(x).dtype;
   if (xs.size() < 2 || !is_float(dtype)) return ctx.error("needs a float x [N, C, ...]");
-  if (ctx.attr_int("training_mode", 0) != 0 || ctx.has_output(1) || ctx.has_output(2) || fx_batch_statistics(ctx.node())) {
+  const bool batch = ctx.attr_int("training_mode", 0) != 0 || ctx.has_output(1) || ctx.has_output(2) || fx_batch_statistics(ctx.node());
+  if (batch && ctx.attr_float("momentum", 0.9) != 1.0) {
     return ctx.error(
         "BatchNormalization with batch statistics (a module exported in train() mode) is unsupported: memc does not "
         "update running statistics; export the module after .eval() to train it with its running statistics");
@@ -242,13 +263,21 @@ Status lower_batch_norm(ImportContext& ctx) {
   for (int i = 0; i < 4; ++i) {
     MEMC_ASSIGN_OR_RETURN(v[i], ctx.input(i + 1));
     if (ctx.type(v[i]).shape != Shape{c}) return ctx.error(str_cat("scale, B, mean and var must be [", c, "]"));
-    if (ctx.type(v[i]).dtype != dtype) { MEMC_ASSIGN_OR_RETURN(v[i], ctx.cast(v[i], dtype)); }
-    MEMC_ASSIGN_OR_RETURN(v[i], ctx.reshape(v[i], per_channel));
+    if (i < 2 || !batch) {
+      if (ctx.type(v[i]).dtype != dtype) { MEMC_ASSIGN_OR_RETURN(v[i], ctx.cast(v[i], dtype)); }
+      MEMC_ASSIGN_OR_RETURN(v[i], ctx.reshape(v[i], per_channel));
+    }
   }
-  const auto [scale, bias, mean, var] = std::tie(v[0], v[1], v[2], v[3]);
+  ValueId scale = v[0], bias = v[1], mean = v[2], var = v[3];
+  if (batch) {
+    for (int i : {1, 2}) {  // the running statistics' outputs: momentum 1 keeps them as they were
+      if (ctx.has_output(i)) { MEMC_RETURN_IF_ERROR(ctx.bind(i, v[i + 1])); }
+    }
+    MEMC_ASSIGN_OR_RETURN(std::tie(mean, var), batch_statistics(ctx, x));
+  }
   MEMC_ASSIGN_OR_RETURN(ValueId k, ctx.emit("add", {var, ctx.scalar(ctx.attr_float("epsilon", 1e-5), dtype)}));
   MEMC_ASSIGN_OR_RETURN(k, ctx.emit("rsqrt", {k}));
-  MEMC_ASSIGN_OR_RETURN(k, ctx.emit("mul", {scale, k}));
+  MEMC_ASSIGN_OR_RETURN(k, ctx.emit("mul", {scale, k}));  // per channel, before it meets x
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("sub", {x, mean}));
   MEMC_ASSIGN_OR_RETURN(y, ctx.emit("mul", {y, k}));
   MEMC_ASSIGN_OR_RETURN(y, ctx.emit("add", {y, bias}));

@@ -428,6 +428,26 @@ TEST(FrontendImport, BatchNormFromTrainModeIsRefusedAndAFusedOneIsNamed) {
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_NEAR(out->at(0).get_as_double(0), 0.5 * 0.5 / std::sqrt(0.5 + 1e-5) + 0.5, 1e-6);
 
+  // Batch statistics whose running statistics never change (momentum 1: F.batch_norm with none,
+  // BiT's weight standardization) are supported: each channel of y is normalized over the batch.
+  OnnxBuilder standardize(15);
+  standardize.input("x", {2, 2, 2}).output("y");
+  standardize.init("w", make_tensor(DType::kF32, {2}, {1, 1})).init("b", make_tensor(DType::kF32, {2}, {0, 0}));
+  standardize.init("m", make_tensor(DType::kF32, {2}, {0, 0})).init("v", make_tensor(DType::kF32, {2}, {1, 1}));
+  auto& node = standardize.node("BatchNormalization", {"x", "w", "b", "m", "v"}, {"y"});
+  testing::attr_i(node, "training_mode", 1);
+  auto* momentum = node.add_attribute();
+  momentum->set_name("momentum");
+  momentum->set_type(onnx::AttributeProto::FLOAT);
+  momentum->set_f(1.0f);
+  auto batch = standardize.import();
+  ASSERT_TRUE(batch.ok()) << batch.status().message();
+  auto normalized = execute(*batch, {{"x", make_tensor(DType::kF32, {2, 2, 2}, {1, 3, 10, 20, 5, 7, 30, 40})}});
+  ASSERT_TRUE(normalized.ok()) << normalized.status().message();
+  // channel 0 holds 1, 3, 5, 7: mean 4, variance 5
+  EXPECT_NEAR(normalized->at(0).get_as_double(0), -3 / std::sqrt(5 + 1e-5), 1e-5);
+  EXPECT_NEAR(normalized->at(0).get_as_double(5), 3 / std::sqrt(5 + 1e-5), 1e-5);
+
   OnnxBuilder fused(18);
   fused.input("x", {2, 1, 4, 4}).output("y");
   fused.init("c.weight", make_tensor(DType::kF32, {2, 1, 1, 1}, {1, 2})).init("c.bias", make_tensor(DType::kF32, {2}, {0, 1}));

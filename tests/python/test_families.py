@@ -340,3 +340,35 @@ def test_batchnorm_in_train_mode_is_refused_in_one_line():
     x, _ = batches()[0]
     with pytest.raises(memc.MemcError, match=r"BatchNormalization with batch statistics .* export the module after \.eval\(\)"):
         memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter="dynamo")
+
+
+class StandardizedConv(torch.nn.Module):
+    """BiT's weight standardization: F.batch_norm over each output channel's weights, with
+    batch statistics and no running statistics, in train() as in eval()."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8 * IMAGE * IMAGE, CLASSES)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        w = f.batch_norm(self.conv.weight.reshape(1, 8, -1), None, None, training=True, momentum=0.0, eps=1e-8)
+        return self.head(f.conv2d(x, w.reshape_as(self.conv.weight), self.conv.bias, padding=1).flatten(1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_batch_statistics_without_running_statistics_train_as_in_pytorch(exporter):
+    torch.manual_seed(0)
+    module = StandardizedConv().train()
+    reference = copy.deepcopy(module)
+    x, y = batches()[0]
+    plan = memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
+    torch_loss = torch.nn.functional.cross_entropy(reference(x), y)
+    torch_loss.backward()
+    loss = plan.step(x, y)
+    assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
+    state = plan.state_dict()
+    for name, p in reference.named_parameters():
+        step = (dict(module.named_parameters())[name].detach() - state[name]) / 0.1
+        np.testing.assert_allclose(step.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
