@@ -291,6 +291,14 @@ TEST(FrontendImport, WeightsVsConstantsAndMetadata) {
 // parameter. A buffer stays constant (PyTorch never trains it: Llama's rotary inv_freq), and the
 // folded copies of one shared parameter (ALBERT's feed-forward weights, folded once per layer)
 // train as one tensor; a copy with other values does not.
+// The initializers a module trains, in argument order.
+std::vector<std::string> trained_names(const Module& m) {
+  std::vector<std::string> names;
+  for (ValueId a : m.arguments())
+    if (m.value(a).role == Role::kParam) names.push_back(m.value(a).source_name);
+  return names;
+}
+
 void add_value_metadata(onnx::ModelProto& model, const std::string& name, const std::string& key, const std::string& value) {
   onnx::ValueInfoProto* info = model.mutable_graph()->add_value_info();
   info->set_name(name);
@@ -320,10 +328,7 @@ TEST(FrontendImport, ExportedBuffersStayConstantAndFoldedCopiesOfOneParameterTra
   options.param_findings = &findings;
   auto m = b.import(options);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  std::vector<std::string> params;
-  for (ValueId a : m->arguments()) {
-    if (m->value(a).role == Role::kParam) params.push_back(m->value(a).source_name);
-  }
+  const std::vector<std::string> params = trained_names(*m);
   EXPECT_EQ(params, (std::vector<std::string>{"val_1", "val_3"}));
   auto tied = m->metadata().find("tied_copies");
   ASSERT_NE(tied, nullptr);
@@ -374,10 +379,7 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   options.param_findings = &findings;
   auto m = b.import(options);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  std::vector<std::string> params;
-  for (ValueId a : m->arguments()) {
-    if (m->value(a).role == Role::kParam) params.push_back(m->value(a).source_name);
-  }
+  const std::vector<std::string> params = trained_names(*m);
   EXPECT_EQ(params, (std::vector<std::string>{"val_1", "val_9", "val_10"}));
   auto has = [&](const std::string& text) {
     return std::any_of(findings.begin(), findings.end(), [&](const std::string& f) { return f.find(text) != std::string::npos; });
@@ -419,10 +421,7 @@ TEST(FrontendImport, BatchNormFromTrainModeIsRefusedAndAFusedOneIsNamed) {
       << train.status().message();
   auto eval = model("%getitem : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_no_training.default](args = (%conv2d,))").import();
   ASSERT_TRUE(eval.ok()) << eval.status().message();
-  std::vector<std::string> params;
-  for (ValueId a : eval->arguments())
-    if (eval->value(a).role == Role::kParam) params.push_back(eval->value(a).source_name);
-  EXPECT_EQ(params, (std::vector<std::string>{"bn.weight", "bn.bias"}));  // the running statistics stay constant
+  EXPECT_EQ(trained_names(*eval), (std::vector<std::string>{"bn.weight", "bn.bias"}));  // the running statistics stay constant
   // y = (x − mean)·w/√(var + ε) + b, channel 0: (1 − 0.5)·0.5/√(0.5 + 1e-5) + 0.5
   auto out = execute(*eval, {{"x", make_tensor(DType::kF32, {2, 3, 2, 2}, std::vector<double>(24, 1.0))}});
   ASSERT_TRUE(out.ok()) << out.status().message();

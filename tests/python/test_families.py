@@ -282,16 +282,22 @@ class Upsampler(torch.nn.Module):
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_resize_trains_as_in_pytorch(exporter):
     torch.manual_seed(0)
-    module = Upsampler()
-    x, y = torch.randn(3, 2), torch.tensor([0, 1, 3])
-    plan = memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
+    one_sgd_step_beside_pytorch(Upsampler(), torch.randn(3, 2), torch.tensor([0, 1, 3]), exporter)
+
+
+def one_sgd_step_beside_pytorch(module, x, y, exporter, lr=0.1):
+    """One SGD step of memc's plan beside PyTorch's backward on a copy: the losses agree to 1e-5,
+    and each parameter moved by lr times PyTorch's gradient."""
     reference = copy.deepcopy(module)
+    plan = memc.compile(module, (x,), optimizer="sgd", lr=lr, exporter=exporter)
     torch_loss = torch.nn.functional.cross_entropy(reference(x), y)
     torch_loss.backward()
     loss = plan.step(x, y)
     assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
-    step = (module.table.detach() - plan.state_dict()["table"]) / 0.1
-    np.testing.assert_allclose(step.numpy(), reference.table.grad.numpy(), rtol=1e-4, atol=1e-6)
+    state, before = plan.state_dict(), dict(module.named_parameters())
+    for name, p in reference.named_parameters():
+        step = (before[name].detach() - state[name]) / lr
+        np.testing.assert_allclose(step.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 class PoolingCnn(torch.nn.Module):
@@ -321,18 +327,8 @@ class PoolingCnn(torch.nn.Module):
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_pooling_and_batchnorm_in_eval_train_as_in_pytorch(exporter):
     torch.manual_seed(0)
-    module = PoolingCnn().eval()  # BatchNorm with its running statistics: frozen-BN fine-tuning
-    reference = copy.deepcopy(module)
-    x, y = batches()[0]
-    plan = memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
-    torch_loss = torch.nn.functional.cross_entropy(reference(x), y)
-    torch_loss.backward()
-    loss = plan.step(x, y)
-    assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
-    state = plan.state_dict()
-    for name, p in reference.named_parameters():
-        step = (dict(module.named_parameters())[name].detach() - state[name]) / 0.1
-        np.testing.assert_allclose(step.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+    # BatchNorm with its running statistics, as frozen-BN fine-tuning trains it
+    one_sgd_step_beside_pytorch(PoolingCnn().eval(), *batches()[0], exporter)
 
 
 def test_batchnorm_in_train_mode_is_refused_in_one_line():
@@ -360,15 +356,4 @@ class StandardizedConv(torch.nn.Module):
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_batch_statistics_without_running_statistics_train_as_in_pytorch(exporter):
     torch.manual_seed(0)
-    module = StandardizedConv().train()
-    reference = copy.deepcopy(module)
-    x, y = batches()[0]
-    plan = memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
-    torch_loss = torch.nn.functional.cross_entropy(reference(x), y)
-    torch_loss.backward()
-    loss = plan.step(x, y)
-    assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
-    state = plan.state_dict()
-    for name, p in reference.named_parameters():
-        step = (dict(module.named_parameters())[name].detach() - state[name]) / 0.1
-        np.testing.assert_allclose(step.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+    one_sgd_step_beside_pytorch(StandardizedConv().train(), *batches()[0], exporter)
