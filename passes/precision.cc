@@ -101,6 +101,22 @@ Status make_pure(Module& m, DType low, PrecisionReport& report) {
   return Status::Ok();
 }
 
+// A scalar or a vector along one axis ([C], [C, 1, 1]: a per-channel scale or shift, a bias) in
+// f32 meets a larger 16-bit activation: the node computes in the 16-bit type, the vector cast
+// to it (a scalar does not promote in PyTorch either, and a BatchNorm reads f32 statistics with
+// 16-bit data), rather than promoting the activation to an f32 copy.
+bool f32_inputs_are_vectors(const Module& m, const Node& node, DType low) {
+  int64_t largest_low = 0;
+  for (ValueId v : node.inputs)
+    if (v != kNoValue && m.value(v).type.dtype == low) largest_low = std::max(largest_low, m.value(v).type.numel());
+  for (ValueId v : node.inputs) {
+    if (v == kNoValue || m.value(v).type.dtype != DType::kF32) continue;
+    const Shape& s = m.value(v).type.shape;
+    if (std::count_if(s.begin(), s.end(), [](int64_t d) { return d != 1; }) > 1 || m.value(v).type.numel() >= largest_low) return false;
+  }
+  return true;
+}
+
 // Mixed: casts in front of each node whose inputs want another dtype, one cast per (value,
 // dtype), placed right before its first user.
 Status make_mixed(Module& m, DType low, PrecisionReport& report) {
@@ -117,6 +133,7 @@ Status make_mixed(Module& m, DType low, PrecisionReport& report) {
     std::optional<DType> want;
     if (policy == Policy::kLow) want = low;
     if (policy == Policy::kF32 || (policy == Policy::kPromote && has_low && has_f32)) want = DType::kF32;
+    if (policy == Policy::kPromote && has_low && has_f32 && f32_inputs_are_vectors(m, m.node(id), low)) want = low;
     // attention's additive bias (masks of -finfo.max) keeps its dtype: the kernel reads it as is.
     const size_t cast_inputs = m.node(id).op == "attention" ? 3 : m.node(id).inputs.size();
     for (size_t i = 0; want && i < std::min(cast_inputs, m.node(id).inputs.size()); ++i) {
