@@ -74,9 +74,11 @@ Expected<PoolWindows> pool_windows(ImportContext& ctx, const Shape& xs) {
     } else if (auto_pad != "NOTSET") {
       return Status::BadInput("auto_pad '" + auto_pad + "' is unsupported");
     }
+    // In ceil mode a window may overhang the input's end, even a window wider than the input
+    // (EfficientNet's pooler: AvgPool2d(hidden_dim, ceil_mode=True) over a 1×1 map).
     const int64_t room = in + w.pads[i] + w.pads[sd + i] - w.span(i);
-    if (room < 0) return Status::BadInput(str_cat("the window (", w.span(i), ") is larger than the padded input on spatial axis ", i));
-    w.out[i] = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+    w.out[i] = (ceil_mode ? (room >= 0 ? (room + s - 1) / s : -(-room / s)) : room >= 0 ? room / s : -1) + 1;
+    if (w.out[i] < 1) return Status::BadInput(str_cat("the window (", w.span(i), ") is larger than the padded input on spatial axis ", i));
     // A ceil-mode window must start inside the input or its leading pad (PyTorch's rule).
     if (ceil_mode && (w.out[i] - 1) * s >= in + w.pads[i]) --w.out[i];
   }

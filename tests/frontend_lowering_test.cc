@@ -144,6 +144,29 @@ TEST(FrontendLowering, ClipBothOpsets) {
   }
 }
 
+// Ceil mode lets a window overhang the input, even one wider than the input (EfficientNet's
+// pooler: AvgPool2d(64, ceil_mode=True) over a 2×2 map): one window over the values inside.
+TEST(FrontendLowering, CeilModePoolingWithAWindowWiderThanTheInput) {
+  for (const char* op : {"AveragePool", "MaxPool"}) {
+    OnnxBuilder b(17);
+    b.input("x", {1, 1, 2, 2}).output("y");
+    auto& n = b.node(op, {"x"}, {"y"});
+    testing::attr_ints(n, "kernel_shape", {64, 64});
+    testing::attr_ints(n, "strides", {64, 64});
+    testing::attr_i(n, "ceil_mode", 1);
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << op << ": " << m.status().message();
+    expect_values(run1(*m, {{"x", make_tensor(DType::kF32, {1, 1, 2, 2}, {1, 2, 3, 6})}}), {op == std::string("MaxPool") ? 6.0 : 3.0});
+  }
+  OnnxBuilder floor(17);  // without ceil mode such a window has no output: one line
+  floor.input("x", {1, 1, 2, 2}).output("y");
+  testing::attr_ints(floor.node("AveragePool", {"x"}, {"y"}), "kernel_shape", {3, 3});
+  auto refused = floor.import(raw());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("the window (3) is larger than the padded input on spatial axis 0"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(FrontendLowering, CastCastLikeWhereLeakyReluGelu) {
   OnnxBuilder b(20);
   b.input("x", {4}).input("i", {4}, onnx::TensorProto::INT64).output("c").output("cl").output("w").output("lr").output("g");
