@@ -2,6 +2,7 @@
 // LayerNormalization, Reduce*, ArgMax/ArgMin, GlobalAveragePool/GlobalMaxPool, Resize.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "frontend/lowering.h"
@@ -160,6 +161,108 @@ Status lower_arg(ImportContext& ctx) {
   a.set("keepdims", ctx.attr_int("keepdims", 1) ? int64_t{1} : int64_t{0});
   a.set("select_last_index", ctx.attr_int("select_last_index", 0) ? int64_t{1} : int64_t{0});
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit(ctx.op_type() == "ArgMax" ? "argmax" : "argmin", {x}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
+// TopK(x, k) {axis, largest, sorted}: k rounds of argmax (argmin for the smallest), each taking
+// its value with gather_elements and masking that position out for the next round; values and
+// indices concatenated in order, so they come sorted. The gradient flows to x through
+// gather_elements (a scatter-add). k is known at import and small: a MoE router's top-2 of its
+// experts, not a sort.
+Status lower_top_k(ImportContext& ctx) {
+  constexpr int64_t kMaxRounds = 64;
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape xs = ctx.type(x).shape;
+  const DType dtype = ctx.type(x).dtype;
+  if (!is_float(dtype)) return ctx.error("needs float values");
+  MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> ks, ctx.input_ints(1, "K"));
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", -1), xs.size()));
+  if (ks.size() != 1 || ks[0] < 1 || ks[0] > xs[axis]) return ctx.error(str_cat("K must be one value in [1, ", xs[axis], "]"));
+  const int64_t k = ks[0];
+  if (k > kMaxRounds) return ctx.error(str_cat("K = ", k, " is more than memc's ", kMaxRounds, " (TopK is lowered as K rounds of argmax)"));
+  const bool largest = ctx.attr_int("largest", 1) != 0;
+  Shape along(xs.size(), 1);  // the positions 0..n-1 along the axis, broadcast against an index
+  along[axis] = xs[axis];
+  Tensor positions = Tensor::zeros(DType::kI64, along);
+  for (int64_t i = 0; i < xs[axis]; ++i) positions.set_from_double(i, static_cast<double>(i));
+  const ValueId position = ctx.constant(std::move(positions), "topk_positions");
+  const ValueId excluded = ctx.scalar(largest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity(), dtype);
+  std::vector<ValueId> values, indices;
+  ValueId remaining = x;
+  for (int64_t round = 0; round < k; ++round) {
+    Attrs a;
+    a.set("axis", axis);
+    a.set("keepdims", int64_t{1});
+    a.set("select_last_index", int64_t{0});
+    MEMC_ASSIGN_OR_RETURN(ValueId index, ctx.emit(largest ? "argmax" : "argmin", {remaining}, std::move(a)));
+    Attrs g;
+    g.set("axis", axis);
+    MEMC_ASSIGN_OR_RETURN(ValueId value, ctx.emit("gather_elements", {x, index}, std::move(g)));
+    values.push_back(value);
+    indices.push_back(index);
+    if (round + 1 == k) break;
+    MEMC_ASSIGN_OR_RETURN(ValueId taken, ctx.emit("equal", {position, index}));
+    MEMC_ASSIGN_OR_RETURN(remaining, ctx.emit("where", {taken, excluded, remaining}));
+  }
+  auto joined = [&](const std::vector<ValueId>& parts) -> Expected<ValueId> {
+    if (parts.size() == 1) return parts[0];
+    Attrs a;
+    a.set("axis", axis);
+    return ctx.emit("concat", parts, std::move(a));
+  };
+  MEMC_ASSIGN_OR_RETURN(ValueId y, joined(values));
+  MEMC_RETURN_IF_ERROR(ctx.bind(0, y));
+  if (ctx.has_output(1)) {
+    MEMC_ASSIGN_OR_RETURN(ValueId i, joined(indices));
+    MEMC_RETURN_IF_ERROR(ctx.bind(1, i));
+  }
+  return Status::Ok();
+}
+
+// OneHot(indices, depth, values) {axis}: where(indices == position, on, off), the positions
+// 0..depth-1 along the new axis; negative indices count from the end, as ONNX says. depth and
+// values are known at import (TorchScript's one_hot of a MoE router's choices).
+Status lower_one_hot(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(0));
+  const Tensor* depths = ctx.input_constant(1);  // any numeric type, as ONNX allows
+  const Tensor* values = ctx.input_constant(2);
+  if (depths == nullptr || depths->numel() != 1) return ctx.error("depth must be one value known at import");
+  const int64_t depth = static_cast<int64_t>(depths->get_as_double(0));
+  if (depth < 1 || depth > (int64_t{1} << 24)) return ctx.error(str_cat("depth ", depth, " is out of range"));
+  if (is_float(ctx.type(indices).dtype)) { MEMC_ASSIGN_OR_RETURN(indices, ctx.cast(indices, DType::kI64)); }
+  Shape shape = ctx.type(indices).shape;
+  const int64_t rank = static_cast<int64_t>(shape.size()) + 1;
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", -1), rank));
+  shape.insert(shape.begin() + axis, 1);
+  MEMC_ASSIGN_OR_RETURN(indices, ctx.reshape(indices, shape));
+  const DType idx = ctx.type(indices).dtype;
+  MEMC_ASSIGN_OR_RETURN(ValueId negative, ctx.emit("less", {indices, ctx.scalar(0, idx)}));
+  MEMC_ASSIGN_OR_RETURN(ValueId wrapped, ctx.emit("add", {indices, ctx.scalar(static_cast<double>(depth), idx)}));
+  MEMC_ASSIGN_OR_RETURN(indices, ctx.emit("where", {negative, wrapped, indices}));
+  Shape along(rank, 1);
+  along[axis] = depth;
+  Tensor positions = Tensor::zeros(idx, along);
+  for (int64_t i = 0; i < depth; ++i) positions.set_from_double(i, static_cast<double>(i));
+  MEMC_ASSIGN_OR_RETURN(ValueId hit, ctx.emit("equal", {indices, ctx.constant(std::move(positions), "one_hot_positions")}));
+  MEMC_ASSIGN_OR_RETURN(ValueId pair, ctx.input(2));
+  if (ctx.type(pair).numel() != 2) return ctx.error("values must be an [off, on] pair");
+  ValueId off, on;
+  if (values != nullptr) {
+    off = ctx.scalar(values->get_as_double(0), values->dtype());
+    on = ctx.scalar(values->get_as_double(1), values->dtype());
+  } else {  // fed at run time: each a slice
+    MEMC_ASSIGN_OR_RETURN(pair, ctx.reshape(pair, {2}));
+    for (int64_t i : {0, 1}) {
+      Attrs a;
+      a.set("axes", std::vector<int64_t>{0});
+      a.set("starts", std::vector<int64_t>{i});
+      a.set("ends", std::vector<int64_t>{i + 1});
+      a.set("steps", std::vector<int64_t>{1});
+      MEMC_ASSIGN_OR_RETURN(ValueId one, ctx.emit("slice", {pair}, std::move(a)));
+      MEMC_ASSIGN_OR_RETURN((i ? on : off), ctx.reshape(one, {}));
+    }
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("where", {hit, on, off}));
   return ctx.bind(0, y);
 }
 
@@ -329,6 +432,8 @@ void add_nn_lowerings(LoweringTable& table) {
   table["ArgMin"] = lower_arg;
   table["Einsum"] = lower_einsum;
   table["CumSum"] = lower_cumsum;
+  table["TopK"] = lower_top_k;
+  table["OneHot"] = lower_one_hot;
   table["GlobalAveragePool"] = lower_global_pool;
   table["GlobalMaxPool"] = lower_global_pool;
   table["Resize"] = lower_resize;

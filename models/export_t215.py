@@ -34,6 +34,8 @@ make_unique_), except where noted:
   bn_net_noopt_t215, bn_net_ts_t215  BatchNorm (2-D and 1-D) with running statistics, exported
                         in eval() by dynamo with optimize=False (the Python package's export) and by
                         TorchScript (EVAL, no folding); references in eval() (frozen-BN training).
+  moe_net_t215, moe_net_ts_t215  a mixture-of-experts layer (softmax router, TopK 2 of 4,
+                        one_hot combine, batched experts) through the dynamo default and TorchScript.
   bert_t215, roberta_t215  HF BertForSequenceClassification / RobertaForSequenceClassification,
                         small configs, dynamo default options (coverage: import + logits).
   distilbert_base_t215_skeleton  DistilBERT-base dims (768, 12 layers, 12 heads, vocab 30522,
@@ -430,6 +432,43 @@ def do_bn_net(name, dynamo):
     write_refs(name, p, model, digits_inputs, ["x"], train=False)
 
 
+class MoeNet(torch.nn.Module):
+    """A mixture-of-experts layer as today's MoE transformers route (Mixtral, Qwen2-MoE): a
+    softmax router, its top 2 of 4 experts (TopK) renormalized, combined through one_hot
+    (OneHot) over experts computed as one batched product."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(64, 16)
+        self.router = torch.nn.Linear(16, 4, bias=False)
+        self.experts = torch.nn.Parameter(torch.randn(4, 16, 16) * 0.25)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.embed(x.flatten(1)))                             # [B, 16]
+        weights, chosen = torch.topk(torch.softmax(self.router(h), -1), 2)   # [B, 2]
+        weights = weights / weights.sum(-1, keepdim=True)
+        combine = (torch.nn.functional.one_hot(chosen, 4) * weights[..., None]).sum(1)   # [B, 4]
+        every = torch.einsum("bd,edf->bef", h, self.experts)                 # [B, 4, 16]
+        return self.head(torch.einsum("be,bef->bf", combine, every))
+
+
+def do_moe_net(name, dynamo):
+    seed_all(10)
+    model = MoeNet()
+    REPORT[name] = {"perturbed_params": make_unique_(model, seed=110)}
+    x = digits_inputs(0, 4)[0]
+    p = os.path.join(MODELS, f"{name}.onnx")
+    if dynamo:
+        model.eval()
+        export_dynamo_default(model, x, p)
+    else:
+        model.train()
+        export_ts(model, x, p, ["x"])
+    summarize(name, p)
+    write_refs(name, p, model, digits_inputs, ["x"])
+
+
 def do_skeleton(name, model, args, dynamo, names):
     with tempfile.TemporaryDirectory() as td:
         tmp = os.path.join(td, "full.onnx")
@@ -480,6 +519,8 @@ def main():
         ("pool_net_ts_t215", lambda: do_pool_net("pool_net_ts_t215", False)),
         ("bn_net_noopt_t215", lambda: do_bn_net("bn_net_noopt_t215", True)),
         ("bn_net_ts_t215", lambda: do_bn_net("bn_net_ts_t215", False)),
+        ("moe_net_t215", lambda: do_moe_net("moe_net_t215", True)),
+        ("moe_net_ts_t215", lambda: do_moe_net("moe_net_ts_t215", False)),
         ("distilbert_base_t215_skeleton", lambda: do_skeleton(
             "distilbert_base_t215_skeleton",
             Logits(build_distilbert(0, vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,

@@ -1,7 +1,8 @@
 // No memory pass raises the planned peak: on every committed model (each models/<name>.ref.npz,
 // at the reference's batch and sequence length), each pass is compiled against the same options
 // without it. A pass that cannot apply (micro-batches on an export that fixes its batch) is
-// skipped, saying so. (Tiled attention on the block-sparse BigBird export was an exception until
+// skipped, saying so, as is bf16-mixed where a model's activations weigh less than its
+// weights (below). (Tiled attention on the block-sparse BigBird export was an exception until
 // the fusion stopped copying keys it cannot save: frontend/fuse_attention.cc, bench/journal/2026.md §24.)
 #include <gtest/gtest.h>
 
@@ -80,6 +81,18 @@ TEST_P(PassPeaks, NoMemoryPassRaisesThePeak) {
       continue;
     }
     ASSERT_TRUE(after.ok()) << pass.name << ": " << after.status().message();
+    // bf16-mixed keeps f32 master weights and adds a 16-bit copy of each (half their bytes); it
+    // can lower the peak only by the activations it halves. Where those are fewer bytes than
+    // the copies (a model of weights and little else: moe_net's experts at batch 4), the mode
+    // is not a memory pass, and the planner's search never takes it for memory.
+    const auto& peak = before->memory.category_peak_bytes;
+    if (pass.name == "bf16-mixed" && peak.count("params") && peak.at("activations") / 2 < peak.at("params") / 2) {
+      std::printf("[peaks] %s: bf16-mixed %lld B, without %lld B: not a memory pass here (activations %lld B, weights %lld B)\n",
+                  GetParam().c_str(), static_cast<long long>(after->memory.predicted_peak_bytes),
+                  static_cast<long long>(before->memory.predicted_peak_bytes), static_cast<long long>(peak.at("activations")),
+                  static_cast<long long>(peak.at("params")));
+      continue;
+    }
     std::printf("[peaks] %s: %s %lld B, without %lld B%s\n", GetParam().c_str(), pass.name.c_str(),
                 static_cast<long long>(after->memory.predicted_peak_bytes), static_cast<long long>(before->memory.predicted_peak_bytes),
                 after->remat_outcome.kept_without_remat ? " (remat planned higher: kept the step without it)" : "");

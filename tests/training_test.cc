@@ -95,7 +95,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                                            // GroupNorm, AvgPool (padded, ceil mode), MaxPool (2-D padded, 1-D), Hardswish, Hardsigmoid
                                            GradModel{"pool_net_t215", -1}, GradModel{"pool_net_ts_t215", -1},
                                            // BatchNorm with running statistics (eval-mode exports, eval-mode references)
-                                           GradModel{"bn_net_noopt_t215", -1}, GradModel{"bn_net_ts_t215", -1}),
+                                           GradModel{"bn_net_noopt_t215", -1}, GradModel{"bn_net_ts_t215", -1},
+                                           // a MoE router: TopK, OneHot
+                                           GradModel{"moe_net_t215", -1}, GradModel{"moe_net_ts_t215", -1}),
                          [](const ::testing::TestParamInfo<GradModel>& info) { return info.param.name; });
 
 Plan digits_plan(const std::string& optimizer, const std::string& schedule, double lr, int64_t epochs) {
