@@ -371,6 +371,59 @@ Status lower_scatter_nd(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// ScatterElements(data, indices, updates) {axis}, reduction none, indices known at import (the
+// dynamo exporter's select_scatter: BART's shift_tokens_right writing the start token into
+// column 0). As ScatterND: every element of y is gathered from concat(updates, data), by a
+// static map that names an update where one lands and the data element elsewhere.
+Status lower_scatter_elements(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
+  MEMC_ASSIGN_OR_RETURN(ValueId updates, ctx.input(2));
+  const std::string reduction = ctx.attr_string("reduction", "none");
+  if (reduction != "none") return ctx.error("reduction '" + reduction + "' is unsupported");
+  const Shape ds = ctx.type(data).shape, is = ctx.type(indices).shape;
+  if (ctx.type(updates).shape != is) return ctx.error("updates and indices differ in shape");
+  if (ctx.type(updates).dtype != ctx.type(data).dtype) return ctx.error("updates and data differ in dtype");
+  if (is.size() != ds.size()) return ctx.error("indices and data differ in rank");
+  MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", 0), ds.size()));
+  const Tensor* idx = ctx.constant_of(indices);
+  if (!idx) return ctx.error("indices depend on runtime data; memc needs them static");
+  const int64_t count = numel(is), total = numel(ds);
+  Tensor source = Tensor::zeros(DType::kI64, {total});
+  int64_t* from = source.data<int64_t>();
+  for (int64_t r = 0; r < total; ++r) from[r] = count + r;
+  std::vector<int64_t> at(is.size(), 0);  // the update's coordinates, row-major
+  for (int64_t t = 0; t < count; ++t) {
+    int64_t target = 0;
+    for (size_t d = 0; d < is.size(); ++d) {
+      int64_t c = at[d];
+      if (static_cast<int64_t>(d) == axis) {
+        c = idx->get_as_int(t);
+        if (c < -ds[d] || c >= ds[d]) return ctx.error(str_cat("index ", c, " outside dim ", ds[d]));
+        if (c < 0) c += ds[d];
+      } else if (c >= ds[d]) {
+        return ctx.error("indices are larger than data off the scatter axis");
+      }
+      target = target * ds[d] + c;
+    }
+    from[target] = t;
+    for (size_t d = is.size(); d-- > 0;) {
+      if (++at[d] < is[d]) break;
+      at[d] = 0;
+    }
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId u, ctx.reshape(updates, {count}));
+  MEMC_ASSIGN_OR_RETURN(ValueId d, ctx.reshape(data, {total}));
+  Attrs c;
+  c.set("axis", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(ValueId both, ctx.emit("concat", {u, d}, std::move(c)));
+  Attrs g;
+  g.set("axis", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {both, ctx.constant(std::move(source), "scatter_elements_rows")}, std::move(g)));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, ds));
+  return ctx.bind(0, y);
+}
+
 // ONNX slice bounds → the IR's normalized {start, end} for one axis.
 void normalize_slice(int64_t dim, int64_t step, int64_t& start, int64_t& end) {
   if (start < 0) start += dim;
@@ -633,6 +686,7 @@ void add_shape_lowerings(LoweringTable& table) {
   table["GatherElements"] = lower_gather_elements;
   table["GatherND"] = lower_gather_nd;
   table["ScatterND"] = lower_scatter_nd;
+  table["ScatterElements"] = lower_scatter_elements;
   table["Slice"] = lower_slice;
   table["Split"] = lower_split;
   table["SplitToSequence"] = lower_split_to_sequence;
