@@ -2,6 +2,7 @@
 // Inputs are matched to graph inputs by name (a single-input model also takes `x`); every
 // array is checked against the model's dtype and shape before anything runs.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -108,6 +109,23 @@ void print_argmax(const std::string& name, const Tensor& t, const TensorMap& arr
                           static_cast<long long>(rows));
 }
 
+// A model can compute NaN or inf for some inputs (an exporter's graph that lost an epsilon, a
+// log of a negative): the outputs are written as computed, and a line says where.
+void warn_non_finite(const TensorMap& results) {
+  for (const auto& [name, t] : results) {
+    if (!is_float(t.dtype())) continue;
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (std::isfinite(t.get_as_double(i))) continue;
+      if (bad++ == 0) first = i;
+    }
+    if (bad == 0) continue;
+    const int64_t row = t.rank() > 1 ? first / (t.numel() / t.shape()[0]) : first;
+    warn(str_cat("output '", name, "' holds ", bad, " NaN or infinite value", bad > 1 ? "s" : "", " of ", t.numel(),
+                 " (the first in row ", row, "): the model computed them for these inputs"));
+  }
+}
+
 Status infer(const InferArgs& args) {
   // Fail on the output path before the (possibly long) import and run.
   std::vector<std::string> inputs = model_files(args.model);
@@ -144,6 +162,7 @@ Status infer(const InferArgs& args) {
     results[name] = t;
   }
   MEMC_RETURN_IF_ERROR(write_npz(args.output, results));
+  warn_non_finite(results);
   std::printf("memc infer: %s -> %s: %s in %.1f ms\n", args.model.c_str(), args.output.c_str(), summary.c_str(),
               run_ms);
   if (args.print)

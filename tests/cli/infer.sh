@@ -41,4 +41,13 @@ npz_py 'write_npz(sys.argv[1], {"x": ("<f4", (5, 1, 8, 8), [0.01 * i for i in ra
 if $MEMC infer models/vit_tiny.onnx --input "$TMP/x5.npz" -o "$TMP/y5.npz" >/dev/null 2>"$TMP/err" &&
    npz_py 'assert read_npz(sys.argv[1])["logits"][1] == (5, 10)' "$TMP/y5.npz"; then pass "infer batch 5 from key x"
 else fail "infer batch 5: $(cat "$TMP/err")"; fi
+# Outputs the model computed as NaN are written as they are, with one warning line saying so.
+LOG_MODEL=/usr/share/libonnx-testdata/data/node/test_log/model.onnx
+if [ -f "$LOG_MODEL" ]; then
+  npz_py 'write_npz(sys.argv[1], {"x": ("<f4", (3, 4, 5), [-1.0 if i % 7 == 0 else 1.0 + i for i in range(60)])})' "$TMP/neg.npz"
+  if $MEMC infer "$LOG_MODEL" --input "$TMP/neg.npz" -o "$TMP/log.npz" >/dev/null 2>"$TMP/err"; then
+    grep -q "^memc: warning: output 'y' holds 9 NaN or infinite values of 60 (the first in row 0)" "$TMP/err" &&
+      [ "$(grep -c . "$TMP/err")" -eq 1 ] && pass "infer warns of NaN outputs in one line" || fail "infer NaN warning: $(cat "$TMP/err")"
+  else fail "infer of a NaN output failed: $(cat "$TMP/err")"; fi
+else echo "skip: $LOG_MODEL absent"; fi
 finish
