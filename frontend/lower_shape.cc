@@ -73,6 +73,26 @@ Expected<Shape> checked_shape(const ImportContext& ctx, const std::vector<int64_
   return Shape(dims);
 }
 
+// EyeLike(x) {dtype, k}: ones on the k-th diagonal of x's 2-D shape, a constant (XLNet's
+// torch.eye mask through TorchScript).
+Status lower_eye_like(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape shape = ctx.type(x).shape;
+  if (shape.size() != 2) return ctx.error("needs a 2-D input");
+  DType dtype = ctx.type(x).dtype;
+  if (ctx.has_attr("dtype")) {
+    auto d = dtype_from_onnx(static_cast<int>(ctx.attr_int("dtype", 1)));
+    if (!d.ok()) return ctx.error(d.status().message());
+    dtype = *d;
+  }
+  if (numel(shape) > kMaxFoldElements) return ctx.error("too large to fold");
+  const int64_t k = ctx.attr_int("k", 0);
+  Tensor eye = Tensor::zeros(dtype, shape);
+  for (int64_t r = 0; r < shape[0]; ++r)
+    if (r + k >= 0 && r + k < shape[1]) eye.set_from_double(r * shape[1] + r + k, 1.0);
+  return ctx.bind(0, ctx.constant(std::move(eye)));
+}
+
 Status lower_constant_of_shape(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(auto dims, ctx.input_ints(0, "shape"));
   MEMC_ASSIGN_OR_RETURN(Shape shape, checked_shape(ctx, dims));
@@ -676,6 +696,7 @@ void add_shape_lowerings(LoweringTable& table) {
   table["Shape"] = lower_shape;
   table["Size"] = lower_size;
   table["ConstantOfShape"] = lower_constant_of_shape;
+  table["EyeLike"] = lower_eye_like;
   table["Reshape"] = lower_reshape;
   table["Flatten"] = lower_flatten;
   table["Squeeze"] = lower_squeeze;
