@@ -132,6 +132,43 @@ const std::map<std::string, std::string>& reduce_ops() {
   return ops;
 }
 
+// The reductions built from others: ReduceL1 = Σ|x|, ReduceLogSum = log Σx, ReduceLogSumExp =
+// log Σ exp(x − m) + m with m the max over the axes (kept for the sum, then dropped as asked).
+using ReduceComposition = Expected<ValueId> (*)(ImportContext&, ValueId, const Attrs&);
+const std::map<std::string, ReduceComposition>& reduce_compositions() {
+  static const std::map<std::string, ReduceComposition> ops = {
+      {"ReduceL1",
+       [](ImportContext& ctx, ValueId x, const Attrs& a) -> Expected<ValueId> {
+         MEMC_ASSIGN_OR_RETURN(ValueId abs, ctx.emit("abs", {x}));
+         return ctx.emit("reduce_sum", {abs}, a);
+       }},
+      {"ReduceLogSum",
+       [](ImportContext& ctx, ValueId x, const Attrs& a) -> Expected<ValueId> {
+         MEMC_ASSIGN_OR_RETURN(ValueId sum, ctx.emit("reduce_sum", {x}, a));
+         return ctx.emit("log", {sum});
+       }},
+      {"ReduceLogSumExp",
+       [](ImportContext& ctx, ValueId x, const Attrs& a) -> Expected<ValueId> {
+         Attrs kept = a;
+         kept.set("keepdims", int64_t{1});
+         MEMC_ASSIGN_OR_RETURN(ValueId m, ctx.emit("reduce_max", {x}, kept));
+         MEMC_ASSIGN_OR_RETURN(ValueId e, ctx.emit("sub", {x, m}));
+         MEMC_ASSIGN_OR_RETURN(e, ctx.emit("exp", {e}));
+         MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("reduce_sum", {e}, kept));
+         MEMC_ASSIGN_OR_RETURN(y, ctx.emit("log", {y}));
+         MEMC_ASSIGN_OR_RETURN(y, ctx.emit("add", {y, m}));
+         if (a.get_int("keepdims", 1)) return y;
+         Shape squeezed;
+         const auto axes = a.get_ints("axes");
+         const Shape& shape = ctx.type(x).shape;
+         for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+           if (std::find(axes.begin(), axes.end(), d) == axes.end()) squeezed.push_back(shape[d]);
+         return ctx.reshape(y, squeezed);
+       }},
+  };
+  return ops;
+}
+
 // Reduce*: axes as attribute, or as input from opset 13 (ReduceSum) / 18 (the others).
 Status lower_reduce(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
@@ -149,6 +186,10 @@ Status lower_reduce(ImportContext& ctx) {
   Attrs a;
   a.set("axes", axes);
   a.set("keepdims", ctx.attr_int("keepdims", 1) ? int64_t{1} : int64_t{0});
+  if (auto composed = reduce_compositions().find(ctx.op_type()); composed != reduce_compositions().end()) {
+    MEMC_ASSIGN_OR_RETURN(ValueId y, composed->second(ctx, x, a));
+    return ctx.bind(0, y);
+  }
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit(reduce_ops().at(ctx.op_type()), {x}, std::move(a)));
   return ctx.bind(0, y);
 }
@@ -428,6 +469,7 @@ void add_nn_lowerings(LoweringTable& table) {
   table["LogSoftmax"] = lower_softmax;
   table["LayerNormalization"] = lower_layer_norm;
   for (const auto& [name, op] : reduce_ops()) table[name] = lower_reduce;
+  for (const auto& [name, op] : reduce_compositions()) table[name] = lower_reduce;
   table["ArgMax"] = lower_arg;
   table["ArgMin"] = lower_arg;
   table["Einsum"] = lower_einsum;
