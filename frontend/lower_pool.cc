@@ -221,10 +221,7 @@ Status lower_instance_norm(ImportContext& ctx) {
 // updated) and in eval() as _native_batch_norm_legit_no_training; the ONNX node it makes for
 // the first has no training_mode, so only this metadata tells them apart.
 bool fx_batch_statistics(const onnx::NodeProto& node) {
-  const std::string fx = node_metadata(node, "pkg.torch.onnx.fx_node");
-  const size_t target = fx.find("target=torch.ops.aten.");
-  if (target == std::string::npos) return false;
-  const std::string op = fx.substr(target, fx.find(']', target) - target);
+  const std::string op = fx_target(node);
   return op.find("batch_norm") != std::string::npos && op.find("no_training") == std::string::npos;
 }
 

@@ -63,6 +63,15 @@ std::string node_metadata(const onnx::NodeProto& n, const std::string& key) {
   return unknown_metadata(n, kNodeMetadata, key);
 }
 
+std::string fx_target(const onnx::NodeProto& n) {
+  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+  const std::string prefix = "target=torch.ops.aten.";
+  const size_t at = fx.find(prefix);
+  if (at == std::string::npos) return "";
+  const size_t from = at + prefix.size();
+  return fx.substr(from, fx.find(']', from) - from);
+}
+
 namespace {
 
 // Every quoted name in a Python list's repr ("['', 'inner', 'inner.bert']").
@@ -224,10 +233,7 @@ template <class Report>
 void report_fused_batch_norms(const std::vector<onnx::NodeProto>& nodes, Report&& report) {
   for (const auto& n : nodes) {
     if (n.op_type() != "Conv" && n.op_type() != "Gemm" && n.op_type() != "MatMul") continue;
-    const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
-    const size_t target = fx.find("target=torch.ops.aten.");
-    if (target == std::string::npos) continue;
-    const std::string op = fx.substr(target + 22, fx.find(']', target) - target - 22);
+    const std::string op = fx_target(n);
     if (op.find("batch_norm") == std::string::npos) continue;
     std::string weights;
     for (int i = 1; i < n.input_size(); ++i) weights += str_cat(i > 1 ? ", '" : "'", n.input(i), "'");

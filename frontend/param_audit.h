@@ -63,6 +63,10 @@ std::map<std::string, std::string> folded_constants(const onnx::ModelProto& mode
 // "" when absent.
 std::string node_metadata(const onnx::NodeProto& n, const std::string& key);
 
+// The aten op a dynamo-exported node came from, as its FX node names it
+// ("_native_batch_norm_legit_functional.default"); "" when the metadata does not say.
+std::string fx_target(const onnx::NodeProto& n);
+
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);
 
