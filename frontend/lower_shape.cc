@@ -348,6 +348,25 @@ Status lower_gather_nd(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// A scatter with indices known at import: y (data's shape) gathers its rows from
+// concat(updates as [U, rest...], data as [D, rest...]) by `source` [D], where row r names update
+// u as u, or data row r as U + r. The gradient is the gather's: each update gets the rows it
+// landed in, data the rest.
+Status scatter_by_gather(ImportContext& ctx, ValueId updates, const Shape& update_rows, ValueId data, const Shape& data_rows,
+                         Tensor source) {
+  const Shape shape = ctx.type(data).shape;
+  MEMC_ASSIGN_OR_RETURN(ValueId u, ctx.reshape(updates, update_rows));
+  MEMC_ASSIGN_OR_RETURN(ValueId d, ctx.reshape(data, data_rows));
+  Attrs c;
+  c.set("axis", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(ValueId both, ctx.emit("concat", {u, d}, std::move(c)));
+  Attrs g;
+  g.set("axis", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {both, ctx.constant(std::move(source), "scatter_rows")}, std::move(g)));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, shape));
+  return ctx.bind(0, y);
+}
+
 // ScatterND(data, indices, updates) with constant indices: y's rows (data flattened over the
 // first k dims) are gathered from [updates rows; data rows], the last update of a row winning
 // as in the spec's serial order. Both data and updates keep their gradients (a gather's).
@@ -379,16 +398,7 @@ Status lower_scatter_nd(ImportContext& ctx) {
   Shape flat_u = {count}, flat_d = {rows};
   flat_u.insert(flat_u.end(), slice.begin(), slice.end());
   flat_d.insert(flat_d.end(), slice.begin(), slice.end());
-  MEMC_ASSIGN_OR_RETURN(ValueId u, ctx.reshape(updates, flat_u));
-  MEMC_ASSIGN_OR_RETURN(ValueId d, ctx.reshape(data, flat_d));
-  Attrs c;
-  c.set("axis", int64_t{0});
-  MEMC_ASSIGN_OR_RETURN(ValueId both, ctx.emit("concat", {u, d}, std::move(c)));
-  Attrs g;
-  g.set("axis", int64_t{0});
-  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {both, ctx.constant(std::move(source), "scatter_nd_rows")}, std::move(g)));
-  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, ds));
-  return ctx.bind(0, y);
+  return scatter_by_gather(ctx, updates, flat_u, data, flat_d, std::move(source));
 }
 
 // ScatterElements(data, indices, updates) {axis}, reduction none, indices known at import (the
@@ -432,16 +442,7 @@ Status lower_scatter_elements(ImportContext& ctx) {
       at[d] = 0;
     }
   }
-  MEMC_ASSIGN_OR_RETURN(ValueId u, ctx.reshape(updates, {count}));
-  MEMC_ASSIGN_OR_RETURN(ValueId d, ctx.reshape(data, {total}));
-  Attrs c;
-  c.set("axis", int64_t{0});
-  MEMC_ASSIGN_OR_RETURN(ValueId both, ctx.emit("concat", {u, d}, std::move(c)));
-  Attrs g;
-  g.set("axis", int64_t{0});
-  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {both, ctx.constant(std::move(source), "scatter_elements_rows")}, std::move(g)));
-  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, ds));
-  return ctx.bind(0, y);
+  return scatter_by_gather(ctx, updates, {count}, data, {total}, std::move(source));
 }
 
 // ONNX slice bounds → the IR's normalized {start, end} for one axis.

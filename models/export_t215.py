@@ -374,10 +374,12 @@ class PoolNet(torch.nn.Module):
         return self.head(x.flatten(1))
 
 
-def do_pool_net(name, dynamo):
-    seed_all(8)
-    model = PoolNet()
-    REPORT[name] = {"perturbed_params": make_unique_(model, seed=108)}
+def do_digits_net(name, build, seed, dynamo):
+    """A small digits model through the dynamo default (from eval()) or TorchScript (TRAINING),
+    with references in train() (neither model has dropout or BatchNorm)."""
+    seed_all(seed)
+    model = build()
+    REPORT[name] = {"perturbed_params": make_unique_(model, seed=100 + seed)}
     x = digits_inputs(0, 4)[0]
     p = os.path.join(MODELS, f"{name}.onnx")
     if dynamo:
@@ -387,7 +389,6 @@ def do_pool_net(name, dynamo):
         model.train()
         export_ts(model, x, p, ["x"])
     summarize(name, p)
-    model.train()
     write_refs(name, p, model, digits_inputs, ["x"])
 
 
@@ -453,22 +454,6 @@ class MoeNet(torch.nn.Module):
         return self.head(torch.einsum("be,bef->bf", combine, every))
 
 
-def do_moe_net(name, dynamo):
-    seed_all(10)
-    model = MoeNet()
-    REPORT[name] = {"perturbed_params": make_unique_(model, seed=110)}
-    x = digits_inputs(0, 4)[0]
-    p = os.path.join(MODELS, f"{name}.onnx")
-    if dynamo:
-        model.eval()
-        export_dynamo_default(model, x, p)
-    else:
-        model.train()
-        export_ts(model, x, p, ["x"])
-    summarize(name, p)
-    write_refs(name, p, model, digits_inputs, ["x"])
-
-
 def do_skeleton(name, model, args, dynamo, names):
     with tempfile.TemporaryDirectory() as td:
         tmp = os.path.join(td, "full.onnx")
@@ -515,12 +500,12 @@ def main():
         ("bert_t215", lambda: do_hf_dynamo("bert_t215", build_bert("bert", 5), 105)),
         ("roberta_t215", lambda: do_hf_dynamo("roberta_t215", build_bert("roberta", 6), 106)),
         ("gpt2_t215", lambda: do_hf_dynamo("gpt2_t215", build_gpt2(7), 107)),
-        ("pool_net_t215", lambda: do_pool_net("pool_net_t215", True)),
-        ("pool_net_ts_t215", lambda: do_pool_net("pool_net_ts_t215", False)),
+        ("pool_net_t215", lambda: do_digits_net("pool_net_t215", PoolNet, 8, True)),
+        ("pool_net_ts_t215", lambda: do_digits_net("pool_net_ts_t215", PoolNet, 8, False)),
         ("bn_net_noopt_t215", lambda: do_bn_net("bn_net_noopt_t215", True)),
         ("bn_net_ts_t215", lambda: do_bn_net("bn_net_ts_t215", False)),
-        ("moe_net_t215", lambda: do_moe_net("moe_net_t215", True)),
-        ("moe_net_ts_t215", lambda: do_moe_net("moe_net_ts_t215", False)),
+        ("moe_net_t215", lambda: do_digits_net("moe_net_t215", MoeNet, 10, True)),
+        ("moe_net_ts_t215", lambda: do_digits_net("moe_net_ts_t215", MoeNet, 10, False)),
         ("distilbert_base_t215_skeleton", lambda: do_skeleton(
             "distilbert_base_t215_skeleton",
             Logits(build_distilbert(0, vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
