@@ -1,4 +1,4 @@
-// Pooling and per-channel normalization over static shapes: AveragePool, MaxPool,
+// Pooling, per-channel normalization and the DFT over static shapes: AveragePool, MaxPool,
 // InstanceNormalization (the form both exporters write for GroupNorm) and BatchNormalization
 // with running statistics, each lowered to ops that already have kernels and gradients, so
 // training through them needs nothing new:
@@ -13,6 +13,7 @@
 //   eval() does): (x − mean)/√(var + ε) · scale + B; with the batch's statistics where the running
 //   ones never change (momentum 1: BiT's weight standardization). Other batch statistics (a
 //   module exported in train()) are refused in one line: they need running-statistics updates.
+// - DFT is, like AveragePool, a product with constant matrices along its axis.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -283,6 +284,74 @@ Status lower_batch_norm(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// The DFT along one axis as constant [M, N] cosine and sine matrices (M = N/2 + 1 when
+// onesided): with θ = 2πkn/N and s = −1 (+1 inverse), X = (C·re − s·S·im) + i(C·im + s·S·re),
+// scaled by 1/N when inverse. Real input has a last dim of 1, complex of 2 (re, im); the output
+// is complex. FNet mixes tokens with the real part of two such transforms.
+Status lower_dft(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape xs = ctx.type(x).shape;
+  const DType dtype = ctx.type(x).dtype;
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  if (rank < 2 || (xs.back() != 1 && xs.back() != 2) || !is_float(dtype)) return ctx.error("needs float input [..., 1 or 2]");
+  int64_t axis = ctx.opset() >= 20 ? -2 : ctx.attr_int("axis", 1);
+  if (ctx.opset() >= 20 && ctx.has_input(2)) {
+    MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> a, ctx.input_ints(2, "axis"));
+    if (a.size() != 1) return ctx.error("axis must be one value");
+    axis = a[0];
+  }
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank - 1) return ctx.error(str_cat("axis ", axis, " is not a signal axis of a rank-", rank, " input"));
+  const int64_t n = xs[axis];
+  if (ctx.has_input(1)) {
+    MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> len, ctx.input_ints(1, "dft_length"));
+    if (len.size() != 1 || len[0] != n) return ctx.error(str_cat("dft_length other than the axis' ", n, " (padding or truncating) is unsupported"));
+  }
+  const bool inverse = ctx.attr_int("inverse", 0) != 0, onesided = ctx.attr_int("onesided", 0) != 0;
+  const int64_t m = onesided ? n / 2 + 1 : n;
+  const double sign = inverse ? 1.0 : -1.0, scale = inverse ? 1.0 / static_cast<double>(n) : 1.0;
+  Tensor c = Tensor::zeros(DType::kF64, {m, n}), sn = Tensor::zeros(DType::kF64, {m, n}), neg_sn = Tensor::zeros(DType::kF64, {m, n});
+  for (int64_t k = 0; k < m; ++k) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double theta = 2.0 * M_PI * static_cast<double>((k * j) % n) / static_cast<double>(n);
+      c.set_from_double(k * n + j, scale * std::cos(theta));
+      sn.set_from_double(k * n + j, scale * sign * std::sin(theta));
+      neg_sn.set_from_double(k * n + j, -scale * sign * std::sin(theta));
+    }
+  }
+  const ValueId cos_m = ctx.constant(c.cast(dtype), "dft_cos"), sin_m = ctx.constant(sn.cast(dtype), "dft_sin");
+  const ValueId neg_sin_m = ctx.constant(neg_sn.cast(dtype), "dft_neg_sin");
+  Shape part = xs;
+  part.pop_back();
+  auto component = [&](int64_t i) -> Expected<ValueId> {
+    Attrs a;
+    a.set("axes", std::vector<int64_t>{rank - 1});
+    a.set("starts", std::vector<int64_t>{i});
+    a.set("ends", std::vector<int64_t>{i + 1});
+    a.set("steps", std::vector<int64_t>{1});
+    MEMC_ASSIGN_OR_RETURN(ValueId v, ctx.emit("slice", {x}, std::move(a)));
+    return ctx.reshape(v, part);
+  };
+  MEMC_ASSIGN_OR_RETURN(ValueId re, component(0));
+  MEMC_ASSIGN_OR_RETURN(ValueId out_re, product_on_axis(ctx, re, axis, cos_m));
+  MEMC_ASSIGN_OR_RETURN(ValueId out_im, product_on_axis(ctx, re, axis, sin_m));
+  if (xs.back() == 2) {
+    MEMC_ASSIGN_OR_RETURN(ValueId im, component(1));
+    MEMC_ASSIGN_OR_RETURN(ValueId re_from_im, product_on_axis(ctx, im, axis, neg_sin_m));
+    MEMC_ASSIGN_OR_RETURN(ValueId im_from_im, product_on_axis(ctx, im, axis, cos_m));
+    MEMC_ASSIGN_OR_RETURN(out_re, ctx.emit("add", {out_re, re_from_im}));
+    MEMC_ASSIGN_OR_RETURN(out_im, ctx.emit("add", {out_im, im_from_im}));
+  }
+  Shape one = ctx.type(out_re).shape;
+  one.push_back(1);
+  MEMC_ASSIGN_OR_RETURN(out_re, ctx.reshape(out_re, one));
+  MEMC_ASSIGN_OR_RETURN(out_im, ctx.reshape(out_im, one));
+  Attrs a;
+  a.set("axis", rank - 1);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("concat", {out_re, out_im}, std::move(a)));
+  return ctx.bind(0, y);
+}
+
 }  // namespace
 
 void add_pool_lowerings(LoweringTable& table) {
@@ -290,6 +359,7 @@ void add_pool_lowerings(LoweringTable& table) {
   table["MaxPool"] = lower_max_pool;
   table["InstanceNormalization"] = lower_instance_norm;
   table["BatchNormalization"] = lower_batch_norm;
+  table["DFT"] = lower_dft;
 }
 
 }  // namespace memc
