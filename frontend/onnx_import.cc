@@ -333,8 +333,9 @@ Expected<Module> Importer::run() {
   find_static_operands(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
-  for (const auto& [name, from] : folded_constants(model_, nodes)) buffers_.insert(name);
-  audit_ = audit_parameters(model_, nodes, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
+  const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);
+  for (const auto& [name, from] : folded_constants(folded)) buffers_.insert(name);
+  audit_ = audit_parameters(model_, nodes, folded, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));
   std::vector<std::string> defined;
   for (const auto& in : model_.graph().input()) defined.push_back(in.name());

@@ -290,14 +290,14 @@ std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& mode
   return found;
 }
 
-std::map<std::string, std::string> folded_constants(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes) {
+std::map<std::string, std::string> folded_constants(const std::map<std::string, FoldedSources>& sources) {
   auto quoted = [](const std::vector<std::string>& names) {
     std::string list;
     for (size_t i = 0; i < names.size() && i < 3; ++i) list += (i ? ", '" : "'") + names[i] + "'";
     return list + (names.size() > 3 ? ", …" : "");
   };
   std::map<std::string, std::string> constants;
-  for (const auto& [name, from] : folded_sources(model, nodes)) {
+  for (const auto& [name, from] : sources) {
     if (!from.parameters.empty() || (from.buffers.empty() && from.values.empty())) continue;
     constants[name] = from.buffers.empty()             ? "values the exporter computed (" + quoted(from.values) + ")"
                       : from.buffers.size() == 1 ? "the module's buffer " + quoted(from.buffers)
@@ -315,8 +315,8 @@ Tensor first_row(const Tensor& t) {
 }
 
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
-                            const std::set<std::string>& weights, int64_t fixed_batch, const std::string& base_dir,
-                            const std::string& file, bool print_warnings) {
+                            const std::map<std::string, FoldedSources>& sources, const std::set<std::string>& weights,
+                            int64_t fixed_batch, const std::string& base_dir, const std::string& file, bool print_warnings) {
   std::map<std::string, std::vector<const onnx::NodeProto*>> uses;
   for (const auto& n : nodes) {
     if (reads_shape_only(n.op_type())) continue;
@@ -335,8 +335,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
     if (!dtype.ok() || !is_float(*dtype)) continue;
     report(str_cat("initializer '", name, "' is a buffer of the PyTorch module (torch.export's graph signature says so): memc keeps it constant, as PyTorch does"));
   }
-  const std::map<std::string, FoldedSources> sources = folded_sources(model, nodes);
-  for (const auto& [name, from] : folded_constants(model, nodes)) {
+  for (const auto& [name, from] : folded_constants(sources)) {
     report(str_cat("initializer '", name, "' is a constant the exporter folded from ", from,
                    ", no parameter: memc keeps it constant, as PyTorch does"));
   }

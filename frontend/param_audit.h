@@ -28,19 +28,6 @@ struct ParamAudit {
   std::vector<std::string> findings;
 };
 
-// `weights`: the initializers the importer trains; `fixed_batch`: the batch the export fixes
-// (-1 when dynamic); print_warnings: also warn on stderr (off when the caller prints the
-// findings itself, as inspect does); external data is read relative to `base_dir` (only for candidates of the
-// batch-expanded rewrite, which are small).
-ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
-                            const std::set<std::string>& weights, int64_t fixed_batch, const std::string& base_dir,
-                            const std::string& file, bool print_warnings = true);
-
-// The initializers torch.export's graph signature marks as the module's buffers (the dynamo
-// exporter's value_info metadata, InputSpec kind BUFFER): PyTorch never trains them, so memc
-// keeps them constant (rotary embeddings' inv_freq, for one).
-std::set<std::string> exported_buffers(const onnx::ModelProto& model);
-
 // What onnxscript's folded_from says a folded float initializer was computed from, each source
 // sorted as a module buffer (or lifted constant), a value of the exporter's own, or a parameter
 // (or a module path that may be one).
@@ -49,15 +36,31 @@ struct FoldedSources {
 };
 std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes);
 
+// `sources`: folded_sources(model, nodes), read once by the importer; `weights`: the
+// initializers the importer trains; `fixed_batch`: the batch the export fixes (-1 when dynamic);
+// print_warnings: also warn on stderr (off when the caller prints the findings itself, as
+// inspect does); external data is read relative to `base_dir` (only for candidates of the
+// batch-expanded rewrite, which are small).
+ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
+                            const std::map<std::string, FoldedSources>& sources, const std::set<std::string>& weights,
+                            int64_t fixed_batch, const std::string& base_dir, const std::string& file,
+                            bool print_warnings = true);
+
+// The initializers torch.export's graph signature marks as the module's buffers (the dynamo
+// exporter's value_info metadata, InputSpec kind BUFFER): PyTorch never trains them, so memc
+// keeps them constant (rotary embeddings' inv_freq, for one).
+std::set<std::string> exported_buffers(const onnx::ModelProto& model);
+
 // Initializers the dynamo exporter's optimizer folded from no parameter (onnxscript's
 // folded_from lists every value behind a folded constant): ALiBi slopes computed from arange,
 // the ones of a LayerNorm without affine weights, a rotary buffer under a new name. PyTorch
 // never trains them, so memc keeps them constant. Each maps to a phrase naming what it was
-// folded from. A source is taken as a non-parameter only on evidence: onnxscript's own names
-// ("val_12"), an op's output (a surviving node's, or an aten op's name), or a buffer or lifted
-// constant by torch.export's graph signature or the FX graph's placeholders ("%b_...",
-// "%c_..."). A module path with no such evidence may be a parameter, so its copy still trains.
-std::map<std::string, std::string> folded_constants(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes);
+// folded from. `sources` is folded_sources'; a source there counts as a non-parameter only on
+// evidence: onnxscript's own names ("val_12"), an op's output (a surviving node's, or an aten
+// op's name), or a buffer or lifted constant by torch.export's graph signature or the FX graph's
+// placeholders ("%b_...", "%c_..."). A module path with no such evidence may be a parameter, so
+// its copy still trains.
+std::map<std::string, std::string> folded_constants(const std::map<std::string, FoldedSources>& sources);
 
 // A node's metadata_props entry (the dynamo exporter's pkg.torch.onnx.fx_node, name_scopes);
 // "" when absent.
