@@ -216,14 +216,7 @@ def export_dynamo_default(model, args, path, optimize=True):
         tmp = os.path.join(td, "m.onnx")
         torch.onnx.export(model, args, tmp, input_names=None, output_names=["logits"], optimize=optimize)
         m = onnx.load(tmp, load_external_data=True)
-    # Stack traces make most of the bytes; the module scope and FX node (which name the
-    # parameter behind a folded weight, memc reads them) stay.
-    keep = ("pkg.torch.onnx.name_scopes", "pkg.torch.onnx.fx_node")
-    for n in m.graph.node:
-        kept = [(p.key, p.value) for p in n.metadata_props if p.key in keep]
-        del n.metadata_props[:]
-        for k, v in kept:
-            n.metadata_props.add(key=k, value=v)
+    U.keep_scope_metadata(m)
     onnx.save_model(m, path)
 
 

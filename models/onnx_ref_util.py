@@ -22,6 +22,17 @@ def load(path, with_data=True):
     return onnx.load(path, load_external_data=with_data)
 
 
+def keep_scope_metadata(model):
+    """Drops each node's metadata but the module scope and FX node, which name the parameter
+    behind a folded weight (memc reads them); stack traces make most of a dynamo export's bytes."""
+    keep = ("pkg.torch.onnx.name_scopes", "pkg.torch.onnx.fx_node")
+    for n in model.graph.node:
+        kept = [(p.key, p.value) for p in n.metadata_props if p.key in keep]
+        del n.metadata_props[:]
+        for k, v in kept:
+            n.metadata_props.add(key=k, value=v)
+
+
 def op_histogram(model):
     """op_type counts over the main graph (domain-qualified when not ai.onnx)."""
     c = collections.Counter()

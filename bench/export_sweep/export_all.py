@@ -31,6 +31,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from onnx import numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
+import onnx_ref_util as U  # noqa: E402
+
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
 OUT = os.environ.get("SWEEP_OUT", os.path.abspath("export_sweep_out"))
@@ -73,14 +76,19 @@ class ImageLogits(nn.Module):
 
 
 # ----------------------------------------------------------------------------- configs
-def text_models():
-    import transformers as X
-    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0, initializer_range=0.2, num_labels=2)
-    dec = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+# The tiny dims every round shares (models_round3.py, models_round4.py): BERT-style encoders
+# and Llama-style decoders.
+ENCODER = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+               intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+               attention_probs_dropout_prob=0.0, initializer_range=0.2, num_labels=2)
+DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
                initializer_range=0.2, num_labels=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def text_models():
+    import transformers as X
+    common, dec = ENCODER, DECODER
     return {
         "bert": lambda: X.BertForSequenceClassification(X.BertConfig(pad_token_id=0, **common)),
         "roberta": lambda: X.RobertaForSequenceClassification(X.RobertaConfig(pad_token_id=1, **common)),
@@ -177,13 +185,21 @@ def export_dynamo(model, args, names, path, dyn_dims, optimize=True):
             kw["dynamic_shapes"] = dyn_dims
         torch.onnx.export(model, args, tmp, input_names=names, output_names=["logits"], dynamo=True, **kw)
         m = onnx.load(tmp, load_external_data=True)
-    keep = ("pkg.torch.onnx.name_scopes", "pkg.torch.onnx.fx_node")
-    for n in m.graph.node:
-        kept = [(p.key, p.value) for p in n.metadata_props if p.key in keep]
-        del n.metadata_props[:]
-        for k, v in kept:
-            n.metadata_props.add(key=k, value=v)
+    U.keep_scope_metadata(m)
     onnx.save_model(m, path)
+
+
+def first_export(tries, export, meta, errors):
+    """Exports with the first of `tries` ([(label, dynamic dims)]) that works; meta["dynamic"]
+    names it, and each failure is kept in `errors` and meta["export_error_full"]."""
+    for label, dd in tries:
+        try:
+            export(dd)
+            meta["dynamic"] = label
+            return
+        except Exception as e:
+            errors.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:400] if str(e) else ''}")
+            meta.setdefault("export_error_full", {})[label] = (str(e)[:6000], traceback.format_exc()[-3000:])
 
 
 def export_ts(model, args, names, path, dyn_axes, fold=True):
@@ -265,28 +281,14 @@ def do_one(name, ctor, kind, exporter, seed):
         else:
             b = Dim("batch", min=1, max=1024)
             tries = [("batch", {n: {0: b} for n in names}), ("static", None)]
-        for label, dd in tries:
-            try:
-                export_dynamo(model, args, names, path, dd, optimize=(exporter == "dynamo"))
-                meta["dynamic"] = label
-                break
-            except Exception as e:
-                errors.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:400] if str(e) else ''}")
-                meta.setdefault("export_error_full", {})[label] = (str(e)[:6000], traceback.format_exc()[-3000:])
+        first_export(tries, lambda dd: export_dynamo(model, args, names, path, dd, optimize=(exporter == "dynamo")), meta, errors)
     else:
         if kind == "text":
             tries = [("batch+seq", {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
                                      "logits": {0: "batch"}}), ("static", None)]
         else:
             tries = [("batch", {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}), ("static", None)]
-        for label, dd in tries:
-            try:
-                export_ts(model, args, names, path, dd, fold=(exporter == "ts"))
-                meta["dynamic"] = label
-                break
-            except Exception as e:
-                errors.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:400] if str(e) else ''}")
-                meta.setdefault("export_error_full", {})[label] = (str(e)[:6000], traceback.format_exc()[-3000:])
+        first_export(tries, lambda dd: export_ts(model, args, names, path, dd, fold=(exporter == "ts")), meta, errors)
     meta["export_seconds"] = round(time.time() - t0, 1)
     meta["export_errors"] = errors
     if "dynamic" not in meta:

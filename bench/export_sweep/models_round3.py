@@ -9,12 +9,7 @@ V = E.VOCAB
 
 def text_models():
     import transformers as X
-    common = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0, initializer_range=0.2, num_labels=2)
-    dec = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-               num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-               initializer_range=0.2, num_labels=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    common, dec = E.ENCODER, E.DECODER
     return {
         # LLM-style decoders
         "phi": lambda: X.PhiForSequenceClassification(X.PhiConfig(resid_pdrop=0.0, embd_pdrop=0.0,
