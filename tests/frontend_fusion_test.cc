@@ -286,17 +286,23 @@ TEST(FrontendImport, WeightsVsConstantsAndMetadata) {
   EXPECT_EQ(m->metadata().get_string("producer", ""), "memc-test");
 }
 
-// Today's dynamo exporter records, in value_info metadata (ValueInfoProto field 4, newer than
-// Debian's onnx.proto), which initializers are the module's buffers and which it folded from a
-// parameter. A buffer stays constant (PyTorch never trains it: Llama's rotary inv_freq), and the
-// folded copies of one shared parameter (ALBERT's feed-forward weights, folded once per layer)
-// train as one tensor; a copy with other values does not.
 // The initializers a module trains, in argument order.
 std::vector<std::string> trained_names(const Module& m) {
   std::vector<std::string> names;
   for (ValueId a : m.arguments())
     if (m.value(a).role == Role::kParam) names.push_back(m.value(a).source_name);
   return names;
+}
+
+// Imports with the parameter audit's findings collected in `findings` instead of printed.
+Expected<Module> import_with_findings(OnnxBuilder& b, std::vector<std::string>& findings) {
+  ImportOptions options;
+  options.param_findings = &findings;
+  return b.import(options);
+}
+
+bool has_finding(const std::vector<std::string>& findings, const std::string& text) {
+  return std::any_of(findings.begin(), findings.end(), [&](const std::string& f) { return f.find(text) != std::string::npos; });
 }
 
 void add_value_metadata(onnx::ModelProto& model, const std::string& name, const std::string& key, const std::string& value) {
@@ -307,6 +313,12 @@ void add_value_metadata(onnx::ModelProto& model, const std::string& name, const 
   entry.set_value(value);
   info->GetReflection()->MutableUnknownFields(info)->AddLengthDelimited(4, entry.SerializeAsString());
 }
+
+// Today's dynamo exporter records, in value_info metadata (ValueInfoProto field 4, newer than
+// Debian's onnx.proto), which initializers are the module's buffers and which it folded from a
+// parameter. A buffer stays constant (PyTorch never trains it: Llama's rotary inv_freq), and the
+// folded copies of one shared parameter (ALBERT's feed-forward weights, folded once per layer)
+// train as one tensor; a copy with other values does not.
 
 TEST(FrontendImport, ExportedBuffersStayConstantAndFoldedCopiesOfOneParameterTrainAsOne) {
   OnnxBuilder b(18);
@@ -324,18 +336,14 @@ TEST(FrontendImport, ExportedBuffersStayConstantAndFoldedCopiesOfOneParameterTra
   add_value_metadata(b.proto(), "val_3", folded, "['layer.ffn.weight']");  // another value: not tied
   add_value_metadata(b.proto(), "rotary.inv_freq", "pkg.torch.export.graph_signature.InputSpec.kind", "BUFFER");
   std::vector<std::string> findings;
-  ImportOptions options;
-  options.param_findings = &findings;
-  auto m = b.import(options);
+  auto m = import_with_findings(b, findings);
   ASSERT_TRUE(m.ok()) << m.status().message();
   const std::vector<std::string> params = trained_names(*m);
   EXPECT_EQ(params, (std::vector<std::string>{"val_1", "val_3"}));
   auto tied = m->metadata().find("tied_copies");
   ASSERT_NE(tied, nullptr);
   EXPECT_EQ(std::get<std::vector<std::string>>(*tied), (std::vector<std::string>{"val_2", "val_1"}));
-  auto has = [&](const std::string& text) {
-    return std::any_of(findings.begin(), findings.end(), [&](const std::string& f) { return f.find(text) != std::string::npos; });
-  };
+  auto has = [&](const std::string& text) { return has_finding(findings, text); };
   EXPECT_TRUE(has("initializers 'val_1' and 'val_2' are the exporter's folded copies of one parameter 'layer.ffn.weight'"));
   EXPECT_TRUE(has("initializer 'rotary.inv_freq' is a buffer of the PyTorch module"));
   EXPECT_FALSE(has("initializer 'val_2' ["));  // its "trains it as 'val_2'" line is superseded
@@ -375,15 +383,11 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   add_value_metadata(b.proto(), "val_9", folded, "['ln.weight', 'val_8']");
   add_value_metadata(b.proto(), "val_10", folded, "['cls_token']");
   std::vector<std::string> findings;
-  ImportOptions options;
-  options.param_findings = &findings;
-  auto m = b.import(options);
+  auto m = import_with_findings(b, findings);
   ASSERT_TRUE(m.ok()) << m.status().message();
   const std::vector<std::string> params = trained_names(*m);
   EXPECT_EQ(params, (std::vector<std::string>{"val_1", "val_9", "val_10"}));
-  auto has = [&](const std::string& text) {
-    return std::any_of(findings.begin(), findings.end(), [&](const std::string& f) { return f.find(text) != std::string::npos; });
-  };
+  auto has = [&](const std::string& text) { return has_finding(findings, text); };
   EXPECT_TRUE(has("initializer 'unsqueeze_1' is a constant the exporter folded from values the exporter computed ('arange', 'full', 'pow_1', …), no parameter"));
   EXPECT_TRUE(has("initializer 'val_37' is a constant the exporter folded from the module's buffer 'rotary.embed_positions', no parameter"));
   EXPECT_FALSE(has("initializer 'val_9' is a constant"));
@@ -453,9 +457,7 @@ TEST(FrontendImport, BatchNormFromTrainModeIsRefusedAndAFusedOneIsNamed) {
   add_fx_node(fused.node("Conv", {"x", "c.weight", "c.bias"}, {"y"}),
               "%bn : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_no_training.default](args = (%conv2d,))");
   std::vector<std::string> findings;
-  ImportOptions options;
-  options.param_findings = &findings;
-  ASSERT_TRUE(fused.import(options).ok());
+  ASSERT_TRUE(import_with_findings(fused, findings).ok());
   ASSERT_EQ(findings.size(), 1u);
   EXPECT_NE(findings[0].find("is the exporter's fusion of a layer and the BatchNorm after it (_native_batch_norm_legit_no_training.default): "
                              "its weights 'c.weight', 'c.bias' hold the layer scaled"),
