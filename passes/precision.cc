@@ -132,8 +132,8 @@ Status make_mixed(Module& m, DType low, PrecisionReport& report) {
     }
     std::optional<DType> want;
     if (policy == Policy::kLow) want = low;
-    if (policy == Policy::kF32 || (policy == Policy::kPromote && has_low && has_f32)) want = DType::kF32;
-    if (policy == Policy::kPromote && has_low && has_f32 && f32_inputs_are_vectors(m, m.node(id), low)) want = low;
+    if (policy == Policy::kF32) want = DType::kF32;
+    if (policy == Policy::kPromote && has_low && has_f32) want = f32_inputs_are_vectors(m, m.node(id), low) ? low : DType::kF32;
     // attention's additive bias (masks of -finfo.max) keeps its dtype: the kernel reads it as is.
     const size_t cast_inputs = m.node(id).op == "attention" ? 3 : m.node(id).inputs.size();
     for (size_t i = 0; want && i < std::min(cast_inputs, m.node(id).inputs.size()); ++i) {
