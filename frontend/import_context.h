@@ -25,6 +25,15 @@ class ImportContext {
   // modules set to 0 outside training). A Dropout with a ratio and no training_mode then trains.
   bool training_export() const { return training_export_; }
   void set_training_export(bool v) { training_export_ = v; }
+  // torch wrote the model: its BatchNorm's running variance is the batch's unbiased variance
+  // (ONNX's own is the biased one).
+  bool pytorch_export() const { return pytorch_export_; }
+  void set_pytorch_export(bool v) { pytorch_export_ = v; }
+
+  // Buffers the forward updates (BatchNorm's running statistics): the argument and its next
+  // value, made module updates once the graph's outputs are set.
+  void add_update(ValueId buffer, ValueId next) { updates_.emplace_back(buffer, next); }
+  const std::vector<std::pair<ValueId, ValueId>>& updates() const { return updates_; }
 
   // ONNX names → IR values.
   void define(const std::string& onnx_name, ValueId id) { names_[onnx_name] = id; }
@@ -94,6 +103,8 @@ class ImportContext {
   std::string file_;
   int64_t opset_;
   bool training_export_ = false;
+  bool pytorch_export_ = false;
+  std::vector<std::pair<ValueId, ValueId>> updates_;
   std::unordered_map<std::string, ValueId> names_;
   std::unordered_map<std::string, std::vector<ValueId>> sequences_;
   std::unordered_map<ValueId, Tensor> constants_;

@@ -9,10 +9,10 @@
 //   so the first maximum in the window gets it, as in PyTorch.
 // - InstanceNormalization is a layernorm over each (sample, channel)'s spatial extent with unit
 //   weights, then the per-channel scale and bias.
-// - BatchNormalization normalizes with its running statistics, constants (as a module in
-//   eval() does): (x − mean)/√(var + ε) · scale + B; with the batch's statistics where the running
-//   ones never change (momentum 1: BiT's weight standardization). Other batch statistics (a
-//   module exported in train()) are refused in one line: they need running-statistics updates.
+// - BatchNormalization normalizes with its running statistics (as a module in eval() does):
+//   (x − mean)/√(var + ε) · scale + B. A module exported in train() normalizes with the batch's
+//   statistics, and its running statistics become buffers that each step updates as PyTorch
+//   does; the evaluation forward (ImportOptions::running_statistics) reads them.
 // - DFT is, like AveragePool, a product with constant matrices along its axis.
 #include <algorithm>
 #include <cmath>
@@ -226,6 +226,24 @@ bool fx_batch_statistics(const onnx::NodeProto& node) {
   return op.find("batch_norm") != std::string::npos && op.find("no_training") == std::string::npos;
 }
 
+bool uses_batch_statistics(const onnx::NodeProto& node) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == "training_mode" && a.i() != 0) return true;
+  }
+  for (int i : {1, 2}) {
+    if (i < node.output_size() && !node.output(i).empty()) return true;
+  }
+  return fx_batch_statistics(node);
+}
+
+// ONNX's momentum: the running statistics' weight in their update (PyTorch's 1 − momentum).
+double onnx_momentum(const onnx::NodeProto& node) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == "momentum") return a.f();
+  }
+  return 0.9;
+}
+
 // x's statistics over every axis but the channels ([1, C, 1, ...]): mean, and the biased variance.
 Expected<std::pair<ValueId, ValueId>> batch_statistics(ImportContext& ctx, ValueId x) {
   const int64_t rank = static_cast<int64_t>(ctx.type(x).shape.size());
@@ -241,39 +259,78 @@ Expected<std::pair<ValueId, ValueId>> batch_statistics(ImportContext& ctx, Value
   return std::make_pair(mean, var);
 }
 
-// Batch statistics are supported where the running statistics stay as they are: ONNX's
-// momentum 1 (PyTorch's 0, or none: F.batch_norm(training=True) without running statistics, as
-// BiT standardizes its convolutions' weights). Otherwise PyTorch would update them each step,
-// which memc does not do.
+// running · momentum + batch · (1 − momentum) · correction, the batch's [1, C, 1, ...] statistic
+// taken as the running one's [C] and dtype.
+Expected<ValueId> running_update(ImportContext& ctx, ValueId running, ValueId batch, double momentum, double correction) {
+  const TensorType& t = ctx.type(running);
+  MEMC_ASSIGN_OR_RETURN(ValueId b, ctx.reshape(batch, t.shape));
+  if (ctx.type(b).dtype != t.dtype) { MEMC_ASSIGN_OR_RETURN(b, ctx.cast(b, t.dtype)); }
+  MEMC_ASSIGN_OR_RETURN(b, ctx.emit("mul", {b, ctx.scalar((1.0 - momentum) * correction, t.dtype)}));
+  MEMC_ASSIGN_OR_RETURN(ValueId kept, ctx.emit("mul", {running, ctx.scalar(momentum, t.dtype)}));
+  return ctx.emit("add", {kept, b});
+}
+
+// Normalizes with the batch's statistics and computes the running statistics' next values:
+// ONNX's outputs 1 and 2, and, where they are the model's initializers (buffers), their updates
+// after each step, as PyTorch updates a module in train(). PyTorch's running variance takes the
+// batch's unbiased variance, ONNX's the biased one. Statistics given as graph inputs only yield
+// the outputs; other computed ones cannot be updated and are refused.
+Expected<std::pair<ValueId, ValueId>> update_running_statistics(ImportContext& ctx, ValueId x, ValueId running_mean, ValueId running_var) {
+  const Role mean_role = ctx.module().value(running_mean).role, var_role = ctx.module().value(running_var).role;
+  const bool buffers = mean_role == Role::kBuffer && var_role == Role::kBuffer;
+  if (!buffers && (mean_role != Role::kInput || var_role != Role::kInput)) {
+    return ctx.error(str_cat("the running statistics ('", ctx.node().input(3), "', '", ctx.node().input(4),
+                             "') of a BatchNorm in train() mode are neither initializers memc can update nor graph inputs"));
+  }
+  MEMC_ASSIGN_OR_RETURN(auto stats, batch_statistics(ctx, x));
+  const Shape& xs = ctx.type(x).shape;
+  const int64_t count = numel(xs) / xs[1];
+  const double correction = ctx.pytorch_export() && count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+  const double momentum = onnx_momentum(ctx.node());
+  MEMC_ASSIGN_OR_RETURN(ValueId next_mean, running_update(ctx, running_mean, stats.first, momentum, 1.0));
+  MEMC_ASSIGN_OR_RETURN(ValueId next_var, running_update(ctx, running_var, stats.second, momentum, correction));
+  if (ctx.has_output(1)) { MEMC_RETURN_IF_ERROR(ctx.bind(1, next_mean)); }
+  if (ctx.has_output(2)) { MEMC_RETURN_IF_ERROR(ctx.bind(2, next_var)); }
+  if (buffers) {
+    ctx.add_update(running_mean, next_mean);
+    ctx.add_update(running_var, next_var);
+  }
+  return stats;
+}
+
+// BatchNormalization with the running statistics (a module in eval(), or the evaluation forward
+// of one in train(): ImportOptions::running_statistics) or the batch's: where the running ones
+// never change (ONNX's momentum 1, PyTorch's 0, or none: F.batch_norm(training=True) without
+// running statistics, as BiT standardizes its convolutions' weights), or updated as PyTorch
+// updates them.
 Status lower_batch_norm(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   const Shape xs = ctx.type(x).shape;
   const DType dtype = ctx.type(x).dtype;
   if (xs.size() < 2 || !is_float(dtype)) return ctx.error("needs a float x [N, C, ...]");
-  const bool batch = ctx.attr_int("training_mode", 0) != 0 || ctx.has_output(1) || ctx.has_output(2) || fx_batch_statistics(ctx.node());
-  if (batch && ctx.attr_float("momentum", 0.9) != 1.0) {
-    return ctx.error(
-        "BatchNormalization with batch statistics (a module exported in train() mode) is unsupported: memc does not "
-        "update running statistics; export the module after .eval() to train it with its running statistics");
-  }
+  const bool updates = updates_running_statistics(ctx.node());
+  const bool batch = uses_batch_statistics(ctx.node()) && !(updates && ctx.options().running_statistics);
   const int64_t c = xs[1];
   Shape per_channel(xs.size() - 1, 1);  // [C, 1, ...]: broadcast over the spatial axes
   per_channel[0] = c;
-  std::vector<ValueId> v(4);
+  std::vector<ValueId> raw(4), v(4);
   for (int i = 0; i < 4; ++i) {
-    MEMC_ASSIGN_OR_RETURN(v[i], ctx.input(i + 1));
-    if (ctx.type(v[i]).shape != Shape{c}) return ctx.error(str_cat("scale, B, mean and var must be [", c, "]"));
+    MEMC_ASSIGN_OR_RETURN(raw[i], ctx.input(i + 1));
+    if (ctx.type(raw[i]).shape != Shape{c}) return ctx.error(str_cat("scale, B, mean and var must be [", c, "]"));
+    v[i] = raw[i];
     if (i < 2 || !batch) {
       if (ctx.type(v[i]).dtype != dtype) { MEMC_ASSIGN_OR_RETURN(v[i], ctx.cast(v[i], dtype)); }
       MEMC_ASSIGN_OR_RETURN(v[i], ctx.reshape(v[i], per_channel));
     }
   }
   ValueId scale = v[0], bias = v[1], mean = v[2], var = v[3];
-  if (batch) {
-    for (int i : {1, 2}) {  // the running statistics' outputs: momentum 1 keeps them as they were
-      if (ctx.has_output(i)) { MEMC_RETURN_IF_ERROR(ctx.bind(i, v[i + 1])); }
+  if (batch && updates) {
+    MEMC_ASSIGN_OR_RETURN(std::tie(mean, var), update_running_statistics(ctx, x, raw[2], raw[3]));
+  } else {
+    for (int i : {1, 2}) {  // the running statistics' outputs: unchanged (momentum 1, or evaluation)
+      if (ctx.has_output(i)) { MEMC_RETURN_IF_ERROR(ctx.bind(i, raw[i + 1])); }
     }
-    MEMC_ASSIGN_OR_RETURN(std::tie(mean, var), batch_statistics(ctx, x));
+    if (batch) { MEMC_ASSIGN_OR_RETURN(std::tie(mean, var), batch_statistics(ctx, x)); }
   }
   MEMC_ASSIGN_OR_RETURN(ValueId k, ctx.emit("add", {var, ctx.scalar(ctx.attr_float("epsilon", 1e-5), dtype)}));
   MEMC_ASSIGN_OR_RETURN(k, ctx.emit("rsqrt", {k}));
@@ -353,6 +410,10 @@ Status lower_dft(ImportContext& ctx) {
 }
 
 }  // namespace
+
+bool updates_running_statistics(const onnx::NodeProto& node) {
+  return node.op_type() == "BatchNormalization" && uses_batch_statistics(node) && onnx_momentum(node) != 1.0;
+}
 
 void add_pool_lowerings(LoweringTable& table) {
   table["AveragePool"] = lower_average_pool;

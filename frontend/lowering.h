@@ -17,6 +17,11 @@ void add_shape_lowerings(LoweringTable& table);
 void add_nn_lowerings(LoweringTable& table);
 void add_pool_lowerings(LoweringTable& table);
 
+// A BatchNormalization that normalizes with its batch's statistics (ONNX's training_mode, its
+// running statistics' outputs, or the dynamo exporter's FX node of a module in train()) and
+// updates its running statistics (momentum other than ONNX's 1, PyTorch's 0).
+bool updates_running_statistics(const onnx::NodeProto& node);
+
 // Every lowering, by ONNX op type.
 const LoweringTable& onnx_lowerings();
 

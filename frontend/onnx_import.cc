@@ -75,6 +75,8 @@ class Importer {
   // Float initializers read only where an op needs a value known at import (Resize's roi and
   // scales) or a constant (BatchNormalization's running statistics): not parameters.
   std::set<std::string> static_operands_;
+  // BatchNormalization's running statistics that a train()-mode export updates: buffers.
+  std::set<std::string> running_statistics_;
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
   Status set_outputs(ImportContext& ctx);
   void warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes);
@@ -212,6 +214,16 @@ Status Importer::add_initializers(ImportContext& ctx) {
     if (ctx.lookup(init.name()) != kNoValue) return error(str_cat(what, " is defined twice"));
     const bool no_data = tensor_proto_has_no_data(init);
     if (audit_.same_as.count(init.name())) continue;  // a folded copy the first one stands for: below
+    if (running_statistics_.count(init.name()) && is_float(*dtype)) {
+      const ValueId id = module_.add_argument(init.name(), TensorType{*dtype, *shape}, Role::kBuffer);
+      ctx.define(init.name(), id);
+      if (no_data) skeleton_ = true;
+      if (!options_.load_weights || no_data) continue;
+      auto t = tensor_from_proto(init, base_dir_);
+      if (!t.ok()) return error(str_cat(what, ": ", t.status().message()));
+      module_.weights()[id] = std::move(*t);
+      continue;
+    }
     if (trains(init, *dtype, numel(*shape))) {
       // An exact batch-expanded copy trains as its one row, expanded where the graph reads it.
       auto expanded = audit_.batch_expanded.find(init.name());
@@ -304,6 +316,11 @@ void Importer::find_static_operands(const std::vector<onnx::NodeProto>& nodes) {
     for (int i = 0; i < n.input_size(); ++i) (i < first_static ? data : static_operands_).insert(n.input(i));
   }
   for (const auto& name : data) static_operands_.erase(name);
+  for (const auto& n : nodes) {
+    if (n.op_type() != "BatchNormalization" || n.input_size() < 5 || !updates_running_statistics(n)) continue;
+    running_statistics_.insert(n.input(3));
+    running_statistics_.insert(n.input(4));
+  }
 }
 
 bool Importer::training_export(const std::vector<onnx::NodeProto>& nodes) const {
@@ -330,6 +347,7 @@ Expected<Module> Importer::run() {
   MEMC_RETURN_IF_ERROR(check_ops(nodes));
   ImportContext ctx(module_, options_, file_, opset_);
   ctx.set_training_export(training_export(nodes));
+  ctx.set_pytorch_export(model_.producer_name() == "pytorch");
   find_static_operands(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
@@ -349,6 +367,7 @@ Expected<Module> Importer::run() {
     MEMC_RETURN_IF_ERROR(table.at(nodes[i].op_type())(ctx));
   }
   MEMC_RETURN_IF_ERROR(set_outputs(ctx));
+  for (const auto& [buffer, next] : ctx.updates()) module_.add_update(buffer, next);
   module_.eliminate_dead_nodes();
   module_.compact();
   if (options_.fuse) run_fusions(module_, options_.fuse_attention);

@@ -22,6 +22,10 @@ struct ImportOptions {
   bool load_weights = true;  // false: shapes only (inspect, compile of skeleton models)
   bool fuse = true;          // idiom fusion (tests of raw lowering turn it off)
   bool fuse_attention = true;  // false: leave MatMul→Softmax→MatMul for compile's attention pass
+  // A BatchNorm exported in train() normalizes with its batch's statistics and updates its
+  // running statistics (buffers); true: it normalizes with the running ones (the evaluation
+  // forward, as the module in eval()).
+  bool running_statistics = false;
   // When set, receives the parameter findings (frontend/param_audit.h), one line each.
   std::vector<std::string>* param_findings = nullptr;
 };

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "frontend/lowering.h"
 #include "frontend/onnx_tensor.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "support/log.h"
@@ -327,7 +328,12 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
   ParamAudit audit;
   auto report = [&](const std::string& line) { audit.findings.push_back(line); };
   const std::map<std::string, std::string> folded = value_metadata(model, kFoldedFrom);
+  std::set<std::string> updated;  // running statistics of BatchNorms in train(): buffers memc updates as PyTorch does
+  for (const auto& n : nodes) {
+    if (updates_running_statistics(n) && n.input_size() >= 5) updated.insert({n.input(3), n.input(4)});
+  }
   for (const std::string& name : exported_buffers(model)) {
+    if (updated.count(name)) continue;
     const auto& inits = model.graph().initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; });
     if (init == inits.end()) continue;

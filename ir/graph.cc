@@ -16,13 +16,14 @@ std::string_view role_name(Role r) {
     case Role::kOptimizerState: return "optimizer_state";
     case Role::kMasterWeight: return "master_weight";
     case Role::kScalar: return "scalar";
+    case Role::kBuffer: return "buffer";
   }
   return "?";
 }
 
 std::optional<Role> parse_role(std::string_view s) {
   for (Role r : {Role::kInput, Role::kParam, Role::kConstant, Role::kActivation, Role::kGrad,
-                 Role::kOptimizerState, Role::kMasterWeight, Role::kScalar}) {
+                 Role::kOptimizerState, Role::kMasterWeight, Role::kScalar, Role::kBuffer}) {
     if (role_name(r) == s) return r;
   }
   return std::nullopt;
@@ -104,6 +105,19 @@ Status Module::remove_argument(ValueId arg) {
   arguments_.erase(it);
   weights_.erase(arg);
   return Status::Ok();
+}
+
+void Module::keep_outputs(size_t count) {
+  std::vector<ValueId> outputs, updates;
+  size_t plain = 0;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const ValueId arg = i < output_updates_.size() ? output_updates_[i] : kNoValue;
+    if (arg == kNoValue && plain++ >= count) continue;
+    outputs.push_back(outputs_[i]);
+    updates.push_back(arg);
+  }
+  outputs_ = std::move(outputs);
+  output_updates_ = std::move(updates);
 }
 
 ValueId Module::find_value(const std::string& name) const {

@@ -22,7 +22,10 @@ enum class Role : uint8_t {
   kOptimizerState, // moments, velocities
   kMasterWeight,   // fp32 copy under mixed precision
   kScalar,         // per-step runtime scalar (lr, step, loss scale)
+  kBuffer,         // model state the forward updates, not trained (BatchNorm's running statistics)
 };
+// The model's own state, loaded from and written back to its initializers: parameters and buffers.
+inline bool is_model_state(Role r) { return r == Role::kParam || r == Role::kBuffer; }
 enum class MemSpace : uint8_t { kDevice, kHost };
 
 std::string_view role_name(Role r);
@@ -111,6 +114,8 @@ class Module {
     output_updates_.resize(outputs_.size(), kNoValue);
     output_updates_.at(output_index) = arg;
   }
+  // Keeps the first `count` plain outputs and every update.
+  void keep_outputs(size_t count);
   // For each output, the argument it updates, or kNoValue for a plain result.
   const std::vector<ValueId>& output_updates() const { return output_updates_; }
   void set_schedule(const std::vector<NodeId>& order);

@@ -34,6 +34,12 @@ make_unique_), except where noted:
   bn_net_noopt_t215, bn_net_ts_t215  BatchNorm (2-D and 1-D) with running statistics, exported
                         in eval() by dynamo with optimize=False (the Python package's export) and by
                         TorchScript (EVAL, no folding); references in eval() (frozen-BN training).
+  bn_net_train_t215, bn_net_train_ts_t215  the same BnNet exported in train(): dynamo with
+                        optimize=False (_native_batch_norm_legit_functional, no training_mode) and
+                        TorchScript (TRAINING: training_mode 1, running-statistics outputs).
+                        References in train(): gradients through the batch statistics, the running
+                        statistics after that forward (buffer/<init>), the eval() logits with
+                        them (eval/logits) and with the file's (infer/logits: what inference computes).
   moe_net_t215, moe_net_ts_t215  a mixture-of-experts layer (softmax router, TopK 2 of 4,
                         one_hot combine, batched experts) through the dynamo default and TorchScript.
   bert_t215, roberta_t215  HF BertForSequenceClassification / RobertaForSequenceClassification,
@@ -124,7 +130,7 @@ def forward_loss(model, inputs, labels):
     return logits.detach(), loss.detach(), grads
 
 
-def write_refs(name, path, model, make_inputs, input_names, train=True):
+def write_refs(name, path, model, make_inputs, input_names, train=True, buffers=False, ort_agrees=True):
     """<name>.ref.npz: inputs, labels, logits, loss, grad/<init> (what the graph means:
     transposed for 'T', summed over a shared initializer's params; for 'B' the parameter's own
     gradient, the re-derived [1,...] form memc trains) and untied_grad/<torch name> for shared
@@ -134,6 +140,11 @@ def write_refs(name, path, model, make_inputs, input_names, train=True):
     set_dropout(model, 0.0)
     model.train(train)   # eval() for BatchNorm with running statistics
     inputs4, labels4 = make_inputs(0, 4)
+    if buffers:   # what inference computes: eval() with the running statistics the file holds
+        model.eval()
+        with torch.no_grad():
+            infer_logits = model(*inputs4).numpy().astype(np.float32)
+        model.train(train)
     logits, loss, grads = forward_loss(model, inputs4, labels4)
     for n in unmatched:
         assert float(grads[n].abs().max()) == 0.0, f"{name}: {n} has a gradient but no initializer"
@@ -144,6 +155,16 @@ def write_refs(name, path, model, make_inputs, input_names, train=True):
                 rows = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == init)).shape[1]
                 assert float(grads[p][rows:].abs().max()) == 0.0, (name, p)
     ref = {k: v.numpy() for k, v in zip(input_names, inputs4)}
+    if buffers:   # the running statistics the train() forward above updated, and eval() with them
+        ref["infer/logits"] = infer_logits
+        state = model.state_dict()
+        for init in m.graph.initializer:
+            if "running_" in init.name:
+                ref["buffer/" + init.name] = state[init.name].numpy().astype(np.float32)
+        model.eval()
+        with torch.no_grad():
+            ref["eval/logits"] = model(*inputs4).numpy().astype(np.float32)
+        model.train(train)
     ref["labels"] = labels4.numpy()
     ref["logits"] = logits.numpy().astype(np.float32)
     ref["loss"] = np.array(float(loss), dtype=np.float32)
@@ -181,7 +202,7 @@ def write_refs(name, path, model, make_inputs, input_names, train=True):
     print(f"  {name}: ORT vs torch {ort:.2e}, loss {float(loss):.4f}, {len(mapping)} param inits, "
           f"T={REPORT[name]['transposed_initializers'][:3]}.. B={REPORT[name]['batch_expanded_initializers']} "
           f"shared={REPORT[name]['shared_initializers']} unmatched={unmatched}")
-    assert ort <= 1e-5, (name, ort)
+    assert ort <= 1e-5 or not ort_agrees, (name, ort)
 
 
 def summarize(name, path):
@@ -405,15 +426,21 @@ class BnNet(torch.nn.Module):
         return self.head(torch.relu(self.bn3(self.fc(x.flatten(1)))))
 
 
-def do_bn_net(name, dynamo):
+def bn_net(name, seed):
+    """A BnNet with weights perturbed by `seed` and running statistics away from 0 and 1."""
     seed_all(9)
     model = BnNet()
-    REPORT[name] = {"perturbed_params": make_unique_(model, seed=109)}
-    g = torch.Generator().manual_seed(209)
-    with torch.no_grad():   # running statistics away from 0 and 1
+    REPORT[name] = {"perturbed_params": make_unique_(model, seed=seed)}
+    g = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
         for bn in (model.bn1, model.bn2, model.bn3):
             bn.running_mean.copy_(torch.randn(bn.num_features, generator=g) * 0.1)
             bn.running_var.copy_(0.5 + torch.rand(bn.num_features, generator=g))
+    return model
+
+
+def do_bn_net(name, dynamo):
+    model = bn_net(name, 109)
     x = digits_inputs(0, 4)[0]
     p = os.path.join(MODELS, f"{name}.onnx")
     model.eval()
@@ -424,6 +451,29 @@ def do_bn_net(name, dynamo):
                           training=torch.onnx.TrainingMode.EVAL, do_constant_folding=False, dynamo=False)
     summarize(name, p)
     write_refs(name, p, model, digits_inputs, ["x"], train=False)
+
+
+def do_bn_net_train(name, dynamo):
+    """BnNet exported in train(): batch statistics, running statistics updated each forward. The
+    TorchScript trace runs the forward once (updating the buffers), so the module takes the
+    running statistics the file holds before its references are computed."""
+    model = bn_net(name, 110)
+    x = digits_inputs(0, 4)[0]
+    p = os.path.join(MODELS, f"{name}.onnx")
+    model.train()
+    if dynamo:
+        export_dynamo_default(model, x, p, optimize=False)
+    else:
+        export_ts(model, x, p, ["x"])
+    stored = {i.name: numpy_helper.to_array(i) for i in onnx.load(p).graph.initializer}
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            if n in stored:
+                b.copy_(torch.from_numpy(stored[n].copy()))
+    summarize(name, p)
+    # onnxruntime normalizes a BatchNormalization without training_mode with its running
+    # statistics: that the dynamo export's means the batch's only its FX metadata says.
+    write_refs(name, p, model, digits_inputs, ["x"], train=True, buffers=True, ort_agrees=not dynamo)
 
 
 class MoeNet(torch.nn.Module):
@@ -497,6 +547,8 @@ def main():
         ("pool_net_ts_t215", lambda: do_digits_net("pool_net_ts_t215", PoolNet, 8, False)),
         ("bn_net_noopt_t215", lambda: do_bn_net("bn_net_noopt_t215", True)),
         ("bn_net_ts_t215", lambda: do_bn_net("bn_net_ts_t215", False)),
+        ("bn_net_train_t215", lambda: do_bn_net_train("bn_net_train_t215", True)),
+        ("bn_net_train_ts_t215", lambda: do_bn_net_train("bn_net_train_ts_t215", False)),
         ("moe_net_t215", lambda: do_digits_net("moe_net_t215", MoeNet, 10, True)),
         ("moe_net_ts_t215", lambda: do_digits_net("moe_net_ts_t215", MoeNet, 10, False)),
         ("distilbert_base_t215_skeleton", lambda: do_skeleton(

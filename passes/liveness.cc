@@ -19,7 +19,7 @@ std::string_view alias_kind_name(AliasKind kind) {
 
 bool is_persistent_role(Role role) {
   return role == Role::kParam || role == Role::kOptimizerState || role == Role::kMasterWeight ||
-         role == Role::kConstant;
+         role == Role::kConstant || role == Role::kBuffer;
 }
 
 Role Buffer::role_at(int32_t position) const {

@@ -19,7 +19,8 @@ std::string_view category_name(MemoryCategory c) {
 
 MemoryCategory category_of(Role role) {
   switch (role) {
-    case Role::kParam: return MemoryCategory::kParams;
+    case Role::kParam:
+    case Role::kBuffer: return MemoryCategory::kParams;
     case Role::kGrad: return MemoryCategory::kGrads;
     case Role::kOptimizerState: return MemoryCategory::kOptimizerState;
     case Role::kMasterWeight: return MemoryCategory::kMasterWeights;

@@ -34,7 +34,7 @@ namespace memc {
 enum class MemoryCategory : uint8_t { kParams, kGrads, kOptimizerState, kMasterWeights, kActivations, kWorkspace };
 inline constexpr size_t kNumMemoryCategories = 6;
 std::string_view category_name(MemoryCategory c);  // "params", "grads", ...
-// Params, grads (of parameters), optimizer states and master weights by their role; inputs,
+// Params (with the model's buffers), grads (of parameters), optimizer states and master weights by their role; inputs,
 // constants, scalars and every activation (and activation gradient) count as activations.
 MemoryCategory category_of(Role role);
 

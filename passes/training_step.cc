@@ -133,6 +133,28 @@ Expected<const OptimizerDef*> checked_optimizer(const OptimizerOptions& o, const
   return def;
 }
 
+struct BufferUpdate {
+  ValueId buffer, next;
+};
+
+// The buffers the forward updates (BatchNorm's running statistics, in train()): the step keeps
+// their updates. Each normalizes with its batch's statistics, which micro-batches or ranks would
+// take over their own rows only: those are refused.
+Expected<std::vector<BufferUpdate>> forward_buffer_updates(const Module& module, int64_t micro_batches, int64_t devices) {
+  std::vector<BufferUpdate> updates;
+  for (size_t i = 0; i < module.outputs().size() && i < module.output_updates().size(); ++i) {
+    if (module.output_updates()[i] != kNoValue) updates.push_back({module.output_updates()[i], module.outputs()[i]});
+  }
+  if (!updates.empty() && (micro_batches > 1 || devices > 1)) {
+    return Status::BadInput(str_cat("the model normalizes with its batch's statistics (a BatchNorm exported in train() mode, updating '",
+                                    module.value(updates[0].buffer).source_name, "'): ",
+                                    micro_batches > 1 ? str_cat(micro_batches, " micro-batches") : str_cat(devices, " ranks"),
+                                    " would each take the statistics of their own rows, not the batch's; train it with one micro-batch on one device, "
+                                    "or export the module after .eval() to train with its running statistics"));
+  }
+  return updates;
+}
+
 // The forward's first output as float logits [N, C], the labels argument, the parameters (in
 // argument order) and, under loss scaling, the scale argument.
 Expected<StepValues> step_inputs(Module& module, bool loss_scaling) {
@@ -365,6 +387,7 @@ Status TrainingStep::build(Module& module) {
     shard_.align = std::max<int64_t>(optimizer->flat_align, 1);
     shard_.replicate_states = shard_.active() && optimizer->flat_align == 0;
   }
+  MEMC_ASSIGN_OR_RETURN(const std::vector<BufferUpdate> buffer_updates, forward_buffer_updates(module, micro_.k, shard_.devices));
   MEMC_ASSIGN_OR_RETURN(StepValues v, step_inputs(module, options_.loss_scaling));
   // zero3 and streaming: the parameters become per-unit flat arguments (shards, or host units),
   // gathered or streamed before use; autodiff differentiates them (passes/shard.h).
@@ -393,6 +416,7 @@ Status TrainingStep::build(Module& module) {
   } else {
     module.set_outputs({v.loss, v.logits_out});
   }
+  for (const BufferUpdate& u : buffer_updates) module.add_update(u.buffer, u.next);
   for (size_t i = 0; i < targets.size(); ++i) {
     const bool whole = !shard_.active() || flat || shard_.replicate_states;  // the target is an argument: updated in place
     MEMC_ASSIGN_OR_RETURN(const ValueId next, add_optimizer_update(module, *optimizer, options_, targets[i], scalars, whole));

@@ -75,8 +75,9 @@ static bool lays_out_attention(const CompileOptions& options) {
 
 // Import, keep the logits [N, C] as the only output, then the forward pipeline.
 Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptions& options, int64_t batch,
-                                                               const PassInstrumentation& instrumentation) const {
+                                                               const PassInstrumentation& instrumentation, bool evaluation) const {
   ImportOptions import;
+  import.running_statistics = evaluation;
   import.batch = batch;
   import.seq = options.seq;
   import.frozen = std::set<std::string>(options.frozen.begin(), options.frozen.end());
@@ -92,7 +93,8 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   if (logits.shape.size() != 2) {
     return Status::BadInput(str_cat(model_path_, ": first output is [", shape_str(logits.shape), "]; training needs logits [N, C]"));
   }
-  forward.set_outputs({forward.outputs()[0]});
+  forward.keep_outputs(1);  // and the buffers' updates (BatchNorm's running statistics in train())
+  f.updates_buffers = std::any_of(forward.output_updates().begin(), forward.output_updates().end(), [](ValueId a) { return a != kNoValue; });
   forward.eliminate_dead_nodes();
   forward.compact();
   // Precision runs before TrainingStep: autodiff differentiates its casts, so f32 parameters
@@ -112,14 +114,14 @@ Status ModelCompiler::in_model(const Status& status) const {
   return status.with_context(model_path_ + ": ");
 }
 
-ModelCompiler::Key ModelCompiler::key_of(const CompileOptions& options, int64_t batch) {
-  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options)};
+ModelCompiler::Key ModelCompiler::key_of(const CompileOptions& options, int64_t batch, bool evaluation) {
+  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options), evaluation};
 }
 
-Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch) {
-  const Key key = key_of(options, batch);
+Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch, bool evaluation) {
+  const Key key = key_of(options, batch, evaluation);
   if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
-  MEMC_ASSIGN_OR_RETURN(Forward f, build_forward(options, batch, PassInstrumentation{}));
+  MEMC_ASSIGN_OR_RETURN(Forward f, build_forward(options, batch, PassInstrumentation{}, evaluation));
   return &cache_.emplace(key, std::move(f)).first->second;
 }
 
@@ -127,6 +129,11 @@ Expected<int64_t> ModelCompiler::fixed_batch(const CompileOptions& options) {
   // At a rank's batch: the global batch of N ranks is N times what a fixed-batch export holds.
   MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, options.rank_batch()));
   return f->fixed_batch;
+}
+
+Expected<bool> ModelCompiler::updates_buffers(const CompileOptions& options) {
+  MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, options.rank_batch()));
+  return f->updates_buffers;
 }
 
 Expected<DeviceProfile> target_profile(const CompileOptions& options) {
@@ -219,10 +226,13 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
     main = &(cache_.insert_or_assign(key_of(options, rank_batch), std::move(reported)).first->second);
   }
   Plan plan;
-  if (devices > 1 && main->fixed_batch < 0) {
-    MEMC_ASSIGN_OR_RETURN(const Forward* whole, forward(options, options.batch));  // evaluation runs whole batches
-    plan.eval = whole->module;
-  } else {  // one device, or an export that fixes its batch: evaluation runs slices of the rank's size
+  // Evaluation runs whole batches on N ranks, slices of the rank's size on one device or where
+  // the export fixes its batch; a forward that updates buffers is imported again to read them.
+  const int64_t eval_batch = devices > 1 && main->fixed_batch < 0 ? options.batch : rank_batch;
+  if (eval_batch != rank_batch || main->updates_buffers) {
+    MEMC_ASSIGN_OR_RETURN(const Forward* evaluation, forward(options, eval_batch, main->updates_buffers));
+    plan.eval = evaluation->module;
+  } else {
     plan.eval = main->module;
   }
   MEMC_ASSIGN_OR_RETURN(const std::vector<PassReport> reports, train(options, main->module, plan, quiet, schedule_quiet));

@@ -70,18 +70,26 @@ class ModelCompiler {
   // The batch the export fixes (a static dim 0 on its inputs), or -1 when it is dynamic; read at
   // the rank's batch.
   Expected<int64_t> fixed_batch(const CompileOptions& options);
+  // Whether the forward updates buffers (a BatchNorm exported in train()): each micro-batch
+  // would normalize with its own statistics, so the search keeps one.
+  Expected<bool> updates_buffers(const CompileOptions& options);
 
  private:
   struct Forward {
     Module module;             // after the forward pipeline
     int64_t fixed_batch = -1;  // the import's
+    bool updates_buffers = false;  // BatchNorm's running statistics, in train()
   };
-  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, bool>;  // …, dropout, attention layouts
-  static Key key_of(const CompileOptions& options, int64_t batch);
+  // …, dropout, attention layouts, evaluation
+  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, bool, bool>;
+  static Key key_of(const CompileOptions& options, int64_t batch, bool evaluation = false);
   // The forward at `batch`, cached per key (search candidates: verified, not reported).
-  Expected<const Forward*> forward(const CompileOptions& options, int64_t batch);
+  // `evaluation`: BatchNorms exported in train() read their running statistics (the forward
+  // `memc run --eval` scores), where the training forward normalizes with the batch's.
+  Expected<const Forward*> forward(const CompileOptions& options, int64_t batch, bool evaluation = false);
   // Imports and runs the forward pipeline under `instrumentation`.
-  Expected<Forward> build_forward(const CompileOptions& options, int64_t batch, const PassInstrumentation& instrumentation) const;
+  Expected<Forward> build_forward(const CompileOptions& options, int64_t batch, const PassInstrumentation& instrumentation,
+                                  bool evaluation = false) const;
   Expected<std::vector<PassReport>> train(const CompileOptions& options, const Module& forward, Plan& plan, bool quiet, bool schedule_quiet);
   Status describe_plan(Plan& plan, const CompileOptions& options, int64_t num_classes) const;
   Expected<Plan> keep_lower_without_remat(Plan plan, const CompileOptions& options);

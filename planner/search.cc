@@ -169,12 +169,15 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
   axes.ks = {base.micro_batches};
   if (space.micro_batches) {
     // Micro-batches re-import the model at smaller batches: an export that fixes its batch
-    // allows none, and no count exceeds the batch.
+    // allows none, nor one whose BatchNorms normalize with the batch's statistics, and no count
+    // exceeds the batch.
     MEMC_ASSIGN_OR_RETURN(const int64_t fixed_batch, compiler.fixed_batch(base));
+    MEMC_ASSIGN_OR_RETURN(const bool batch_statistics, compiler.updates_buffers(base));
     const int64_t batch = base.rank_batch();  // each rank micro-batches its own slice
+    const bool splits = fixed_batch < 0 && !batch_statistics;
     axes.ks = {1};
-    for (int64_t k = 2; fixed_batch < 0 && k < batch; k *= 2) axes.ks.push_back(k);
-    if (fixed_batch < 0 && batch > 1) axes.ks.push_back(batch);
+    for (int64_t k = 2; splits && k < batch; k *= 2) axes.ks.push_back(k);
+    if (splits && batch > 1) axes.ks.push_back(batch);
   }
   // Attention kernel and offload level: tiled attention (it can need more memory, as on the
   // block-sparse BigBird export: bench/journal/2026.md §20); offload is tried after the plans

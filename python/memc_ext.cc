@@ -166,6 +166,15 @@ nb::dict dict_of(const TensorMap& tensors) {
   return out;
 }
 
+// The forward's arguments of `role` (parameters, buffers) by their initializers' names.
+std::vector<std::string> state_names(const Session& s, Role role) {
+  std::vector<std::string> names;
+  for (ValueId a : s.plan().eval.arguments()) {
+    if (s.plan().eval.value(a).role == role) names.push_back(s.plan().eval.value(a).source_name);
+  }
+  return names;
+}
+
 }  // namespace
 }  // namespace memc::python
 
@@ -215,11 +224,6 @@ NB_MODULE(_memc, m) {
       .def_prop_ro("measured_peak_bytes", &Session::measured_peak_bytes)
       .def_prop_ro("device", &Session::device)
       .def_prop_ro("batch", [](const Session& s) { return s.plan().batch; })
-      .def_prop_ro("parameters", [](const Session& s) {  // the model's trained initializers, by name
-        std::vector<std::string> names;
-        for (ValueId a : s.plan().eval.arguments()) {
-          if (s.plan().eval.value(a).role == Role::kParam) names.push_back(s.plan().eval.value(a).source_name);
-        }
-        return names;
-      });
+      .def_prop_ro("parameters", [](const Session& s) { return state_names(s, Role::kParam); })  // the trained initializers
+      .def_prop_ro("buffers", [](const Session& s) { return state_names(s, Role::kBuffer); });  // BatchNorm's running statistics
 }

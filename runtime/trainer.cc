@@ -40,7 +40,7 @@ std::vector<InputSpec> data_inputs(const Module& m) {
 void add_state_feeds(const Module& m, const StateMap& state, std::map<std::string, Tensor>& feeds) {
   for (ValueId a : m.arguments()) {
     const Value& v = m.value(a);
-    if (v.role != Role::kParam && v.role != Role::kOptimizerState) continue;
+    if (!is_model_state(v.role) && v.role != Role::kOptimizerState) continue;
     auto it = state.find(v.source_name);
     if (it != state.end()) feeds[v.source_name] = it->second;
   }
@@ -85,8 +85,8 @@ Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset
   return counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
 }
 
-// Streams every parameter of `plan` from its model file, one decoded weight at a time,
-// converted to the plan's dtype; refuses a model file that changed since compile.
+// Streams every parameter and buffer of `plan` from its model file, one decoded weight at a
+// time, converted to the plan's dtype; refuses a model file that changed since compile.
 static Status stream_weights(const std::string& plan_path, const Plan& plan,
                              const std::function<Status(const std::string& name, const Tensor& value)>& sink) {
   const std::string model = resolve_model_path(plan_path, plan);
@@ -94,7 +94,7 @@ static Status stream_weights(const std::string& plan_path, const Plan& plan,
   std::map<std::string, TensorType> params;  // the forward's: the training step's may be shards (zero3)
   for (ValueId a : plan.eval.arguments()) {
     const Value& v = plan.eval.value(a);
-    if (v.role == Role::kParam) params[v.source_name] = v.type;
+    if (is_model_state(v.role)) params[v.source_name] = v.type;
   }
   std::set<std::string> names;
   for (const auto& [name, type] : params) names.insert(name);
@@ -130,7 +130,7 @@ Expected<StateMap> load_into_arena(const std::string& plan_path, const Plan& pla
   StateMap state;
   for (ValueId a : exec.module().arguments()) {
     const Value& v = exec.module().value(a);
-    if (v.role == Role::kParam || v.role == Role::kOptimizerState) state[v.source_name] = exec.tensor(a);  // zeroed arena
+    if (is_model_state(v.role) || v.role == Role::kOptimizerState) state[v.source_name] = exec.tensor(a);  // zeroed arena
   }
   MEMC_ASSIGN_OR_RETURN(const ShardLayout layout, shard_layout(plan.train));
   std::map<std::string, const ShardLayout::Unit*> unit_of;

@@ -408,9 +408,11 @@ void add_fx_node(onnx::NodeProto& node, const std::string& fx_node) {
 
 // torch 2.15's dynamo exporter writes a module in train() with a BatchNormalization node that
 // has no training_mode (ONNX's default: running statistics); only its FX node says PyTorch
-// normalizes with the batch's there. memc refuses it; the same node from eval() trains with its
-// running statistics as constants. The optimizer's BatchNorm fused into a Conv is named.
-TEST(FrontendImport, BatchNormFromTrainModeIsRefusedAndAFusedOneIsNamed) {
+// normalizes with the batch's there. memc does: the running statistics become buffers, updated
+// after each step (ONNX's biased variance for a file torch did not write), and the evaluation
+// forward (ImportOptions::running_statistics) reads them; the same node from eval() trains with
+// its running statistics as constants. The optimizer's BatchNorm fused into a Conv is named.
+TEST(FrontendImport, BatchNormFromTrainModeUpdatesItsRunningStatisticsAndAFusedOneIsNamed) {
   auto model = [](const std::string& fx) {
     OnnxBuilder b(18);
     b.input("x", {2, 3, 2, 2}).output("y");
@@ -419,17 +421,52 @@ TEST(FrontendImport, BatchNormFromTrainModeIsRefusedAndAFusedOneIsNamed) {
     add_fx_node(b.node("BatchNormalization", {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"y"}), fx);
     return b;
   };
-  auto train = model("%getitem : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_functional.default](args = (%conv2d, %p_bn_weight))").import();
-  ASSERT_FALSE(train.ok());
-  EXPECT_NE(train.status().message().find("BatchNormalization with batch statistics (a module exported in train() mode) is unsupported"), std::string::npos)
-      << train.status().message();
+  const std::string train_fx = "%getitem : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_functional.default](args = (%conv2d, %p_bn_weight))";
+  std::vector<double> xs(24);
+  for (int i = 0; i < 24; ++i) xs[i] = (i % 4) + (i / 12);  // channel c of sample n: n, n+1, n+2, n+3
+  const Tensor x = make_tensor(DType::kF32, {2, 3, 2, 2}, xs);
+  auto train = model(train_fx).import();
+  ASSERT_TRUE(train.ok()) << train.status().message();
+  EXPECT_EQ(trained_names(*train), (std::vector<std::string>{"bn.weight", "bn.bias"}));
+  ASSERT_EQ(train->outputs().size(), 3u);  // y, then the running mean's and variance's updates
+  EXPECT_EQ(train->value(train->output_updates()[1]).source_name, "bn.running_mean");
+  EXPECT_EQ(train->value(train->output_updates()[2]).role, Role::kBuffer);
+  auto stepped = execute(*train, {{"x", x}});
+  ASSERT_TRUE(stepped.ok()) << stepped.status().message();
+  // channel 0 holds 0..3 and 1..4: mean 2, biased variance 1.5
+  EXPECT_NEAR(stepped->at(0).get_as_double(0), (0 - 2) * 0.5 / std::sqrt(1.5 + 1e-5) + 0.5, 1e-5);
+  EXPECT_NEAR(stepped->at(1).get_as_double(0), 0.5 * 0.9 + 2 * 0.1, 1e-6);
+  EXPECT_NEAR(stepped->at(2).get_as_double(0), 0.5 * 0.9 + 1.5 * 0.1, 1e-6);
+  ImportOptions evaluation;
+  evaluation.running_statistics = true;
+  auto read = model(train_fx).import(evaluation);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->outputs().size(), 1u);
+  auto running = execute(*read, {{"x", x}});
+  ASSERT_TRUE(running.ok()) << running.status().message();
+  EXPECT_NEAR(running->at(0).get_as_double(0), (0 - 0.5) * 0.5 / std::sqrt(0.5 + 1e-5) + 0.5, 1e-5);
+
   auto eval = model("%getitem : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_no_training.default](args = (%conv2d,))").import();
   ASSERT_TRUE(eval.ok()) << eval.status().message();
   EXPECT_EQ(trained_names(*eval), (std::vector<std::string>{"bn.weight", "bn.bias"}));  // the running statistics stay constant
+  EXPECT_EQ(eval->outputs().size(), 1u);
   // y = (x − mean)·w/√(var + ε) + b, channel 0: (1 − 0.5)·0.5/√(0.5 + 1e-5) + 0.5
   auto out = execute(*eval, {{"x", make_tensor(DType::kF32, {2, 3, 2, 2}, std::vector<double>(24, 1.0))}});
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_NEAR(out->at(0).get_as_double(0), 0.5 * 0.5 / std::sqrt(0.5 + 1e-5) + 0.5, 1e-6);
+
+  // Running statistics the graph computes cannot be updated: one line.
+  OnnxBuilder computed(18);
+  computed.input("x", {2, 3, 2, 2}).output("y");
+  for (const char* name : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
+    computed.init(name, make_tensor(DType::kF32, {3}, {0.5, 1.5, 2}));
+  computed.node("Identity", {"bn.running_mean"}, {"m"});
+  add_fx_node(computed.node("BatchNormalization", {"x", "bn.weight", "bn.bias", "m", "bn.running_var"}, {"y"}), train_fx);
+  auto refused = computed.import();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("running statistics ('m', 'bn.running_var') of a BatchNorm in train() mode are neither initializers"),
+            std::string::npos)
+      << refused.status().message();
 
   // Batch statistics whose running statistics never change (momentum 1: F.batch_norm with none,
   // BiT's weight standardization) are supported: each channel of y is normalized over the batch.

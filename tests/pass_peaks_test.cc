@@ -76,7 +76,11 @@ TEST_P(PassPeaks, NoMemoryPassRaisesThePeak) {
     auto before = compiler.compile(without);
     auto after = compiler.compile(with);
     ASSERT_TRUE(before.ok()) << pass.name << ": " << before.status().message();
-    if (!after.ok() && with.micro_batches > 1 && after.status().message().find("the export fixes") != std::string::npos) {
+    // Micro-batches are refused where the export fixes its batch, and where a BatchNorm in
+    // train() normalizes with the batch's statistics (each micro-batch would take its own).
+    const std::string refused = after.ok() ? "" : after.status().message();
+    if (with.micro_batches > 1 && (refused.find("the export fixes") != std::string::npos ||
+                                   refused.find("normalizes with its batch's statistics") != std::string::npos)) {
       std::printf("[peaks] %s: %s skipped: %s\n", GetParam().c_str(), pass.name.c_str(), after.status().message().c_str());
       continue;
     }

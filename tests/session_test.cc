@@ -92,6 +92,48 @@ TEST(Session, PredictionsAndTheFirstLossMatchPyTorch) {
   EXPECT_GT(testing::rel_error(*after, *logits), 1e-6);
 }
 
+// A BatchNorm exported in train() (models/export_t215.py, both exporters): one step normalizes
+// with the batch's statistics (PyTorch's loss) and leaves the running statistics PyTorch's
+// forward leaves (its unbiased variance); predictions then read them, as the module in eval().
+// The learning rate is 0, so the weights stay the reference's.
+TEST(Session, BatchNormInTrainModeUpdatesTheRunningStatisticsAsPyTorch) {
+  for (const std::string name : {"bn_net_train_t215", "bn_net_train_ts_t215"}) {
+    SCOPED_TRACE(name);
+    auto ref = read_npz(source_path("models/" + name + ".ref.npz"));
+    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    CompileOptions options;
+    options.batch = 4;
+    options.optimizer.kind = "sgd";
+    options.schedule.lr = 0.0;
+    const std::string model = source_path("models/" + name + ".onnx");
+    const std::string plan_path = (fs::temp_directory_path() / (name + ".plan")).string();
+    auto plan = compile_model(model, plan_path, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    plan->model_path = model;
+    ASSERT_TRUE(write_plan(plan_path, *plan).ok());
+    auto session = Session::open(plan_path, SessionOptions{.total_steps = 1});
+    ASSERT_TRUE(session.ok()) << session.status().message();
+    auto loss = (*session)->step({{"x", ref->at("x")}, {"y", ref->at("labels")}});
+    ASSERT_TRUE(loss.ok()) << loss.status().message();
+    EXPECT_NEAR(*loss, ref->at("loss").get_as_double(0), 1e-5 * std::abs(ref->at("loss").get_as_double(0)));
+    EXPECT_EQ((*session)->measured_peak_bytes(), plan->memory.predicted_peak_bytes);
+    auto state = (*session)->state();
+    ASSERT_TRUE(state.ok()) << state.status().message();
+    int buffers = 0;
+    for (const auto& [key, expected] : *ref) {
+      if (key.rfind("buffer/", 0) != 0) continue;
+      ++buffers;
+      auto it = state->find(key.substr(7));
+      ASSERT_TRUE(it != state->end()) << key;
+      EXPECT_LT(testing::rel_error(it->second, expected), 1e-5) << key;
+    }
+    EXPECT_EQ(buffers, 6);
+    auto logits = (*session)->predict({{"x", ref->at("x")}});
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    EXPECT_LT(testing::rel_error(*logits, ref->at("eval/logits")), 1e-5);
+  }
+}
+
 // Every step's batch passes check_finite, which scans f32 a block at a time: the first bad
 // element is found wherever it lies (block edges, the tail, the very last), and -0, the largest
 // finite float and subnormals pass.

@@ -68,10 +68,19 @@ TEST_P(GradientsVsPyTorch, EveryParameterGradientWithin1e4) {
     ASSERT_TRUE(it != grads->end()) << "memc computed no gradient for initializer " << name;
     const Tensor got = it->second.dtype() == DType::kF32 ? it->second : it->second.cast(DType::kF32);
     ASSERT_EQ(got.shape(), expected.shape()) << name;
-    double max_ref = 0, max_diff = 0;
+    double max_ref = 0, max_diff = 0, max_got = 0;
     for (int64_t i = 0; i < expected.numel(); ++i) {
       max_ref = std::max(max_ref, std::abs(expected.get_as_double(i)));
+      max_got = std::max(max_got, std::abs(got.get_as_double(i)));
       max_diff = std::max(max_diff, std::abs(got.get_as_double(i) - expected.get_as_double(i)));
+    }
+    // A bias right before a BatchNorm with batch statistics gets none in exact arithmetic (the
+    // mean takes any per-channel shift away); the backward's cancellation leaves ~1e-7 of the
+    // largest gradient in both frameworks. memc's must be as small.
+    if (max_ref <= 1e-6 * largest) {
+      EXPECT_LE(max_got, 1e-5 * largest) << "gradient of " << name << ", zero in PyTorch (max |ref| " << max_ref << ")";
+      ++compared;
+      continue;
     }
     EXPECT_LE(max_diff, 1e-4 * std::max(max_ref, 1e-3 * largest)) << "gradient of " << name << " (max |ref| " << max_ref << ")";
     worst = std::max(worst, max_diff / std::max(max_ref, 1e-3 * largest));
@@ -96,6 +105,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                                            GradModel{"pool_net_t215", -1}, GradModel{"pool_net_ts_t215", -1},
                                            // BatchNorm with running statistics (eval-mode exports, eval-mode references)
                                            GradModel{"bn_net_noopt_t215", -1}, GradModel{"bn_net_ts_t215", -1},
+                                           // BatchNorm in train(): batch statistics (train-mode exports and references)
+                                           GradModel{"bn_net_train_t215", -1}, GradModel{"bn_net_train_ts_t215", -1},
                                            // a MoE router: TopK, OneHot
                                            GradModel{"moe_net_t215", -1}, GradModel{"moe_net_ts_t215", -1}),
                          [](const ::testing::TestParamInfo<GradModel>& info) { return info.param.name; });

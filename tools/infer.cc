@@ -73,7 +73,7 @@ Status check_has_weights(const Module& module, const std::string& model_path) {
   int64_t missing = 0;
   std::string first;
   for (ValueId id : module.arguments()) {
-    if (module.value(id).role != Role::kParam || module.weights().count(id)) continue;
+    if (!is_model_state(module.value(id).role) || module.weights().count(id)) continue;
     if (missing++ == 0) first = module.value(id).source_name;
   }
   if (missing == 0) return Status::Ok();
@@ -137,6 +137,7 @@ Status infer(const InferArgs& args) {
   options.batch = args.batch;
   options.seq = args.seq;
   options.load_weights = true;
+  options.running_statistics = true;  // a BatchNorm exported in train() infers as in eval()
   default_dims(arrays, options);
   log(1, str_cat("importing ", args.model, " at batch ", options.batch));
 

@@ -671,11 +671,13 @@ int run_export(const ExportArgs& args) {
   Expected<SafetensorsFile> file = read_safetensors(weights_path);
   if (!file.ok()) return report(file.status());
   std::map<std::string, Tensor> weights;
-  for (ValueId a : plan->eval.arguments()) {  // the forward's parameters (the step's may be zero3 shards)
+  for (ValueId a : plan->eval.arguments()) {  // the forward's parameters and buffers (the step's may be zero3 shards)
     const Value& v = plan->eval.value(a);
-    if (v.role != Role::kParam) continue;
+    if (!is_model_state(v.role)) continue;
     auto it = file->tensors.find(v.source_name);
-    if (it == file->tensors.end()) return report(Status::BadInput(weights_path + ": no weights for parameter '" + v.source_name + "'"));
+    if (it == file->tensors.end()) {
+      return report(Status::BadInput(str_cat(weights_path, ": no weights for ", v.role == Role::kParam ? "parameter" : "buffer", " '", v.source_name, "'")));
+    }
     weights[v.source_name] = it->second;
   }
   // A folded copy tied to another (frontend/param_audit.h) is written with the trained tensor.

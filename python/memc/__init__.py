@@ -176,6 +176,9 @@ def _export_module(module: Any, example_inputs: Sequence[Any], path: str, export
                 warnings.warn(f"memc: the dynamo exporter could not export the module ({reason}); exporting with TorchScript",
                               stacklevel=3)
         ran.clear()
+        # The trace runs the forward: a BatchNorm in train() updates its running statistics and
+        # batch count, in the module and in the file. Both get back what they held.
+        buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -185,10 +188,40 @@ def _export_module(module: Any, example_inputs: Sequence[Any], path: str, export
                                   dynamic_axes={n: {0: "batch"} for n in names})
         except Exception as e:  # torch's own message, on one line
             raise MemcError("memc: torch could not export the module: " + " ".join(str(e).split())[:500]) from None
+        finally:
+            _restore_buffers(module, buffers)
+        _restore_initializers(path, buffers)
         return {"input_names": names, "exporter": "torchscript", "ran": ran, "dynamo_failure": reason}
     finally:
         for h in hooks:
             h.remove()
+
+
+def _restore_buffers(module: Any, saved: Dict[str, Any]) -> None:
+    import torch
+
+    with torch.no_grad():
+        for name, b in module.named_buffers():
+            if name in saved and not torch.equal(b, saved[name]):
+                b.copy_(saved[name])
+
+
+def _restore_initializers(path: str, saved: Dict[str, Any]) -> None:
+    """Writes the buffers' values from before the trace into the initializers of their names
+    where the trace changed them."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(path)
+    changed = False
+    for init in model.graph.initializer:
+        if init.name in saved:
+            before = saved[init.name].numpy()
+            if not np.array_equal(numpy_helper.to_array(init), before):
+                init.CopyFrom(numpy_helper.from_array(before.astype(numpy_helper.to_array(init).dtype), init.name))
+                changed = True
+    if changed:
+        onnx.save(model, path)
 
 
 def _root_cause(error: BaseException) -> str:
@@ -565,8 +598,9 @@ class Plan:
 
         Returns:
             For a torch module, its whole ``state_dict()`` as torch tensors: the trained
-            parameters (a tied weight under each of its names), the rest as they are in the
-            module. Else a dict of NumPy arrays by the ONNX initializers' names.
+            parameters (a tied weight under each of its names) and the running statistics of
+            BatchNorms trained in ``train()``, the rest as they are in the module. Else a dict
+            of NumPy arrays by the ONNX initializers' names.
 
         Example:
             ```python
@@ -576,7 +610,7 @@ class Plan:
         session = self.session(self._total_steps)
         state = session.state()
         if self._module is None:
-            return {name: state[name] for name in session.parameters}
+            return {name: state[name] for name in list(session.parameters) + list(session.buffers)}
         import torch
 
         # A tied weight's every name reads the one tensor memc trained under one of them.
@@ -584,8 +618,13 @@ class Plan:
         for name, p in self._module.named_parameters(remove_duplicate=False):
             aliases.setdefault(id(p), []).append(name)
         trained_as = {name: next((n for n in names if n in state), name) for names in aliases.values() for name in names}
+        # A BatchNorm whose running statistics memc updated counted each step, as PyTorch's does.
+        counted = {name.rsplit(".", 1)[0] + ".num_batches_tracked" for name in session.buffers}
         out = {}
         for name, current in self._module.state_dict().items():
+            if name in counted:
+                out[name] = current + session.steps
+                continue
             value = state.get(trained_as.get(name, name))
             out[name] = current.clone() if value is None else torch.from_numpy(np.array(value)).to(current.dtype).reshape(current.shape)
         return out

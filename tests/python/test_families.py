@@ -331,11 +331,38 @@ def test_pooling_and_batchnorm_in_eval_train_as_in_pytorch(exporter):
     one_sgd_step_beside_pytorch(PoolingCnn().eval(), *batches()[0], exporter)
 
 
-def test_batchnorm_in_train_mode_is_refused_in_one_line():
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_batchnorm_in_train_mode_trains_as_in_pytorch(exporter):
+    """BatchNorm in train(): each step normalizes with its batch's statistics and updates the
+    running ones as PyTorch does (momentum 0.1, the unbiased variance); the state_dict then holds
+    PyTorch's running statistics and batch count, and predictions read them as eval() does."""
+    torch.manual_seed(0)
+    module = PoolingCnn().train()
+    reference = copy.deepcopy(module)
+    data = batches()
+    plan = memc.compile(module, (data[0][0],), optimizer="sgd", lr=0.1, exporter=exporter, epochs=len(data))
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for x, y in data:
+        sgd.zero_grad()
+        torch_loss = torch.nn.functional.cross_entropy(reference(x), y)
+        torch_loss.backward()
+        sgd.step()
+        loss = plan.step(x, y)
+        assert abs(loss - torch_loss.item()) <= 1e-4 * abs(torch_loss.item()), (loss, torch_loss.item())
+    state = plan.state_dict()
+    for name, t in reference.state_dict().items():
+        np.testing.assert_allclose(state[name].numpy(), t.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+    assert not torch.equal(state["bn.running_mean"], module.state_dict()["bn.running_mean"])
+    reference.eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(plan.predict(data[0][0]), reference(data[0][0]).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_batchnorm_in_train_mode_is_refused_with_micro_batches():
     module = PoolingCnn().train()
     x, _ = batches()[0]
-    with pytest.raises(memc.MemcError, match=r"BatchNormalization with batch statistics .* export the module after \.eval\(\)"):
-        memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter="dynamo")
+    with pytest.raises(memc.MemcError, match=r"normalizes with its batch's statistics .* 2 micro-batches would each take"):
+        memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter="dynamo", micro_batches=2)
 
 
 class StandardizedConv(torch.nn.Module):
