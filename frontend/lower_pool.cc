@@ -262,7 +262,7 @@ Expected<std::pair<ValueId, ValueId>> batch_statistics(ImportContext& ctx, Value
 // running · momentum + batch · (1 − momentum) · correction, the batch's [1, C, 1, ...] statistic
 // taken as the running one's [C] and dtype.
 Expected<ValueId> running_update(ImportContext& ctx, ValueId running, ValueId batch, double momentum, double correction) {
-  const TensorType& t = ctx.type(running);
+  const TensorType t = ctx.type(running);  // a copy: emitting grows the module's values
   MEMC_ASSIGN_OR_RETURN(ValueId b, ctx.reshape(batch, t.shape));
   if (ctx.type(b).dtype != t.dtype) { MEMC_ASSIGN_OR_RETURN(b, ctx.cast(b, t.dtype)); }
   MEMC_ASSIGN_OR_RETURN(b, ctx.emit("mul", {b, ctx.scalar((1.0 - momentum) * correction, t.dtype)}));
@@ -282,9 +282,9 @@ Expected<std::pair<ValueId, ValueId>> update_running_statistics(ImportContext& c
     return ctx.error(str_cat("the running statistics ('", ctx.node().input(3), "', '", ctx.node().input(4),
                              "') of a BatchNorm in train() mode are neither initializers memc can update nor graph inputs"));
   }
-  MEMC_ASSIGN_OR_RETURN(auto stats, batch_statistics(ctx, x));
-  const Shape& xs = ctx.type(x).shape;
+  const Shape xs = ctx.type(x).shape;
   const int64_t count = numel(xs) / xs[1];
+  MEMC_ASSIGN_OR_RETURN(auto stats, batch_statistics(ctx, x));
   const double correction = ctx.pytorch_export() && count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
   const double momentum = onnx_momentum(ctx.node());
   MEMC_ASSIGN_OR_RETURN(ValueId next_mean, running_update(ctx, running_mean, stats.first, momentum, 1.0));
