@@ -13,7 +13,7 @@ const std::map<std::string, std::string>& unary_ops() {
       {"Abs", "abs"},   {"Neg", "neg"},     {"Sign", "sign"},   {"Exp", "exp"},         {"Log", "log"},
       {"Sqrt", "sqrt"}, {"Tanh", "tanh"},   {"Sigmoid", "sigmoid"}, {"Relu", "relu"},   {"Erf", "erf"},
       {"Floor", "floor"}, {"Ceil", "ceil"}, {"Round", "round"}, {"Sin", "sin"},         {"Cos", "cos"},
-      {"Softplus", "softplus"}, {"Reciprocal", "reciprocal"}, {"Not", "not"}};
+      {"Asin", "asin"}, {"Acos", "acos"}, {"Atan", "atan"}, {"Softplus", "softplus"}, {"Reciprocal", "reciprocal"}, {"Not", "not"}};
   return ops;
 }
 

@@ -44,6 +44,9 @@ std::vector<UnaryCase> unary_cases() {
       {"round", [](double x) { return std::nearbyint(x); }, -5, 5},
       {"sin", [](double x) { return std::sin(x); }, -6, 6},
       {"cos", [](double x) { return std::cos(x); }, -6, 6},
+      {"asin", [](double x) { return std::asin(x); }, -0.99, 0.99},
+      {"acos", [](double x) { return std::acos(x); }, -0.99, 0.99},
+      {"atan", [](double x) { return std::atan(x); }, -6, 6},
       {"softplus", [](double x) { return std::log1p(std::exp(x)); }, -20, 20},
   };
 }

@@ -12,7 +12,7 @@ Tensor random_any(DType dtype, const Shape& shape, std::mt19937& rng) { return r
 
 TEST(CpuShape, EveryRegisteredCoreOpHasAKernel) {
   for (const char* op : {"neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "relu",
-                         "leaky_relu", "erf", "gelu", "floor", "ceil", "round", "sin", "cos", "softplus", "not", "add", "sub",
+                         "leaky_relu", "erf", "gelu", "floor", "ceil", "round", "sin", "cos", "asin", "acos", "atan", "softplus", "not", "add", "sub",
                          "mul", "div", "pow", "max", "min", "mod", "equal", "less", "less_equal", "greater", "greater_equal",
                          "and", "or", "xor", "where", "cast", "copy", "dropout", "matmul", "linear", "conv", "attention",
                          "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_sum_square",

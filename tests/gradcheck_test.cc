@@ -38,10 +38,11 @@ Attrs A(std::initializer_list<std::pair<std::string, Attr>> items) {
 using I = std::vector<int64_t>;
 
 std::vector<GradCase> cases() {
-  const InputSpec x23{{2, 3}}, pos23{{2, 3}, DType::kF64, 0.5, 2.0};
+  const InputSpec x23{{2, 3}}, pos23{{2, 3}, DType::kF64, 0.5, 2.0}, unit23{{2, 3}, DType::kF64, -0.8, 0.8};
   std::vector<GradCase> c;
   for (const char* op : {"neg", "abs", "exp", "tanh", "sigmoid", "relu", "erf", "sin", "cos", "softplus"}) c.push_back({op, op, {x23}});
   for (const char* op : {"log", "sqrt", "rsqrt", "reciprocal"}) c.push_back({op, op, {pos23}});
+  for (const char* op : {"asin", "acos", "atan"}) c.push_back({op, op, {unit23}});
   c.push_back({"leaky_relu", "leaky_relu", {x23}, A({{"alpha", 0.1}})});
   c.push_back({"gelu", "gelu", {x23}, A({{"approximate", std::string("none")}})});
   c.push_back({"gelu_tanh", "gelu", {x23}, A({{"approximate", std::string("tanh")}})});

@@ -101,6 +101,9 @@ MEMC_FLOAT_UNARY(Ceil, std::ceil(x))
 MEMC_FLOAT_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
 MEMC_FLOAT_UNARY(Sin, std::sin(x))
 MEMC_FLOAT_UNARY(Cos, std::cos(x))
+MEMC_FLOAT_UNARY(Asin, std::asin(x))
+MEMC_FLOAT_UNARY(Acos, std::acos(x))
+MEMC_FLOAT_UNARY(Atan, std::atan(x))
 // ln(1+e^x) = max(x, 0) + ln(1 + e^-|x|), stable on both sides.
 MEMC_FLOAT_UNARY(Softplus, std::max(x, C(0)) + std::log1p(std::exp(-std::abs(x))))
 #undef MEMC_FLOAT_UNARY
@@ -432,6 +435,9 @@ void register_elementwise_kernels(KernelTable& t) {
   t.add("round", unary_kernel<Round>);
   t.add("sin", unary_kernel<Sin>);
   t.add("cos", unary_kernel<Cos>);
+  t.add("asin", unary_kernel<Asin>);
+  t.add("acos", unary_kernel<Acos>);
+  t.add("atan", unary_kernel<Atan>);
   t.add("softplus", unary_kernel<Softplus>);
   t.add("not", not_kernel);
 

@@ -258,7 +258,7 @@ struct Cast {
 
 enum class UnaryOp : uint8_t {
   kNeg, kAbs, kExp, kLog, kSqrt, kRsqrt, kReciprocal, kTanh, kSigmoid, kRelu, kErf, kGelu, kGeluTanh,
-  kFloor, kCeil, kRound, kSin, kCos, kSoftplus, kSign, kLeakyRelu,
+  kFloor, kCeil, kRound, kSin, kCos, kSoftplus, kSign, kLeakyRelu, kAsin, kAcos, kAtan,
 };
 
 // The CPU kernels' formulas (backends/cpu/elementwise.cc) in f32; `alpha` is leaky_relu's slope.
@@ -269,6 +269,9 @@ MEMC_HD inline float unary(UnaryOp op, float x, float alpha) {
     case UnaryOp::kRound: return rintf(x);  // half to even
     case UnaryOp::kSin: return std::sin(x);
     case UnaryOp::kCos: return std::cos(x);
+    case UnaryOp::kAsin: return std::asin(x);
+    case UnaryOp::kAcos: return std::acos(x);
+    case UnaryOp::kAtan: return std::atan(x);
     case UnaryOp::kSoftplus: return fmaxf(x, 0.f) + std::log1p(std::exp(-std::fabs(x)));
     case UnaryOp::kSign: return x != x ? x : static_cast<float>((0.f < x) - (x < 0.f));
     case UnaryOp::kLeakyRelu: return x >= 0.f ? x : alpha * x;

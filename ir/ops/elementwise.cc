@@ -61,6 +61,9 @@ void register_elementwise_ops(OpRegistry& r) {
       {"round", true, 1, "y = round half to even"},
       {"sin", true, 8, "y = sin x"},
       {"cos", true, 8, "y = cos x"},
+      {"asin", true, 8, "y = arcsin x"},
+      {"acos", true, 8, "y = arccos x"},
+      {"atan", true, 8, "y = arctan x"},
       {"softplus", true, 6, "y = ln(1+e^x)"},
   };
   for (const Unary& u : unary) {

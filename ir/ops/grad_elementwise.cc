@@ -23,6 +23,9 @@ Status binary_broadcast(GradBuilder& g, ValueId da, ValueId db) {
   return Status::Ok();
 }
 
+// 1 − x², the radicand of arcsin's and arccos's derivatives.
+ValueId one_minus_square(GradBuilder& g, ValueId x) { return g.emit("sub", {scalar_like(g, 1.0, x), mul(g, x, x)}); }
+
 void set(OpRegistry& r, const char* op, Rule rule) {
   OpDef* def = r.find_mutable(op);
   MEMC_CHECK(def != nullptr, "gradient rule for unregistered op ", op);
@@ -89,6 +92,14 @@ void register_elementwise_gradients(OpRegistry& r) {
   set(r, "sin", [](GradBuilder& g) { return unary(g, [&] { return g.emit("cos", {g.I(0)}); }); });
   set(r, "cos", [](GradBuilder& g) { return unary(g, [&] { return g.emit("neg", {g.emit("sin", {g.I(0)})}); }); });
   set(r, "softplus", [](GradBuilder& g) { return unary(g, [&] { return g.emit("sigmoid", {g.I(0)}); }); });
+  // d arcsin = 1/√(1 − x²), d arccos = −1/√(1 − x²), d arctan = 1/(1 + x²)
+  set(r, "asin", [](GradBuilder& g) { return unary(g, [&] { return g.emit("rsqrt", {one_minus_square(g, g.I(0))}); }); });
+  set(r, "acos", [](GradBuilder& g) {
+    return unary(g, [&] { return g.emit("neg", {g.emit("rsqrt", {one_minus_square(g, g.I(0))})}); });
+  });
+  set(r, "atan", [](GradBuilder& g) {
+    return unary(g, [&] { return g.emit("reciprocal", {g.emit("add", {scalar_like(g, 1.0, g.I(0)), mul(g, g.I(0), g.I(0))})}); });
+  });
 
   set(r, "add", [](GradBuilder& g) { return binary_broadcast(g, g.GO(0), g.GO(0)); });
   set(r, "sub", [](GradBuilder& g) {
