@@ -82,6 +82,15 @@ IrFacts ir_facts(const Module& module) {
   return facts;
 }
 
+// The model's own outputs, without the buffers' updates.
+std::vector<ValueId> model_outputs(const Module& module) {
+  std::vector<ValueId> outputs;
+  for (size_t i = 0; i < module.outputs().size(); ++i) {
+    if (i >= module.output_updates().size() || module.output_updates()[i] == kNoValue) outputs.push_back(module.outputs()[i]);
+  }
+  return outputs;
+}
+
 std::string display_name(const Value& v) { return v.source_name.empty() ? v.name : v.source_name; }
 
 nlohmann::json value_json(const Value& v) {
@@ -108,7 +117,7 @@ void print_text(const std::string& path, const Module& module, const IrFacts& ir
   if (opset >= 0) std::printf("opset      %lld\n", static_cast<long long>(opset));
   for (ValueId id : module.arguments())
     if (module.value(id).role == Role::kInput) std::printf("input      %s\n", value_line(module.value(id)).c_str());
-  for (ValueId id : module.outputs()) std::printf("output     %s\n", value_line(module.value(id)).c_str());
+  for (ValueId id : model_outputs(module)) std::printf("output     %s\n", value_line(module.value(id)).c_str());
   std::printf("params     %s (%s) in %lld tensors%s\n", with_commas(ir.param_count).c_str(),
               human_bytes(ir.param_bytes).c_str(), static_cast<long long>(ir.param_tensors),
               src && src->skeleton ? ", skeleton (no weight data)" : "");
@@ -119,22 +128,26 @@ void print_text(const std::string& path, const Module& module, const IrFacts& ir
   if (src) std::printf("onnx ops   %s\n", histogram_line(src->op_histogram).c_str());
 }
 
-// Initializers trained as parameters (the rest of the graph's initializers are constants).
-std::vector<std::string> trainable_names(const Module& module) {
+// Initializers of `role`: trained as parameters, or updated each step as buffers (a BatchNorm's
+// running statistics in train()); the rest of the graph's initializers are constants.
+std::vector<std::string> initializer_names(const Module& module, Role role = Role::kParam) {
   std::vector<std::string> names;
   for (ValueId id : module.arguments())
-    if (module.value(id).role == Role::kParam) names.push_back(display_name(module.value(id)));
+    if (module.value(id).role == role) names.push_back(display_name(module.value(id)));
   return names;
 }
 
 // Which initializers memc trains, what the export fixes, and what the exporter did to the
 // parameters (the same lines are warnings on stderr).
 void print_parameters(const Module& module, const std::vector<std::string>& findings) {
-  const auto names = trainable_names(module);
+  const auto names = initializer_names(module);
   std::string list;
   for (size_t i = 0; i < names.size() && i < 6; ++i) list += (i ? ", " : "") + names[i];
   if (names.size() > 6) list += str_cat(", … (", names.size() - 6, " more; --json lists all)");
   std::printf("trainable  %zu initializers: %s\n", names.size(), list.c_str());
+  if (const auto buffers = initializer_names(module, Role::kBuffer); !buffers.empty()) {
+    std::printf("buffers    %zu initializers updated each step, not trained: the running statistics of BatchNorms in train()\n", buffers.size());
+  }
   const int64_t batch = module.metadata().get_int("fixed_batch", -1), seq = module.metadata().get_int("fixed_seq", -1);
   if (batch > 0 || seq > 0) {
     std::string dims = batch > 0 ? str_cat("batch ", batch) : "";
@@ -178,13 +191,14 @@ int run_inspect(const InspectArgs& args) {
     for (ValueId id : module->arguments())
       if (module->value(id).role == Role::kInput) j["inputs"].push_back(value_json(module->value(id)));
     j["outputs"] = nlohmann::json::array();
-    for (ValueId id : module->outputs()) j["outputs"].push_back(value_json(module->value(id)));
+    for (ValueId id : model_outputs(*module)) j["outputs"].push_back(value_json(module->value(id)));
     j["op_histogram"] = ir.op_histogram;
     if (src) j["onnx_op_histogram"] = src->op_histogram;
     j["param_count"] = ir.param_count;
     j["param_bytes"] = ir.param_bytes;
     j["param_tensors"] = ir.param_tensors;
-    j["trainable_params"] = trainable_names(*module);
+    j["trainable_params"] = initializer_names(*module);
+    j["buffers"] = initializer_names(*module, Role::kBuffer);
     j["param_findings"] = findings;
     j["fixed_batch"] = module->metadata().get_int("fixed_batch", -1);
     j["fixed_seq"] = module->metadata().get_int("fixed_seq", -1);

@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # A BatchNorm exported in train() (models/bn_net_train_t215.onnx) through the command line:
-# training normalizes with batch statistics and updates the running statistics (buffers, not
+# inspect lists its running statistics as buffers; training normalizes with batch statistics and updates the running statistics (buffers, not
 # constants: no warning says otherwise); the checkpoint carries them, `memc export` writes them
 # into the model (a plan compiled from the exported file evaluates to the same accuracy), and
 # micro-batches are refused in one line.
 source "$(dirname "$0")/common.bash" "$@"
 cd "$SRC"
+
+$MEMC inspect models/bn_net_train_t215.onnx --json >"$TMP/inspect.json" 2>"$TMP/err" || fail "inspect: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [o["name"] for o in d["outputs"]] == ["logits"], d["outputs"]
+assert len(d["buffers"]) == 6 and "bn1.running_mean" in d["buffers"], d["buffers"]
+assert not set(d["buffers"]) & set(d["trainable_params"]), d["trainable_params"]
+' "$TMP/inspect.json" && pass "inspect: 6 buffers, not trained, not outputs" || fail "inspect json: $(head -c 400 "$TMP/inspect.json")"
 
 PLAN="$TMP/bn.plan"
 if $MEMC compile models/bn_net_train_t215.onnx --batch 4 --optimizer sgd --lr 0.05 --epochs 1 -o "$PLAN" >"$TMP/out" 2>"$TMP/err"; then
