@@ -1,5 +1,6 @@
 // Shape and data-movement ONNX ops. Their shape operands (Reshape's shape, Slice's starts…)
 // must be known at import: with static input shapes the exporters' shape subgraphs fold.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -620,6 +621,35 @@ Status lower_expand(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// Col2Im (F.fold) of non-overlapping 2-D blocks (strides equal to the block, no padding or
+// dilation, as MobileViTV2 folds its patches back): a permutation, [N, C·kh·kw, Hb·Wb] →
+// [N, C, kh, kw, Hb, Wb] → [N, C, Hb, kh, Wb, kw] → [N, C, H, W]. Overlapping blocks sum where
+// they meet and are refused in one line.
+Status lower_col2im(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  MEMC_ASSIGN_OR_RETURN(auto image, ctx.input_ints(1, "image_shape"));
+  MEMC_ASSIGN_OR_RETURN(auto block, ctx.input_ints(2, "block_shape"));
+  const Shape xs = ctx.type(x).shape;
+  if (image.size() != 2 || block.size() != 2 || xs.size() != 3) return ctx.error("needs 2-D image and block shapes and input [N, C·kh·kw, L]");
+  const auto strides = ctx.attr_ints("strides", {1, 1}), pads = ctx.attr_ints("pads", {0, 0, 0, 0}), dilations = ctx.attr_ints("dilations", {1, 1});
+  const bool tiles = strides == block && std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
+                     std::all_of(dilations.begin(), dilations.end(), [](int64_t d) { return d == 1; });
+  if (!tiles || block[0] <= 0 || block[1] <= 0 || image[0] % block[0] != 0 || image[1] % block[1] != 0) {
+    return ctx.error(str_cat("Col2Im of blocks ", shape_str(block), " with strides ", shape_str(strides), ", pads ", shape_str(pads), " and dilations ",
+                             shape_str(dilations), " into ", shape_str(image),
+                             " is unsupported: memc folds non-overlapping blocks that tile the image (stride = block, no padding or dilation)"));
+  }
+  const int64_t kh = block[0], kw = block[1], hb = image[0] / kh, wb = image[1] / kw;
+  if (xs[1] % (kh * kw) != 0 || xs[2] != hb * wb) {
+    return ctx.error(str_cat("input ", shape_str(xs), " does not hold ", hb * wb, " blocks of ", kh, "x", kw));
+  }
+  const int64_t n = xs[0], c = xs[1] / (kh * kw);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.reshape(x, {n, c, kh, kw, hb, wb}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.transpose(y, {0, 1, 4, 2, 5, 3}));
+  MEMC_ASSIGN_OR_RETURN(y, ctx.reshape(y, {n, c, image[0], image[1]}));
+  return ctx.bind(0, y);
+}
+
 Status lower_tile(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(auto repeats, ctx.input_ints(1, "repeats"));
@@ -715,6 +745,7 @@ void add_shape_lowerings(LoweringTable& table) {
   table["SequenceAt"] = lower_sequence_at;
   table["Expand"] = lower_expand;
   table["Tile"] = lower_tile;
+  table["Col2Im"] = lower_col2im;
   table["Pad"] = lower_pad;
   table["Range"] = lower_range;
 }

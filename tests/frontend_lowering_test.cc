@@ -70,6 +70,42 @@ TEST(FrontendLowering, UnaryOps) {
   }
 }
 
+// Col2Im (F.fold) of non-overlapping blocks: element (c, ki, kj) of block (bi, bj) lands at
+// image row bi·kh + ki, column bj·kw + kj; overlapping blocks are refused in one line.
+TEST(FrontendLowering, Col2ImPlacesNonOverlappingBlocks) {
+  const int64_t c = 2, kh = 2, kw = 3, hb = 2, wb = 2, h = hb * kh, w = wb * kw;
+  std::vector<double> x(c * kh * kw * hb * wb);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i);
+  auto model = [&](std::vector<double> strides) {
+    OnnxBuilder b(18);
+    b.input("x", {1, c * kh * kw, hb * wb}).output("y");
+    b.init("image", make_tensor(DType::kI64, {2}, {static_cast<double>(h), static_cast<double>(w)}));
+    b.init("block", make_tensor(DType::kI64, {2}, {static_cast<double>(kh), static_cast<double>(kw)}));
+    auto& node = b.node("Col2Im", {"x", "image", "block"}, {"y"});
+    auto* a = node.add_attribute();
+    a->set_name("strides");
+    a->set_type(onnx::AttributeProto::INTS);
+    for (double s : strides) a->add_ints(static_cast<int64_t>(s));
+    return b;
+  };
+  auto m = model({kh, kw}).import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  Tensor y = run1(*m, {{"x", make_tensor(DType::kF32, {1, c * kh * kw, hb * wb}, x)}});
+  ASSERT_EQ(y.shape(), (Shape{1, c, h, w}));
+  std::vector<double> expected(c * h * w);
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t ki = 0; ki < kh; ++ki)
+      for (int64_t kj = 0; kj < kw; ++kj)
+        for (int64_t bi = 0; bi < hb; ++bi)
+          for (int64_t bj = 0; bj < wb; ++bj)
+            expected[(ch * h + bi * kh + ki) * w + bj * kw + kj] = x[((ch * kh + ki) * kw + kj) * hb * wb + bi * wb + bj];
+  expect_values(y, expected, 0);
+  auto overlapping = model({1, 1}).import(raw());
+  ASSERT_FALSE(overlapping.ok());
+  EXPECT_NE(overlapping.status().message().find("memc folds non-overlapping blocks that tile the image"), std::string::npos)
+      << overlapping.status().message();
+}
+
 TEST(FrontendLowering, BinaryOpsBroadcastAndKeepDtypes) {
   struct Case { const char* onnx; const char* memc; std::vector<double> expected; DType out; };
   // a = [1, 4, -3, 6] (2x2), b = [2, -1] (2): broadcast over rows.
