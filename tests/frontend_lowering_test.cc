@@ -1,7 +1,10 @@
 // One check per ONNX op lowering: a tiny model in, the expected core ops out, and the
 // numbers the CPU executor computes from it.
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <set>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -615,6 +618,22 @@ TEST(FrontendLowering, SupportedOpListCoversTheBrief) {
                          "Split", "SplitToSequence", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"}) {
     EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
   }
+}
+
+// docs/ops.md's "The ops" paragraph names exactly the ops the importer lowers.
+TEST(FrontendLowering, TheDocsListEveryLoweredOp) {
+  std::ifstream in(testing::source_path("docs/ops.md"));
+  ASSERT_TRUE(in) << "docs/ops.md";
+  std::string line;
+  while (std::getline(in, line) && line != "## The ops") {}
+  std::getline(in, line);  // the blank line after the heading
+  std::set<std::string> listed;
+  while (std::getline(in, line) && !line.empty()) {
+    std::istringstream words(line);
+    for (std::string w; words >> w;) listed.insert(w.back() == '.' ? w.substr(0, w.size() - 1) : w);
+  }
+  const auto ops = supported_onnx_ops();
+  EXPECT_EQ(listed, std::set<std::string>(ops.begin(), ops.end()));
 }
 
 }  // namespace
