@@ -237,6 +237,42 @@ Status lower_dropout(ImportContext& ctx) {
   return Status::Ok();
 }
 
+// Bernoulli of a probability p known at import, the same for every element (stochastic depth's
+// keep probability; frontend/onnx_graph_prep.h): p · dropout(ones) with ratio 1 − p, so training
+// draws 1 with probability p and 0 otherwise from the dropout's counter RNG (seeded by the node,
+// micro-batches and ranks drawing their rows' counters), and evaluation, where dropout is the
+// identity, takes the expectation p: x/p · p, the identity stochastic depth is in eval().
+Status lower_bernoulli(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId probabilities, ctx.input(0));
+  const Tensor* p = ctx.input_constant(0);
+  if (!p || p->numel() == 0) {
+    return ctx.error("its probabilities depend on runtime data: memc draws Bernoulli masks whose probability is known at import (stochastic depth)");
+  }
+  const double keep = p->get_as_double(0);
+  for (int64_t i = 1; i < p->numel(); ++i) {
+    if (p->get_as_double(i) != keep) return ctx.error("its probabilities differ between elements: memc draws masks of one probability (stochastic depth)");
+  }
+  if (!(keep > 0.0 && keep <= 1.0)) return ctx.error(str_cat("probability ", keep, " not in (0, 1]"));
+  DType dtype = ctx.type(probabilities).dtype;
+  if (ctx.has_attr("dtype")) {
+    MEMC_ASSIGN_OR_RETURN(dtype, dtype_from_onnx(static_cast<int>(ctx.attr_int("dtype", 1))));
+  }
+  if (!is_float(dtype)) return ctx.error(str_cat("memc draws float Bernoulli masks, not ", dtype_name(dtype)));
+  Attrs fill;
+  fill.set("shape", ctx.type(probabilities).shape);
+  fill.set("dtype", std::string(dtype_name(dtype)));
+  fill.set("value", 1.0);
+  MEMC_ASSIGN_OR_RETURN(ValueId mask, ctx.emit("full", {}, std::move(fill)));
+  if (keep < 1.0) {
+    Attrs a;
+    a.set("ratio", 1.0 - keep);
+    a.set("seed", static_cast<int64_t>(ctx.node_index()));
+    MEMC_ASSIGN_OR_RETURN(mask, ctx.emit("dropout", {mask}, std::move(a)));
+    MEMC_ASSIGN_OR_RETURN(mask, ctx.emit("mul", {mask, ctx.scalar(keep, dtype)}));
+  }
+  return ctx.bind(0, mask);
+}
+
 }  // namespace
 
 void add_elementwise_lowerings(LoweringTable& table) {
@@ -256,6 +292,7 @@ void add_elementwise_lowerings(LoweringTable& table) {
   table["CastLike"] = lower_cast;
   table["Clip"] = lower_clip;
   table["Dropout"] = lower_dropout;
+  table["Bernoulli"] = lower_bernoulli;
 }
 
 }  // namespace memc

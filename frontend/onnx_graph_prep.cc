@@ -82,6 +82,80 @@ Status inline_functions(const onnx::ModelProto& model, std::vector<onnx::NodePro
   return Status::Ok();
 }
 
+namespace {
+
+onnx::NodeProto make_node(const std::string& op, std::vector<std::string> inputs, const std::string& output, const std::string& name) {
+  onnx::NodeProto n;
+  n.set_op_type(op);
+  n.set_name(name);
+  for (const auto& in : inputs) n.add_input(in);
+  n.add_output(output);
+  return n;
+}
+
+// A uniform draw in [0, 1): the form stochastic depth's masks start from.
+bool unit_uniform(const onnx::NodeProto& n) {
+  if (n.op_type() != "RandomUniformLike" || !is_default_domain(n.domain()) || n.input_size() != 1) return false;
+  for (const auto& a : n.attribute()) {
+    if ((a.name() == "low" && a.f() != 0.0f) || (a.name() == "high" && a.f() != 1.0f)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes) {
+  // Uses of each value; a CastLike reading it for its dtype alone (input 1) does not count.
+  std::unordered_map<std::string, std::vector<int>> users;
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    for (int k = 0; k < nodes[i].input_size(); ++k) {
+      if (!(nodes[i].op_type() == "CastLike" && k == 1)) users[nodes[i].input(k)].push_back(i);
+    }
+  }
+  auto only_user = [&](const std::string& value) { return users[value].size() == 1 ? users[value][0] : -1; };
+  std::vector<bool> dropped(nodes.size(), false);
+  std::vector<std::pair<int, std::vector<onnx::NodeProto>>> inserted;  // before node index
+  for (int r = 0; r < static_cast<int>(nodes.size()); ++r) {
+    if (!unit_uniform(nodes[r])) continue;
+    const std::string& draw = nodes[r].output(0);
+    const int first = only_user(draw);
+    if (first < 0 || nodes[first].input_size() != 2) continue;
+    const onnx::NodeProto& op = nodes[first];
+    const int second = only_user(op.output(0));
+    if (second < 0) continue;
+    const std::string keep = op.input(0) == draw ? op.input(1) : op.input(0);
+    const bool floor_of_sum = op.op_type() == "Add" && nodes[second].op_type() == "Floor";
+    const bool below = op.op_type() == "Less" && op.input(0) == draw && (nodes[second].op_type() == "Cast" || nodes[second].op_type() == "CastLike");
+    if (!floor_of_sum && !below) continue;
+    // keep, broadcast to the draw's shape, is the probability of a 1; the cast after Less stays.
+    const std::string base = draw + "_memc_bernoulli";
+    std::vector<onnx::NodeProto> nodes_in;
+    nodes_in.push_back(make_node("Shape", {nodes[r].input(0)}, base + "_shape", base + "_shape"));
+    nodes_in.push_back(make_node("Expand", {keep, base + "_shape"}, base + "_p", base + "_expand"));
+    const std::string out = floor_of_sum ? nodes[second].output(0) : op.output(0);
+    nodes_in.push_back(make_node("Bernoulli", {base + "_p"}, out, base));
+    for (const auto& a : nodes[r].attribute()) {
+      if (a.name() == "dtype" && floor_of_sum) *nodes_in.back().add_attribute() = a;
+    }
+    for (auto& n : nodes) {  // a dtype reference to the draw reads its input's (same dtype) instead
+      if (n.op_type() == "CastLike" && n.input_size() == 2 && n.input(1) == draw) n.set_input(1, nodes[r].input(0));
+    }
+    dropped[r] = dropped[first] = true;
+    if (floor_of_sum) dropped[second] = true;
+    inserted.emplace_back(r, std::move(nodes_in));
+  }
+  if (inserted.empty()) return;
+  std::vector<onnx::NodeProto> out;
+  size_t next = 0;
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    for (; next < inserted.size() && inserted[next].first == i; ++next) {
+      for (auto& n : inserted[next].second) out.push_back(std::move(n));
+    }
+    if (!dropped[i]) out.push_back(std::move(nodes[i]));
+  }
+  nodes = std::move(out);
+}
+
 Status topological_sort(std::vector<onnx::NodeProto>& nodes, const std::vector<std::string>& defined_names,
                         const std::string& file, int64_t opset) {
   std::unordered_map<std::string, int> producer;  // value name → node index

@@ -16,6 +16,12 @@ namespace memc {
 Status inline_functions(const onnx::ModelProto& model, std::vector<onnx::NodeProto>& nodes,
                         const std::string& file);
 
+// Stochastic depth's per-sample draws, as the exporters write them, become Bernoulli nodes of a
+// probability shaped like the draw: floor(RandomUniformLike(t) + keep) (transformers' DropPath)
+// and RandomUniformLike(t) < keep, then a cast (timm's bernoulli_). Other uses of
+// RandomUniformLike are left for check_ops to refuse.
+void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes);
+
 // Reorders `nodes` so each runs after the producers of its inputs; `defined` holds the graph
 // inputs and initializers. Fails naming the first node whose input is never defined.
 Status topological_sort(std::vector<onnx::NodeProto>& nodes, const std::vector<std::string>& defined,

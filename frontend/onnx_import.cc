@@ -344,6 +344,7 @@ Expected<Module> Importer::run() {
   if (!model_.has_graph()) return error("the model has no graph");
   std::vector<onnx::NodeProto> nodes(model_.graph().node().begin(), model_.graph().node().end());
   MEMC_RETURN_IF_ERROR(inline_functions(model_, nodes, file_));
+  rewrite_random_masks(nodes);
   MEMC_RETURN_IF_ERROR(check_ops(nodes));
   ImportContext ctx(module_, options_, file_, opset_);
   ctx.set_training_export(training_export(nodes));

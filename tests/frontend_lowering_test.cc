@@ -109,6 +109,59 @@ TEST(FrontendLowering, Col2ImPlacesNonOverlappingBlocks) {
       << overlapping.status().message();
 }
 
+// Stochastic depth as transformers' DropPath exports it, x/keep · floor(rand([N, 1]) + keep),
+// and as timm's bernoulli_ does (rand < keep, cast): in training each sample's row is kept
+// (x/keep) or dropped (0) by a seeded draw; in inference the draw is its expectation, so y = x.
+// A uniform draw used otherwise is refused in one line.
+TEST(FrontendLowering, StochasticDepthDrawsPerSampleAndIsTheIdentityInInference) {
+  const int64_t n = 64;
+  std::vector<double> xs(n * 3);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 1.0 + static_cast<double>(i % 7);
+  const Tensor x = make_tensor(DType::kF32, {n, 3}, xs);
+  for (const bool floor_of_sum : {true, false}) {
+    SCOPED_TRACE(floor_of_sum ? "floor(rand + keep)" : "rand < keep");
+    OnnxBuilder b(17);
+    b.input("x", {n, 3}).output("y");
+    b.init("shape", make_tensor(DType::kI64, {2}, {static_cast<double>(n), 1}));
+    b.init("keep", make_tensor(DType::kF32, {}, {0.75}));
+    b.node("ConstantOfShape", {"shape"}, {"zeros"});
+    b.node("RandomUniformLike", {"zeros"}, {"u"});
+    if (floor_of_sum) {
+      b.node("Add", {"u", "keep"}, {"sum"});
+      b.node("Floor", {"sum"}, {"mask"});
+    } else {
+      b.node("Less", {"u", "keep"}, {"below"});
+      testing::attr_i(b.node("Cast", {"below"}, {"mask"}), "to", onnx::TensorProto::FLOAT);
+    }
+    b.node("Div", {"x", "keep"}, {"scaled"});
+    b.node("Mul", {"scaled", "mask"}, {"y"});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(testing::count_op(*m, "dropout"), 1);
+    expect_values(run1(*m, {{"x", x}}), xs, 1e-6);  // inference: the identity
+    auto trained = execute(*m, {{"x", x}}, ExecOptions{.training = true, .seed = 5, .step = 1});
+    ASSERT_TRUE(trained.ok()) << trained.status().message();
+    int kept = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const double first = trained->at(0).get_as_double(r * 3);
+      const bool row_kept = first != 0.0;
+      kept += row_kept;
+      for (int64_t c = 0; c < 3; ++c) {
+        EXPECT_NEAR(trained->at(0).get_as_double(r * 3 + c), row_kept ? xs[r * 3 + c] / 0.75 : 0.0, 1e-5) << "row " << r;
+      }
+    }
+    EXPECT_GT(kept, 0.75 * n - 5 * std::sqrt(0.75 * 0.25 * n));
+    EXPECT_LT(kept, 0.75 * n + 5 * std::sqrt(0.75 * 0.25 * n));
+  }
+  OnnxBuilder other(17);
+  other.input("x", {2, 3}).output("y");
+  other.node("RandomUniformLike", {"x"}, {"u"});
+  other.node("Add", {"x", "u"}, {"y"});
+  auto refused = other.import(raw());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("(RandomUniformLike, opset 17): unsupported op"), std::string::npos) << refused.status().message();
+}
+
 TEST(FrontendLowering, BinaryOpsBroadcastAndKeepDtypes) {
   struct Case { const char* onnx; const char* memc; std::vector<double> expected; DType out; };
   // a = [1, 4, -3, 6] (2x2), b = [2, -1] (2): broadcast over rows.

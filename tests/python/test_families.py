@@ -384,3 +384,70 @@ class StandardizedConv(torch.nn.Module):
 def test_batch_statistics_without_running_statistics_train_as_in_pytorch(exporter):
     torch.manual_seed(0)
     one_sgd_step_beside_pytorch(StandardizedConv().train(), *batches()[0], exporter)
+
+
+class StochasticDepth(torch.nn.Module):
+    """A residual branch behind stochastic depth, as transformers' DropPath (floor(rand + keep))
+    or timm's (bernoulli_) write it; `mask` fixes the draw (the reference's two outcomes)."""
+
+    def __init__(self, style, p=0.5):
+        super().__init__()
+        self.style, self.p, self.mask = style, p, None
+        self.branch = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, CLASSES)
+
+    def drop_path(self, x):
+        keep = 1 - self.p
+        if not self.training:
+            return x
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+        if self.mask is not None:
+            return x / keep * self.mask
+        if self.style == "transformers":
+            return x.div(keep) * torch.floor(torch.rand(shape, dtype=x.dtype) + keep)
+        return x * x.new_empty(shape).bernoulli_(keep) / keep
+
+    def forward(self, x):
+        return self.head(x + self.drop_path(self.branch(x)))
+
+
+@pytest.mark.parametrize("style", ["transformers", "timm"])
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_stochastic_depth_trains_as_in_pytorch(style, exporter):
+    """Each step keeps the branch (the draw 1) or drops it (0) for the sample: memc's loss and
+    updated weights are PyTorch's for one of the two, the branch is kept in about 1 − p of the
+    steps, and predictions skip the draw, as eval() does."""
+    torch.manual_seed(0)
+    module = StochasticDepth(style).train()
+    plan = memc.compile(module, (torch.randn(1, 16),), optimizer="sgd", lr=0.05, exporter=exporter, epochs=1)
+    reference = copy.deepcopy(module)
+    g = torch.Generator().manual_seed(2)
+    steps, kept = 200, 0
+    for _ in range(steps):
+        x, y = torch.randn(1, 16, generator=g), torch.randint(0, CLASSES, (1,), generator=g)
+        reference.load_state_dict(plan.state_dict())
+        outcomes = {}
+        for m in (0.0, 1.0):
+            outcome = copy.deepcopy(reference)
+            outcome.mask = torch.full((1, 1), m)
+            sgd = torch.optim.SGD(outcome.parameters(), lr=0.05)
+            loss = torch.nn.functional.cross_entropy(outcome(x), y)
+            loss.backward()
+            sgd.step()
+            outcomes[m] = (loss.item(), outcome)
+        loss = plan.step(x, y)
+        m = min(outcomes, key=lambda k: abs(outcomes[k][0] - loss))
+        assert abs(outcomes[m][0] - loss) <= 1e-5 * abs(loss), (loss, outcomes[0.0][0], outcomes[1.0][0])
+        assert abs(outcomes[1 - m][0] - loss) > 1e-4 * abs(loss), "the two draws are indistinguishable"
+        kept += int(m)
+        state = plan.state_dict()
+        for name, p in outcomes[m][1].named_parameters():
+            np.testing.assert_allclose(state[name].numpy(), p.detach().numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+    sigma = math.sqrt(0.25 / steps)
+    print(f"{style} {exporter}: the branch kept in {kept} of {steps} steps (1 - p = 0.5)")
+    assert abs(kept / steps - 0.5) <= 5 * sigma, kept
+    x = torch.randn(1, 16, generator=g)
+    reference.load_state_dict(plan.state_dict())
+    reference.eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(plan.predict(x), reference(x).numpy(), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,41 @@
+"""Stochastic depth in train() exports of transformers' Swin, Swinv2, BEiT and ConvNeXt (drop-path
+rate 0.3), through memc.compile with each exporter (bench/journal/2026.md §50): before any step,
+memc's predictions equal PyTorch's eval() (the draws are the identity there), and four AdamW steps
+train (losses printed; the draws differ from PyTorch's, so they are not compared step by step:
+tests/python/test_families.py::test_stochastic_depth_trains_as_in_pytorch checks each draw).
+
+    build/python-test-venv/bin/python bench/stochastic_depth_smoke.py [swin swinv2 beit convnext]
+"""
+import sys, copy, torch, numpy as np, warnings
+sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "..", "tests", "python"))
+warnings.filterwarnings("ignore")
+import memc, families
+torch.manual_seed(0)
+import transformers as T
+def hf(cfg, cls, **kw):
+    c = getattr(T, cfg)(image_size=16, num_channels=3, num_labels=families.CLASSES, **kw)
+    m = getattr(T, cls)(c)
+    class W(torch.nn.Module):
+        def __init__(s): super().__init__(); s.m = m
+        def forward(s, x): return s.m(pixel_values=x).logits
+    return W()
+models = {
+ "swin": lambda: hf("SwinConfig", "SwinForImageClassification", patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=2, drop_path_rate=0.3),
+ "swinv2": lambda: hf("Swinv2Config", "Swinv2ForImageClassification", patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=2, drop_path_rate=0.3),
+ "beit": lambda: hf("BeitConfig", "BeitForImageClassification", patch_size=4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, use_mean_pooling=True, drop_path_rate=0.3),
+ "convnext": lambda: hf("ConvNextConfig", "ConvNextForImageClassification", patch_size=2, num_stages=2, hidden_sizes=[8, 16], depths=[2, 2], drop_path_rate=0.3),
+}
+x = torch.randn(4, 3, 16, 16); y = torch.randint(0, families.CLASSES, (4,))
+for name, build in [(k, v) for k, v in models.items() if k in (sys.argv[1:] or models)]:
+    for exporter in ("dynamo", "torchscript"):
+        try:
+            torch.manual_seed(0)
+            m = build().train()
+            ref = copy.deepcopy(m).eval()
+            plan = memc.compile(m, (x,), optimizer="adamw", lr=1e-3, exporter=exporter, epochs=5)
+            with torch.no_grad():
+                e = np.abs(plan.predict(x) - ref(x).numpy()).max() / np.abs(ref(x).numpy()).max()
+            losses = [round(plan.step(x, y), 5) for _ in range(4)]
+            print(f"{name} {exporter}: eval predict vs PyTorch eval {e:.2e}; losses {losses}")
+        except Exception as ex:
+            print(f"{name} {exporter}: {type(ex).__name__}: {str(ex)[:300]}")
