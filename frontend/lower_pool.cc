@@ -244,18 +244,35 @@ double onnx_momentum(const onnx::NodeProto& node) {
   return 0.9;
 }
 
-// x's statistics over every axis but the channels ([1, C, 1, ...]): mean, and the biased variance.
-Expected<std::pair<ValueId, ValueId>> batch_statistics(ImportContext& ctx, ValueId x) {
-  const int64_t rank = static_cast<int64_t>(ctx.type(x).shape.size());
+// How many ranks share x's statistics: the import's ranks where x's first axis is the rank's
+// slice of the batch (a BatchNorm over activations), else 1 (BiT standardizes weights with it).
+int64_t statistics_ranks(const ImportContext& ctx, ValueId x) {
+  return ctx.options().ranks > 1 && ctx.type(x).shape[0] == ctx.options().batch ? ctx.options().ranks : 1;
+}
+
+// The mean over every axis but the channels ([1, C, 1, ...]), over all ranks' slices.
+Expected<ValueId> channel_mean(ImportContext& ctx, ValueId x) {
+  const int64_t rank = static_cast<int64_t>(ctx.type(x).shape.size()), ranks = statistics_ranks(ctx, x);
   std::vector<int64_t> axes = {0};
   for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
   Attrs a;
   a.set("axes", axes);
   a.set("keepdims", int64_t{1});
-  MEMC_ASSIGN_OR_RETURN(ValueId mean, ctx.emit("reduce_mean", {x}, a));
+  MEMC_ASSIGN_OR_RETURN(ValueId mean, ctx.emit("reduce_mean", {x}, std::move(a)));
+  if (ranks == 1) return mean;
+  Attrs sum;
+  sum.set("ranks", ranks);
+  sum.set("reduce", std::string("sum"));
+  MEMC_ASSIGN_OR_RETURN(mean, ctx.emit("all_reduce", {mean}, std::move(sum)));
+  return ctx.emit("mul", {mean, ctx.scalar(1.0 / static_cast<double>(ranks), ctx.type(mean).dtype)});
+}
+
+// x's statistics over every axis but the channels ([1, C, 1, ...]): mean, and the biased variance.
+Expected<std::pair<ValueId, ValueId>> batch_statistics(ImportContext& ctx, ValueId x) {
+  MEMC_ASSIGN_OR_RETURN(ValueId mean, channel_mean(ctx, x));
   MEMC_ASSIGN_OR_RETURN(ValueId d, ctx.emit("sub", {x, mean}));
   MEMC_ASSIGN_OR_RETURN(ValueId sq, ctx.emit("mul", {d, d}));
-  MEMC_ASSIGN_OR_RETURN(ValueId var, ctx.emit("reduce_mean", {sq}, a));
+  MEMC_ASSIGN_OR_RETURN(ValueId var, channel_mean(ctx, sq));
   return std::make_pair(mean, var);
 }
 
@@ -283,7 +300,7 @@ Expected<std::pair<ValueId, ValueId>> update_running_statistics(ImportContext& c
                              "') of a BatchNorm in train() mode are neither initializers memc can update nor graph inputs"));
   }
   const Shape xs = ctx.type(x).shape;
-  const int64_t count = numel(xs) / xs[1];
+  const int64_t count = numel(xs) / xs[1] * statistics_ranks(ctx, x);  // values per channel, all ranks'
   MEMC_ASSIGN_OR_RETURN(auto stats, batch_statistics(ctx, x));
   const double correction = ctx.pytorch_export() && count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
   const double momentum = onnx_momentum(ctx.node());

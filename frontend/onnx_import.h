@@ -26,6 +26,10 @@ struct ImportOptions {
   // running statistics (buffers); true: it normalizes with the running ones (the evaluation
   // forward, as the module in eval()).
   bool running_statistics = false;
+  // The forward runs as one of `ranks` SPMD ranks, each on its slice of the batch: a BatchNorm's
+  // batch statistics are then the whole batch's, summed over the ranks (as one device computes
+  // them; PyTorch's SyncBatchNorm).
+  int64_t ranks = 1;
   // When set, receives the parameter findings (frontend/param_audit.h), one line each.
   std::vector<std::string>* param_findings = nullptr;
 };

@@ -35,7 +35,8 @@ make_unique_), except where noted:
                         in eval() by dynamo with optimize=False (the Python package's export) and by
                         TorchScript (EVAL, no folding); references in eval() (frozen-BN training).
   bn_net_train_t215, bn_net_train_ts_t215  the same BnNet exported in train(): dynamo with
-                        optimize=False (_native_batch_norm_legit_functional, no training_mode) and
+                        optimize=False and a dynamic batch (_native_batch_norm_legit_functional,
+                        no training_mode) and
                         TorchScript (TRAINING: training_mode 1, running-statistics outputs).
                         References in train(): gradients through the batch statistics, the running
                         statistics after that forward (buffer/<init>), the eval() logits with
@@ -230,12 +231,14 @@ def save_inline(path):
     onnx.save_model(m, path)
 
 
-def export_dynamo_default(model, args, path, optimize=True):
+def export_dynamo_default(model, args, path, optimize=True, dynamic_batch=False):
     """torch.onnx.export with default options (dynamo=True, optimize=True in torch ≥ 2.9);
-    only the names are given (and optimize=False where asked: memc's Python package's export)."""
+    only the names are given (and optimize=False where asked: memc's Python package's export;
+    a dynamic batch where asked)."""
     with tempfile.TemporaryDirectory() as td:
         tmp = os.path.join(td, "m.onnx")
-        torch.onnx.export(model, args, tmp, input_names=None, output_names=["logits"], optimize=optimize)
+        dynamic = {"dynamic_shapes": ({0: torch.export.Dim.AUTO},)} if dynamic_batch else {}
+        torch.onnx.export(model, args, tmp, input_names=None, output_names=["logits"], optimize=optimize, **dynamic)
         m = onnx.load(tmp, load_external_data=True)
     U.keep_scope_metadata(m)
     onnx.save_model(m, path)
@@ -461,8 +464,8 @@ def do_bn_net_train(name, dynamo):
     x = digits_inputs(0, 4)[0]
     p = os.path.join(MODELS, f"{name}.onnx")
     model.train()
-    if dynamo:
-        export_dynamo_default(model, x, p, optimize=False)
+    if dynamo:  # a dynamic batch: sharded over ranks, each normalizes with the whole batch's statistics
+        export_dynamo_default(model, x, p, optimize=False, dynamic_batch=True)
     else:
         export_ts(model, x, p, ["x"])
     stored = {i.name: numpy_helper.to_array(i) for i in onnx.load(p).graph.initializer}

@@ -138,19 +138,22 @@ struct BufferUpdate {
 };
 
 // The buffers the forward updates (BatchNorm's running statistics, in train()): the step keeps
-// their updates. Each normalizes with its batch's statistics, which micro-batches or ranks would
-// take over their own rows only: those are refused.
-Expected<std::vector<BufferUpdate>> forward_buffer_updates(const Module& module, int64_t micro_batches, int64_t devices) {
+// their updates. Each normalizes with its batch's statistics: ranks sum theirs (the import's
+// ImportOptions::ranks) when their slices are equal, but micro-batches would take their own rows'
+// only, and are refused, as are uneven slices.
+Expected<std::vector<BufferUpdate>> forward_buffer_updates(const Module& module, int64_t micro_batches, const ShardOptions& shard) {
   std::vector<BufferUpdate> updates;
   for (size_t i = 0; i < module.outputs().size() && i < module.output_updates().size(); ++i) {
     if (module.output_updates()[i] != kNoValue) updates.push_back({module.output_updates()[i], module.outputs()[i]});
   }
-  if (!updates.empty() && (micro_batches > 1 || devices > 1)) {
+  if (!updates.empty() && (micro_batches > 1 || shard.uneven())) {
     return Status::BadInput(str_cat("the model normalizes with its batch's statistics (a BatchNorm exported in train() mode, updating '",
                                     module.value(updates[0].buffer).source_name, "'): ",
-                                    micro_batches > 1 ? str_cat(micro_batches, " micro-batches") : str_cat(devices, " ranks"),
-                                    " would each take the statistics of their own rows, not the batch's; train it with one micro-batch on one device, "
-                                    "or export the module after .eval() to train with its running statistics"));
+                                    micro_batches > 1 ? str_cat(micro_batches, " micro-batches would each take the statistics of their own rows, "
+                                                                               "not the batch's; train it with one micro-batch")
+                                                      : str_cat("batch ", shard.batch, " does not split evenly over ", shard.devices,
+                                                                " ranks, and a padded row would enter the statistics; use a batch the ranks divide"),
+                                    ", or export the module after .eval() to train with its running statistics"));
   }
   return updates;
 }
@@ -387,7 +390,7 @@ Status TrainingStep::build(Module& module) {
     shard_.align = std::max<int64_t>(optimizer->flat_align, 1);
     shard_.replicate_states = shard_.active() && optimizer->flat_align == 0;
   }
-  MEMC_ASSIGN_OR_RETURN(const std::vector<BufferUpdate> buffer_updates, forward_buffer_updates(module, micro_.k, shard_.devices));
+  MEMC_ASSIGN_OR_RETURN(const std::vector<BufferUpdate> buffer_updates, forward_buffer_updates(module, micro_.k, shard_));
   MEMC_ASSIGN_OR_RETURN(StepValues v, step_inputs(module, options_.loss_scaling));
   // zero3 and streaming: the parameters become per-unit flat arguments (shards, or host units),
   // gathered or streamed before use; autodiff differentiates them (passes/shard.h).

@@ -78,6 +78,7 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
                                                                const PassInstrumentation& instrumentation, bool evaluation) const {
   ImportOptions import;
   import.running_statistics = evaluation;
+  import.ranks = options.shard.devices;  // a BatchNorm's batch statistics are the whole batch's
   import.batch = batch;
   import.seq = options.seq;
   import.frozen = std::set<std::string>(options.frozen.begin(), options.frozen.end());
@@ -115,7 +116,7 @@ Status ModelCompiler::in_model(const Status& status) const {
 }
 
 ModelCompiler::Key ModelCompiler::key_of(const CompileOptions& options, int64_t batch, bool evaluation) {
-  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options), evaluation};
+  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options), evaluation, options.shard.devices};
 }
 
 Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch, bool evaluation) {
