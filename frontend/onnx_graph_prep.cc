@@ -102,6 +102,15 @@ bool unit_uniform(const onnx::NodeProto& n) {
   return true;
 }
 
+// A comparison of a uniform draw u with c as a Bernoulli: +1 where it is 1 with probability c
+// (u < c, u ≤ c), −1 where with probability 1 − c (u > c, u ≥ c), 0 for other ops. `draw_first`:
+// u is the comparison's first operand.
+int comparison_keeps(const std::string& op, bool draw_first) {
+  const bool below = op == "Less" || op == "LessOrEqual", above = op == "Greater" || op == "GreaterOrEqual";
+  if (!below && !above) return 0;
+  return below == draw_first ? 1 : -1;
+}
+
 }  // namespace
 
 void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes) {
@@ -123,13 +132,27 @@ void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes) {
     const onnx::NodeProto& op = nodes[first];
     const int second = only_user(op.output(0));
     if (second < 0) continue;
-    const std::string keep = op.input(0) == draw ? op.input(1) : op.input(0);
+    const bool draw_first = op.input(0) == draw;
+    const std::string c = draw_first ? op.input(1) : op.input(0);
     const bool floor_of_sum = op.op_type() == "Add" && nodes[second].op_type() == "Floor";
-    const bool below = op.op_type() == "Less" && op.input(0) == draw && (nodes[second].op_type() == "Cast" || nodes[second].op_type() == "CastLike");
-    if (!floor_of_sum && !below) continue;
-    // keep, broadcast to the draw's shape, is the probability of a 1; the cast after Less stays.
+    const int compared = comparison_keeps(op.op_type(), draw_first);
+    const bool cast = nodes[second].op_type() == "Cast" || nodes[second].op_type() == "CastLike";
+    if (!floor_of_sum && !(compared && cast)) continue;
+    // The probability of a 1, broadcast to the draw's shape: c, or 1 − c where the draw must
+    // exceed c (LeViT's rand.ge_(drop_rate)); the cast after a comparison stays.
     const std::string base = draw + "_memc_bernoulli";
     std::vector<onnx::NodeProto> nodes_in;
+    std::string keep = c;
+    if (compared < 0) {
+      onnx::NodeProto one = make_node("Constant", {}, base + "_one", base + "_one");
+      onnx::AttributeProto* value = one.add_attribute();
+      value->set_name("value_float");
+      value->set_type(onnx::AttributeProto::FLOAT);
+      value->set_f(1.0f);
+      nodes_in.push_back(std::move(one));
+      nodes_in.push_back(make_node("Sub", {base + "_one", c}, base + "_keep", base + "_keep"));
+      keep = base + "_keep";
+    }
     nodes_in.push_back(make_node("Shape", {nodes[r].input(0)}, base + "_shape", base + "_shape"));
     nodes_in.push_back(make_node("Expand", {keep, base + "_shape"}, base + "_p", base + "_expand"));
     const std::string out = floor_of_sum ? nodes[second].output(0) : op.output(0);

@@ -17,9 +17,9 @@ Status inline_functions(const onnx::ModelProto& model, std::vector<onnx::NodePro
                         const std::string& file);
 
 // Stochastic depth's per-sample draws, as the exporters write them, become Bernoulli nodes of a
-// probability shaped like the draw: floor(RandomUniformLike(t) + keep) (transformers' DropPath)
-// and RandomUniformLike(t) < keep, then a cast (timm's bernoulli_). Other uses of
-// RandomUniformLike are left for check_ops to refuse.
+// probability shaped like the draw: floor(RandomUniformLike(t) + keep) (transformers' DropPath),
+// and a comparison then a cast: RandomUniformLike(t) < keep (timm's bernoulli_) or ≥ drop
+// (LeViT's rand.ge_). Other uses of RandomUniformLike are left for check_ops to refuse.
 void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes);
 
 // Reorders `nodes` so each runs after the producers of its inputs; `defined` holds the graph

@@ -110,7 +110,8 @@ TEST(FrontendLowering, Col2ImPlacesNonOverlappingBlocks) {
 }
 
 // Stochastic depth as transformers' DropPath exports it, x/keep · floor(rand([N, 1]) + keep),
-// and as timm's bernoulli_ does (rand < keep, cast): in training each sample's row is kept
+// as timm's bernoulli_ does (rand < keep, cast) and as LeViT's rand.ge_(drop) does (rand ≥ 1 −
+// keep, cast): in training each sample's row is kept
 // (x/keep) or dropped (0) by a seeded draw; in inference the draw is its expectation, so y = x.
 // A uniform draw used otherwise is refused in one line.
 TEST(FrontendLowering, StochasticDepthDrawsPerSampleAndIsTheIdentityInInference) {
@@ -118,20 +119,21 @@ TEST(FrontendLowering, StochasticDepthDrawsPerSampleAndIsTheIdentityInInference)
   std::vector<double> xs(n * 3);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = 1.0 + static_cast<double>(i % 7);
   const Tensor x = make_tensor(DType::kF32, {n, 3}, xs);
-  for (const bool floor_of_sum : {true, false}) {
-    SCOPED_TRACE(floor_of_sum ? "floor(rand + keep)" : "rand < keep");
+  for (const std::string form : {"Floor", "Less", "GreaterOrEqual"}) {
+    SCOPED_TRACE(form);
     OnnxBuilder b(17);
     b.input("x", {n, 3}).output("y");
     b.init("shape", make_tensor(DType::kI64, {2}, {static_cast<double>(n), 1}));
     b.init("keep", make_tensor(DType::kF32, {}, {0.75}));
+    b.init("drop", make_tensor(DType::kF32, {}, {0.25}));
     b.node("ConstantOfShape", {"shape"}, {"zeros"});
     b.node("RandomUniformLike", {"zeros"}, {"u"});
-    if (floor_of_sum) {
+    if (form == "Floor") {
       b.node("Add", {"u", "keep"}, {"sum"});
       b.node("Floor", {"sum"}, {"mask"});
     } else {
-      b.node("Less", {"u", "keep"}, {"below"});
-      testing::attr_i(b.node("Cast", {"below"}, {"mask"}), "to", onnx::TensorProto::FLOAT);
+      b.node(form, {"u", form == "Less" ? "keep" : "drop"}, {"compared"});
+      testing::attr_i(b.node("Cast", {"compared"}, {"mask"}), "to", onnx::TensorProto::FLOAT);
     }
     b.node("Div", {"x", "keep"}, {"scaled"});
     b.node("Mul", {"scaled", "mask"}, {"y"});

@@ -18,6 +18,7 @@ line in-process for compiling and for training on files, and its Session for a P
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -248,11 +249,29 @@ def _frozen_initializers(module: Any, model_path: str) -> set:
     return candidates & set(json.loads(cli("inspect", model_path, "--json")).get("trainable_params", []))
 
 
-def _check_parameters(module: Any, trained: Iterable[str], ran: set, exporter: str) -> Dict[str, str]:
+def _unused_parameters(module: Any, inputs: Sequence[Any], names: Sequence[str]) -> set:
+    """The parameters among `names` the module's output does not depend on, for which PyTorch's
+    gradient is None (Dinov2's mask_token without a mask): one forward and backward of a copy on
+    the example inputs. Empty where that forward fails."""
+    import torch
+
+    probe = copy.deepcopy(module)
+    params = dict(probe.named_parameters())
+    try:
+        out = probe(*inputs)
+        out = out.logits if hasattr(out, "logits") else (out[0] if isinstance(out, (tuple, list)) else out)
+        grads = torch.autograd.grad(out.float().sum(), [params[n] for n in names], allow_unused=True)
+    except Exception:  # the refusal stands
+        return set()
+    return {n for n, g in zip(names, grads) if g is None}
+
+
+def _check_parameters(module: Any, trained: Iterable[str], ran: set, exporter: str, inputs: Sequence[Any] = ()) -> Dict[str, str]:
     """Every parameter PyTorch would train is one memc trains, by name: a parameter that did not
     survive the export as its own trained initializer is a MemcError naming it. Weights tied in
     the module (one Parameter under two names) train as one, as in PyTorch; a parameter of a
-    submodule whose forward never ran gets no gradient in PyTorch either and is left as it is.
+    submodule whose forward never ran, or one the output does not depend on (the exporters drop
+    it), gets no gradient in PyTorch either and is left as it is.
     Returns every name of each trained parameter -> the initializer memc trains it as."""
     trained = set(trained)
     aliases: Dict[int, list] = {}
@@ -268,6 +287,9 @@ def _check_parameters(module: Any, trained: Iterable[str], ran: set, exporter: s
             mapping.update({n: found[0] for n in aliases[id(p)]})
         elif id(owners.get(id(p))) in ran:
             lost.append(name)
+    if lost and inputs:
+        unused = _unused_parameters(module, inputs, lost)
+        lost = [n for n in lost if n not in unused]
     if lost:
         shown = ", ".join(f"'{n}'" for n in lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
         raise MemcError(f"memc: {len(lost)} parameter(s) of the module did not survive the {exporter} export as their own "
@@ -737,7 +759,8 @@ def compile(model: Any, example_inputs: Any = None, *, batch: Optional[int] = No
         summary["exporter"] = export["exporter"]
         if export.get("dynamo_failure"):
             summary["dynamo_failure"] = export["dynamo_failure"]
-        summary["parameter_names"] = _check_parameters(module, summary.get("trainable_params", []), export["ran"], export["exporter"])
+        summary["parameter_names"] = _check_parameters(module, summary.get("trainable_params", []), export["ran"], export["exporter"],
+                                                       examples)
     return Plan(plan_path, summary, model_path=model_path, compile_args=args, module=module, input_names=input_names, workdir=workdir)
 
 

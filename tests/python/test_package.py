@@ -233,6 +233,30 @@ def test_torch_module_trains_as_pytorch_does_and_loads_back():
         assert np.abs(restored(xs[0]).numpy() - plan.predict(xs[0])).max() <= 1e-6
 
 
+def test_a_parameter_the_output_does_not_use_is_left_as_pytorch_leaves_it():
+    """A mask token read only when a mask is given (Dinov2's): the exporters drop it, PyTorch
+    gives it no gradient, and memc leaves it as it is instead of refusing the module."""
+    class WithMaskToken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 4)
+            self.mask_token = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, x, mask=None):
+            if mask is not None:
+                x = torch.where(mask[..., None], self.mask_token, x)
+            return self.linear(x)
+
+    module = WithMaskToken()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    for exporter in ("dynamo", "torchscript"):
+        plan = memc.compile(module, (torch.randn(4, 3),), optimizer="adamw", lr=0.1, exporter=exporter)
+        plan.step(torch.randn(4, 3), torch.tensor([0, 1, 2, 3]))
+        state = plan.state_dict()
+        assert torch.equal(state["mask_token"], before["mask_token"]), exporter
+        assert not torch.equal(state["linear.weight"], before["linear.weight"]), exporter
+
+
 def test_bad_inputs_are_one_line_exceptions():
     torch.manual_seed(0)
     module = TinyViT()
