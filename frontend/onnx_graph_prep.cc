@@ -111,6 +111,32 @@ int comparison_keeps(const std::string& op, bool draw_first) {
   return below == draw_first ? 1 : -1;
 }
 
+// Whether `mask` only scales a product that is divided by the keep probability: mask/k · y,
+// (x/k) · mask or (x · mask)/k, as stochastic depth and channel dropout use it. In evaluation the
+// mask is its expectation, keep, which makes only such a product the identity; a mask used any
+// other way (AlphaDropout's affine mix) is not rewritten, and the draw is refused.
+bool scales_a_product(const std::vector<onnx::NodeProto>& nodes, std::unordered_map<std::string, std::vector<int>>& users,
+                      const std::unordered_map<std::string, int>& producer, const std::string& mask) {
+  // The one user of v past Identity nodes (detach()), and the value it reads.
+  auto user_of = [&](std::string v, std::string& read) -> const onnx::NodeProto* {
+    while (users[v].size() == 1 && nodes[users[v][0]].op_type() == "Identity") v = nodes[users[v][0]].output(0);
+    read = v;
+    return users[v].size() == 1 ? &nodes[users[v][0]] : nullptr;
+  };
+  std::string m, scaled;
+  const onnx::NodeProto* u = user_of(mask, m);
+  if (!u || u->input_size() != 2) return false;
+  if (u->op_type() == "Div" && u->input(0) == m) {  // mask/k, then the product
+    const onnx::NodeProto* next = user_of(u->output(0), scaled);
+    return next && next->op_type() == "Mul";
+  }
+  if (u->op_type() != "Mul") return false;
+  const std::string& other = u->input(0) == m ? u->input(1) : u->input(0);
+  if (auto it = producer.find(other); it != producer.end() && nodes[it->second].op_type() == "Div") return true;  // (x/k) · mask
+  const onnx::NodeProto* next = user_of(u->output(0), scaled);
+  return next && next->op_type() == "Div" && next->input(0) == scaled;  // (x · mask)/k
+}
+
 }  // namespace
 
 void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes) {
@@ -122,6 +148,10 @@ void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes) {
     }
   }
   auto only_user = [&](const std::string& value) { return users[value].size() == 1 ? users[value][0] : -1; };
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    for (const auto& o : nodes[i].output()) producer[o] = i;
+  }
   std::vector<bool> dropped(nodes.size(), false);
   std::vector<std::pair<int, std::vector<onnx::NodeProto>>> inserted;  // before node index
   for (int r = 0; r < static_cast<int>(nodes.size()); ++r) {
@@ -138,6 +168,7 @@ void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes) {
     const int compared = comparison_keeps(op.op_type(), draw_first);
     const bool cast = nodes[second].op_type() == "Cast" || nodes[second].op_type() == "CastLike";
     if (!floor_of_sum && !(compared && cast)) continue;
+    if (!scales_a_product(nodes, users, producer, nodes[second].output(0))) continue;
     // The probability of a 1, broadcast to the draw's shape: c, or 1 − c where the draw must
     // exceed c (LeViT's rand.ge_(drop_rate)); the cast after a comparison stays.
     const std::string base = draw + "_memc_bernoulli";

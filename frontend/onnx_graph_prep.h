@@ -19,7 +19,8 @@ Status inline_functions(const onnx::ModelProto& model, std::vector<onnx::NodePro
 // Stochastic depth's per-sample draws, as the exporters write them, become Bernoulli nodes of a
 // probability shaped like the draw: floor(RandomUniformLike(t) + keep) (transformers' DropPath),
 // and a comparison then a cast: RandomUniformLike(t) < keep (timm's bernoulli_) or ≥ drop
-// (LeViT's rand.ge_). Other uses of RandomUniformLike are left for check_ops to refuse.
+// (LeViT's rand.ge_), where the mask then scales a product divided by the keep probability. Other
+// uses of RandomUniformLike (AlphaDropout's) are left for check_ops to refuse.
 void rewrite_random_masks(std::vector<onnx::NodeProto>& nodes);
 
 // Reorders `nodes` so each runs after the producers of its inputs; `defined` holds the graph

@@ -155,13 +155,24 @@ TEST(FrontendLowering, StochasticDepthDrawsPerSampleAndIsTheIdentityInInference)
     EXPECT_GT(kept, 0.75 * n - 5 * std::sqrt(0.75 * 0.25 * n));
     EXPECT_LT(kept, 0.75 * n + 5 * std::sqrt(0.75 * 0.25 * n));
   }
-  OnnxBuilder other(17);
-  other.input("x", {2, 3}).output("y");
-  other.node("RandomUniformLike", {"x"}, {"u"});
-  other.node("Add", {"x", "u"}, {"y"});
-  auto refused = other.import(raw());
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("(RandomUniformLike, opset 17): unsupported op"), std::string::npos) << refused.status().message();
+  // A draw used otherwise, or a mask that does not scale a product divided by keep (AlphaDropout
+  // mixes it affinely: its expectation would not give back x), is refused.
+  for (const bool masked : {false, true}) {
+    OnnxBuilder other(17);
+    other.input("x", {2, 3}).output("y");
+    other.init("keep", make_tensor(DType::kF32, {}, {0.75}));
+    other.node("RandomUniformLike", {"x"}, {"u"});
+    if (masked) {
+      other.node("Add", {"u", "keep"}, {"sum"});
+      other.node("Floor", {"sum"}, {"mask"});
+      other.node("Add", {"x", "mask"}, {"y"});
+    } else {
+      other.node("Add", {"x", "u"}, {"y"});
+    }
+    auto refused = other.import(raw());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("(RandomUniformLike, opset 17): unsupported op"), std::string::npos) << refused.status().message();
+  }
 }
 
 TEST(FrontendLowering, BinaryOpsBroadcastAndKeepDtypes) {
