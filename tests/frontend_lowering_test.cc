@@ -110,8 +110,8 @@ TEST(FrontendLowering, Col2ImPlacesNonOverlappingBlocks) {
 }
 
 // Stochastic depth as transformers' DropPath exports it, x/keep · floor(rand([N, 1]) + keep),
-// as timm's bernoulli_ does (rand < keep, cast) and as LeViT's rand.ge_(drop) does (rand ≥ 1 −
-// keep, cast): in training each sample's row is kept
+// as timm's bernoulli_ does ((x · (rand < keep))/keep) and as LeViT's rand.ge_(drop) does
+// ((rand ≥ 1 − keep)/keep · x): in training each sample's row is kept
 // (x/keep) or dropped (0) by a seeded draw; in inference the draw is its expectation, so y = x.
 // A uniform draw used otherwise is refused in one line.
 TEST(FrontendLowering, StochasticDepthDrawsPerSampleAndIsTheIdentityInInference) {
@@ -135,8 +135,19 @@ TEST(FrontendLowering, StochasticDepthDrawsPerSampleAndIsTheIdentityInInference)
       b.node(form, {"u", form == "Less" ? "keep" : "drop"}, {"compared"});
       testing::attr_i(b.node("Cast", {"compared"}, {"mask"}), "to", onnx::TensorProto::FLOAT);
     }
-    b.node("Div", {"x", "keep"}, {"scaled"});
-    b.node("Mul", {"scaled", "mask"}, {"y"});
+    // The three products a mask scales: x/keep · mask (transformers), mask/keep · x past a
+    // detach()'s Identity (LeViT), (x · mask)/keep (timm).
+    if (form == "Floor") {
+      b.node("Div", {"x", "keep"}, {"scaled"});
+      b.node("Mul", {"scaled", "mask"}, {"y"});
+    } else if (form == "GreaterOrEqual") {
+      b.node("Div", {"mask", "keep"}, {"scaled_mask"});
+      b.node("Identity", {"scaled_mask"}, {"detached"});
+      b.node("Mul", {"x", "detached"}, {"y"});
+    } else {
+      b.node("Mul", {"x", "mask"}, {"masked"});
+      b.node("Div", {"masked", "keep"}, {"y"});
+    }
     auto m = b.import(raw());
     ASSERT_TRUE(m.ok()) << m.status().message();
     EXPECT_EQ(testing::count_op(*m, "dropout"), 1);
