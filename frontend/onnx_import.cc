@@ -354,7 +354,7 @@ Expected<Module> Importer::run() {
   buffers_ = exported_buffers(model_);
   const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);
   for (const auto& [name, from] : folded_constants(folded)) buffers_.insert(name);
-  audit_ = audit_parameters(model_, nodes, folded, weight_names(), fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
+  audit_ = audit_parameters(model_, nodes, folded, weight_names(), running_statistics_, fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));
   std::vector<std::string> defined;
   for (const auto& in : model_.graph().input()) defined.push_back(in.name());

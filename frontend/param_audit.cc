@@ -7,7 +7,6 @@
 #include <mutex>
 #include <numeric>
 
-#include "frontend/lowering.h"
 #include "frontend/onnx_tensor.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "support/log.h"
@@ -317,7 +316,8 @@ Tensor first_row(const Tensor& t) {
 
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
                             const std::map<std::string, FoldedSources>& sources, const std::set<std::string>& weights,
-                            int64_t fixed_batch, const std::string& base_dir, const std::string& file, bool print_warnings) {
+                            const std::set<std::string>& updated, int64_t fixed_batch, const std::string& base_dir,
+                            const std::string& file, bool print_warnings) {
   std::map<std::string, std::vector<const onnx::NodeProto*>> uses;
   for (const auto& n : nodes) {
     if (reads_shape_only(n.op_type())) continue;
@@ -328,10 +328,6 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
   ParamAudit audit;
   auto report = [&](const std::string& line) { audit.findings.push_back(line); };
   const std::map<std::string, std::string> folded = value_metadata(model, kFoldedFrom);
-  std::set<std::string> updated;  // running statistics of BatchNorms in train(): buffers memc updates as PyTorch does
-  for (const auto& n : nodes) {
-    if (updates_running_statistics(n) && n.input_size() >= 5) updated.insert({n.input(3), n.input(4)});
-  }
   for (const std::string& name : exported_buffers(model)) {
     if (updated.count(name)) continue;
     const auto& inits = model.graph().initializer();

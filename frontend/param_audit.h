@@ -37,14 +37,15 @@ struct FoldedSources {
 std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes);
 
 // `sources`: folded_sources(model, nodes), read once by the importer; `weights`: the
-// initializers the importer trains; `fixed_batch`: the batch the export fixes (-1 when dynamic);
+// initializers the importer trains; `updated`: those it updates as buffers (BatchNorm's running
+// statistics in train()), not buffers PyTorch keeps constant; `fixed_batch`: the batch the export fixes (-1 when dynamic);
 // print_warnings: also warn on stderr (off when the caller prints the findings itself, as
 // inspect does); external data is read relative to `base_dir` (only for candidates of the
 // batch-expanded rewrite, which are small).
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
                             const std::map<std::string, FoldedSources>& sources, const std::set<std::string>& weights,
-                            int64_t fixed_batch, const std::string& base_dir, const std::string& file,
-                            bool print_warnings = true);
+                            const std::set<std::string>& updated, int64_t fixed_batch, const std::string& base_dir,
+                            const std::string& file, bool print_warnings = true);
 
 // The initializers torch.export's graph signature marks as the module's buffers (the dynamo
 // exporter's value_info metadata, InputSpec kind BUFFER): PyTorch never trains them, so memc
