@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "frontend/fold.h"
+#include "frontend/onnx_tensor.h"
 #include "ir/op_registry.h"
 
 namespace memc {
@@ -102,6 +103,14 @@ double ImportContext::attr_float(const std::string& name, double fallback) const
 std::string ImportContext::attr_string(const std::string& name, const std::string& fallback) const {
   const auto* a = attr(name);
   return a ? a->s() : fallback;
+}
+
+Expected<DType> ImportContext::attr_dtype(const std::string& name, DType fallback) const {
+  const auto* a = attr(name);
+  if (!a) return fallback;
+  auto dtype = dtype_from_onnx(static_cast<int>(a->i()));
+  if (!dtype.ok()) return error(dtype.status().message());
+  return *dtype;
 }
 
 std::vector<int64_t> ImportContext::attr_ints(const std::string& name, std::vector<int64_t> fallback) const {

@@ -79,6 +79,8 @@ class ImportContext {
   double attr_float(const std::string& name, double fallback) const;
   std::string attr_string(const std::string& name, const std::string& fallback) const;
   std::vector<int64_t> attr_ints(const std::string& name, std::vector<int64_t> fallback = {}) const;
+  // An ONNX element-type attribute (EyeLike's and Bernoulli's `dtype`), or `fallback` without one.
+  Expected<DType> attr_dtype(const std::string& name, DType fallback) const;
   bool has_attr(const std::string& name) const { return attr(name) != nullptr; }
 
   // Appends a node (folding it to constants when every input is known) and returns its outputs.

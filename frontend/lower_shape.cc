@@ -80,12 +80,7 @@ Status lower_eye_like(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   const Shape shape = ctx.type(x).shape;
   if (shape.size() != 2) return ctx.error("needs a 2-D input");
-  DType dtype = ctx.type(x).dtype;
-  if (ctx.has_attr("dtype")) {
-    auto d = dtype_from_onnx(static_cast<int>(ctx.attr_int("dtype", 1)));
-    if (!d.ok()) return ctx.error(d.status().message());
-    dtype = *d;
-  }
+  MEMC_ASSIGN_OR_RETURN(const DType dtype, ctx.attr_dtype("dtype", ctx.type(x).dtype));
   if (numel(shape) > kMaxFoldElements) return ctx.error("too large to fold");
   const int64_t k = ctx.attr_int("k", 0);
   Tensor eye = Tensor::zeros(dtype, shape);
