@@ -16,20 +16,12 @@ torch.manual_seed(0)
 import transformers as T
 def hf(cfg, cls, **kw):
     c = getattr(T, cfg)(image_size=16, num_channels=3, num_labels=families.CLASSES, **kw)
-    m = getattr(T, cls)(c)
-    class W(torch.nn.Module):
-        def __init__(s): super().__init__(); s.m = m
-        def forward(s, x): return s.m(pixel_values=x).logits
-    return W()
+    return families.Logits(getattr(T, cls)(c))
 def levit():  # LevitResidualLayer: rand(N, 1, 1).ge_(drop_rate); the config types the rate as int
     c = T.LevitConfig(image_size=64, num_channels=3, num_labels=families.CLASSES, hidden_sizes=[16, 32], num_attention_heads=[2, 2],
                       depths=[1, 1], key_dim=[4, 4], mlp_ratio=[2, 2], attention_ratio=[2, 2], down_ops=[["Subsample", 4, 16 // 4, 4, 2, 2]])
     c.__dict__["drop_path_rate"] = 0.3
-    m = T.LevitForImageClassification(c)
-    class W(torch.nn.Module):
-        def __init__(s): super().__init__(); s.m = m
-        def forward(s, x): return s.m(pixel_values=x).logits
-    return W()
+    return families.Logits(T.LevitForImageClassification(c))
 models = {
  "swin": lambda: hf("SwinConfig", "SwinForImageClassification", patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=2, drop_path_rate=0.3),
  "swinv2": lambda: hf("Swinv2Config", "Swinv2ForImageClassification", patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=2, drop_path_rate=0.3),

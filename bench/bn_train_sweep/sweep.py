@@ -15,20 +15,14 @@ import torch, torch.nn as nn, torch.nn.functional as F
 import memc
 import models
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "python"))
+from families import Logits  # noqa: E402  a transformers model whose forward returns its logits
+
 torch.set_num_threads(2)
 warnings.filterwarnings("ignore")
 OUT = os.environ.get("BN_SWEEP_OUT", "/tmp/bnsweep/results.jsonl")
 EXPORTERS = ["dynamo", "torchscript"]
 BN = nn.modules.batchnorm._BatchNorm
-
-
-class Wrap(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.model = m
-
-    def forward(self, x):
-        return self.model(pixel_values=x).logits
 
 
 def logits_of(out):
@@ -58,7 +52,7 @@ def step1_check(name, exporter, wrap, H, data):
     """A fresh plan and reference, one step only: params (relative to the update size), stats, predict."""
     m, _ = build(name)
     if wrap and hasattr(m, "config"):
-        m = Wrap(m)
+        m = Logits(m)
     m.train()
     ref = copy.deepcopy(m)
     x, y = data[0]
@@ -121,7 +115,7 @@ def one(name, exporter, wrap):
     m, H = build(name)
     is_hf = hasattr(m, "config")
     if wrap and is_hf:
-        m = Wrap(m)
+        m = Logits(m)
     m.train()
     nbn = sum(isinstance(x, BN) for x in m.modules())
     f64_losses = f64_control(m, batches(H))
