@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "ir/verifier.h"
+#include "passes/bias_grad_gemm.h"
+#include "passes/patch_gemm.h"
 #include "passes/schedule.h"
 #include "passes/strip_dropout.h"
 #include "support/log.h"
@@ -36,6 +38,8 @@ const std::vector<PassInfo>& registered_passes() {
       {"attention", "MatMul→Softmax→MatMul becomes tiled attention (--attention tiled)", PassStage::kForward,
        [](O o) { return o.attention == AttentionKernel::kTiled; },
        [](O o) -> std::unique_ptr<Pass> { return std::make_unique<AttentionPass>(o.attention_layouts); }},
+      {"patch_gemm", "stride-equals-kernel convolutions become patches and one GEMM (GPU targets)", PassStage::kForward,
+       [](O o) { return o.patch_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<PatchGemm>(); }},
       {"precision", "retypes the forward for --precision", PassStage::kForward, [](O) { return true; },
        [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Precision>(Precision::Options{.mode = o.precision}); }},
       {"training_step", "loss, autodiff, micro-batching, remat, sharding and the optimizer", PassStage::kTraining, [](O) { return true; },
@@ -44,6 +48,8 @@ const std::vector<PassInfo>& registered_passes() {
          shard.stream_params = o.offload == OffloadLevel::kParams;
          return std::make_unique<TrainingStep>(o.optimizer, MicroBatching{.k = o.micro_batches, .forward = o.forward}, o.remat, shard);
        }},
+      {"bias_grad_gemm", "a linear layer's bias gradient inside its weight-gradient GEMM (GPU targets)", PassStage::kTraining,
+       [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }},
       {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
        [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},
       {"schedule", "the node order with the lowest planned peak", PassStage::kTraining, [](O o) { return o.reschedule; },

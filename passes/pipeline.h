@@ -31,6 +31,9 @@ struct PipelineOptions {
   // Attention reads and writes its operands in the layouts the model's projections use
   // (passes/attention.h). Set for CPU targets in 16-bit precisions (planner/compile.cc).
   bool attention_layouts = false;
+  // Patch embeddings (stride = kernel convolutions) as patches and one GEMM (passes/patch_gemm.h).
+  // Set for GPU targets (planner/compile.cc), whose convolution is im2col and a batched GEMM.
+  bool patch_gemm = false;
   PrecisionKind precision = PrecisionKind::kFp32;
   OptimizerOptions optimizer;
   int64_t micro_batches = 1;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
@@ -42,6 +45,9 @@ struct PipelineOptions {
   // The schedule places consecutive optimizer updates together where that costs no memory, so a
   // GPU runs them as fused launches (Schedule::Options::group_updates). Set for GPU targets.
   bool group_updates = false;
+  // A linear layer's bias gradient inside its weight-gradient GEMM (passes/bias_grad_gemm.h):
+  // cuBLASLt's epilogue. Set for GPU targets.
+  bool bias_grad_gemm = false;
   // The schedule may issue prefetching starts early (zero3's gathers, streamed units' copies),
   // at up to one unit in flight each way; false: never (what a budget too tight for it needs).
   bool prefetch = true;

@@ -73,6 +73,13 @@ static bool lays_out_attention(const CompileOptions& options) {
   return &planning_backend(options.target) == &cpu_backend() && options.precision != PrecisionKind::kFp32;
 }
 
+// Patch embeddings as one GEMM (passes/patch_gemm.h): on GPU targets, whose convolution is
+// im2col and a batched GEMM with a separate bias pass; or where the options ask for it (tests
+// compare it with the convolution on the CPU).
+static bool patch_gemm(const CompileOptions& options) {
+  return options.patch_gemm || &planning_backend(options.target) != &cpu_backend();
+}
+
 // Import, keep the logits [N, C] as the only output, then the forward pipeline.
 Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptions& options, int64_t batch,
                                                                const PassInstrumentation& instrumentation, bool evaluation) const {
@@ -102,6 +109,7 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   // get f32 gradients.
   PipelineOptions forward_options = options;
   forward_options.attention_layouts = lays_out_attention(options);
+  forward_options.patch_gemm = patch_gemm(options);
   if (auto ran = PassPipeline::build(PassStage::kForward, forward_options).run(forward, instrumentation); !ran.ok()) {
     return in_model(ran.status());
   }
@@ -116,7 +124,7 @@ Status ModelCompiler::in_model(const Status& status) const {
 }
 
 ModelCompiler::Key ModelCompiler::key_of(const CompileOptions& options, int64_t batch, bool evaluation) {
-  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options), evaluation, options.shard.devices};
+  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options), patch_gemm(options), evaluation, options.shard.devices};
 }
 
 Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch, bool evaluation) {
@@ -208,6 +216,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   pipeline.reschedule = options.reschedule && (!quiet || schedule_quiet);
   // A GPU target fuses consecutive updates into one launch (Backend::find_group_kernel).
   pipeline.group_updates = &planning_backend(options.target) != &cpu_backend();
+  // … and computes each linear layer's bias gradient in its weight-gradient GEMM's epilogue.
+  pipeline.bias_grad_gemm = options.bias_grad_gemm || pipeline.group_updates;
   plan.train = forward;
   auto reports = PassPipeline::build(PassStage::kTraining, pipeline).run(plan.train, instrumentation_for(options, quiet));
   if (!reports.ok()) return in_model(reports.status());

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <string>
 #include <memory>
 #include <mutex>
 
@@ -81,6 +82,7 @@ struct GemmKey {
   int device = 0;
   DType dtype = DType::kF32;
   bool tf32 = false, trans_a = false, trans_b = false, bias = false;
+  int bias_grad = 0;  // 0: none; 1: of a; 2: of b
   int64_t m = 0, n = 0, k = 0, batch = 1, stride_a = 0, stride_b = 0, workspace = 0;
   auto operator<=>(const GemmKey&) const = default;
 };
@@ -88,6 +90,7 @@ struct Prepared {
   Descriptors desc;
   cublasLtMatmulAlgo_t algo{};
   size_t limit = 0;
+  std::string refused;  // a bias-gradient epilogue cuBLASLt has no algorithm for (kept: asked once)
 };
 
 Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepared& p) {
@@ -105,6 +108,13 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
     MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue"));
     MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)), "bias"));
   }
+  if (key.bias_grad) {
+    // Column-major view: memc's a is cuBLASLt's B and memc's b its A. op(a)'s rows summed over k
+    // are B's bias gradient (one per column of D); op(b)'s columns are A's (one per row of D).
+    const cublasLtEpilogue_t epilogue = key.bias_grad == 1 ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+    MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue"));
+    MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias_grad, sizeof(c.bias_grad)), "bias gradient"));
+  }
   // Stored column-major shapes: row-major B [K,N] is N×K (ld N); transposed, row-major [N,K] is
   // K×N (ld K). Likewise A [M,K] is K×M (ld K), or M×K (ld M) when transposed.
   const int64_t b_rows = c.trans_b ? c.k : c.n, b_cols = c.trans_b ? c.n : c.k;
@@ -117,7 +127,13 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.limit, sizeof(p.limit)), "workspace"));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulAlgoGetHeuristic(h, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result, &found), "heuristic"));
+  const cublasStatus_t asked = cublasLtMatmulAlgoGetHeuristic(h, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result, &found);
+  if (key.bias_grad && (asked != CUBLAS_STATUS_SUCCESS || found == 0)) {
+    p.refused = str_cat("cuBLASLt offers no algorithm for ", c.m, "x", c.n, "x", c.k, " with the bias-gradient epilogue (status ",
+                        static_cast<int>(asked), ")");
+    return Status::Ok();
+  }
+  MEMC_RETURN_IF_ERROR(check_lt(asked, "heuristic"));
   if (found == 0) return Status::Internal(str_cat("cuBLASLt found no algorithm for ", c.m, "x", c.n, "x", c.k, " within ", key.workspace, " bytes of workspace"));
   p.algo = result.algo;
   return Status::Ok();
@@ -126,7 +142,7 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
 // The prepared form of `c`, made on its shape's first call.
 Expected<Prepared*> prepared(const GemmCall& c, int64_t workspace_bytes, cublasLtHandle_t h) {
   GemmKey key{.dtype = c.dtype, .tf32 = c.dtype == DType::kF32 && g_tf32, .trans_a = c.trans_a, .trans_b = c.trans_b, .bias = c.bias != nullptr,
-              .m = c.m, .n = c.n, .k = c.k, .batch = c.batch, .stride_a = c.stride_a, .stride_b = c.stride_b, .workspace = workspace_bytes};
+              .bias_grad = c.bias_grad ? 1 + c.bias_grad_of : 0, .m = c.m, .n = c.n, .k = c.k, .batch = c.batch, .stride_a = c.stride_a, .stride_b = c.stride_b, .workspace = workspace_bytes};
   if (cudaGetDevice(&key.device) != cudaSuccess) return Status::Internal("cuBLASLt GEMM: cudaGetDevice failed");
   static std::mutex mutex;
   static std::map<GemmKey, std::unique_ptr<Prepared>> cache;
@@ -148,7 +164,10 @@ Expected<Prepared*> prepared(const GemmCall& c, int64_t workspace_bytes, cublasL
 Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* stream) {
   if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
   MEMC_ASSIGN_OR_RETURN(cublasLtHandle_t h, handle());
+  if (c.bias_grad && (c.batch != 1 || c.bias)) return Status::BadInput("cuBLASLt GEMM: a bias gradient needs one matrix and no bias");
   MEMC_ASSIGN_OR_RETURN(Prepared* p, prepared(c, workspace_bytes, h));
+  if (!p->refused.empty()) return Status::BadInput(p->refused);
+  if (c.bias_grad) MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(p->desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias_grad, sizeof(c.bias_grad)), "bias gradient"));
   // The bias lives where this call's node has it: the one attribute set per call.
   if (c.bias) MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(p->desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)), "bias"));
   const float alpha = 1.f, beta = 0.f;  // the output is written whole, never accumulated into

@@ -18,6 +18,11 @@ struct GemmCall {
   const void* b = nullptr;
   const void* bias = nullptr;  // optional, dtype of y
   void* y = nullptr;
+  // Optional, one matrix only (matmul_bgrad): the epilogue also writes the sums over k of op(a)'s
+  // rows (m values, bias_grad_of 0) or of op(b)'s columns (n values, 1), dtype of y. Where
+  // cuBLASLt offers no algorithm for that epilogue, gemm() is bad input and writes nothing.
+  void* bias_grad = nullptr;
+  int bias_grad_of = 0;
 };
 Status gemm(const GemmCall& call, void* workspace, int64_t workspace_bytes, void* stream);
 

@@ -758,6 +758,31 @@ Status linear_op(KernelContext& ctx, R& run) {
   return run.gemm(c, ctx.workspace, ctx.workspace_bytes);
 }
 
+// matmul_bgrad: one GEMM whose epilogue writes the summed operand's sums over k (cuBLASLt's
+// BGRADA/BGRADB: a linear layer's bias gradient inside its weight-gradient GEMM). Where cuBLASLt
+// offers no algorithm for that epilogue (bad input from gemm()), the plain GEMM and a reduction.
+template <class R>
+Status matmul_bgrad_op(KernelContext& ctx, R& run) {
+  const Tensor &a = *ctx.inputs[0], &b = *ctx.inputs[1];
+  const bool ta = ctx.node.attrs.get_int("transpose_a", 0), tb = ctx.node.attrs.get_int("transpose_b", 0);
+  const int summed = static_cast<int>(ctx.node.attrs.get_int("summed", 0));
+  GemmCall c{.dtype = a.dtype(), .m = ta ? a.shape()[1] : a.shape()[0], .n = tb ? b.shape()[0] : b.shape()[1],
+             .k = ta ? a.shape()[0] : a.shape()[1], .trans_a = ta, .trans_b = tb};
+  c.a = a.raw(), c.b = b.raw(), c.y = ctx.outputs[0]->raw();
+  c.bias_grad = ctx.outputs[1]->raw(), c.bias_grad_of = summed;
+  if (Status fused = run.gemm(c, ctx.workspace, ctx.workspace_bytes); fused.ok() || fused.kind() != ErrorKind::kBadInput) return fused;
+  c.bias_grad = nullptr;
+  MEMC_RETURN_IF_ERROR(run.gemm(c, ctx.workspace, ctx.workspace_bytes));
+  // The sums over k: of each stored row where k runs along it (a, or bᵀ), else of each column.
+  const Tensor& v = summed ? b : a;
+  const int64_t rows = v.shape()[0], cols = v.shape()[1];
+  const bool along_rows = summed ? tb : !ta;
+  MEMC_ASSIGN_OR_RETURN(const Strided kept, strided(ctx, {along_rows ? rows : cols}, {along_rows ? cols : 1}));
+  MEMC_ASSIGN_OR_RETURN(const Strided reduced, strided(ctx, {along_rows ? cols : rows}, {along_rows ? 1 : cols}));
+  return run(Reduce{v.raw(), ctx.outputs[1]->raw(), v.dtype(), ReduceOp::kSum, kept, reduced, along_rows ? cols : rows},
+             ctx.outputs[1]->numel());
+}
+
 // Batched matmul with transposes where one strided batch describes it: both operands of rank
 // ≥ 2 with equal batch dims, or one of them unbatched (its stride is 0).
 template <class R>

@@ -37,6 +37,20 @@ int64_t matmul_flops(const Node& node, std::span<const TensorType> in, std::span
   return 2 * out[0].numel() * k;
 }
 
+// matmul_bgrad(a, b) {transpose_a, transpose_b, summed}: y = op(a)·op(b) for 2-D operands, and
+// s = the sum of one operand over the contraction dim k: op(a)'s rows ([M], summed = 0) or op(b)'s
+// columns ([N], summed = 1). A linear layer's weight gradient and its bias gradient in one GEMM:
+// dW = dyᵀ·x with db = Σ_rows dy (passes/bias_grad_gemm.h).
+Status matmul_bgrad_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  if (c.inputs[0].shape.size() != 2 || c.inputs[1].shape.size() != 2) return Status::BadInput("needs 2-D operands");
+  MEMC_RETURN_IF_ERROR(matmul_shape(c, out));
+  const int64_t summed = c.node.attrs.get_int("summed", 0);
+  if (summed != 0 && summed != 1) return Status::BadInput(str_cat("summed must be 0 or 1, got ", summed));
+  const Shape& y = out[0].shape;
+  out.push_back(TensorType{out[0].dtype, Shape{summed ? y[1] : y[0]}});
+  return Status::Ok();
+}
+
 // linear(x, w, [b]) {transpose_w = 1}: y = x·wᵀ + b with w [N, K] (or x·w + b with w [K, N]).
 Status linear_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const TensorType &x = c.inputs[0], &w = c.inputs[1];
@@ -141,6 +155,13 @@ int64_t attention_flops(const Node& node, std::span<const TensorType> in, std::s
 void register_linalg_ops(OpRegistry& r) {
   r.add({.name = "matmul", .min_inputs = 2, .max_inputs = 2, .flags = kOpComputeHeavy, .shape = matmul_shape,
          .flops = matmul_flops, .doc = "batched matmul {transpose_a, transpose_b}"});
+  r.add({.name = "matmul_bgrad", .min_inputs = 2, .max_inputs = 2, .num_outputs = 2, .flags = kOpComputeHeavy | kOpNoGradient,
+         .shape = matmul_bgrad_shape,
+         .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType> out) {
+           const int64_t k = n.attrs.get_int("transpose_a", 0) ? in[0].shape[0] : in[0].shape[1];
+           return 2 * out[0].numel() * k + out[1].numel() * k;
+         },
+         .doc = "(a, b) → (op(a)·op(b), Σ_k of op(a) {summed = 0} or op(b) {summed = 1}) for 2-D operands {transpose_a, transpose_b}"});
   r.add({.name = "linear", .min_inputs = 2, .max_inputs = 3, .flags = kOpComputeHeavy, .shape = linear_shape,
          .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType> out) {
            const bool tw = n.attrs.get_int("transpose_w", 1);

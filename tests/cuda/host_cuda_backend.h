@@ -43,7 +43,14 @@ struct HostRunner {
     return Status::BadInput("not supported by cuDNN SDPA: no GPU");
   }
   Status gemm(const cuda::GemmCall& c, void*, int64_t) {
+    // As cuBLASLt where its heuristic offers no algorithm for the bias-gradient epilogue.
+    if (c.bias_grad && refuse_bias_grad()) return Status::BadInput("host GEMM: no bias-gradient epilogue");
     return ops_gemm(c);
+  }
+  // Tests set it to run matmul_bgrad's fallback (the plain GEMM and a reduction).
+  static bool& refuse_bias_grad() {
+    static thread_local bool refuse = false;
+    return refuse;
   }
 
   static Status ops_gemm(const cuda::GemmCall& c) {
@@ -73,6 +80,17 @@ struct HostRunner {
           }
           cuda::st(y, (p * c.m + i) * c.n + j, static_cast<float>(s));
         }
+      }
+    }
+    if (c.bias_grad) {  // the sums over k of op(a)'s rows or op(b)'s columns
+      T* g = static_cast<T*>(c.bias_grad);
+      const int64_t count = c.bias_grad_of ? c.n : c.m;
+      for (int64_t i = 0; i < count; ++i) {
+        double s = 0;
+        for (int64_t k = 0; k < c.k; ++k) {
+          s += c.bias_grad_of ? cuda::ld(b, c.trans_b ? i * c.k + k : k * c.n + i) : cuda::ld(a, c.trans_a ? k * c.m + i : i * c.k + k);
+        }
+        cuda::st(g, i, static_cast<float>(s));
       }
     }
     return Status::Ok();

@@ -407,6 +407,67 @@ TEST(CudaAttention, ThroughGemmsInChunksMatchesTheRowKernel) {
   EXPECT_EQ(cuda::ops::gemm_attention_chunk(many, many), 64);  // 4 MiB an entry: 64 entries in 256 MiB
 }
 
+// matmul_bgrad (a linear layer's bias gradient in its weight-gradient GEMM): for either summed
+// operand, every transpose, f32 and bf16, through the epilogue and through the fallback (the
+// plain GEMM and a reduction, where cuBLASLt offers no algorithm), y and the sums equal a double
+// reference and the CPU kernel (the one the GPU plans' CPU runs use).
+TEST(CudaGemmEpilogues, BiasGradientEqualsMatmulAndItsSums) {
+  constexpr int64_t kM = 12, kN = 9, kK = 37;
+  std::mt19937 rng(23);
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int64_t summed : {0, 1}) {
+      for (const int64_t ta : {0, 1}) {
+        for (const int64_t tb : {0, 1}) {
+          for (const bool fallback : {false, true}) {
+            Node node;
+            node.op = "matmul_bgrad";
+            node.attrs.set("transpose_a", ta), node.attrs.set("transpose_b", tb), node.attrs.set("summed", summed);
+            const Tensor a = testing::random_tensor(dtype, ta ? Shape{kK, kM} : Shape{kM, kK}, rng);
+            const Tensor b = testing::random_tensor(dtype, tb ? Shape{kN, kK} : Shape{kK, kN}, rng);
+            auto at = [&](int64_t i, int64_t k) { return a.get_as_double(ta ? k * kM + i : i * kK + k); };
+            auto bt = [&](int64_t k, int64_t j) { return b.get_as_double(tb ? j * kK + k : k * kN + j); };
+            const int64_t count = summed ? kN : kM;
+            auto run = [&](bool cuda_kernel) {
+              std::vector<Tensor> out = {Tensor::zeros(dtype, {kM, kN}), Tensor::zeros(dtype, {count})};
+              KernelContext ctx{node, {&a, &b}, {&out[0], &out[1]}};
+              Scratch64 workspace(int64_t{1} << 20);
+              workspace.give(ctx);
+              HostRunner::refuse_bias_grad() = fallback;
+              const Kernel* k = cuda_kernel ? cuda::ops::find_kernel<HostRunner>("matmul_bgrad") : cpu::find_kernel("matmul_bgrad");
+              EXPECT_NE(k, nullptr);
+              const Status st = (*k)(ctx);
+              HostRunner::refuse_bias_grad() = false;
+              EXPECT_TRUE(st.ok()) << st.message();
+              return out;
+            };
+            const std::vector<Tensor> cuda = run(true), cpu = run(false);
+            const double bound = dtype == DType::kF32 ? 1e-6 : 1e-2;
+            double y_err = 0, s_err = 0, scale = 0;
+            for (int64_t i = 0; i < kM; ++i) {
+              for (int64_t j = 0; j < kN; ++j) {
+                double ref = 0;
+                for (int64_t k = 0; k < kK; ++k) ref += at(i, k) * bt(k, j);
+                y_err = std::max(y_err, std::fabs(cuda[0].get_as_double(i * kN + j) - ref));
+                scale = std::max(scale, std::fabs(ref));
+              }
+            }
+            for (int64_t i = 0; i < count; ++i) {
+              double ref = 0;
+              for (int64_t k = 0; k < kK; ++k) ref += summed ? bt(k, i) : at(i, k);
+              s_err = std::max(s_err, std::fabs(cuda[1].get_as_double(i) - ref));
+              EXPECT_NEAR(cpu[1].get_as_double(i), ref, bound * std::max(1.0, std::fabs(ref)));
+            }
+            const std::string where = str_cat(dtype_name(dtype), " summed ", summed, " ta ", ta, " tb ", tb, fallback ? " fallback" : " epilogue");
+            EXPECT_LE(y_err, bound * scale) << where;
+            EXPECT_LE(s_err, bound * kK) << where;
+            EXPECT_LE(relative_difference(cuda[0], cpu[0]), bound) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Every optimizer's update kernel in a real step: the updated weights and states after one step
 // of the digits ViT, against the CPU backend. The gradients feeding them differ in the last bits
 // (GEMM summation order), so floats agree to 1e-4 and an 8-bit code may land on its neighbour.

@@ -1,0 +1,189 @@
+// The rewrites GPU targets run, on the CPU against the plans without them.
+//
+// patch_gemm (passes/patch_gemm.h): a stride-equals-kernel convolution as patches and one GEMM.
+// The rewritten forward equals the convolution in 1, 2 and 3 spatial dims, with and without a
+// bias, where its output is read as it is and where a ViT's flatten + transpose reads it (the
+// transposes then cancel); convolutions it must not touch stay. On the committed ViTs the whole
+// training step (loss and every gradient) equals the convolution's within rounding, and the
+// rewritten plan's measured peak is its planned one.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "passes/bias_grad_gemm.h"
+#include "passes/patch_gemm.h"
+#include "tests/frontend_onnx_builder.h"
+#include "tests/pass_compare.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+struct ConvCase {
+  std::string name;
+  Shape x, w;
+  std::vector<int64_t> strides, pads;  // pads empty: none
+  bool bias = true;
+  bool tokens = false;  // the output read as a ViT reads it: flatten(2), transpose(1, 2)
+  bool rewritten = true;
+};
+
+// One Conv (and, for `tokens`, Reshape to [N, Co, P] and Transpose(0, 2, 1)) on random data.
+Module conv_module(const ConvCase& c, std::mt19937& rng) {
+  testing::OnnxBuilder b;
+  b.input("x", c.x).output(c.tokens ? "t" : "y");
+  b.init("w", testing::random_tensor(DType::kF32, c.w, rng));
+  std::vector<std::string> inputs = {"x", "w"};
+  if (c.bias) {
+    b.init("b", testing::random_tensor(DType::kF32, {c.w[0]}, rng));
+    inputs.push_back("b");
+  }
+  auto& conv = b.node("Conv", inputs, {"y"});
+  testing::attr_ints(conv, "strides", c.strides);
+  if (!c.pads.empty()) testing::attr_ints(conv, "pads", c.pads);
+  if (c.tokens) {
+    b.ints("flat", {c.x[0], c.w[0], -1});
+    b.node("Reshape", {"y", "flat"}, {"f"});
+    auto& t = b.node("Transpose", {"f"}, {"t"});
+    testing::attr_ints(t, "perm", {0, 2, 1});
+  }
+  ImportOptions o;
+  o.fuse = false;
+  auto m = b.import(o);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? std::move(*m) : Module();
+}
+
+class PatchGemmForward : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(PatchGemmForward, EqualsTheConvolution) {
+  const ConvCase& c = GetParam();
+  std::mt19937 rng(7);
+  const Module conv = conv_module(c, rng);
+  ASSERT_EQ(testing::count_op(conv, "conv"), 1);
+  Module patched = conv_module(c, rng = std::mt19937(7));
+  auto report = PatchGemm().run(patched);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->get("rewritten"), c.rewritten ? 1 : 0);
+  EXPECT_EQ(testing::count_op(patched, "conv"), c.rewritten ? 0 : 1);
+  EXPECT_EQ(testing::count_op(patched, "linear"), c.rewritten ? 1 : 0);
+  // Tokens: the linear's output is the model's output; the conv's layout is never made.
+  EXPECT_EQ(report->get("transposes_cancelled"), c.rewritten && c.tokens ? 1 : 0);
+  if (c.rewritten && c.tokens) EXPECT_EQ(testing::count_op(patched, "transpose"), 1);  // the patches' only
+  const std::map<std::string, Tensor> feeds = {{"x", testing::random_tensor(DType::kF32, c.x, rng)}};
+  auto want = execute(conv, feeds);
+  auto got = execute(patched, feeds);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->at(0).shape(), want->at(0).shape());
+  EXPECT_LE(testing::rel_error(got->at(0), want->at(0)), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Convs, PatchGemmForward,
+    ::testing::Values(ConvCase{"vit_patches", {2, 3, 8, 12}, {5, 3, 4, 4}, {4, 4}},
+                      ConvCase{"vit_tokens", {2, 3, 8, 12}, {5, 3, 4, 4}, {4, 4}, {}, true, true},
+                      ConvCase{"rectangular_no_bias", {3, 2, 6, 9}, {4, 2, 2, 3}, {2, 3}, {}, false},
+                      ConvCase{"one_d_tokens", {2, 4, 20}, {6, 4, 5}, {5}, {}, true, true},
+                      ConvCase{"three_d", {1, 2, 4, 6, 4}, {3, 2, 2, 3, 2}, {2, 3, 2}},
+                      ConvCase{"pointwise", {2, 5, 3, 3}, {4, 5, 1, 1}, {1, 1}},
+                      // not patch embeddings: each stays a convolution
+                      ConvCase{"overlapping", {2, 3, 8, 8}, {4, 3, 4, 4}, {2, 2}, {}, true, false, false},
+                      ConvCase{"padded", {2, 3, 8, 8}, {4, 3, 2, 2}, {2, 2}, {1, 1, 1, 1}, true, false, false},
+                      ConvCase{"left_over", {2, 3, 9, 8}, {4, 3, 2, 2}, {2, 2}, {}, true, false, false}),
+    [](const auto& info) { return info.param.name; });
+
+// The whole step on the committed ViTs (both exporters' patch embeddings): the same loss and
+// gradients as the convolution's plan, a plan that measures what it plans, and the transposes
+// back to tokens gone.
+struct ModelCase {
+  std::string model, precision;
+  int64_t batch = 8;
+};
+
+class PatchGemmStep : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(PatchGemmStep, EqualsTheConvolutionsStep) {
+  const ModelCase& c = GetParam();
+  CompileOptions o;
+  o.batch = c.batch;
+  o.precision = *parse_precision(c.precision);
+  const Plan conv = testing::compile_committed(c.model, o);
+  o.patch_gemm = true;
+  const Plan patched = testing::compile_committed(c.model, o);
+  EXPECT_EQ(testing::count_op(conv.train, "conv"), 1);
+  EXPECT_EQ(testing::count_op(patched.train, "conv"), 0);
+  EXPECT_EQ(testing::count_op(patched.train, "conv_grad_weight"), 0);
+  EXPECT_EQ(testing::count_op(patched.train, "linear"), testing::count_op(conv.train, "linear") + 1);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(patched, "digits_train.npz"),
+                                               testing::first_step_gradients(conv, "digits_train.npz"));
+  std::printf("[patch_gemm] %s %s: loss rel %.2e, grads rel L2 %.2e (worst %s %.2e); planned %lld vs %lld with the conv\n",
+              c.model.c_str(), c.precision.c_str(), diff.loss_rel, diff.grad_rel_l2, diff.worst_param.c_str(), diff.worst_param_rel,
+              static_cast<long long>(patched.memory.predicted_peak_bytes), static_cast<long long>(conv.memory.predicted_peak_bytes));
+  EXPECT_EQ(diff.missing, "");
+  const double tolerance = c.precision == "fp32" ? 1e-5 : 1e-2;
+  EXPECT_LE(diff.loss_rel, tolerance);
+  EXPECT_LE(diff.worst_param_rel, tolerance);
+  EXPECT_EQ(testing::measured_peak(patched, "digits_train.npz", 2), patched.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PatchGemmStep,
+                         ::testing::Values(ModelCase{"vit_tiny", "fp32"}, ModelCase{"vit_tiny", "bf16-mixed"},
+                                           ModelCase{"vit_tiny_dynamo_t215", "fp32", 4}),
+                         [](const auto& info) {
+                           std::string name = info.param.model + "_" + info.param.precision;
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+// bias_grad_gemm (passes/bias_grad_gemm.h): every linear layer's bias gradient joins its weight
+// gradient's GEMM (one matmul_bgrad per linear with a trained bias, no reduce_sum of dy left),
+// and the step's loss and gradients equal the unfused step's; the plan measures what it plans.
+struct FusedCase {
+  std::string model, data, precision;
+  int64_t batch = 8, seq = -1, micro_batches = 1;
+};
+
+class BiasGradGemmStep : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(BiasGradGemmStep, EqualsTheUnfusedStep) {
+  const FusedCase& c = GetParam();
+  CompileOptions o;
+  o.batch = c.batch;
+  o.seq = c.seq;
+  o.micro_batches = c.micro_batches;
+  o.precision = *parse_precision(c.precision);
+  const Plan plain = testing::compile_committed(c.model, o);
+  o.bias_grad_gemm = true;
+  const Plan fused = testing::compile_committed(c.model, o);
+  const int pairs = testing::count_op(fused.train, "matmul_bgrad");
+  EXPECT_GT(pairs, 0);
+  EXPECT_EQ(testing::count_op(fused.train, "matmul"), testing::count_op(plain.train, "matmul") - pairs);
+  EXPECT_EQ(testing::count_op(fused.train, "reduce_sum"), testing::count_op(plain.train, "reduce_sum") - pairs);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(fused, c.data), testing::first_step_gradients(plain, c.data));
+  std::printf("[bias_grad_gemm] %s %s x%lld: %d fused; loss rel %.2e, grads rel L2 %.2e (worst %s %.2e); planned %lld vs %lld unfused\n",
+              c.model.c_str(), c.precision.c_str(), static_cast<long long>(c.micro_batches), pairs, diff.loss_rel, diff.grad_rel_l2,
+              diff.worst_param.c_str(), diff.worst_param_rel, static_cast<long long>(fused.memory.predicted_peak_bytes),
+              static_cast<long long>(plain.memory.predicted_peak_bytes));
+  EXPECT_EQ(diff.missing, "");
+  const double tolerance = c.precision == "fp32" ? 1e-5 : 1e-2;
+  EXPECT_LE(diff.loss_rel, tolerance);
+  EXPECT_LE(diff.worst_param_rel, tolerance);
+  EXPECT_EQ(testing::measured_peak(fused, c.data, 2), fused.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BiasGradGemmStep,
+                         ::testing::Values(FusedCase{"vit_tiny", "digits_train.npz", "fp32"},
+                                           FusedCase{"vit_tiny", "digits_train.npz", "bf16-mixed"},
+                                           FusedCase{"vit_tiny", "digits_train.npz", "fp32", 8, -1, 2},
+                                           FusedCase{"vit_tiny_dynamo_t215", "digits_train.npz", "fp32", 4},
+                                           FusedCase{"text_encoder", "text_train.npz", "fp32", 8, 32}),
+                         [](const auto& info) {
+                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace memc
