@@ -23,6 +23,24 @@ int summed_operand(const Module& m, const Node& g, ValueId v) {
   return -1;
 }
 
+// Where the fused node can go: the earlier node's place when every input is ready there (the
+// matmul's other operand is, when the reduce comes first), else the later node's when nothing
+// reads the earlier node's output before it; kNoNode when neither holds.
+NodeId fused_place(const Module& m, const std::vector<std::vector<NodeId>>& users, std::unordered_map<NodeId, size_t>& position,
+                   NodeId g, NodeId r) {
+  const NodeId later = position[g] > position[r] ? g : r, earlier = later == g ? r : g;
+  bool ready = true;
+  for (ValueId v : m.node(g).inputs) {
+    const NodeId p = m.value(v).producer;
+    ready = ready && (p == kNoNode || (position.count(p) != 0 && position[p] < position[earlier]));
+  }
+  if (ready) return earlier;
+  for (NodeId u : users[m.node(earlier).outputs[0]]) {
+    if (position.count(u) == 0 || position[u] < position[later]) return kNoNode;
+  }
+  return later;
+}
+
 // `to` takes `from`'s place: its name (a gradient's "grad.W", which the runtime and the
 // sharding passes look up), role and memory space.
 void take_identity(Module& m, ValueId from, ValueId to) {
@@ -49,18 +67,14 @@ Expected<PassReport> BiasGradGemm::run(Module& m) {
       if (m.node(g).dead) continue;
       const int summed = summed_operand(m, m.node(g), v);
       if (summed < 0 || m.value(m.node(g).outputs[0]).type.dtype != m.value(m.node(r).outputs[0]).type.dtype) continue;
-      // The fused node takes the later one's place; whatever reads the earlier one's output
-      // must come after that place.
-      const NodeId later = position[g] > position[r] ? g : r, earlier = later == g ? r : g;
-      bool in_order = true;
-      for (NodeId u : users[m.node(earlier).outputs[0]]) in_order = in_order && position[u] > position[later];
-      if (!in_order) continue;
+      const NodeId at = fused_place(m, users, position, g, r);
+      if (at == kNoNode) continue;
       Attrs attrs;
       attrs.set("transpose_a", m.node(g).attrs.get_int("transpose_a", 0));
       attrs.set("transpose_b", m.node(g).attrs.get_int("transpose_b", 0));
       attrs.set("summed", int64_t{summed});
       const std::vector<ValueId> inputs = m.node(g).inputs;
-      const std::vector<ValueId> out = fusion::add_before(m, later, "matmul_bgrad", inputs, std::move(attrs), m.node(g).source);
+      const std::vector<ValueId> out = fusion::add_before(m, at, "matmul_bgrad", inputs, std::move(attrs), m.node(g).source);
       if (out.size() != 2) return Status::Internal(str_cat("bias_grad_gemm: could not fuse ", m.node(g).source));
       const ValueId dw = m.node(g).outputs[0], db = m.node(r).outputs[0];
       if (m.value(out[0]).type != m.value(dw).type || m.value(out[1]).type != m.value(db).type) {

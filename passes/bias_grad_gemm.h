@@ -4,8 +4,8 @@
 // epilogue (BGRADB/BGRADA) sums dy over the GEMM's k while the GEMM reads it. Set for GPU
 // targets (planner/compile.cc). Memory is unchanged: the same two outputs, the same input.
 //
-// A pair is fused only where the fused node can take the later one's place in the schedule
-// with every reader of the earlier one's output still after it.
+// The fused node takes the earlier node's place where its inputs are ready there, else the later
+// node's where nothing reads the earlier one's output before it; other pairs stay apart.
 #pragma once
 #include "passes/pass.h"
 
