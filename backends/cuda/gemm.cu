@@ -171,9 +171,15 @@ Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* s
   // The bias lives where this call's node has it: the one attribute set per call.
   if (c.bias) MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(p->desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)), "bias"));
   const float alpha = 1.f, beta = 0.f;  // the output is written whole, never accumulated into
-  return check_lt(cublasLtMatmul(h, p->desc.op, &alpha, c.b, p->desc.a, c.a, p->desc.b, &beta, c.y, p->desc.d, c.y, p->desc.d, &p->algo,
-                                 workspace, p->limit, static_cast<cudaStream_t>(stream)),
-                  "matmul");
+  const cublasStatus_t done = cublasLtMatmul(h, p->desc.op, &alpha, c.b, p->desc.a, c.a, p->desc.b, &beta, c.y, p->desc.d, c.y,
+                                             p->desc.d, &p->algo, workspace, p->limit, static_cast<cudaStream_t>(stream));
+  if (c.bias_grad && (done == CUBLAS_STATUS_NOT_SUPPORTED || done == CUBLAS_STATUS_INVALID_VALUE)) {
+    // The heuristic's algorithm refused the epilogue at launch (nothing was queued): remember it,
+    // and the op runs its fallback from now on.
+    p->refused = str_cat("cuBLASLt refused the bias-gradient epilogue for ", c.m, "x", c.n, "x", c.k, " (status ", static_cast<int>(done), ")");
+    return Status::BadInput(p->refused);
+  }
+  return check_lt(done, "matmul");
 }
 
 }  // namespace memc::cuda
