@@ -75,19 +75,50 @@ constexpr int kMaxDims = 8;
 
 // The offset of the i-th row-major position of `dims` under per-dim element strides (0 along
 // broadcast dims): transposes, slices, expands and broadcasts are all one of these.
+// Element i (row-major over dims, i < their product) at offset(i). The outermost dim takes what
+// is left of i without a division: 64-bit divisions are most of an elementwise kernel's work on
+// a GPU, so ops coalesce their maps first (coalesce()) and a contiguous map costs none.
 struct Strided {
   int rank = 0;
   int64_t dims[kMaxDims] = {};
   int64_t strides[kMaxDims] = {};
   MEMC_HD int64_t offset(int64_t i) const {
     int64_t off = 0;
-    for (int d = rank - 1; d >= 0; --d) {
+    for (int d = rank - 1; d > 0; --d) {
       off += (i % dims[d]) * strides[d];
       i /= dims[d];
     }
-    return off;
+    return rank > 0 ? off + i * strides[0] : off;
   }
 };
+
+// Maps over the same dims, rewritten over fewer: size-1 dims go, and a dim merges into the next
+// inner one where every map steps through both as one (stride[d] = stride[d+1] · dims[d+1]).
+// Every map's offset(i) is unchanged for every i.
+template <size_t N>
+void coalesce(Strided* const (&maps)[N]) {
+  Strided& first = *maps[0];
+  int rank = 0;
+  for (int d = 0; d < first.rank; ++d) {
+    if (first.dims[d] == 1) continue;
+    bool merges = rank > 0;
+    for (Strided* m : maps) merges = merges && m->strides[rank - 1] == m->strides[d] * first.dims[d];
+    for (Strided* m : maps) {
+      if (merges) {
+        m->strides[rank - 1] = m->strides[d];
+      } else {
+        m->strides[rank] = m->strides[d];
+      }
+    }
+    if (merges) {
+      for (Strided* m : maps) m->dims[rank - 1] *= first.dims[d];
+    } else {
+      for (Strided* m : maps) m->dims[rank] = first.dims[d];
+      ++rank;
+    }
+  }
+  for (Strided* m : maps) m->rank = rank;
+}
 
 // ---- data movement ----------------------------------------------------------------------------
 // E is an unsigned integer of the element's size: these bodies move bytes of any dtype.
@@ -254,6 +285,14 @@ struct Cast {
   void* out;
   DType to;
   MEMC_HD void operator()(int64_t i) const { st_double(out, to, i, ld_double(in, from, i)); }
+};
+// Between the float storages (f32, bf16, f16) through f32, without Cast's dtype switches and f64:
+// the same values (each source converts to f32 exactly).
+template <typename From, typename To>
+struct CastFloat {
+  const From* in;
+  To* out;
+  MEMC_HD void operator()(int64_t i) const { st(out, i, ld(in, i)); }
 };
 
 enum class UnaryOp : uint8_t {

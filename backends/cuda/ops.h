@@ -127,7 +127,8 @@ Status constant_op(KernelContext& ctx, R& run) {
 template <class R>
 Status strided_copy(KernelContext& ctx, R& run, int64_t base, const std::vector<int64_t>& strides) {
   const Tensor& y = *ctx.outputs[0];
-  MEMC_ASSIGN_OR_RETURN(const Strided map, strided(ctx, y.shape(), strides));
+  MEMC_ASSIGN_OR_RETURN(Strided map, strided(ctx, y.shape(), strides));
+  coalesce({&map});
   return dispatch_bytes(y.dtype(), [&]<typename E>() {
     return run(CopyStrided<E>{in<E>(ctx, 0), out<E>(ctx, 0), base, map}, y.numel());
   });
@@ -189,7 +190,8 @@ Status tile_op(KernelContext& ctx, R& run) {
   Shape view;
   std::vector<int64_t> strides;
   for (size_t d = 0; d < repeats.size(); ++d) view.insert(view.end(), {repeats[d], x.shape()[d]}), strides.insert(strides.end(), {0, own[d]});
-  MEMC_ASSIGN_OR_RETURN(const Strided map, strided(ctx, view, strides));
+  MEMC_ASSIGN_OR_RETURN(Strided map, strided(ctx, view, strides));
+  coalesce({&map});
   return dispatch_bytes(x.dtype(), [&]<typename E>() { return run(CopyStrided<E>{in<E>(ctx, 0), out<E>(ctx, 0), 0, map}, numel(view)); });
 }
 
@@ -326,6 +328,12 @@ Status gather_elements_grad_op(KernelContext& ctx, R& run) {
 template <class R>
 Status cast_op(KernelContext& ctx, R& run) {
   const Tensor &x = *ctx.inputs[0], &y = *ctx.outputs[0];
+  auto is_float_storage = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
+  if (is_float_storage(x.dtype()) && is_float_storage(y.dtype())) {
+    return dispatch_float(ctx, x.dtype(), [&]<typename From>() {
+      return dispatch_float(ctx, y.dtype(), [&]<typename To>() { return run(CastFloat<From, To>{in<From>(ctx, 0), out<To>(ctx, 0)}, x.numel()); });
+    });
+  }
   return run(Cast{x.raw(), x.dtype(), ctx.outputs[0]->raw(), y.dtype()}, x.numel());
 }
 
@@ -342,8 +350,9 @@ template <class R>
 Status binary_op(KernelContext& ctx, R& run, BinaryOp op) {
   if (op == BinaryOp::kMod && ctx.node.attrs.get_int("fmod", 0)) op = BinaryOp::kFmod;
   const Shape& y = ctx.outputs[0]->shape();
-  MEMC_ASSIGN_OR_RETURN(const Strided sa, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
-  MEMC_ASSIGN_OR_RETURN(const Strided sb, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(Strided sa, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(Strided sb, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  coalesce({&sa, &sb});
   const DType t = ctx.inputs[0]->dtype();
   if (is_integer(t) || t == DType::kF64) return run(BinaryAny{ctx.inputs[0]->raw(), ctx.inputs[1]->raw(), ctx.outputs[0]->raw(), t, op, sa, sb}, ctx.outputs[0]->numel());
   return dispatch_float(ctx, t, [&]<typename T>() {
@@ -354,8 +363,9 @@ Status binary_op(KernelContext& ctx, R& run, BinaryOp op) {
 template <class R>
 Status compare_op(KernelContext& ctx, R& run, CompareOp op) {
   const Shape& y = ctx.outputs[0]->shape();
-  MEMC_ASSIGN_OR_RETURN(const Strided sa, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
-  MEMC_ASSIGN_OR_RETURN(const Strided sb, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(Strided sa, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(Strided sb, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  coalesce({&sa, &sb});
   return run(Compare{ctx.inputs[0]->raw(), ctx.inputs[1]->raw(), ctx.inputs[0]->dtype(), out<uint8_t>(ctx, 0), op, sa, sb},
              ctx.outputs[0]->numel());
 }
@@ -368,9 +378,10 @@ Status not_op(KernelContext& ctx, R& run) {
 template <class R>
 Status where_op(KernelContext& ctx, R& run) {
   const Shape& y = ctx.outputs[0]->shape();
-  MEMC_ASSIGN_OR_RETURN(const Strided sc, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
-  MEMC_ASSIGN_OR_RETURN(const Strided sa, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
-  MEMC_ASSIGN_OR_RETURN(const Strided sb, broadcast_map(ctx, ctx.inputs[2]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(Strided sc, broadcast_map(ctx, ctx.inputs[0]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(Strided sa, broadcast_map(ctx, ctx.inputs[1]->shape(), y));
+  MEMC_ASSIGN_OR_RETURN(Strided sb, broadcast_map(ctx, ctx.inputs[2]->shape(), y));
+  coalesce({&sc, &sa, &sb});
   return dispatch_bytes(ctx.outputs[0]->dtype(), [&]<typename E>() {
     return run(Where<E>{in<uint8_t>(ctx, 0), in<E>(ctx, 1), in<E>(ctx, 2), out<E>(ctx, 0), sc, sa, sb}, ctx.outputs[0]->numel());
   });
@@ -427,8 +438,9 @@ Status reduce_op(KernelContext& ctx, R& run, ReduceOp op) {
     (reduced ? reduced_dims : kept_dims).push_back(x[d]);
     (reduced ? reduced_strides : kept_strides).push_back(own[d]);
   }
-  MEMC_ASSIGN_OR_RETURN(const Strided kept, strided(ctx, kept_dims, kept_strides));
-  MEMC_ASSIGN_OR_RETURN(const Strided reduced, strided(ctx, reduced_dims, reduced_strides));
+  MEMC_ASSIGN_OR_RETURN(Strided kept, strided(ctx, kept_dims, kept_strides));
+  MEMC_ASSIGN_OR_RETURN(Strided reduced, strided(ctx, reduced_dims, reduced_strides));
+  coalesce({&kept}), coalesce({&reduced});  // each its own iteration: outputs, and a run of inputs
   const DType t = ctx.inputs[0]->dtype();
   if (!is_float(t)) return unsupported(ctx, str_cat("dtype ", dtype_name(t)));
   return run(Reduce{ctx.inputs[0]->raw(), ctx.outputs[0]->raw(), t, op, kept, reduced, numel(reduced_dims)}, ctx.outputs[0]->numel());

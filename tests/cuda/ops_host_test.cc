@@ -407,6 +407,44 @@ TEST(CudaAttention, ThroughGemmsInChunksMatchesTheRowKernel) {
   EXPECT_EQ(cuda::ops::gemm_attention_chunk(many, many), 64);  // 4 MiB an entry: 64 entries in 256 MiB
 }
 
+// Coalesced maps (bodies.h coalesce()) give every element the offset the full maps give it, and
+// drop the dims they can: a contiguous operand and a broadcast one merge to what they need.
+TEST(CudaStrided, CoalescedMapsGiveTheSameOffsets) {
+  auto map = [](const Shape& in, const Shape& out) {
+    const std::vector<int64_t> st = broadcast_strides(in, out);
+    cuda::Strided m;
+    m.rank = static_cast<int>(out.size());
+    for (size_t d = 0; d < out.size(); ++d) m.dims[d] = out[d], m.strides[d] = st[d];
+    return m;
+  };
+  struct Case {
+    Shape out, a, b;
+    int rank;  // after coalescing
+  };
+  for (const Case& c : {Case{{4, 5, 6}, {4, 5, 6}, {4, 5, 6}, 1}, Case{{4, 5, 6}, {4, 5, 6}, {6}, 2}, Case{{4, 5, 6}, {4, 1, 6}, {4, 5, 6}, 3},
+                        Case{{2, 1, 3, 1, 4}, {2, 1, 3, 1, 4}, {1, 1, 1, 1, 1}, 1}, Case{{3, 4, 5}, {3, 4, 1}, {1, 1, 5}, 2},
+                        Case{{2, 3, 4, 5}, {2, 3, 1, 1}, {2, 3, 4, 5}, 2}}) {
+    const cuda::Strided a0 = map(c.a, c.out), b0 = map(c.b, c.out);
+    cuda::Strided a = a0, b = b0;
+    cuda::coalesce({&a, &b});
+    EXPECT_EQ(a.rank, c.rank) << shape_str(c.out) << " " << shape_str(c.a) << " " << shape_str(c.b);
+    EXPECT_EQ(b.rank, c.rank);
+    for (int64_t i = 0; i < numel(c.out); ++i) {
+      ASSERT_EQ(a.offset(i), a0.offset(i)) << i;
+      ASSERT_EQ(b.offset(i), b0.offset(i)) << i;
+    }
+  }
+  // A transpose's source map ([B, T, H, D] read as [B, H, T, D]) keeps its 4 dims.
+  cuda::Strided t;
+  t.rank = 4;
+  const int64_t dims[] = {2, 3, 4, 5}, strides[] = {60, 5, 15, 1};
+  for (int d = 0; d < 4; ++d) t.dims[d] = dims[d], t.strides[d] = strides[d];
+  const cuda::Strided t0 = t;
+  cuda::coalesce({&t});
+  EXPECT_EQ(t.rank, 4);
+  for (int64_t i = 0; i < 120; ++i) ASSERT_EQ(t.offset(i), t0.offset(i));
+}
+
 // matmul_bgrad (a linear layer's bias gradient in its weight-gradient GEMM): for either summed
 // operand, every transpose, f32 and bf16, through the epilogue and through the fallback (the
 // plain GEMM and a reduction, where cuBLASLt offers no algorithm), y and the sums equal a double
