@@ -39,7 +39,16 @@ inline Expected<Strided> strided(const KernelContext& ctx, const Shape& dims, co
   if (dims.size() > static_cast<size_t>(kMaxDims)) return unsupported(ctx, str_cat("rank ", dims.size(), " > ", kMaxDims));
   Strided s;
   s.rank = static_cast<int>(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) s.dims[d] = dims[d], s.strides[d] = strides[d];
+  int64_t count = 1, last = 0;  // elements, and the largest offset
+  bool nonnegative = true;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    s.dims[d] = dims[d], s.strides[d] = strides[d];
+    count *= dims[d];
+    nonnegative = nonnegative && strides[d] >= 0;
+    last += (dims[d] > 0 ? dims[d] - 1 : 0) * strides[d];
+  }
+  constexpr int64_t kNarrow = int64_t{1} << 31;
+  s.narrow = nonnegative && count < kNarrow && last < kNarrow;
   return s;
 }
 inline Expected<Strided> broadcast_map(const KernelContext& ctx, const Shape& in, const Shape& out) {

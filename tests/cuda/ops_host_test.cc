@@ -407,8 +407,9 @@ TEST(CudaAttention, ThroughGemmsInChunksMatchesTheRowKernel) {
   EXPECT_EQ(cuda::ops::gemm_attention_chunk(many, many), 64);  // 4 MiB an entry: 64 entries in 256 MiB
 }
 
-// Coalesced maps (bodies.h coalesce()) give every element the offset the full maps give it, and
-// drop the dims they can: a contiguous operand and a broadcast one merge to what they need.
+// Coalesced maps (bodies.h coalesce()) give every element the offset the full maps give it, also
+// with 32-bit arithmetic, and drop the dims they can: a contiguous operand and a broadcast one
+// merge to what they need.
 TEST(CudaStrided, CoalescedMapsGiveTheSameOffsets) {
   auto map = [](const Shape& in, const Shape& out) {
     const std::vector<int64_t> st = broadcast_strides(in, out);
@@ -429,9 +430,13 @@ TEST(CudaStrided, CoalescedMapsGiveTheSameOffsets) {
     cuda::coalesce({&a, &b});
     EXPECT_EQ(a.rank, c.rank) << shape_str(c.out) << " " << shape_str(c.a) << " " << shape_str(c.b);
     EXPECT_EQ(b.rank, c.rank);
+    cuda::Strided a32 = a, b32 = b;  // and with 32-bit index arithmetic
+    a32.narrow = b32.narrow = true;
     for (int64_t i = 0; i < numel(c.out); ++i) {
       ASSERT_EQ(a.offset(i), a0.offset(i)) << i;
       ASSERT_EQ(b.offset(i), b0.offset(i)) << i;
+      ASSERT_EQ(a32.offset(i), a0.offset(i)) << i;
+      ASSERT_EQ(b32.offset(i), b0.offset(i)) << i;
     }
   }
   // A transpose's source map ([B, T, H, D] read as [B, H, T, D]) keeps its 4 dims.
