@@ -35,6 +35,8 @@ ValueId GradBuilder::scalar(double v, DType dtype) {
   return module_.add_constant(std::move(t), "c");
 }
 
+ValueId GradBuilder::constant(Tensor value) { return module_.add_constant(std::move(value), "c"); }
+
 ValueId GradBuilder::reshape(ValueId v, const Shape& shape) {
   if (this->shape(v) == shape) return v;
   return emit("reshape", {v}, make_attrs({{"shape", shape}}));

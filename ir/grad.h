@@ -36,6 +36,8 @@ class GradBuilder {
   std::vector<ValueId> emit_n(const std::string& op, std::vector<ValueId> inputs, Attrs attrs, int num_outputs);
   // A scalar constant of `dtype`.
   ValueId scalar(double v, DType dtype);
+  // A constant tensor.
+  ValueId constant(Tensor value);
   // Sums `grad` over the dims that broadcasting added or stretched, so it has shape `target`.
   ValueId sum_to(ValueId grad, const Shape& target);
   ValueId reshape(ValueId v, const Shape& shape);

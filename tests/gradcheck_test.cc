@@ -119,6 +119,9 @@ std::vector<GradCase> cases() {
   c.push_back({"cumsum", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}})});
   c.push_back({"cumsum_reverse_exclusive", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}})});
   c.push_back({"pad", "pad", {InputSpec{{2, 3}}}, A({{"pads", I{1, 0, 0, 2}}, {"mode", std::string("constant")}, {"value", 0.0}})});
+  // Mirrored coordinates accumulate; a pad wider than the dim mirrors periodically (reflect).
+  c.push_back({"pad_reflect", "pad", {InputSpec{{2, 3, 4}}}, A({{"pads", I{0, 2, 1, 0, 1, 5}}, {"mode", std::string("reflect")}})});
+  c.push_back({"pad_edge", "pad", {InputSpec{{2, 3, 4}}}, A({{"pads", I{0, 2, 0, 1, 0, 3}}, {"mode", std::string("edge")}})});
   c.push_back({"tile", "tile", {InputSpec{{2, 3}}}, A({{"repeats", I{2, 3}}})});
   c.push_back({"dropout_train", "dropout", {InputSpec{{4, 8}}}, A({{"ratio", 0.3}, {"seed", int64_t{7}}})});
   return c;

@@ -157,20 +157,7 @@ Status gather_elements_kernel(KernelContext& ctx) {
 // Input coordinate read by each output coordinate along one dim; -1 where the constant fills.
 // Reflect mirrors without repeating the edge (numpy "reflect"), periodically for wide pads.
 void pad_source(int64_t* source, int64_t in, int64_t begin, int64_t out, const std::string& mode) {  // source: [out]
-  for (int64_t o = 0; o < out; ++o) {
-    int64_t i = o - begin;
-    if (i < 0 || i >= in) {
-      if (in == 0 || mode == "constant") i = -1;
-      else if (mode == "edge") i = std::clamp<int64_t>(i, 0, in - 1);
-      else if (in == 1) i = 0;
-      else {
-        const int64_t period = 2 * (in - 1);
-        i = ((i % period) + period) % period;
-        if (i >= in) i = period - i;
-      }
-    }
-    source[o] = i;
-  }
+  for (int64_t o = 0; o < out; ++o) source[o] = pad_source_index(o, in, begin, mode);
 }
 
 // Every output row (all dims but the last) either lies in the constant border or reads one

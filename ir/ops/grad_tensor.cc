@@ -171,14 +171,36 @@ Status concat_grad(GradBuilder& g) {
   return Status::Ok();
 }
 
-// Constant padding with non-negative pads: the gradient is the interior slice.
+// Reflect and edge padding read every output element from one input element, dim by dim:
+// y = x[s_0(o_0), …, s_n(o_n)] (pad_source_index). The gradient scatters dy back through each
+// padded dim's source map, the last dim first, as a gather's gradient does (gather_grad: the
+// mirrored and repeated coordinates accumulate).
+Status mirrored_pad_grad(GradBuilder& g, const std::vector<int64_t>& pads, const std::string& mode) {
+  const Shape x = g.shape(g.I(0));
+  Shape shape = g.shape(g.GO(0));
+  ValueId dy = g.GO(0);
+  for (size_t d = x.size(); d-- > 0;) {
+    if (pads[d] == 0 && pads[x.size() + d] == 0) continue;
+    Tensor source = Tensor::zeros(DType::kI64, {shape[d]});
+    for (int64_t o = 0; o < shape[d]; ++o) source.data<int64_t>()[o] = pad_source_index(o, x[d], pads[d], mode);
+    shape[d] = x[d];
+    dy = g.emit("gather_grad", {dy, g.constant(std::move(source))}, make_attrs({{"axis", static_cast<int64_t>(d)}, {"input_shape", shape}}));
+  }
+  g.set_GI(0, dy);
+  return Status::Ok();
+}
+
+// Constant padding: the gradient is the interior slice. Reflect and edge: mirrored_pad_grad.
 Status pad_grad(GradBuilder& g) {
   const auto pads = g.attrs().get_ints("pads");
   const Shape& x = g.shape(g.I(0));
-  if (g.attrs().get_string("mode", "constant") != "constant") return Status::BadInput("no gradient for reflect/edge padding");
-  std::vector<int64_t> axes, starts, ends, steps;
   for (size_t d = 0; d < x.size(); ++d) {
     if (pads[d] < 0 || pads[x.size() + d] < 0) return Status::BadInput("no gradient for negative (cropping) pads");
+  }
+  const std::string mode = g.attrs().get_string("mode", "constant");
+  if (mode != "constant") return mirrored_pad_grad(g, pads, mode);
+  std::vector<int64_t> axes, starts, ends, steps;
+  for (size_t d = 0; d < x.size(); ++d) {
     axes.push_back(static_cast<int64_t>(d));
     starts.push_back(pads[d]);
     ends.push_back(pads[d] + x[d]);

@@ -1,5 +1,6 @@
 // Registration entry points of each op family, and helpers their shape functions share.
 #pragma once
+#include <string_view>
 #include <cstdint>
 
 #include "ir/op_registry.h"
@@ -29,6 +30,11 @@ Status check_small(const std::vector<int64_t>& values, const char* what);
 // A gather index that names no row: the frontend computes it for an index tuple outside the
 // data's dims (GatherND with runtime indices), and gather kernels refuse it saying so.
 inline constexpr int64_t kGatherNoRow = INT64_MIN;
+
+// pad's source along one dim: the input coordinate output coordinate `o` reads, or -1 where the
+// constant fills. Reflect mirrors without repeating the edge (numpy "reflect"), periodically for
+// wide pads; edge repeats the border element. The CPU kernel and the gradient rule use it.
+int64_t pad_source_index(int64_t o, int64_t in, int64_t begin, std::string_view mode);
 
 // Checks every axis in `axes` lies in [0, rank) and appears once.
 Status check_axes(const std::vector<int64_t>& axes, int64_t rank, const char* what);

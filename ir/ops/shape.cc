@@ -1,5 +1,7 @@
 // Data-movement ops: constant, reshape, transpose, slice, concat, expand, gather, pad, tile.
 // Attributes hold fully resolved static values (the frontend folds ONNX's dynamic forms).
+#include <algorithm>
+
 #include "ir/ops/ops.h"
 
 namespace memc {
@@ -116,6 +118,21 @@ Status gather_elements_shape(const ShapeContext& c, std::vector<TensorType>& out
   out = {TensorType{c.inputs[0].dtype, idx}};
   return Status::Ok();
 }
+
+}  // namespace
+
+int64_t pad_source_index(int64_t o, int64_t in, int64_t begin, std::string_view mode) {
+  int64_t i = o - begin;
+  if (i >= 0 && i < in) return i;
+  if (in == 0 || mode == "constant") return -1;
+  if (mode == "edge") return std::clamp<int64_t>(i, 0, in - 1);
+  if (in == 1) return 0;
+  const int64_t period = 2 * (in - 1);
+  i = ((i % period) + period) % period;
+  return i >= in ? period - i : i;
+}
+
+namespace {
 
 // pad {pads = [begin..., end...], mode = "constant"|"reflect"|"edge", value}.
 Status pad_shape(const ShapeContext& c, std::vector<TensorType>& out) {
