@@ -616,10 +616,48 @@ Status lower_expand(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
-// Col2Im (F.fold) of non-overlapping 2-D blocks (strides equal to the block, no padding or
-// dilation, as MobileViTV2 folds its patches back): a permutation, [N, C·kh·kw, Hb·Wb] →
-// [N, C, kh, kw, Hb, Wb] → [N, C, Hb, kh, Wb, kw] → [N, C, H, W]. Overlapping blocks sum where
-// they meet and are refused in one line.
+// Col2Im (F.fold), 2-D. Blocks that tile the image (stride = block, no padding or dilation) are a
+// reshape and a transpose. Otherwise (overlapping blocks, padding, dilation) each block offset
+// (ki, kj) is scattered onto the padded canvas at rows ki·dh + a·sh and columns kj·dw + b·sw
+// (slice_grad, a strided write into zeros), the kh·kw placements are summed (overlaps add, as
+// fold's do), and the padding is cut away. The gradient of each step is defined, so the whole is.
+Expected<ValueId> fold_by_placements(ImportContext& ctx, ValueId x, const std::vector<int64_t>& image, const std::vector<int64_t>& block,
+                                     const std::vector<int64_t>& strides, const std::vector<int64_t>& pads,
+                                     const std::vector<int64_t>& dilations) {
+  const Shape xs = ctx.type(x).shape;
+  const int64_t kh = block[0], kw = block[1];
+  const int64_t ph = image[0] + pads[0] + pads[2], pw = image[1] + pads[1] + pads[3];
+  const int64_t lh = (ph - dilations[0] * (kh - 1) - 1) / strides[0] + 1, lw = (pw - dilations[1] * (kw - 1) - 1) / strides[1] + 1;
+  if (lh <= 0 || lw <= 0 || xs[1] % (kh * kw) != 0 || xs[2] != lh * lw) {
+    return ctx.error(str_cat("input ", shape_str(xs), " does not hold ", std::max<int64_t>(lh, 0) * std::max<int64_t>(lw, 0), " blocks of ", kh,
+                             "x", kw, " for image ", shape_str(image)));
+  }
+  const int64_t n = xs[0], c = xs[1] / (kh * kw);
+  MEMC_ASSIGN_OR_RETURN(const ValueId blocks, ctx.reshape(x, {n, c, kh, kw, lh, lw}));
+  auto slice_attrs = [](std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> steps) {
+    Attrs a;
+    a.set("axes", std::vector<int64_t>{2, 3}), a.set("starts", std::move(starts)), a.set("ends", std::move(ends)), a.set("steps", std::move(steps));
+    return a;
+  };
+  ValueId sum = kNoValue;
+  for (int64_t ki = 0; ki < kh; ++ki) {
+    for (int64_t kj = 0; kj < kw; ++kj) {
+      MEMC_ASSIGN_OR_RETURN(ValueId part, ctx.emit("slice", {blocks}, slice_attrs({ki, kj}, {ki + 1, kj + 1}, {1, 1})));
+      MEMC_ASSIGN_OR_RETURN(part, ctx.reshape(part, {n, c, lh, lw}));
+      const int64_t top = ki * dilations[0], left = kj * dilations[1];
+      Attrs place = slice_attrs({top, left}, {top + (lh - 1) * strides[0] + 1, left + (lw - 1) * strides[1] + 1}, {strides[0], strides[1]});
+      place.set("input_shape", Shape{n, c, ph, pw});
+      MEMC_ASSIGN_OR_RETURN(part, ctx.emit("slice_grad", {part}, std::move(place)));
+      if (sum == kNoValue) {
+        sum = part;
+      } else {
+        MEMC_ASSIGN_OR_RETURN(sum, ctx.emit("add", {sum, part}));
+      }
+    }
+  }
+  return ctx.emit("slice", {sum}, slice_attrs({pads[0], pads[1]}, {pads[0] + image[0], pads[1] + image[1]}, {1, 1}));
+}
+
 Status lower_col2im(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(auto image, ctx.input_ints(1, "image_shape"));
@@ -627,12 +665,19 @@ Status lower_col2im(ImportContext& ctx) {
   const Shape xs = ctx.type(x).shape;
   if (image.size() != 2 || block.size() != 2 || xs.size() != 3) return ctx.error("needs 2-D image and block shapes and input [N, C·kh·kw, L]");
   const auto strides = ctx.attr_ints("strides", {1, 1}), pads = ctx.attr_ints("pads", {0, 0, 0, 0}), dilations = ctx.attr_ints("dilations", {1, 1});
+  if (strides.size() != 2 || pads.size() != 4 || dilations.size() != 2 || block[0] <= 0 || block[1] <= 0 || image[0] <= 0 || image[1] <= 0 ||
+      std::any_of(strides.begin(), strides.end(), [](int64_t v) { return v <= 0; }) ||
+      std::any_of(dilations.begin(), dilations.end(), [](int64_t v) { return v <= 0; }) ||
+      std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v < 0; })) {
+    return ctx.error(str_cat("Col2Im of blocks ", shape_str(block), " with strides ", shape_str(strides), ", pads ", shape_str(pads),
+                             " and dilations ", shape_str(dilations), " into ", shape_str(image), ": needs positive sizes, strides and dilations"));
+  }
   const bool tiles = strides == block && std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
-                     std::all_of(dilations.begin(), dilations.end(), [](int64_t d) { return d == 1; });
-  if (!tiles || block[0] <= 0 || block[1] <= 0 || image[0] % block[0] != 0 || image[1] % block[1] != 0) {
-    return ctx.error(str_cat("Col2Im of blocks ", shape_str(block), " with strides ", shape_str(strides), ", pads ", shape_str(pads), " and dilations ",
-                             shape_str(dilations), " into ", shape_str(image),
-                             " is unsupported: memc folds non-overlapping blocks that tile the image (stride = block, no padding or dilation)"));
+                     std::all_of(dilations.begin(), dilations.end(), [](int64_t d) { return d == 1; }) && image[0] % block[0] == 0 &&
+                     image[1] % block[1] == 0;
+  if (!tiles) {
+    MEMC_ASSIGN_OR_RETURN(const ValueId y, fold_by_placements(ctx, x, image, block, strides, pads, dilations));
+    return ctx.bind(0, y);
   }
   const int64_t kh = block[0], kw = block[1], hb = image[0] / kh, wb = image[1] / kw;
   if (xs[1] % (kh * kw) != 0 || xs[2] != hb * wb) {

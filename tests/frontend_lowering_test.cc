@@ -74,7 +74,7 @@ TEST(FrontendLowering, UnaryOps) {
 }
 
 // Col2Im (F.fold) of non-overlapping blocks: element (c, ki, kj) of block (bi, bj) lands at
-// image row bi·kh + ki, column bj·kw + kj; overlapping blocks are refused in one line.
+// image row bi·kh + ki, column bj·kw + kj.
 TEST(FrontendLowering, Col2ImPlacesNonOverlappingBlocks) {
   const int64_t c = 2, kh = 2, kw = 3, hb = 2, wb = 2, h = hb * kh, w = wb * kw;
   std::vector<double> x(c * kh * kw * hb * wb);
@@ -103,10 +103,45 @@ TEST(FrontendLowering, Col2ImPlacesNonOverlappingBlocks) {
           for (int64_t bj = 0; bj < wb; ++bj)
             expected[(ch * h + bi * kh + ki) * w + bj * kw + kj] = x[((ch * kh + ki) * kw + kj) * hb * wb + bi * wb + bj];
   expect_values(y, expected, 0);
-  auto overlapping = model({1, 1}).import(raw());
-  ASSERT_FALSE(overlapping.ok());
-  EXPECT_NE(overlapping.status().message().find("memc folds non-overlapping blocks that tile the image"), std::string::npos)
-      << overlapping.status().message();
+}
+
+// Col2Im in general (volo's outlook attention folds 3x3 blocks at stride 2 with padding 1):
+// overlapping blocks add, padding is cut away, dilation spreads a block. Against a direct
+// scatter: element (c, ki, kj) of block (bi, bj) adds to row bi·sh + ki·dh − pt, column
+// bj·sw + kj·dw − pl where that lies inside the image.
+TEST(FrontendLowering, Col2ImAddsOverlappingPaddedAndDilatedBlocks) {
+  struct Case {
+    int64_t h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+  };
+  for (const Case& k : {Case{4, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1}, Case{5, 6, 2, 3, 1, 2, 1, 1, 0, 1, 0, 1}, Case{7, 5, 2, 2, 2, 1, 2, 1, 1, 0, 0, 0},
+                        Case{4, 6, 2, 3, 2, 3, 1, 1, 0, 0, 0, 0}}) {
+    const int64_t c = 2, lh = (k.h + k.pt + k.pb - k.dh * (k.kh - 1) - 1) / k.sh + 1, lw = (k.w + k.pl + k.pr - k.dw * (k.kw - 1) - 1) / k.sw + 1;
+    OnnxBuilder b(18);
+    b.input("x", {1, c * k.kh * k.kw, lh * lw}).output("y");
+    b.init("image", make_tensor(DType::kI64, {2}, {static_cast<double>(k.h), static_cast<double>(k.w)}));
+    b.init("block", make_tensor(DType::kI64, {2}, {static_cast<double>(k.kh), static_cast<double>(k.kw)}));
+    auto& node = b.node("Col2Im", {"x", "image", "block"}, {"y"});
+    testing::attr_ints(node, "strides", {k.sh, k.sw});
+    testing::attr_ints(node, "dilations", {k.dh, k.dw});
+    testing::attr_ints(node, "pads", {k.pt, k.pl, k.pb, k.pr});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    std::vector<double> x(c * k.kh * k.kw * lh * lw);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>((i * 7) % 13) - 6.0;
+    Tensor y = run1(*m, {{"x", make_tensor(DType::kF32, {1, c * k.kh * k.kw, lh * lw}, x)}});
+    ASSERT_EQ(y.shape(), (Shape{1, c, k.h, k.w}));
+    std::vector<double> expected(c * k.h * k.w, 0.0);
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t ki = 0; ki < k.kh; ++ki)
+        for (int64_t kj = 0; kj < k.kw; ++kj)
+          for (int64_t bi = 0; bi < lh; ++bi)
+            for (int64_t bj = 0; bj < lw; ++bj) {
+              const int64_t r = bi * k.sh + ki * k.dh - k.pt, col = bj * k.sw + kj * k.dw - k.pl;
+              if (r < 0 || r >= k.h || col < 0 || col >= k.w) continue;
+              expected[(ch * k.h + r) * k.w + col] += x[((ch * k.kh + ki) * k.kw + kj) * lh * lw + bi * lw + bj];
+            }
+    expect_values(y, expected, 1e-5);
+  }
 }
 
 // Stochastic depth as transformers' DropPath exports it, x/keep · floor(rand([N, 1]) + keep),

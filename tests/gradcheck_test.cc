@@ -119,6 +119,9 @@ std::vector<GradCase> cases() {
   c.push_back({"cumsum", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}})});
   c.push_back({"cumsum_reverse_exclusive", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}})});
   c.push_back({"pad", "pad", {InputSpec{{2, 3}}}, A({{"pads", I{1, 0, 0, 2}}, {"mode", std::string("constant")}, {"value", 0.0}})});
+  // A strided write into zeros (Col2Im's placements): the gradient reads the slice back.
+  c.push_back({"slice_grad", "slice_grad", {InputSpec{{2, 3}}},
+               A({{"axes", I{0, 1}}, {"starts", I{1, 0}}, {"ends", I{4, 7}}, {"steps", I{2, 3}}, {"input_shape", I{5, 8}}})});
   // Mirrored coordinates accumulate; a pad wider than the dim mirrors periodically (reflect).
   c.push_back({"pad_reflect", "pad", {InputSpec{{2, 3, 4}}}, A({{"pads", I{0, 2, 1, 0, 1, 5}}, {"mode", std::string("reflect")}})});
   c.push_back({"pad_edge", "pad", {InputSpec{{2, 3, 4}}}, A({{"pads", I{0, 2, 0, 1, 0, 3}}, {"mode", std::string("edge")}})});

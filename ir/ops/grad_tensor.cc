@@ -270,6 +270,13 @@ void register_gradients(OpRegistry& r) {
     g.set_GI(0, g.emit("slice_grad", {g.GO(0)}, a));
     return Status::Ok();
   });
+  // A strided write into zeros (Col2Im's placements): its gradient reads the slice back.
+  set(r, "slice_grad", [](GradBuilder& g) {
+    Attrs a;
+    for (const char* key : {"axes", "starts", "ends", "steps"}) a.set(key, g.attrs().get_ints(key));
+    g.set_GI(0, g.emit("slice", {g.GO(0)}, a));
+    return Status::Ok();
+  });
   set(r, "concat", concat_grad);
   set(r, "expand", [](GradBuilder& g) { g.set_GI(0, g.sum_to(g.GO(0), g.shape(g.I(0)))); return Status::Ok(); });
   set(r, "gather", [](GradBuilder& g) {

@@ -81,7 +81,7 @@ void register_training_ops(OpRegistry& r) {
          },
          .doc = "(dy, indices) → dx = zeros({input_shape}); dx[i, axis ← indices[i]] += dy[i] {axis}"});
   r.add({.name = "slice_grad", .min_inputs = 1, .max_inputs = 1,
-         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
