@@ -23,6 +23,7 @@ const LoweringTable& onnx_lowerings() {
     add_shape_lowerings(*t);
     add_nn_lowerings(*t);
     add_pool_lowerings(*t);
+    add_rnn_lowerings(*t);
     return t;
   }();
   return *table;

@@ -43,6 +43,13 @@ make_unique_), except where noted:
                         them (eval/logits) and with the file's (infer/logits: what inference computes).
   moe_net_t215, moe_net_ts_t215  a mixture-of-experts layer (softmax router, TopK 2 of 4,
                         one_hot combine, batched experts) through the dynamo default and TorchScript.
+  rnn_net_ts_t215       a bidirectional LSTM, a batch-first GRU and a tanh RNN over the digits'
+                        rows (ONNX LSTM, GRU, RNN), TorchScript (TRAINING). The dynamo default
+                        writes LSTM and GRU weights gate-reordered into folded initializers, which
+                        the reference files cannot name (timm's Sequencer through dynamo is in
+                        bench/journal/2026.md §53 instead).
+  pad_fold_net_t215     reflect and replicate padding and F.fold of overlapping blocks (Col2Im with
+                        stride 2 and padding 1), dynamo default (TorchScript cannot export col2im).
   bert_t215, roberta_t215  HF BertForSequenceClassification / RobertaForSequenceClassification,
                         small configs, dynamo default options (coverage: import + logits).
   distilbert_base_t215_skeleton  DistilBERT-base dims (768, 12 layers, 12 heads, vocab 30522,
@@ -500,6 +507,47 @@ class MoeNet(torch.nn.Module):
         return self.head(torch.einsum("be,bef->bf", combine, every))
 
 
+class RnnNet(torch.nn.Module):
+    """The recurrent layers of timm's Sequencer and of text and speech models on one small digits
+    model: the 8x8 image read as 8 rows of 8, through a bidirectional LSTM (sequence first), a GRU
+    (batch first) and a tanh RNN."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 6, bidirectional=True)
+        self.gru = torch.nn.GRU(12, 6, batch_first=True)
+        self.rnn = torch.nn.RNN(6, 5)
+        self.head = torch.nn.Linear(5 * 8, 10)
+
+    def forward(self, x):
+        rows = x.reshape(x.shape[0], 8, 8)                 # [B, T=8, 8]
+        y, _ = self.lstm(rows.transpose(0, 1))             # [T, B, 12]
+        y, _ = self.gru(y.transpose(0, 1))                 # [B, T, 6]
+        y, _ = self.rnn(y.transpose(0, 1))                 # [T, B, 5]
+        return self.head(y.transpose(0, 1).flatten(1))
+
+
+class PadFoldNet(torch.nn.Module):
+    """timm's TResNet blur pool (reflect padding), replicate (edge) padding and VOLO's outlook
+    fold (F.fold of overlapping 3x3 blocks at stride 2 with padding 1) on one digits model."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, 4, 3)
+        self.reflect = torch.nn.ReflectionPad2d((1, 2, 1, 0))
+        self.edge = torch.nn.ReplicationPad2d(1)
+        self.mix = torch.nn.Linear(4 * 9, 4 * 9)
+        self.head = torch.nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = self.stem(self.reflect(x))                     # [B, 4, 7, 8]
+        x = self.edge(x)[:, :, :8, :8]                     # [B, 4, 8, 8]
+        blocks = torch.nn.functional.unfold(x, 3, padding=1, stride=2)          # [B, 36, 16]
+        blocks = self.mix(blocks.transpose(1, 2)).transpose(1, 2)
+        x = torch.nn.functional.fold(blocks, (8, 8), 3, padding=1, stride=2)    # overlapping blocks add
+        return self.head(x.flatten(1))
+
+
 def do_skeleton(name, model, args, dynamo, names):
     with tempfile.TemporaryDirectory() as td:
         tmp = os.path.join(td, "full.onnx")
@@ -554,6 +602,8 @@ def main():
         ("bn_net_train_ts_t215", lambda: do_bn_net_train("bn_net_train_ts_t215", False)),
         ("moe_net_t215", lambda: do_digits_net("moe_net_t215", MoeNet, 10, True)),
         ("moe_net_ts_t215", lambda: do_digits_net("moe_net_ts_t215", MoeNet, 10, False)),
+        ("rnn_net_ts_t215", lambda: do_digits_net("rnn_net_ts_t215", RnnNet, 11, False)),
+        ("pad_fold_net_t215", lambda: do_digits_net("pad_fold_net_t215", PadFoldNet, 12, True)),
         ("distilbert_base_t215_skeleton", lambda: do_skeleton(
             "distilbert_base_t215_skeleton",
             Logits(build_distilbert(0, vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,

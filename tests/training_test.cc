@@ -108,7 +108,11 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                                            // BatchNorm in train(): batch statistics (train-mode exports and references)
                                            GradModel{"bn_net_train_t215", -1}, GradModel{"bn_net_train_ts_t215", -1},
                                            // a MoE router: TopK, OneHot
-                                           GradModel{"moe_net_t215", -1}, GradModel{"moe_net_ts_t215", -1}),
+                                           GradModel{"moe_net_t215", -1}, GradModel{"moe_net_ts_t215", -1},
+                                           // LSTM (bidirectional), GRU (batch first), RNN, unrolled
+                                           GradModel{"rnn_net_ts_t215", -1},
+                                           // reflect and edge padding, Col2Im of overlapping padded blocks
+                                           GradModel{"pad_fold_net_t215", -1}),
                          [](const ::testing::TestParamInfo<GradModel>& info) { return info.param.name; });
 
 Plan digits_plan(const std::string& optimizer, const std::string& schedule, double lr, int64_t epochs) {
