@@ -451,3 +451,50 @@ def test_stochastic_depth_trains_as_in_pytorch(style, exporter):
     reference.eval()
     with torch.no_grad():
         np.testing.assert_allclose(plan.predict(x), reference(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class Recurrent(torch.nn.Module):
+    """timm's Sequencer mixes tokens with bidirectional LSTMs; text and speech models use GRUs and
+    RNNs: each unrolled over the sequence, its weights read back under PyTorch's names."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 3, bidirectional=True, batch_first=True)
+        self.gru = torch.nn.GRU(6, 3)
+        self.rnn = torch.nn.RNN(3, 2, nonlinearity="relu", batch_first=True)
+        self.head = torch.nn.Linear(2 * 5, 4)
+
+    def forward(self, x):  # [B, 5, 4]
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y.transpose(0, 1))
+        y, _ = self.rnn(y.transpose(0, 1))
+        return self.head(y.flatten(1))
+
+
+class PadAndFold(torch.nn.Module):
+    """TResNet's reflect-padded blur pool, replicate padding and VOLO's fold of overlapping
+    blocks (3x3 at stride 2, padding 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 2, 3)
+        self.mix = torch.nn.Linear(18, 18)
+        self.head = torch.nn.Linear(2 * 6 * 6, 4)
+
+    def forward(self, x):  # [B, 2, 6, 6]
+        f = torch.nn.functional
+        x = self.conv(f.pad(x, (1, 1, 1, 1), mode="reflect"))
+        x = f.pad(x, (0, 0, 1, 1), mode="replicate")[:, :, 1:7]
+        blocks = self.mix(f.unfold(x, 3, padding=1, stride=2).transpose(1, 2)).transpose(1, 2)
+        return self.head(f.fold(blocks, (6, 6), 3, padding=1, stride=2).flatten(1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_recurrent_layers_train_as_in_pytorch(exporter):
+    torch.manual_seed(0)
+    one_sgd_step_beside_pytorch(Recurrent(), torch.randn(3, 5, 4), torch.tensor([0, 1, 3]), exporter)
+
+
+def test_reflect_padding_and_overlapping_fold_train_as_in_pytorch():
+    torch.manual_seed(0)  # dynamo only: TorchScript cannot export col2im
+    one_sgd_step_beside_pytorch(PadAndFold(), torch.randn(3, 2, 6, 6), torch.tensor([0, 1, 3]), "dynamo")
