@@ -234,5 +234,28 @@ TEST(GradRules, AutodiffRefusesOpsWithoutARule) {
       << grads.status().message();
 }
 
+// At exactly 0, where no finite difference decides, ReLU and LeakyReLU take PyTorch's
+// subgradients: relu' = 0 and leaky_relu' = alpha (its backward tests x > 0).
+TEST(GradRules, ReluAndLeakyReluAtZeroTakePyTorchsSubgradients) {
+  for (const char* op : {"relu", "leaky_relu"}) {
+    Module m;
+    ValueId x = m.add_argument("x", TensorType{DType::kF64, {3}}, Role::kParam);
+    auto y = m.add_node(op, {x}, A({{"alpha", 0.25}}));
+    ASSERT_TRUE(y.ok());
+    auto loss = m.add_node("reduce_sum", {(*y)[0]}, A({{"axes", I{}}, {"keepdims", int64_t{0}}}));
+    auto grads = Autodiff().run(m, (*loss)[0], {x});
+    ASSERT_TRUE(grads.ok()) << grads.status().message();
+    m.set_outputs(*grads);
+    Tensor at = Tensor::zeros(DType::kF64, {3});
+    at.set_from_double(0, -1.0), at.set_from_double(2, 1.0);  // -1, 0, 1
+    auto out = execute(m, {{"x", at}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const double slope = std::string(op) == "relu" ? 0.0 : 0.25;
+    EXPECT_EQ((*out)[0].get_as_double(0), slope) << op;
+    EXPECT_EQ((*out)[0].get_as_double(1), slope) << op << " at 0";
+    EXPECT_EQ((*out)[0].get_as_double(2), 1.0) << op;
+  }
+}
+
 }  // namespace
 }  // namespace memc

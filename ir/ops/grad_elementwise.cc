@@ -71,11 +71,11 @@ void register_elementwise_gradients(OpRegistry& r) {
     g.set_GI(0, g.emit("where", {positive, g.GO(0), scalar_like(g, 0.0, g.GO(0))}));
     return Status::Ok();
   });
-  // dx = x ≥ 0 ? dy : alpha·dy
+  // dx = x > 0 ? dy : alpha·dy (PyTorch's leaky_relu_backward: at exactly 0, the slope)
   set(r, "leaky_relu", [](GradBuilder& g) {
-    ValueId nonneg = g.emit("greater_equal", {g.I(0), scalar_like(g, 0.0, g.I(0))});
+    ValueId positive = g.emit("greater", {g.I(0), scalar_like(g, 0.0, g.I(0))});
     ValueId scaled = mul(g, g.GO(0), scalar_like(g, g.attrs().get_float("alpha", 0.01), g.GO(0)));
-    g.set_GI(0, g.emit("where", {nonneg, g.GO(0), scaled}));
+    g.set_GI(0, g.emit("where", {positive, g.GO(0), scaled}));
     return Status::Ok();
   });
   // dx = dy·(2/√π)·e^(−x²)
