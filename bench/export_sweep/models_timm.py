@@ -2,7 +2,7 @@
 (same pattern as models_round4.py): eval() exports with the four exporter settings, then run_sweep.py.
 
     SWEEP_OUT=/tmp/timm_sweep /tmp/timm-venv/bin/python bench/export_sweep/models_timm.py [--only NAME ...]
-    SWEEP_OUT=/tmp/timm_sweep MEMC=build/memc /tmp/timm-venv/bin/python bench/export_sweep/run_sweep.py
+    SWEEP_OUT=/tmp/timm_sweep MEMC=$PWD/build/memc /tmp/timm-venv/bin/python bench/export_sweep/run_sweep.py   # an absolute path: it runs in SWEEP_OUT
     SWEEP_OUT=/tmp/timm_sweep /tmp/timm-venv/bin/python bench/export_sweep/models_timm.py --table   # make_table.py's tables
     /tmp/timm-venv/bin/python bench/export_sweep/models_timm.py --probe     # build + forward each, no export
 
