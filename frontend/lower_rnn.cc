@@ -83,9 +83,13 @@ Expected<RnnSpec> rnn_spec(ImportContext& ctx, ValueId x, ValueId w) {
   return s;
 }
 
-// One direction's [gates·hidden, K] matrix of W or R, and its [gates·hidden] bias halves.
+// One direction's [gates·hidden, K] matrix of W or R, its [gates·hidden] bias halves, and the
+// pieces the steps read, sliced once for every step: GRU's R and Rb split at the h gate, LSTM's
+// peepholes (i, o, f).
 struct DirectionWeights {
-  ValueId w = kNoValue, r = kNoValue, wb = kNoValue, rb = kNoValue, p = kNoValue;
+  ValueId w = kNoValue, r = kNoValue, wb = kNoValue, rb = kNoValue;
+  ValueId r_zr = kNoValue, r_h = kNoValue, rb_zr = kNoValue, rb_h = kNoValue;
+  ValueId p_i = kNoValue, p_o = kNoValue, p_f = kNoValue;
 };
 
 Expected<DirectionWeights> direction_weights(ImportContext& ctx, const RnnSpec& s, int64_t d) {
@@ -104,10 +108,22 @@ Expected<DirectionWeights> direction_weights(ImportContext& ctx, const RnnSpec& 
     MEMC_ASSIGN_OR_RETURN(dw.wb, slice1(ctx, b, 0, 0, gh));
     MEMC_ASSIGN_OR_RETURN(dw.rb, slice1(ctx, b, 0, gh, 2 * gh));
   }
+  const int64_t hs = s.hidden;
   if (s.kind == "LSTM" && ctx.has_input(7)) {
     MEMC_ASSIGN_OR_RETURN(ValueId p, ctx.input(7));
     MEMC_ASSIGN_OR_RETURN(p, slice1(ctx, p, 0, d, d + 1));
-    MEMC_ASSIGN_OR_RETURN(dw.p, ctx.reshape(p, {3 * s.hidden}));
+    MEMC_ASSIGN_OR_RETURN(p, ctx.reshape(p, {3 * hs}));
+    MEMC_ASSIGN_OR_RETURN(dw.p_i, slice1(ctx, p, 0, 0, hs));
+    MEMC_ASSIGN_OR_RETURN(dw.p_o, slice1(ctx, p, 0, hs, 2 * hs));
+    MEMC_ASSIGN_OR_RETURN(dw.p_f, slice1(ctx, p, 0, 2 * hs, 3 * hs));
+  }
+  if (s.kind == "GRU") {
+    MEMC_ASSIGN_OR_RETURN(dw.r_zr, slice1(ctx, dw.r, 0, 0, 2 * hs));
+    MEMC_ASSIGN_OR_RETURN(dw.r_h, slice1(ctx, dw.r, 0, 2 * hs, 3 * hs));
+    if (dw.rb != kNoValue) {
+      MEMC_ASSIGN_OR_RETURN(dw.rb_zr, slice1(ctx, dw.rb, 0, 0, 2 * hs));
+      MEMC_ASSIGN_OR_RETURN(dw.rb_h, slice1(ctx, dw.rb, 0, 2 * hs, 3 * hs));
+    }
   }
   return dw;
 }
@@ -139,9 +155,8 @@ Expected<State> lstm_step(ImportContext& ctx, const RnnSpec& s, const DirectionW
   MEMC_ASSIGN_OR_RETURN(ValueId rec, linear(ctx, prev.h, dw.r, dw.rb));
   MEMC_ASSIGN_OR_RETURN(ValueId gates, binary(ctx, "add", projected, rec));
   auto gate = [&](int64_t k) { return slice1(ctx, gates, 1, k * hs, (k + 1) * hs); };
-  auto peephole = [&](ValueId pre, int64_t k, ValueId c) -> Expected<ValueId> {
-    if (dw.p == kNoValue) return pre;
-    MEMC_ASSIGN_OR_RETURN(ValueId pk, slice1(ctx, dw.p, 0, k * hs, (k + 1) * hs));
+  auto peephole = [&](ValueId pre, ValueId pk, ValueId c) -> Expected<ValueId> {
+    if (pk == kNoValue) return pre;
     MEMC_ASSIGN_OR_RETURN(ValueId term, binary(ctx, "mul", pk, c));
     return binary(ctx, "add", pre, term);
   };
@@ -149,8 +164,8 @@ Expected<State> lstm_step(ImportContext& ctx, const RnnSpec& s, const DirectionW
   MEMC_ASSIGN_OR_RETURN(ValueId o, gate(1));
   MEMC_ASSIGN_OR_RETURN(ValueId f, gate(2));
   MEMC_ASSIGN_OR_RETURN(ValueId g, gate(3));
-  MEMC_ASSIGN_OR_RETURN(i, peephole(i, 0, prev.c));  // P holds i, o, f
-  MEMC_ASSIGN_OR_RETURN(f, peephole(f, 2, prev.c));
+  MEMC_ASSIGN_OR_RETURN(i, peephole(i, dw.p_i, prev.c));
+  MEMC_ASSIGN_OR_RETURN(f, peephole(f, dw.p_f, prev.c));
   MEMC_ASSIGN_OR_RETURN(i, ctx.emit(act[0], {i}));
   MEMC_ASSIGN_OR_RETURN(f, ctx.emit(act[0], {f}));
   MEMC_ASSIGN_OR_RETURN(g, ctx.emit(act[1], {g}));
@@ -158,7 +173,7 @@ Expected<State> lstm_step(ImportContext& ctx, const RnnSpec& s, const DirectionW
   MEMC_ASSIGN_OR_RETURN(ValueId add, binary(ctx, "mul", i, g));
   State next;
   MEMC_ASSIGN_OR_RETURN(next.c, binary(ctx, "add", keep, add));
-  MEMC_ASSIGN_OR_RETURN(o, peephole(o, 1, next.c));
+  MEMC_ASSIGN_OR_RETURN(o, peephole(o, dw.p_o, next.c));
   MEMC_ASSIGN_OR_RETURN(o, ctx.emit(act[0], {o}));
   MEMC_ASSIGN_OR_RETURN(ValueId squashed, ctx.emit(act[2], {next.c}));
   MEMC_ASSIGN_OR_RETURN(next.h, binary(ctx, "mul", o, squashed));
@@ -169,29 +184,21 @@ Expected<State> lstm_step(ImportContext& ctx, const RnnSpec& s, const DirectionW
 Expected<State> gru_step(ImportContext& ctx, const RnnSpec& s, const DirectionWeights& dw, const std::string* act, ValueId projected,
                          const State& prev) {
   const int64_t hs = s.hidden;
-  auto part = [&](ValueId v, int64_t from, int64_t to) { return slice1(ctx, v, v == projected ? 1 : 0, from * hs, to * hs); };
-  MEMC_ASSIGN_OR_RETURN(ValueId r_zr, slice1(ctx, dw.r, 0, 0, 2 * hs));
-  MEMC_ASSIGN_OR_RETURN(ValueId r_h, slice1(ctx, dw.r, 0, 2 * hs, 3 * hs));
-  ValueId rb_zr = kNoValue, rb_h = kNoValue;
-  if (dw.rb != kNoValue) {
-    MEMC_ASSIGN_OR_RETURN(rb_zr, part(dw.rb, 0, 2));
-    MEMC_ASSIGN_OR_RETURN(rb_h, part(dw.rb, 2, 3));
-  }
-  MEMC_ASSIGN_OR_RETURN(ValueId rec, linear(ctx, prev.h, r_zr, rb_zr));
-  MEMC_ASSIGN_OR_RETURN(ValueId x_zr, part(projected, 0, 2));
+  MEMC_ASSIGN_OR_RETURN(ValueId rec, linear(ctx, prev.h, dw.r_zr, dw.rb_zr));
+  MEMC_ASSIGN_OR_RETURN(ValueId x_zr, slice1(ctx, projected, 1, 0, 2 * hs));
   MEMC_ASSIGN_OR_RETURN(ValueId zr, binary(ctx, "add", x_zr, rec));
   MEMC_ASSIGN_OR_RETURN(zr, ctx.emit(act[0], {zr}));
   MEMC_ASSIGN_OR_RETURN(ValueId z, slice1(ctx, zr, 1, 0, hs));
   MEMC_ASSIGN_OR_RETURN(ValueId r, slice1(ctx, zr, 1, hs, 2 * hs));
   ValueId h_rec = kNoValue;
   if (s.linear_before_reset) {
-    MEMC_ASSIGN_OR_RETURN(h_rec, linear(ctx, prev.h, r_h, rb_h));
+    MEMC_ASSIGN_OR_RETURN(h_rec, linear(ctx, prev.h, dw.r_h, dw.rb_h));
     MEMC_ASSIGN_OR_RETURN(h_rec, binary(ctx, "mul", r, h_rec));
   } else {
     MEMC_ASSIGN_OR_RETURN(ValueId reset, binary(ctx, "mul", r, prev.h));
-    MEMC_ASSIGN_OR_RETURN(h_rec, linear(ctx, reset, r_h, rb_h));
+    MEMC_ASSIGN_OR_RETURN(h_rec, linear(ctx, reset, dw.r_h, dw.rb_h));
   }
-  MEMC_ASSIGN_OR_RETURN(ValueId x_h, part(projected, 2, 3));
+  MEMC_ASSIGN_OR_RETURN(ValueId x_h, slice1(ctx, projected, 1, 2 * hs, 3 * hs));
   MEMC_ASSIGN_OR_RETURN(ValueId h, binary(ctx, "add", x_h, h_rec));
   MEMC_ASSIGN_OR_RETURN(h, ctx.emit(act[1], {h}));
   // (1 − z)·h̃ + z·Hₜ₋₁ = h̃ + z·(Hₜ₋₁ − h̃)
