@@ -234,6 +234,26 @@ TEST(GradRules, AutodiffRefusesOpsWithoutARule) {
       << grads.status().message();
 }
 
+// The L2 norm of a zero vector: its gradient is PyTorch's subgradient 0, not 0/0 (Swin v2 normalizes
+// the zero keys of padded window tokens); elsewhere x/‖x‖.
+TEST(GradRules, TheNormOfAZeroVectorHasGradientZero) {
+  Module m;
+  ValueId x = m.add_argument("x", TensorType{DType::kF32, {2, 3}}, Role::kParam);
+  auto y = m.add_node("reduce_l2", {x}, A({{"axes", I{1}}, {"keepdims", int64_t{0}}}));
+  ASSERT_TRUE(y.ok());
+  auto loss = m.add_node("reduce_sum", {(*y)[0]}, A({{"axes", I{}}, {"keepdims", int64_t{0}}}));
+  auto grads = Autodiff().run(m, (*loss)[0], {x});
+  ASSERT_TRUE(grads.ok()) << grads.status().message();
+  m.set_outputs(*grads);
+  Tensor at = Tensor::zeros(DType::kF32, {2, 3});
+  at.set_from_double(3, 3.0), at.set_from_double(4, 4.0);  // rows (0, 0, 0) and (3, 4, 0)
+  auto out = execute(m, {{"x", at}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ((*out)[0].get_as_double(i), 0.0) << i;
+  EXPECT_NEAR((*out)[0].get_as_double(3), 0.6, 1e-7);
+  EXPECT_NEAR((*out)[0].get_as_double(4), 0.8, 1e-7);
+}
+
 // At exactly 0, where no finite difference decides, ReLU and LeakyReLU take PyTorch's
 // subgradients: relu' = 0 and leaky_relu' = alpha (its backward tests x > 0).
 TEST(GradRules, ReluAndLeakyReluAtZeroTakePyTorchsSubgradients) {

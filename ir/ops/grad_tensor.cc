@@ -124,14 +124,17 @@ Status reduce_extreme_grad(GradBuilder& g) {
   return Status::Ok();
 }
 
-// d Σx² = 2x·dy;  d ‖x‖ = x/‖x‖·dy
+// d Σx² = 2x·dy;  d ‖x‖ = x/‖x‖·dy, and 0 where ‖x‖ = 0 (PyTorch's norm subgradient: Swin v2's
+// F.normalize of the zero keys of padded window tokens would otherwise give 0/0)
 Status reduce_sum_square_grad(GradBuilder& g) {
   ValueId two_x = g.emit("mul", {g.I(0), g.scalar(2.0, g.dtype(g.I(0)))});
   g.set_GI(0, g.emit("mul", {two_x, broadcast_back(g, g.GO(0))}));
   return Status::Ok();
 }
 Status reduce_l2_grad(GradBuilder& g) {
-  ValueId ratio = g.emit("div", {g.GO(0), g.O(0)});
+  const DType t = g.dtype(g.O(0));
+  ValueId positive = g.emit("greater", {g.O(0), g.scalar(0.0, t)});
+  ValueId ratio = g.emit("where", {positive, g.emit("div", {g.GO(0), g.O(0)}), g.scalar(0.0, t)});
   g.set_GI(0, g.emit("mul", {g.I(0), broadcast_back(g, ratio)}));
   return Status::Ok();
 }
