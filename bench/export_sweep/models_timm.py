@@ -206,7 +206,7 @@ for _n in ("hiera", "vit_relpos"):  # the dynamo exporter fails on their fused a
 
 
 class TimmLogits(nn.Module):
-    """x -> logits, under export_all's HF-style calling convention."""
+    """x -> logits, under export_all's HF-style calling convention (timm's and torchvision's models alike)."""
 
     def __init__(self, inner):
         super().__init__()
@@ -217,7 +217,8 @@ class TimmLogits(nn.Module):
         return (self.m(pixel_values),)
 
 
-_cur = {"img": 32}
+# The model list export_all sweeps (use_specs) and the image size of the model being exported.
+_cur = {"img": 32, "specs": {}}
 
 
 def image_batch(seed, b=E.B):
@@ -231,46 +232,62 @@ _do_one = E.do_one
 
 
 def do_one(name, ctor, kind, exporter, seed):
-    _cur["img"] = SPECS[name][1]
+    _cur["img"] = _cur["specs"][name][1]
     return _do_one(name, ctor, kind, exporter, seed)
 
 
 def image_models():
-    return {n: (lambda c=c: TimmLogits(c())) for n, (c, _) in SPECS.items()}
+    return {n: (lambda c=c: TimmLogits(c())) for n, (c, _) in _cur["specs"].items()}
 
 
-E.text_models = lambda: {}
-E.image_models = image_models
-E.image_batch = image_batch
-E.do_one = do_one
+def use_specs(specs):
+    """Patches export_all to sweep `specs` ({name: (constructor, image size)}) instead of its own lists."""
+    _cur["specs"] = specs
+    E.text_models = lambda: {}
+    E.image_models = image_models
+    E.image_batch = image_batch
+    E.do_one = do_one
 
 
-def probe():
-    for n, (c, s) in SPECS.items():
+def probe(specs):
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    for n, (c, s) in specs.items():
+        if only and n not in only:
+            continue
         try:
             torch.manual_seed(0)
             m = c().eval()
             with torch.no_grad():
                 y = m(torch.randn(2, 3, s, s))
-            print(f"{n:15s} ok params={sum(p.numel() for p in m.parameters()):8d} out={tuple(y.shape)}", flush=True)
+            print(f"{n:22s} ok params={sum(p.numel() for p in m.parameters()):9d} out={tuple(y.shape)}", flush=True)
         except Exception as e:
-            print(f"{n:15s} FAIL {type(e).__name__}: {str(e)[:300]}", flush=True)
+            print(f"{n:22s} FAIL {type(e).__name__}: {str(e)[:300]}", flush=True)
 
 
-def table():
-    """make_table.py's tables over these models (its model order swapped for SPECS')."""
+def table(specs):
+    """make_table.py's tables over these models (its model order swapped for the specs')."""
     import re
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_table.py")
     src = re.sub(r"order = \[.*?\]\n", "order = ORDER\n", open(path).read(), count=1, flags=re.S)
-    exec(compile(src, path, "exec"), {"ORDER": list(SPECS), "__name__": "__main__"})
+    exec(compile(src, path, "exec"), {"ORDER": list(specs), "__name__": "__main__"})
 
+
+def main(specs, announce):
+    """--probe, --table, or the sweep (export_all.main) after `announce()` names the library's version."""
+    use_specs(specs)
+    if "--probe" in sys.argv:
+        probe(specs)
+    elif "--table" in sys.argv:
+        table(specs)
+    else:
+        announce()
+        E.main()
+
+
+use_specs(SPECS)
 
 if __name__ == "__main__":
-    if "--probe" in sys.argv:
-        probe()
-    elif "--table" in sys.argv:
-        table()
-    else:
+    def announce():
         import timm
         print("timm", timm.__version__, flush=True)
-        E.main()
+    main(SPECS, announce)

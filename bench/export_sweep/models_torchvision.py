@@ -1,5 +1,5 @@
 """torchvision classification models (weights=None, num_classes=10), shrunk where the constructors allow,
-patched into export_all.py (same pattern as models_timm.py): eval() exports with the four exporter settings,
+patched into export_all.py (models_timm.py's machinery): eval() exports with the four exporter settings,
 then run_sweep.py.
 
     SWEEP_OUT=/tmp/tv_sweep nice -n 19 /tmp/timm-venv/bin/python bench/export_sweep/models_torchvision.py [--only NAME ...]
@@ -11,14 +11,13 @@ Each entry: (constructor, image size). Names with a '_small' tail are the torchv
 blocks / narrower layers (or a narrower classifier head) than the named variant."""
 import os
 import sys
-import types
 
-import numpy as np
 import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import export_all as E  # noqa: E402
+import export_all as E  # noqa: E402,F401  (TV.E: torchvision_maxpool_tie.py)
+import models_timm as MT  # noqa: E402
 
 NC = 10
 
@@ -132,73 +131,15 @@ SPECS.update({
 })
 
 
-class TVLogits(nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.m = inner
-        self.config = types.SimpleNamespace()
-
-    def forward(self, pixel_values, return_dict=False):
-        return (self.m(pixel_values),)
-
-
-_cur = {"img": 32}
-
-
-def image_batch(seed, b=E.B):
-    s = _cur["img"]
-    rng = np.random.default_rng(seed)
-    return ({"pixel_values": rng.standard_normal((b, 3, s, s)).astype(np.float32)},
-            np.array([3, 1, 7, 0][:b], np.int64))
-
-
-_do_one = E.do_one
-
-
-def do_one(name, ctor, kind, exporter, seed):
-    _cur["img"] = SPECS[name][1]
-    return _do_one(name, ctor, kind, exporter, seed)
-
-
-def image_models():
-    return {n: (lambda c=c: TVLogits(c())) for n, (c, _) in SPECS.items()}
-
-
-E.text_models = lambda: {}
-E.image_models = image_models
-E.image_batch = image_batch
-E.do_one = do_one
-
-
-def probe():
-    only = [a for a in sys.argv[1:] if not a.startswith("--")]
-    for n, (c, s) in SPECS.items():
-        if only and n not in only:
-            continue
-        try:
-            torch.manual_seed(0)
-            m = c().eval()
-            with torch.no_grad():
-                y = m(torch.randn(2, 3, s, s))
-            print(f"{n:22s} ok params={sum(p.numel() for p in m.parameters()):9d} out={tuple(y.shape)}", flush=True)
-        except Exception as e:
-            print(f"{n:22s} FAIL {type(e).__name__}: {str(e)[:300]}", flush=True)
-
-
-def table():
-    import re
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_table.py")
-    src = re.sub(r"order = \[.*?\]\n", "order = ORDER\n", open(path).read(), count=1, flags=re.S)
-    exec(compile(src, path, "exec"), {"ORDER": list(SPECS), "__name__": "__main__"})
+# The export_all patching, the per-model image size, --probe and --table: models_timm.py's.
+_cur = MT._cur
+image_models = MT.image_models
+MT.use_specs(SPECS)
 
 
 if __name__ == "__main__":
-    if "--probe" in sys.argv:
-        probe()
-    elif "--table" in sys.argv:
-        table()
-    else:
+    def announce():
         import torchvision
         print("torchvision", torchvision.__version__, flush=True)
         torch.set_num_threads(2)
-        E.main()
+    MT.main(SPECS, announce)
