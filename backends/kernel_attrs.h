@@ -21,6 +21,22 @@ inline uint64_t random_draw_offset(const KernelContext& ctx) {
   return static_cast<uint64_t>(own + ctx.batch_row_offset * stride);
 }
 
+// matmul_bgrad's sums (ir/ops/linalg.cc) as a reduce_sum: the summed operand (0: a, 1: b) and the
+// axis of its stored 2-D matrix that runs along the contraction. op(a)'s rows run over k along
+// a's stored rows (axis 1) unless a is transposed; op(b)'s columns along b's stored columns
+// (axis 0) unless b is. Backends run their reduce_sum kernel on `reduce`.
+struct BiasGradSums {
+  size_t operand = 0;
+  Node reduce;
+  explicit BiasGradSums(const Node& node) {
+    operand = node.attrs.get_int("summed", 0) ? 1 : 0;
+    const bool transposed = node.attrs.get_int(operand ? "transpose_b" : "transpose_a", 0);
+    reduce.op = "reduce_sum";
+    reduce.attrs.set("axes", std::vector<int64_t>{(operand == 1) == transposed ? 1 : 0});
+    reduce.attrs.set("keepdims", int64_t{0});
+  }
+};
+
 // The loss's rows as the kernels read them (passes/microbatch.h's LossRows writes them): which
 // label marks a row that adds nothing, and what the sum is divided by
 // (ir/ops/training.cc: {ignore_index}, {divisor}; by default no row is ignored and N divides).

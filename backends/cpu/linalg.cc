@@ -96,33 +96,21 @@ int64_t matmul_workspace(const Node& node, std::span<const TensorType> in, std::
   return layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) { ws.take<float>(gemm_scratch_floats<T>(plan.s)); });
 }
 
-// matmul_bgrad: the matmul, then the summed operand's sums over k, accumulated in double (the
-// plans that hold this op are GPU plans; the CPU runs them as the reference its tests compare with).
+// matmul_bgrad: the matmul, then the reduce_sum kernel over the summed operand's contraction axis
+// (the unfused plan's sums, in its order). The plans that hold this op are GPU plans; the CPU
+// runs them as the reference their tests compare with.
 Status matmul_bgrad_kernel(KernelContext& ctx) {
   MEMC_RETURN_IF_ERROR(matmul_kernel(ctx));
-  const bool summed_b = ctx.node.attrs.get_int("summed", 0);
-  const Tensor& v = *ctx.inputs[summed_b ? 1 : 0];
-  // Stored [R, C]: op(a) = a or aᵀ; its rows over k are the stored rows (a) or columns (aᵀ).
-  // For b, op(b)'s columns over k are the stored columns (b) or rows (bᵀ).
-  const bool transposed = ctx.node.attrs.get_int(summed_b ? "transpose_b" : "transpose_a", 0);
-  const bool along_rows = summed_b ? transposed : !transposed;  // sum each stored row (else each column)
-  const int64_t rows = v.shape()[0], cols = v.shape()[1];
-  Tensor& s = *ctx.outputs[1];
-  return dispatch_dtype(v.dtype(), [&]<typename T>() -> Status {
-    if constexpr (!kIsNumeric<T>) {
-      return unsupported_dtype(ctx, v.dtype());
-    } else {
-      const T* x = v.data<T>();
-      T* out = s.data<T>();
-      const int64_t count = along_rows ? rows : cols, len = along_rows ? cols : rows;
-      for (int64_t i = 0; i < count; ++i) {
-        double acc = 0;
-        for (int64_t j = 0; j < len; ++j) acc += static_cast<double>(load(x[along_rows ? i * cols + j : j * cols + i]));
-        out[i] = store<T>(static_cast<typename Compute<T>::type>(acc));
-      }
-      return Status::Ok();
-    }
-  });
+  const BiasGradSums sums(ctx.node);
+  KernelContext reduce{sums.reduce, {ctx.inputs[sums.operand]}, {ctx.outputs[1]}};
+  reduce.workspace = ctx.workspace, reduce.workspace_bytes = ctx.workspace_bytes;
+  return (*find_kernel("reduce_sum"))(reduce);
+}
+
+// The matmul's scratch, or the sums' accumulators (reduce_sum's: one f64 per sum), whichever is larger.
+int64_t matmul_bgrad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const int64_t sums = layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) { ws.take<double>(out[1].numel()); });
+  return std::max(matmul_workspace(node, in, out), sums);
 }
 
 // ---- linear ---------------------------------------------------------------------------------
@@ -521,7 +509,7 @@ int64_t conv_grad_weight_workspace(const Node& node, std::span<const TensorType>
 
 void register_linalg_kernels(KernelTable& t) {
   t.add("matmul", matmul_kernel, matmul_workspace);
-  t.add("matmul_bgrad", matmul_bgrad_kernel, matmul_workspace);
+  t.add("matmul_bgrad", matmul_bgrad_kernel, matmul_bgrad_workspace);
   t.add("linear", linear_kernel, linear_workspace);
   t.add("conv", conv_kernel, conv_workspace);
   t.add("attention", attention_kernel, attention_workspace);

@@ -786,22 +786,17 @@ template <class R>
 Status matmul_bgrad_op(KernelContext& ctx, R& run) {
   const Tensor &a = *ctx.inputs[0], &b = *ctx.inputs[1];
   const bool ta = ctx.node.attrs.get_int("transpose_a", 0), tb = ctx.node.attrs.get_int("transpose_b", 0);
-  const int summed = static_cast<int>(ctx.node.attrs.get_int("summed", 0));
+  const BiasGradSums sums(ctx.node);
   GemmCall c{.dtype = a.dtype(), .m = ta ? a.shape()[1] : a.shape()[0], .n = tb ? b.shape()[0] : b.shape()[1],
              .k = ta ? a.shape()[0] : a.shape()[1], .trans_a = ta, .trans_b = tb};
   c.a = a.raw(), c.b = b.raw(), c.y = ctx.outputs[0]->raw();
-  c.bias_grad = ctx.outputs[1]->raw(), c.bias_grad_of = summed;
+  c.bias_grad = ctx.outputs[1]->raw(), c.bias_grad_of = static_cast<int>(sums.operand);
   if (Status fused = run.gemm(c, ctx.workspace, ctx.workspace_bytes); fused.ok() || fused.kind() != ErrorKind::kBadInput) return fused;
   c.bias_grad = nullptr;
   MEMC_RETURN_IF_ERROR(run.gemm(c, ctx.workspace, ctx.workspace_bytes));
-  // The sums over k: of each stored row where k runs along it (a, or bᵀ), else of each column.
-  const Tensor& v = summed ? b : a;
-  const int64_t rows = v.shape()[0], cols = v.shape()[1];
-  const bool along_rows = summed ? tb : !ta;
-  MEMC_ASSIGN_OR_RETURN(const Strided kept, strided(ctx, {along_rows ? rows : cols}, {along_rows ? cols : 1}));
-  MEMC_ASSIGN_OR_RETURN(const Strided reduced, strided(ctx, {along_rows ? cols : rows}, {along_rows ? 1 : cols}));
-  return run(Reduce{v.raw(), ctx.outputs[1]->raw(), v.dtype(), ReduceOp::kSum, kept, reduced, along_rows ? cols : rows},
-             ctx.outputs[1]->numel());
+  KernelContext reduce{sums.reduce, {ctx.inputs[sums.operand]}, {ctx.outputs[1]}};
+  reduce.stream = ctx.stream;
+  return reduce_op(reduce, run, ReduceOp::kSum);
 }
 
 // Batched matmul with transposes where one strided batch describes it: both operands of rank
