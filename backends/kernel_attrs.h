@@ -15,11 +15,12 @@ namespace memc {
 // batch (attribute rng_offset, passes/microbatch.h), and a data-parallel rank at its rows in the
 // global batch (batch_row_offset times the op's draws per sample, attribute rng_row_stride,
 // passes/shard.h), so any split of a batch replays one device's masks.
-inline uint64_t random_draw_offset(const KernelContext& ctx) {
-  const int64_t own = ctx.node.attrs.get_int("rng_offset", 0);
-  const int64_t stride = ctx.node.attrs.get_int("rng_row_stride", 0);
-  return static_cast<uint64_t>(own + ctx.batch_row_offset * stride);
+inline uint64_t random_draw_offset(const Attrs& attrs, int64_t batch_row_offset) {
+  const int64_t own = attrs.get_int("rng_offset", 0);
+  const int64_t stride = attrs.get_int("rng_row_stride", 0);
+  return static_cast<uint64_t>(own + batch_row_offset * stride);
 }
+inline uint64_t random_draw_offset(const KernelContext& ctx) { return random_draw_offset(ctx.node.attrs, ctx.batch_row_offset); }
 
 // matmul_bgrad's sums (ir/ops/linalg.cc) as a reduce_sum: the summed operand (0: a, 1: b) and the
 // axis of its stored 2-D matrix that runs along the contraction. op(a)'s rows run over k along

@@ -58,6 +58,15 @@ std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op,
   return *outs;
 }
 
+void take_identity(Module& m, ValueId from, ValueId to) {
+  const Value old = m.value(from);
+  m.rename(from, old.name + "_unfused");
+  m.rename(to, old.name);
+  Value& v = m.value(to);
+  v.source_name = old.source_name, v.role = old.role, v.space = old.space;
+  m.replace_all_uses(from, to);
+}
+
 }  // namespace memc::fusion
 
 namespace memc {

@@ -20,5 +20,8 @@ ValueId other_operand(const Node& n, ValueId known);
 // Adds a node scheduled immediately before `anchor`; returns its outputs (empty on a shape error).
 std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op, std::vector<ValueId> inputs,
                                 Attrs attrs, const std::string& source);
+// `to` takes `from`'s place: its name (a gradient's "grad.W", which the runtime and the sharding
+// passes look up), role and memory space, and every use; `from` is renamed NAME_unfused.
+void take_identity(Module& m, ValueId from, ValueId to);
 
 }  // namespace memc::fusion

@@ -41,17 +41,6 @@ NodeId fused_place(const Module& m, const std::vector<std::vector<NodeId>>& user
   return later;
 }
 
-// `to` takes `from`'s place: its name (a gradient's "grad.W", which the runtime and the
-// sharding passes look up), role and memory space.
-void take_identity(Module& m, ValueId from, ValueId to) {
-  const Value old = m.value(from);
-  m.rename(from, old.name + "_unfused");
-  m.rename(to, old.name);
-  Value& v = m.value(to);
-  v.source_name = old.source_name, v.role = old.role, v.space = old.space;
-  m.replace_all_uses(from, to);
-}
-
 }  // namespace
 
 Expected<PassReport> BiasGradGemm::run(Module& m) {
@@ -81,8 +70,8 @@ Expected<PassReport> BiasGradGemm::run(Module& m) {
         return Status::Internal(str_cat("bias_grad_gemm: ", m.node(g).source, " fused as ", type_str(m.value(out[0]).type), ", ",
                                         type_str(m.value(out[1]).type)));
       }
-      take_identity(m, dw, out[0]);
-      take_identity(m, db, out[1]);
+      fusion::take_identity(m, dw, out[0]);
+      fusion::take_identity(m, db, out[1]);
       m.node(g).dead = true;
       m.node(r).dead = true;
       ++fused;

@@ -4,6 +4,7 @@
 
 #include "ir/verifier.h"
 #include "passes/bias_grad_gemm.h"
+#include "passes/fuse_elementwise.h"
 #include "passes/patch_gemm.h"
 #include "passes/schedule.h"
 #include "passes/strip_dropout.h"
@@ -52,6 +53,8 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }},
       {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
        [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},
+      {"fuse_elementwise", "chains of elementwise ops as one kernel each (GPU targets)", PassStage::kTraining,
+       [](O o) { return o.fuse_elementwise; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<FuseElementwise>(); }},
       {"schedule", "the node order with the lowest planned peak", PassStage::kTraining, [](O o) { return o.reschedule; },
        [](O o) -> std::unique_ptr<Pass> {
          Schedule::Options options;

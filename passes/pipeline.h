@@ -48,6 +48,8 @@ struct PipelineOptions {
   // A linear layer's bias gradient inside its weight-gradient GEMM (passes/bias_grad_gemm.h):
   // cuBLASLt's epilogue. Set for GPU targets.
   bool bias_grad_gemm = false;
+  // Chains of elementwise ops as one kernel each (passes/fuse_elementwise.h). Set for GPU targets.
+  bool fuse_elementwise = false;
   // The schedule may issue prefetching starts early (zero3's gathers, streamed units' copies),
   // at up to one unit in flight each way; false: never (what a budget too tight for it needs).
   bool prefetch = true;

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "passes/bias_grad_gemm.h"
+#include "passes/fuse_elementwise.h"
 #include "passes/patch_gemm.h"
 #include "tests/frontend_onnx_builder.h"
 #include "tests/pass_compare.h"
@@ -146,15 +147,20 @@ struct FusedCase {
   int linears = 9;  // linear layers with a trained bias (the committed models have 9 each)
 };
 
-class BiasGradGemmStep : public ::testing::TestWithParam<FusedCase> {};
-
-TEST_P(BiasGradGemmStep, EqualsTheUnfusedStep) {
-  const FusedCase& c = GetParam();
+CompileOptions options_of(const FusedCase& c) {
   CompileOptions o;
   o.batch = c.batch;
   o.seq = c.seq;
   o.micro_batches = c.micro_batches;
   o.precision = *parse_precision(c.precision);
+  return o;
+}
+
+class BiasGradGemmStep : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(BiasGradGemmStep, EqualsTheUnfusedStep) {
+  const FusedCase& c = GetParam();
+  CompileOptions o = options_of(c);
   const Plan plain = testing::compile_committed(c.model, o);
   o.bias_grad_gemm = true;
   const Plan fused = testing::compile_committed(c.model, o);
@@ -180,6 +186,64 @@ INSTANTIATE_TEST_SUITE_P(Models, BiasGradGemmStep,
                                            FusedCase{"vit_tiny", "digits_train.npz", "fp32", 8, -1, 2},
                                            FusedCase{"vit_tiny_dynamo_t215", "digits_train.npz", "fp32", 4},
                                            FusedCase{"text_encoder", "text_train.npz", "fp32", 8, 32}),
+                         [](const auto& info) {
+                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+// fuse_elementwise (passes/fuse_elementwise.h): each chain of elementwise ops becomes one
+// fused_elementwise node, and the step's loss and gradients equal the unfused step's bit for bit
+// (a fused step computes and rounds as its op's kernel does; dropout draws the same masks). The
+// intermediates leave the plan, which measures what it plans and peaks no higher.
+struct FuseCase : FusedCase {
+  int groups = 0;  // fused nodes made (per micro-batch on top of the shared ones: at least)
+};
+class FuseElementwiseStep : public ::testing::TestWithParam<FuseCase> {};
+
+TEST_P(FuseElementwiseStep, EqualsTheUnfusedStepBitForBit) {
+  const FuseCase& c = GetParam();
+  CompileOptions o = options_of(c);
+  const Plan plain = testing::compile_committed(c.model, o);
+  o.fuse_elementwise = true;
+  const Plan fused = testing::compile_committed(c.model, o);
+  const int groups = testing::count_op(fused.train, "fused_elementwise");
+  int64_t steps = 0;
+  for (NodeId n : fused.train.schedule()) steps += static_cast<int64_t>(fused.train.node(n).attrs.get_ints("args").size() / 3);
+  EXPECT_GE(groups, c.groups);
+  // Every node of the unfused step is a node or a step of the fused one.
+  std::map<std::string, int64_t> ops;
+  Module live = plain.train;  // without what reaches no output (fusion drops it: the loss scaled for reporting)
+  live.eliminate_dead_nodes();
+  for (NodeId n : live.schedule()) ++ops[live.node(n).op];
+  for (NodeId n : fused.train.schedule()) {
+    const Node& node = fused.train.node(n);
+    if (node.op != "fused_elementwise") --ops[node.op];
+    if (const Attr* steps_ops = node.attrs.find("ops")) {
+      for (const std::string& op : std::get<std::vector<std::string>>(*steps_ops)) --ops[op];
+    }
+  }
+  for (const auto& [op, count] : ops) EXPECT_EQ(count, 0) << op;
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(fused, c.data), testing::first_step_gradients(plain, c.data));
+  std::printf("[fuse_elementwise] %s %s x%lld: %lld ops as %d kernels; loss rel %.2e, grads rel L2 %.2e, %s; planned %lld vs %lld unfused\n",
+              c.model.c_str(), c.precision.c_str(), static_cast<long long>(c.micro_batches), static_cast<long long>(steps), groups,
+              diff.loss_rel, diff.grad_rel_l2, diff.bit_identical ? "bit-identical" : "NOT bit-identical",
+              static_cast<long long>(fused.memory.predicted_peak_bytes), static_cast<long long>(plain.memory.predicted_peak_bytes));
+  EXPECT_EQ(diff.missing, "");
+  EXPECT_TRUE(diff.bit_identical);
+  EXPECT_LE(fused.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes);
+  EXPECT_EQ(testing::measured_peak(fused, c.data, 2), fused.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, FuseElementwiseStep,
+                         // ViT blocks: dropout + residual add forward, gelu + dropout, dropout + gelu_grad backward
+                         ::testing::Values(FuseCase{{"vit_tiny", "digits_train.npz", "fp32"}, 12},
+                                           FuseCase{{"vit_tiny", "digits_train.npz", "bf16-mixed"}, 12},
+                                           FuseCase{{"vit_tiny", "digits_train.npz", "fp16-mixed"}, 12},
+                                           FuseCase{{"vit_tiny", "digits_train.npz", "fp32", 8, -1, 2}, 24},
+                                           // dropout-free: the attention gradients' sums only
+                                           FuseCase{{"vit_tiny_dynamo_t215", "digits_train.npz", "fp32", 4}, 2},
+                                           FuseCase{{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}, 12}),
                          [](const auto& info) {
                            std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
                            for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';

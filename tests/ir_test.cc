@@ -151,6 +151,11 @@ std::map<std::string, std::vector<Recipe>> explicit_recipes() {
   r["attention"] = {{{TensorType{DType::kF32, {2, 4, 8}}, TensorType{DType::kF32, {2, 6, 8}}, TensorType{DType::kF32, {2, 6, 8}},
                       TensorType{DType::kF32, {4, 6}}}, make_attrs({{"scale", 0.125}})}};
   r["cast"] = {{{f}, make_attrs({{"to", std::string("bf16")}})}};
+  r["fused_elementwise"] = {{{f, TensorType{DType::kF32, {3}}},
+                             make_attrs({{"ops", std::vector<std::string>{"add", "gelu", "dropout"}},
+                                         {"args", std::vector<int64_t>{0, 1, -1, 2, -1, -1, 3, -1, -1}},
+                                         {"step_attrs", std::vector<std::string>{"", "approximate=tanh", "ratio=0.25;seed=3"}},
+                                         {"results", std::vector<int64_t>{4}}})}};
   r["gather"] = {{{TensorType{DType::kF32, {10, 4}}, TensorType{DType::kI64, {2, 3}}}, make_attrs({{"axis", int64_t{0}}})}};
   r["softmax_cross_entropy"] = {{{f, TensorType{DType::kI64, {2}}}}};
   r["where"] = {{{TensorType{DType::kBool, {2, 3}}, f, f}}};

@@ -2,13 +2,17 @@
 // Each op is a small functor; one template per arity turns it into a kernel for every dtype
 // it supports. f16/bf16 load to f32, compute, and round to nearest even on store.
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "backends/cpu/gelu.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/vector_math.h"
+#include "ir/fused_program.h"
 
 namespace memc::cpu {
 namespace {
@@ -56,17 +60,7 @@ struct Gelu {
   static constexpr bool kFloatOnly = true;
   explicit Gelu(const Node& n) : tanh_form(n.attrs.get_string("approximate", "none") == "tanh") {}
   template <typename C> C operator()(C x) const { return gelu<C>(x, tanh_form); }  // backends/kernel_math.h
-  void floats(float* x, int64_t n) const {  // the same formulas, the erf or tanh in vectors
-    float t[kVectorChunk];
-    if (tanh_form) {  // one loop per form, without a branch inside, so GCC vectorizes it
-      for (int64_t i = 0; i < n; ++i) t[i] = 0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-      tanh_in_place(t, n);
-    } else {
-      for (int64_t i = 0; i < n; ++i) t[i] = x[i] * 0.7071067811865476f;
-      erf_in_place(t, n);
-    }
-    for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + t[i]);
-  }
+  void floats(float* x, int64_t n) const { gelu_floats(x, n, tanh_form); }  // backends/cpu/gelu.h
   bool tanh_form;
 };
 
@@ -413,6 +407,178 @@ Status dropout_kernel(KernelContext& ctx) {
   });
 }
 
+// ---- fused_elementwise (ir/fused_program.h) ------------------------------------------------
+
+// The program runs over chunks of kVectorChunk output elements: every input is gathered into a
+// chunk of floats (bool as 0/1), each step maps its operands' chunks with its op's own functor
+// (through floats() where the op's kernel uses it) and rounds to its dtype, as that op's kernel
+// computes in f32 and stores. So a fused node equals its unfused ops bit for bit.
+// A step over elements [i0, i0 + n) of the node's output: slot[k] holds slot k's chunk.
+using FusedChunkFn = std::function<void(float* const* slot, float* y, int64_t i0, int64_t n)>;
+
+template <typename Op>
+FusedChunkFn fused_unary(const Node& step, std::vector<int> args) {
+  const Op op(step);
+  return [op, a = args[0]](float* const* s, float* y, int64_t, int64_t n) {
+    std::copy(s[a], s[a] + n, y);
+    if constexpr (requires(float* b) { op.floats(b, int64_t{1}); }) {
+      op.floats(y, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) y[i] = op(y[i]);
+    }
+  };
+}
+
+template <typename Op>
+FusedChunkFn fused_binary(const Node&, std::vector<int> args) {
+  return [a = args[0], b = args[1]](float* const* s, float* y, int64_t, int64_t n) {
+    const Op op{};
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (Op::kKind == BinaryKind::kLogical) {
+        y[i] = op(s[a][i] != 0.f, s[b][i] != 0.f) ? 1.f : 0.f;
+      } else {
+        y[i] = static_cast<float>(op(s[a][i], s[b][i]));
+      }
+    }
+  };
+}
+
+// dropout_kernel's draws for element i of the node it was (its output is the fused node's shape).
+FusedChunkFn fused_dropout(const KernelContext& ctx, const Node& step, int a) {
+  const double ratio = step.attrs.get_float("ratio", 0.5);
+  if (!ctx.training || ratio == 0.0) {
+    return [a](float* const* s, float* y, int64_t, int64_t n) { std::copy(s[a], s[a] + n, y); };
+  }
+  const uint64_t key = counter_key(ctx.seed, dropout_stream(step.attrs.get_int("seed", 0), ctx.step));
+  const uint64_t threshold = dropout_threshold(ratio), offset = random_draw_offset(step.attrs, ctx.batch_row_offset);
+  const float scale = static_cast<float>(1.0 / (1.0 - ratio));
+  return [a, key, threshold, offset, scale](float* const* s, float* y, int64_t i0, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float scaled = s[a][i] * scale;
+      y[i] = counter_draw(key, offset + static_cast<uint64_t>(i0 + i)) < threshold ? scaled : 0.f;
+    }
+  };
+}
+
+FusedChunkFn fused_step_fn(const KernelContext& ctx, const Node& step, const std::vector<int>& args) {
+  using Make = FusedChunkFn (*)(const Node&, std::vector<int>);
+  static const std::map<std::string, Make> table = {
+      {"neg", fused_unary<Neg>}, {"abs", fused_unary<Abs>}, {"sign", fused_unary<Sign>}, {"exp", fused_unary<Exp>},
+      {"log", fused_unary<Log>}, {"sqrt", fused_unary<Sqrt>}, {"rsqrt", fused_unary<Rsqrt>},
+      {"reciprocal", fused_unary<Reciprocal>}, {"tanh", fused_unary<Tanh>}, {"sigmoid", fused_unary<Sigmoid>},
+      {"relu", fused_unary<Relu>}, {"leaky_relu", fused_unary<LeakyRelu>}, {"erf", fused_unary<Erf>},
+      {"gelu", fused_unary<Gelu>}, {"floor", fused_unary<Floor>}, {"ceil", fused_unary<Ceil>}, {"round", fused_unary<Round>},
+      {"sin", fused_unary<Sin>}, {"cos", fused_unary<Cos>}, {"asin", fused_unary<Asin>}, {"acos", fused_unary<Acos>},
+      {"atan", fused_unary<Atan>}, {"softplus", fused_unary<Softplus>},
+      {"add", fused_binary<Add>}, {"sub", fused_binary<Sub>}, {"mul", fused_binary<Mul>}, {"div", fused_binary<Div>},
+      {"pow", fused_binary<Pow>}, {"max", fused_binary<Max>}, {"min", fused_binary<Min>},
+      {"equal", fused_binary<Equal>}, {"less", fused_binary<Less>}, {"less_equal", fused_binary<LessEqual>},
+      {"greater", fused_binary<Greater>}, {"greater_equal", fused_binary<GreaterEqual>},
+      {"and", fused_binary<And>}, {"or", fused_binary<Or>}, {"xor", fused_binary<Xor>},
+  };
+  if (auto it = table.find(step.op); it != table.end()) return it->second(step, args);
+  if (step.op == "dropout") return fused_dropout(ctx, step, args[0]);
+  if (step.op == "not") {
+    return [a = args[0]](float* const* s, float* y, int64_t, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) y[i] = s[a][i] != 0.f ? 0.f : 1.f;
+    };
+  }
+  if (step.op == "where") {
+    return [c = args[0], a = args[1], b = args[2]](float* const* s, float* y, int64_t, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) y[i] = s[c][i] != 0.f ? s[a][i] : s[b][i];
+    };
+  }
+  if (step.op == "cast") {  // the conversion is the step's rounding to its dtype
+    return [a = args[0]](float* const* s, float* y, int64_t, int64_t n) { std::copy(s[a], s[a] + n, y); };
+  }
+  if (step.op == "gelu_grad") {
+    const bool tanh_form = step.attrs.get_string("approximate", "none") == "tanh";
+    return [dy = args[0], x = args[1], tanh_form](float* const* s, float* y, int64_t, int64_t n) {
+      std::copy(s[x], s[x] + n, y);
+      gelu_derivative_floats(y, n, tanh_form);
+      for (int64_t i = 0; i < n; ++i) y[i] = s[dy][i] * y[i];
+    };
+  }
+  return nullptr;
+}
+
+// v = the value a store to `t` keeps, read back as f32 (bool: 0 or 1).
+void round_to(DType t, float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t) {
+      case DType::kBF16: v[i] = load(store<bf16_t, float>(v[i])); break;
+      case DType::kF16: v[i] = load(store<f16_t, float>(v[i])); break;
+      case DType::kBool: v[i] = v[i] != 0.f ? 1.f : 0.f; break;
+      default: break;
+    }
+  }
+}
+
+// Chunk [begin, begin + n) of `t` (broadcast to `shape` by `strides`) as floats.
+void gather_floats(const Tensor& t, const Shape& shape, const std::vector<int64_t>& strides, bool contiguous, int64_t begin,
+                   int64_t n, float* dst) {
+  dispatch_dtype(t.dtype(), [&]<typename T>() {
+    if constexpr (kIsFloatStorage<T> || std::is_same_v<T, bool>) {
+      const T* p = t.data<T>();
+      auto value = [](T v) { if constexpr (std::is_same_v<T, bool>) return v ? 1.f : 0.f; else return static_cast<float>(load(v)); };
+      if (contiguous) {
+        for (int64_t i = 0; i < n; ++i) dst[i] = value(p[begin + i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = value(p[strided_offset(begin + i, shape, strides)]);
+      }
+    }
+  });
+}
+
+Status fused_elementwise_kernel(KernelContext& ctx) {
+  const int inputs = static_cast<int>(ctx.inputs.size());
+  MEMC_ASSIGN_OR_RETURN(const FusedProgram program, read_fused_program(ctx.node.attrs, inputs));
+  std::vector<TensorType> in_types;
+  for (const Tensor* t : ctx.inputs) in_types.push_back(TensorType{t->dtype(), t->shape()});
+  MEMC_ASSIGN_OR_RETURN(const std::vector<TensorType> types, fused_slot_types(program, in_types));
+  std::vector<FusedChunkFn> steps;
+  for (const FusedStep& s : program.steps) {
+    Node step;
+    step.op = s.op, step.attrs = s.attrs;
+    steps.push_back(fused_step_fn(ctx, step, s.args));
+    if (!steps.back()) return Status::BadInput(str_cat("CPU kernel memc.fused_elementwise: no step for memc.", s.op));
+  }
+  const Shape& shape = ctx.outputs[0]->shape();
+  std::vector<std::vector<int64_t>> strides;
+  std::vector<bool> contiguous;
+  for (const Tensor* t : ctx.inputs) {
+    strides.push_back(broadcast_strides(t->shape(), shape));
+    contiguous.push_back(t->numel() == ctx.outputs[0]->numel());
+  }
+  const int slots = program.slots();
+  parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {
+    std::vector<float> storage(static_cast<size_t>(slots) * kVectorChunk);
+    std::vector<float*> slot(slots);
+    for (int k = 0; k < slots; ++k) slot[k] = storage.data() + static_cast<size_t>(k) * kVectorChunk;
+    for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
+      const int64_t n = std::min(kVectorChunk, end - i0);
+      for (int k = 0; k < inputs; ++k) gather_floats(*ctx.inputs[k], shape, strides[k], contiguous[k], i0, n, slot[k]);
+      for (size_t s = 0; s < steps.size(); ++s) {
+        float* y = slot[inputs + s];
+        steps[s](slot.data(), y, i0, n);
+        round_to(types[inputs + s].dtype, y, n);
+      }
+      for (size_t r = 0; r < program.results.size(); ++r) {
+        const float* v = slot[program.results[r]];
+        dispatch_dtype(ctx.outputs[r]->dtype(), [&]<typename T>() {
+          T* out = ctx.outputs[r]->data<T>() + i0;
+          if constexpr (std::is_same_v<T, bool>) {
+            for (int64_t i = 0; i < n; ++i) out[i] = v[i] != 0.f;
+          } else if constexpr (kIsFloatStorage<T>) {
+            for (int64_t i = 0; i < n; ++i) out[i] = store<T>(static_cast<typename Compute<T>::type>(v[i]));
+          }
+        });
+      }
+    }
+  });
+  return Status::Ok();
+}
+
 }  // namespace
 
 void register_elementwise_kernels(KernelTable& t) {
@@ -466,6 +632,7 @@ void register_elementwise_kernels(KernelTable& t) {
   for (const char* start : {"copy_to_host_start", "copy_to_device_start"}) t.add(start, copy_kernel);
   for (const char* done : {"copy_to_host_done", "copy_to_device_done"}) t.add(done, copy_done_kernel);
   t.add("dropout", dropout_kernel);
+  t.add("fused_elementwise", fused_elementwise_kernel);
 }
 
 }  // namespace memc::cpu

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "backends/cpu/gelu.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/parallel.h"
@@ -113,32 +114,14 @@ Status gelu_grad_kernel(KernelContext& ctx) {
     const T* x = ctx.inputs[1]->data<T>();
     T* dx = ctx.outputs[0]->data<T>();
     const int64_t n = ctx.outputs[0]->numel();
-    const C k = C(0.7978845608028654), a = C(0.044715);
     parallel_elementwise(n, [&](int64_t begin, int64_t end) {
       if constexpr (std::is_same_v<C, float>) {  // the same formulas, tanh or erf and exp in vectors
-        float t[kVectorChunk], e[kVectorChunk], v[kVectorChunk];
+        float v[kVectorChunk];
         for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
           const int64_t len = std::min(kVectorChunk, end - i0);
           for (int64_t j = 0; j < len; ++j) v[j] = load(x[i0 + j]);
-          if (tanh_form) {  // one loop per form, without a branch inside, so GCC vectorizes it
-            for (int64_t j = 0; j < len; ++j) t[j] = k * (v[j] + a * v[j] * v[j] * v[j]);
-            tanh_in_place(t, len);
-            for (int64_t j = 0; j < len; ++j) {
-              const float d = 0.5f * (1.0f + t[j]) + 0.5f * v[j] * (1.0f - t[j] * t[j]) * k * (1.0f + 3.0f * a * v[j] * v[j]);
-              dx[i0 + j] = store<T, C>(load(dy[i0 + j]) * d);
-            }
-          } else {
-            for (int64_t j = 0; j < len; ++j) {
-              t[j] = v[j] * 0.7071067811865476f;
-              e[j] = -0.5f * v[j] * v[j];
-            }
-            erf_in_place(t, len);
-            exp_in_place(e, len);
-            for (int64_t j = 0; j < len; ++j) {
-              const float d = 0.5f * (1.0f + t[j]) + v[j] * e[j] * 0.3989422804014327f;
-              dx[i0 + j] = store<T, C>(load(dy[i0 + j]) * d);
-            }
-          }
+          gelu_derivative_floats(v, len, tanh_form);  // backends/cpu/gelu.h
+          for (int64_t j = 0; j < len; ++j) dx[i0 + j] = store<T, C>(load(dy[i0 + j]) * v[j]);
         }
       } else {
         for (int64_t i = begin; i < end; ++i) {

@@ -7,6 +7,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "backends/kernel_math.h"
 #include "ir/dtype.h"
@@ -107,15 +108,15 @@ struct Strided {
 // Maps over the same dims, rewritten over fewer: size-1 dims go, and a dim merges into the next
 // inner one where every map steps through both as one (stride[d] = stride[d+1] · dims[d+1]).
 // Every map's offset(i) is unchanged for every i.
-template <size_t N>
-void coalesce(Strided* const (&maps)[N]) {
+inline void coalesce(Strided* const* maps, size_t count) {
+  const std::span<Strided* const> all(maps, count);
   Strided& first = *maps[0];
   int rank = 0;
   for (int d = 0; d < first.rank; ++d) {
     if (first.dims[d] == 1) continue;
     bool merges = rank > 0;
-    for (Strided* m : maps) merges = merges && m->strides[rank - 1] == m->strides[d] * first.dims[d];
-    for (Strided* m : maps) {
+    for (Strided* m : all) merges = merges && m->strides[rank - 1] == m->strides[d] * first.dims[d];
+    for (Strided* m : all) {
       if (merges) {
         m->strides[rank - 1] = m->strides[d];
       } else {
@@ -123,14 +124,16 @@ void coalesce(Strided* const (&maps)[N]) {
       }
     }
     if (merges) {
-      for (Strided* m : maps) m->dims[rank - 1] *= first.dims[d];
+      for (Strided* m : all) m->dims[rank - 1] *= first.dims[d];
     } else {
-      for (Strided* m : maps) m->dims[rank] = first.dims[d];
+      for (Strided* m : all) m->dims[rank] = first.dims[d];
       ++rank;
     }
   }
-  for (Strided* m : maps) m->rank = rank;
+  for (Strided* m : all) m->rank = rank;
 }
+template <size_t N>
+void coalesce(Strided* const (&maps)[N]) { coalesce(maps, N); }
 
 // ---- data movement ----------------------------------------------------------------------------
 // E is an unsigned integer of the element's size: these bodies move bytes of any dtype.
@@ -492,6 +495,101 @@ struct GeluGrad {
   T* dx;
   bool tanh_form;
   MEMC_HD void operator()(int64_t i) const { st(dx, i, ld(dy, i) * gelu_derivative<float>(ld(x, i), tanh_form)); }
+};
+
+// fused_elementwise (ir/fused_program.h): a chain of the elementwise bodies above, evaluated per
+// output element in f32 registers. Each step is its op's own function (unary, binary, the
+// comparisons, where, the f32 casts, gelu's derivative) and rounds to its dtype as that op's
+// store does, so a fused node equals its unfused ops bit for bit. Inputs are read through their
+// broadcast maps; every result is written at the element's own index.
+constexpr int kFusedInputs = 8, kFusedSteps = 24, kFusedResults = 2, kFusedDropouts = 4;
+enum class FusedKind : uint8_t { kUnary, kBinary, kCompare, kNot, kWhere, kCast, kGeluGrad, kDropout };
+struct FusedCode {
+  FusedKind kind = FusedKind::kCast;
+  uint8_t op = 0;  // UnaryOp, BinaryOp or CompareOp; gelu_grad: 1 for the tanh form; dropout: its FusedDropout
+  int8_t a = 0, b = 0, c = 0;  // operand slots
+  DType dtype = DType::kF32;   // the step's result type, rounded to
+  float alpha = 0.f;           // leaky_relu's slope
+};
+// A float storage or i1 element as f32 (i1: 0 or 1), and back (to i1: ≠ 0).
+MEMC_HD inline float ld_f32(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16: return bf16_to_f32(static_cast<const bf16_t*>(p)[i].bits);
+    case DType::kF16: return f16_to_f32(static_cast<const f16_t*>(p)[i].bits);
+    case DType::kBool: return static_cast<const uint8_t*>(p)[i] ? 1.f : 0.f;
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+MEMC_HD inline float rounded(DType t, float v) {
+  switch (t) {
+    case DType::kBF16: return bf16_to_f32(f32_to_bf16(v));
+    case DType::kF16: return f16_to_f32(f32_to_f16(v));
+    case DType::kBool: return v != 0.f ? 1.f : 0.f;
+    default: return v;
+  }
+}
+MEMC_HD inline void st_f32(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::kBF16: static_cast<bf16_t*>(p)[i].bits = f32_to_bf16(v); return;
+    case DType::kF16: static_cast<f16_t*>(p)[i].bits = f32_to_f16(v); return;
+    case DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0.f; return;
+    default: static_cast<float*>(p)[i] = v; return;
+  }
+}
+MEMC_HD inline bool compare(CompareOp op, float x, float y) {
+  switch (op) {
+    case CompareOp::kEqual: return x == y;
+    case CompareOp::kLess: return x < y;
+    case CompareOp::kLessEqual: return x <= y;
+    case CompareOp::kGreater: return x > y;
+    case CompareOp::kGreaterEqual: return x >= y;
+    case CompareOp::kAnd: return x != 0 && y != 0;
+    case CompareOp::kOr: return x != 0 || y != 0;
+    case CompareOp::kXor: return (x != 0) != (y != 0);
+  }
+  return false;
+}
+// A dropout step's draws, as Dropout's for the node it was (inference: threshold 2³², scale 1).
+struct FusedDropout {
+  uint64_t seed = 0;
+  DrawStream stream;
+  uint64_t threshold = 0, offset = 0;
+  float scale = 1.f;
+};
+struct FusedElementwise {
+  int inputs = 0, steps = 0, results = 0;
+  FusedDropout dropout[kFusedDropouts];
+  const void* in[kFusedInputs] = {};
+  DType in_type[kFusedInputs] = {};
+  Strided map[kFusedInputs];
+  FusedCode step[kFusedSteps];
+  void* out[kFusedResults] = {};
+  int8_t result_slot[kFusedResults] = {};
+  MEMC_HD float evaluate(const FusedCode& s, const float* v, int64_t i) const {
+    switch (s.kind) {
+      case FusedKind::kDropout: {
+        const FusedDropout& d = dropout[s.op];
+        return counter_random(d.seed, d.stream.get(), d.offset + static_cast<uint64_t>(i)) < d.threshold ? v[s.a] * d.scale : 0.f;
+      }
+      case FusedKind::kUnary: return unary(static_cast<UnaryOp>(s.op), v[s.a], s.alpha);
+      case FusedKind::kBinary: return binary(static_cast<BinaryOp>(s.op), v[s.a], v[s.b]);
+      case FusedKind::kCompare: return compare(static_cast<CompareOp>(s.op), v[s.a], v[s.b]) ? 1.f : 0.f;
+      case FusedKind::kNot: return v[s.a] != 0.f ? 0.f : 1.f;
+      case FusedKind::kWhere: return v[s.a] != 0.f ? v[s.b] : v[s.c];
+      case FusedKind::kCast: return v[s.a];
+      case FusedKind::kGeluGrad: return v[s.a] * gelu_derivative<float>(v[s.b], s.op != 0);
+    }
+    return 0.f;
+  }
+  MEMC_HD void operator()(int64_t i) const {
+    float v[kFusedInputs + kFusedSteps];
+    for (int k = 0; k < inputs; ++k) v[k] = ld_f32(in[k], in_type[k], map[k].offset(i));
+    for (int s = 0; s < steps; ++s) v[inputs + s] = rounded(step[s].dtype, evaluate(step[s], v, i));
+    for (int r = 0; r < results; ++r) {
+      const FusedCode& last = step[result_slot[r] - inputs];
+      st_f32(out[r], last.dtype, i, v[result_slot[r]]);
+    }
+  }
 };
 
 // A GEMM of integer (or f64) operands, which cuBLASLt does not take: one output element per

@@ -68,7 +68,7 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
         {"cos", as_kernel<R, unary<R, UnaryOp::kCos>>}, {"asin", as_kernel<R, unary<R, UnaryOp::kAsin>>},
         {"acos", as_kernel<R, unary<R, UnaryOp::kAcos>>}, {"atan", as_kernel<R, unary<R, UnaryOp::kAtan>>}, {"softplus", as_kernel<R, unary<R, UnaryOp::kSoftplus>>},
         {"sign", as_kernel<R, unary<R, UnaryOp::kSign>>}, {"leaky_relu", as_kernel<R, unary<R, UnaryOp::kLeakyRelu>>},
-        {"gelu_grad", as_kernel<R, gelu_grad_op<R>>},
+        {"gelu_grad", as_kernel<R, gelu_grad_op<R>>}, {"fused_elementwise", as_kernel<R, fused_elementwise_op<R>>},
         {"add", as_kernel<R, binary<R, BinaryOp::kAdd>>}, {"sub", as_kernel<R, binary<R, BinaryOp::kSub>>},
         {"mul", as_kernel<R, binary<R, BinaryOp::kMul>>}, {"div", as_kernel<R, binary<R, BinaryOp::kDiv>>},
         {"pow", as_kernel<R, binary<R, BinaryOp::kPow>>}, {"max", as_kernel<R, binary<R, BinaryOp::kMax>>},

@@ -15,6 +15,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "backends/backend.h"
 #include "ir/ops/ops.h"
 #include "backends/kernel_attrs.h"
+#include "ir/fused_program.h"
 #include "backends/cuda/attention_bodies.h"
 #include "backends/cuda/bodies.h"
 #include "backends/cuda/gemm.h"
@@ -394,6 +396,86 @@ Status where_op(KernelContext& ctx, R& run) {
   return dispatch_bytes(ctx.outputs[0]->dtype(), [&]<typename E>() {
     return run(Where<E>{in<uint8_t>(ctx, 0), in<E>(ctx, 1), in<E>(ctx, 2), out<E>(ctx, 0), sc, sa, sb}, ctx.outputs[0]->numel());
   });
+}
+
+// fused_elementwise: the program (ir/fused_program.h) as FusedElementwise's codes, each step
+// coded as its op's own kernel chooses (gelu's form, mod never fuses).
+inline Expected<FusedCode> fused_code(const KernelContext& ctx, const FusedStep& step, DType dtype) {
+  static const std::map<std::string, std::pair<FusedKind, uint8_t>> codes = [] {
+    std::map<std::string, std::pair<FusedKind, uint8_t>> c;
+    const std::pair<const char*, UnaryOp> unary[] = {
+        {"neg", UnaryOp::kNeg}, {"abs", UnaryOp::kAbs}, {"exp", UnaryOp::kExp}, {"log", UnaryOp::kLog}, {"sqrt", UnaryOp::kSqrt},
+        {"rsqrt", UnaryOp::kRsqrt}, {"reciprocal", UnaryOp::kReciprocal}, {"tanh", UnaryOp::kTanh}, {"sigmoid", UnaryOp::kSigmoid},
+        {"relu", UnaryOp::kRelu}, {"erf", UnaryOp::kErf}, {"gelu", UnaryOp::kGelu}, {"floor", UnaryOp::kFloor},
+        {"ceil", UnaryOp::kCeil}, {"round", UnaryOp::kRound}, {"sin", UnaryOp::kSin}, {"cos", UnaryOp::kCos},
+        {"softplus", UnaryOp::kSoftplus}, {"sign", UnaryOp::kSign}, {"leaky_relu", UnaryOp::kLeakyRelu},
+        {"asin", UnaryOp::kAsin}, {"acos", UnaryOp::kAcos}, {"atan", UnaryOp::kAtan}};
+    for (const auto& [name, op] : unary) c[name] = {FusedKind::kUnary, static_cast<uint8_t>(op)};
+    const std::pair<const char*, BinaryOp> binary[] = {{"add", BinaryOp::kAdd}, {"sub", BinaryOp::kSub}, {"mul", BinaryOp::kMul},
+                                                       {"div", BinaryOp::kDiv}, {"pow", BinaryOp::kPow}, {"max", BinaryOp::kMax},
+                                                       {"min", BinaryOp::kMin}};
+    for (const auto& [name, op] : binary) c[name] = {FusedKind::kBinary, static_cast<uint8_t>(op)};
+    const std::pair<const char*, CompareOp> compare[] = {
+        {"equal", CompareOp::kEqual}, {"less", CompareOp::kLess}, {"less_equal", CompareOp::kLessEqual},
+        {"greater", CompareOp::kGreater}, {"greater_equal", CompareOp::kGreaterEqual}, {"and", CompareOp::kAnd},
+        {"or", CompareOp::kOr}, {"xor", CompareOp::kXor}};
+    for (const auto& [name, op] : compare) c[name] = {FusedKind::kCompare, static_cast<uint8_t>(op)};
+    c["not"] = {FusedKind::kNot, 0};
+    c["where"] = {FusedKind::kWhere, 0};
+    c["cast"] = {FusedKind::kCast, 0};
+    c["gelu_grad"] = {FusedKind::kGeluGrad, 0};
+    c["dropout"] = {FusedKind::kDropout, 0};
+    return c;
+  }();
+  const auto it = codes.find(step.op);
+  if (it == codes.end()) return unsupported(ctx, str_cat("no fused step for memc.", step.op));
+  FusedCode code;
+  code.kind = it->second.first, code.op = it->second.second, code.dtype = dtype;
+  const bool tanh_form = step.attrs.get_string("approximate", "none") == "tanh";
+  if (step.op == "gelu" && tanh_form) code.op = static_cast<uint8_t>(UnaryOp::kGeluTanh);
+  if (step.op == "gelu_grad") code.op = tanh_form ? 1 : 0;
+  code.alpha = static_cast<float>(step.attrs.get_float("alpha", 0.01));
+  int8_t* operands[] = {&code.a, &code.b, &code.c};
+  for (size_t k = 0; k < step.args.size(); ++k) *operands[k] = static_cast<int8_t>(step.args[k]);
+  return code;
+}
+
+template <class R>
+Status fused_elementwise_op(KernelContext& ctx, R& run) {
+  static_assert(kFusedInputs == kFusedMaxInputs && kFusedSteps == kFusedMaxSteps && kFusedResults == kFusedMaxResults &&
+                kFusedDropouts == kFusedMaxDropouts);
+  const int inputs = static_cast<int>(ctx.inputs.size());
+  MEMC_ASSIGN_OR_RETURN(const FusedProgram program, read_fused_program(ctx.node.attrs, inputs));
+  std::vector<TensorType> in_types;
+  for (const Tensor* t : ctx.inputs) in_types.push_back(TensorType{t->dtype(), t->shape()});
+  MEMC_ASSIGN_OR_RETURN(const std::vector<TensorType> types, fused_slot_types(program, in_types));
+  const Shape& y = ctx.outputs[0]->shape();
+  FusedElementwise body;
+  body.inputs = inputs, body.steps = static_cast<int>(program.steps.size()), body.results = static_cast<int>(program.results.size());
+  for (int k = 0; k < inputs; ++k) {
+    body.in[k] = ctx.inputs[k]->raw(), body.in_type[k] = ctx.inputs[k]->dtype();
+    MEMC_ASSIGN_OR_RETURN(body.map[k], broadcast_map(ctx, ctx.inputs[k]->shape(), y));
+  }
+  Strided* maps[kFusedInputs];
+  for (int k = 0; k < inputs; ++k) maps[k] = &body.map[k];
+  coalesce(maps, static_cast<size_t>(inputs));
+  int dropouts = 0;
+  for (int s = 0; s < body.steps; ++s) {
+    const FusedStep& step = program.steps[s];
+    MEMC_ASSIGN_OR_RETURN(body.step[s], fused_code(ctx, step, types[inputs + s].dtype));
+    if (step.op != "dropout") continue;
+    const double ratio = step.attrs.get_float("ratio", 0.5);
+    const bool active = ctx.training && ratio != 0.0;  // as dropout_op
+    const int64_t node_seed = step.attrs.get_int("seed", 0);
+    FusedDropout& d = body.dropout[dropouts];
+    d.seed = ctx.seed, d.stream = DrawStream{dropout_stream(node_seed, ctx.step), node_seed, ctx.device_step};
+    d.threshold = active ? dropout_threshold(ratio) : uint64_t{1} << 32;
+    d.offset = random_draw_offset(step.attrs, ctx.batch_row_offset);
+    d.scale = active ? static_cast<float>(1.0 / (1.0 - ratio)) : 1.f;
+    body.step[s].op = static_cast<uint8_t>(dropouts++);
+  }
+  for (int r = 0; r < body.results; ++r) body.out[r] = ctx.outputs[r]->raw(), body.result_slot[r] = static_cast<int8_t>(program.results[r]);
+  return run(body, ctx.outputs[0]->numel());
 }
 
 inline DrawStream draw_stream(const KernelContext& ctx) {

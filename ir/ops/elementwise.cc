@@ -1,4 +1,5 @@
 // Elementwise ops: unary math, broadcasting binary ops, where, cast, dropout, copy.
+#include "ir/fused_program.h"
 #include "ir/ops/ops.h"
 
 namespace memc {
@@ -169,6 +170,33 @@ void register_elementwise_ops(OpRegistry& r) {
            return Status::Ok();
          },
          .doc = "training: y = x·mask/(1-ratio), mask from counter RNG (seed, step, node; element i draws counter rng_offset + i); inference: y = x"});
+
+  // A chain of the ops above as one kernel (ir/fused_program.h; passes/fuse_elementwise.h). Its
+  // outputs may share its first input's buffer: element i reads every input at its own
+  // position before it writes, and an input of the output's byte size maps one to one.
+  r.add({.name = "fused_elementwise", .min_inputs = 1, .max_inputs = kFusedMaxInputs, .num_outputs = -1,
+         .flags = kOpElementwise | kOpInplaceOk | kOpNoGradient,
+         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           MEMC_ASSIGN_OR_RETURN(const FusedProgram p, read_fused_program(c.node.attrs, static_cast<int>(c.inputs.size())));
+           MEMC_ASSIGN_OR_RETURN(const std::vector<TensorType> types,
+                                 fused_slot_types(p, std::vector<TensorType>(c.inputs.begin(), c.inputs.end())));
+           out.clear();
+           for (int r : p.results) out.push_back(types[r]);
+           return Status::Ok();
+         },
+         .flops = [](const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) -> int64_t {
+           auto p = read_fused_program(node.attrs, static_cast<int>(in.size()));
+           if (!p.ok() || out.empty()) return 0;
+           int64_t total = 0;  // each step's own count over the output's elements
+           for (const FusedStep& s : p->steps) {
+             const OpDef* def = OpRegistry::get().find(s.op);
+             Node step;
+             step.op = s.op, step.attrs = s.attrs;
+             total += def && def->flops ? def->flops(step, out.subspan(0, 1), out.subspan(0, 1)) : out[0].numel();
+           }
+           return total;
+         },
+         .doc = "a chain of elementwise ops in one kernel {ops, args, step_attrs, results} (ir/fused_program.h)"});
 }
 
 }  // namespace memc

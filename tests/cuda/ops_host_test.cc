@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -17,7 +18,11 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cuda/op_table.h"
 #include "tests/cuda/host_cuda_backend.h"
+#include "ir/fused_program.h"
+#include "ir/grad.h"
+#include "passes/fuse_elementwise.h"
 #include "planner/compile.h"
+#include "runtime/executor.h"
 #include "runtime/planned_executor.h"
 #include "tests/test_util.h"
 
@@ -405,6 +410,193 @@ TEST(CudaAttention, ThroughGemmsInChunksMatchesTheRowKernel) {
   EXPECT_EQ(cuda::ops::gemm_attention_chunk(huge, huge), 0);  // 1 GiB of scores for one entry
   const TensorType many{DType::kF32, {64, 16, 1024, 64}};
   EXPECT_EQ(cuda::ops::gemm_attention_chunk(many, many), 64);  // 4 MiB an entry: 64 entries in 256 MiB
+}
+
+// fuse_elementwise (passes/fuse_elementwise.h): every fusable op as a step of a chain equals the
+// chain of its own kernels bit for bit, on the CPU backend and on the CUDA kernels' host runner,
+// in f32, bf16 and f16, with a broadcast operand; dropout draws each element's own counter.
+struct FusedChain {
+  std::string name;
+  // Builds the chain on a (3x5x7), b (5x7) and c (i1, 3x5x7); returns its result (f32 or the
+  // dtype of a).
+  std::function<ValueId(Module&, ValueId a, ValueId b, ValueId c)> build;
+  int steps;
+};
+
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs attrs = {}) {
+  auto out = m.add_node(op, std::move(in), std::move(attrs));
+  EXPECT_TRUE(out.ok()) << op << ": " << out.status().message();
+  return out.ok() ? out->front() : kNoValue;
+}
+
+std::vector<FusedChain> fused_chains() {
+  std::vector<FusedChain> chains;
+  for (const char* op : {"neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "relu", "erf", "floor",
+                         "ceil", "round", "sin", "cos", "asin", "acos", "atan", "softplus"}) {
+    chains.push_back({op, [op](Module& m, ValueId a, ValueId b, ValueId) { return emit(m, "mul", {emit(m, op, {emit(m, "add", {a, b})}), a}); }, 3});
+  }
+  chains.push_back({"leaky_relu", [](Module& m, ValueId a, ValueId b, ValueId) {
+                      return emit(m, "add", {emit(m, "leaky_relu", {emit(m, "sub", {a, b})}, make_attrs({{"alpha", 0.2}})), b});
+                    }, 3});
+  for (const char* form : {"none", "tanh"}) {
+    chains.push_back({str_cat("gelu_", form), [form](Module& m, ValueId a, ValueId b, ValueId) {
+                        const Attrs approximate = make_attrs({{"approximate", std::string(form)}});
+                        const ValueId g = emit(m, "gelu", {emit(m, "add", {a, b})}, approximate);
+                        return emit(m, "gelu_grad", {g, emit(m, "mul", {a, a})}, approximate);
+                      }, 4});
+  }
+  for (const char* op : {"add", "sub", "mul", "div", "pow", "max", "min"}) {
+    chains.push_back({op, [op](Module& m, ValueId a, ValueId b, ValueId) { return emit(m, "neg", {emit(m, op, {emit(m, "abs", {a}), b})}); }, 3});
+  }
+  // A comparison's mask is smaller than what it reads, so it joins no later step (the schedule may
+  // want it early: passes/fuse_elementwise.h); it ends a chain, and masks feed steps as inputs.
+  for (const char* op : {"equal", "less", "less_equal", "greater", "greater_equal"}) {
+    chains.push_back({op, [op](Module& m, ValueId a, ValueId b, ValueId) {
+                        return emit(m, op, {emit(m, "round", {a}), emit(m, "round", {emit(m, "add", {a, b})})});
+                      }, 4});
+  }
+  for (const char* op : {"and", "or", "xor"}) {
+    chains.push_back({op, [op](Module& m, ValueId a, ValueId b, ValueId c) {
+                        return emit(m, "where", {emit(m, op, {emit(m, "not", {c}), c}), b, a});
+                      }, 3});
+  }
+  chains.push_back({"casts", [](Module& m, ValueId a, ValueId b, ValueId c) {
+                      const DType t = m.value(a).type.dtype;
+                      const Attrs to_f32 = make_attrs({{"to", std::string("f32")}});
+                      const ValueId wide = emit(m, "cast", {emit(m, "add", {a, b})}, to_f32);
+                      const ValueId bits = emit(m, "cast", {c}, to_f32);
+                      return emit(m, "cast", {emit(m, "mul", {emit(m, "add", {wide, bits}), wide})}, make_attrs({{"to", std::string(dtype_name(t))}}));
+                    }, 6});
+  chains.push_back({"cast_to_i1", [](Module& m, ValueId a, ValueId b, ValueId) {
+                      return emit(m, "cast", {emit(m, "round", {emit(m, "sub", {a, b})})}, make_attrs({{"to", std::string("i1")}}));
+                    }, 3});
+  chains.push_back({"dropout", [](Module& m, ValueId a, ValueId b, ValueId) {
+                      const Attrs attrs = make_attrs({{"ratio", 0.3}, {"seed", int64_t{11}}, {"rng_offset", int64_t{40}}});
+                      const ValueId x = emit(m, "dropout", {emit(m, "add", {a, b})}, attrs);
+                      return emit(m, "add", {emit(m, "dropout", {x}, make_attrs({{"ratio", 0.5}, {"seed", int64_t{12}}})), a});
+                    }, 4});
+  return chains;
+}
+
+TEST(CudaFused, EveryStepEqualsItsOpsKernelBitForBit) {
+  HostCudaBackend host;
+  for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const FusedChain& chain : fused_chains()) {
+      SCOPED_TRACE(str_cat(chain.name, " ", dtype_name(t)));
+      Module plain;
+      const ValueId a = plain.add_argument("a", TensorType{t, {3, 5, 7}}, Role::kInput);
+      const ValueId b = plain.add_argument("b", TensorType{t, {5, 7}}, Role::kInput);
+      const ValueId c = plain.add_argument("c", TensorType{DType::kBool, {3, 5, 7}}, Role::kInput);
+      plain.set_outputs({chain.build(plain, a, b, c)});
+      Module fused = plain;
+      auto report = FuseElementwise().run(fused);
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      EXPECT_EQ(report->get("groups"), 1);
+      EXPECT_EQ(report->get("nodes"), chain.steps);
+      ASSERT_EQ(testing::count_op(fused, "fused_elementwise"), 1);
+      std::mt19937 rng(5);
+      std::map<std::string, Tensor> feeds = {{"a", testing::random_tensor(t, {3, 5, 7}, rng, -2, 2)},
+                                             {"b", testing::random_tensor(t, {5, 7}, rng, -2, 2)},
+                                             {"c", Tensor::zeros(DType::kBool, {3, 5, 7})}};
+      for (int64_t i = 0; i < 105; ++i) feeds["c"].set_from_double(i, (i * 7) % 3 == 0);
+      for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+        const ExecOptions options{.training = true, .seed = 9, .step = 3, .kernels = kernels};
+        auto want = execute(plain, feeds, options);
+        auto got = execute(fused, feeds, options);
+        ASSERT_TRUE(want.ok()) << want.status().message();
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        ASSERT_EQ(got->at(0).dtype(), want->at(0).dtype());
+        EXPECT_EQ(std::memcmp(got->at(0).raw(), want->at(0).raw(), want->at(0).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels");
+      }
+    }
+  }
+}
+
+// A chain longer than a fused node holds, and one with more inputs, split into several nodes
+// that together still equal the chain.
+TEST(CudaFused, LongChainsSplitWithinTheLimits) {
+  Module plain;
+  std::vector<ValueId> args;
+  for (int k = 0; k < 12; ++k) args.push_back(plain.add_argument(str_cat("x", k), TensorType{DType::kF32, {4, 9}}, Role::kInput));
+  ValueId acc = args[0];
+  for (int k = 1; k < 12; ++k) acc = emit(plain, "add", {acc, args[k]});  // 11 adds over 12 inputs
+  for (int k = 0; k < 30; ++k) acc = emit(plain, k % 2 ? "tanh" : "neg", {acc});
+  plain.set_outputs({acc});
+  Module fused = plain;
+  auto report = FuseElementwise().run(fused);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->get("nodes"), 41);
+  EXPECT_GE(report->get("groups"), 2);
+  for (NodeId n : fused.schedule()) {
+    const Node& node = fused.node(n);
+    ASSERT_EQ(node.op, "fused_elementwise");
+    EXPECT_LE(node.inputs.size(), static_cast<size_t>(kFusedMaxInputs));
+    EXPECT_LE(node.attrs.get_ints("args").size(), static_cast<size_t>(3 * kFusedMaxSteps));
+  }
+  std::mt19937 rng(3);
+  std::map<std::string, Tensor> feeds;
+  for (int k = 0; k < 12; ++k) feeds[str_cat("x", k)] = testing::random_tensor(DType::kF32, {4, 9}, rng);
+  HostCudaBackend host;
+  for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+    auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
+    auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
+    ASSERT_TRUE(want.ok() && got.ok());
+    EXPECT_EQ(std::memcmp(got->at(0).raw(), want->at(0).raw(), want->at(0).nbytes()), 0);
+  }
+}
+
+// What must stay apart: an intermediate another node reads, or that the step returns, and a
+// producer of a smaller shape (broadcast into the chain: computing it per element repeats it).
+TEST(CudaFused, SharedAndReturnedValuesStayOutsideTheChain) {
+  Module m;
+  const ValueId a = m.add_argument("a", TensorType{DType::kF32, {6, 8}}, Role::kInput);
+  const ValueId row = m.add_argument("row", TensorType{DType::kF32, {8}}, Role::kInput);
+  const ValueId shared = emit(m, "exp", {a});                    // read twice below
+  const ValueId returned = emit(m, "tanh", {emit(m, "neg", {a})}); // a result of the step
+  const ValueId small = emit(m, "sqrt", {emit(m, "abs", {row})});  // [8], broadcast into [6, 8]
+  const ValueId x = emit(m, "add", {emit(m, "mul", {shared, returned}), small});
+  const ValueId y = emit(m, "sub", {shared, x});
+  m.set_outputs({y, returned, emit(m, "reduce_sum", {shared}, make_attrs({{"axes", std::vector<int64_t>{0}}}))});
+  const std::string returned_name = m.value(returned).name;
+  auto report = FuseElementwise().run(m);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  // Chains: [neg, tanh], [abs, sqrt] and [mul, add, sub]; exp stays alone (two chains read it).
+  EXPECT_EQ(report->get("groups"), 3);
+  EXPECT_EQ(report->get("nodes"), 7);
+  EXPECT_EQ(testing::count_op(m, "exp"), 1);
+  EXPECT_EQ(m.value(m.outputs()[1]).name, returned_name) << "the returned value keeps its name";
+  EXPECT_EQ(m.node(m.value(m.outputs()[1]).producer).op, "fused_elementwise");
+}
+
+// A fused node's program is checked where the node is made (and where a plan's IR is parsed):
+// each malformed one is refused in one line naming the step.
+TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
+  struct Bad {
+    std::vector<std::string> ops;
+    std::vector<int64_t> args, results;
+    std::vector<std::string> step_attrs;
+    std::string message;
+  };
+  const Bad cases[] = {
+      {{"exp", "add"}, {0, -1, -1, 2, 5, -1}, {3}, {"", ""}, "step 1 (add) reads slot 5"},
+      {{"matmul"}, {0, 1, -1}, {2}, {""}, "step 0: memc.matmul is not fusable"},
+      {{"gelu"}, {0, -1, -1}, {2}, {"alpha=2"}, "step gelu: attribute 'alpha=2' is not gelu's"},
+      {{"dropout"}, {0, -1, -1}, {2}, {"ratio=x"}, "step dropout: ratio 'x' is no number"},
+      {{"add"}, {0, 1}, {2}, {""}, "args (2) and step_attrs (1) do not fit 1 steps"},
+      {{"add"}, {0, 1, -1}, {1}, {""}, "result slot 1 is no step's"},
+      {{"cast"}, {0, -1, -1}, {2}, {"to=i64"}, "slot 2 is i64, not f32, bf16, f16 or i1"},
+      {{"add"}, {0, 1, -1}, {2}, {""}, "do not broadcast"},  // b [4] against a [2, 3]
+  };
+  for (const Bad& bad : cases) {
+    Module m;
+    const ValueId a = m.add_argument("a", TensorType{DType::kF32, {2, 3}}, Role::kInput);
+    const ValueId b = m.add_argument("b", TensorType{DType::kF32, {bad.message == "do not broadcast" ? 4 : 3}}, Role::kInput);
+    auto out = m.add_node("fused_elementwise", {a, b},
+                          make_attrs({{"ops", bad.ops}, {"args", bad.args}, {"results", bad.results}, {"step_attrs", bad.step_attrs}}));
+    ASSERT_FALSE(out.ok()) << bad.message;
+    EXPECT_NE(out.status().message().find(bad.message), std::string::npos) << out.status().message();
+    EXPECT_EQ(out.status().message().find('\n'), std::string::npos);
+  }
 }
 
 // Coalesced maps (bodies.h coalesce()) give every element the offset the full maps give it, also
