@@ -63,9 +63,42 @@ class Grouper {
         }
       }
     }
-    for (NodeId n : members) assigned_.insert(n);
+    if (const NodeId u = second_result(root, in_group); u != kNoNode) {
+      in_group.insert(u);
+      members.push_back(u);
+      if (external_inputs(members, in_group).size() > static_cast<size_t>(kFusedMaxInputs) ||
+          members.size() > static_cast<size_t>(kFusedMaxSteps)) {
+        in_group.erase(u);
+        members.pop_back();
+      }
+    }
+    if (members.size() >= 2) {
+      for (NodeId n : members) assigned_.insert(n);
+    }
     std::sort(members.begin(), members.end(), [&](NodeId a, NodeId b) { return position_.at(a) < position_.at(b); });
     return members;
+  }
+
+  // A consumer of the root's result that the fused node can also compute, as its second result
+  // (a gradient sum that the next GEMM reads in bf16 and a later add in f32: add, then cast):
+  // fusable, of the chain's shape, no larger than the root's result, and reading besides it only
+  // values made before the root, so computing it at the root's place reads nothing early.
+  NodeId second_result(NodeId root, const std::unordered_set<NodeId>& in_group) const {
+    const ValueId r = m_.node(root).outputs[0];
+    if (users_[r].size() < 2 && !is_output_[r]) return kNoNode;  // a lone reader would have taken the root in
+    for (NodeId u : users_[r]) {
+      const Node& node = m_.node(u);
+      if (in_group.count(u) || assigned_.count(u) || !fusable(u)) continue;
+      const Value& out = m_.value(node.outputs[0]);
+      if (out.type.shape != m_.value(r).type.shape || out.type.bytes() > m_.value(r).type.bytes()) continue;
+      bool early = true;
+      for (ValueId v : node.inputs) {
+        const NodeId p = m_.value(v).producer;
+        early = early && (v == r || p == kNoNode || position_.at(p) < position_.at(root));
+      }
+      if (early) return u;
+    }
+    return kNoNode;
   }
 
   // The values the group reads that it does not make, in the order its steps first read them.
@@ -107,8 +140,9 @@ class Grouper {
 };
 
 // The group's program; its first input is one the output may overwrite (the same bytes), if any.
-FusedProgram program_of(const Module& m, const std::vector<NodeId>& members, std::vector<ValueId>& inputs) {
-  const Value& out = m.value(m.node(members.back()).outputs[0]);
+FusedProgram program_of(const Module& m, const std::vector<NodeId>& members, const std::vector<NodeId>& roots,
+                        std::vector<ValueId>& inputs) {
+  const Value& out = m.value(m.node(roots.front()).outputs[0]);
   const auto same_bytes = std::find_if(inputs.begin(), inputs.end(), [&](ValueId v) { return m.value(v).type.bytes() == out.type.bytes(); });
   if (same_bytes != inputs.end()) std::rotate(inputs.begin(), same_bytes, same_bytes + 1);
   std::unordered_map<ValueId, int> slot;
@@ -122,7 +156,8 @@ FusedProgram program_of(const Module& m, const std::vector<NodeId>& members, std
     slot[node.outputs[0]] = p.slots();
     p.steps.push_back(std::move(step));
   }
-  p.results = {p.slots() - 1};
+  // The results: the root's, and a second result's (Grouper::second_result), in schedule order.
+  for (NodeId n : roots) p.results.push_back(slot.at(m.node(n).outputs[0]));
   return p;
 }
 
@@ -140,16 +175,20 @@ Expected<PassReport> FuseElementwise::run(Module& m) {
     if (members.size() < 2) continue;
     std::unordered_set<NodeId> in_group(members.begin(), members.end());
     std::vector<ValueId> inputs = grouper.external_inputs(members, in_group);
-    FusedProgram program = program_of(m, members, inputs);
+    std::vector<NodeId> roots = {root};
+    if (members.back() != root) roots.push_back(members.back());  // a second result comes after the root
+    FusedProgram program = program_of(m, members, roots, inputs);
     Attrs attrs;
     write_fused_program(program, attrs);
-    const ValueId result = m.node(root).outputs[0];
     auto out = m.add_node("fused_elementwise", inputs, std::move(attrs), m.node(root).source);
     if (!out.ok()) return Status::Internal(str_cat("fuse_elementwise: ", fused_program_text(program), ": ", out.status().message()));
-    if (m.value(out->front()).type != m.value(result).type) {
-      return Status::Internal(str_cat("fuse_elementwise: ", m.node(root).source, " fused as ", type_str(m.value(out->front()).type)));
+    for (size_t k = 0; k < roots.size(); ++k) {
+      const ValueId result = m.node(roots[k]).outputs[0];
+      if (out->size() != roots.size() || m.value((*out)[k]).type != m.value(result).type) {
+        return Status::Internal(str_cat("fuse_elementwise: ", m.node(roots[k]).source, " fused as ", type_str(m.value((*out)[k]).type)));
+      }
+      fusion::take_identity(m, result, (*out)[k]);
     }
-    fusion::take_identity(m, result, out->front());
     for (NodeId n : members) m.node(n).dead = true;
     fused_at[root] = m.value(out->front()).producer;
     ++groups;

@@ -11,7 +11,9 @@
 // in device memory), its output is an activation of the group's shape that only the group reads
 // and that the step does not return, and the group stays within kFusedMaxInputs inputs and
 // kFusedMaxSteps steps. Groups grow from the last node of each chain backwards; the fused node
-// takes the chain's last node's place and its output's name and role. A fused step computes
+// takes the chain's last node's place and its output's name and role. Where other nodes also
+// read that output, one fusable consumer of it that reads nothing made later becomes the node's
+// second result (a gradient sum and its cast for the next GEMM). A fused step computes
 // exactly what its op's kernel does, rounding included, so the step is unchanged bit for bit.
 #pragma once
 #include "passes/pass.h"

@@ -568,6 +568,42 @@ TEST(CudaFused, SharedAndReturnedValuesStayOutsideTheChain) {
   EXPECT_EQ(m.node(m.value(m.outputs()[1]).producer).op, "fused_elementwise");
 }
 
+// A value other nodes read and one fusable consumer of it that reads nothing made later: one
+// node with two results (a gradient sum and its bf16 cast for the next GEMM). A consumer that
+// also reads a value made after the root stays out: computing it at the root's place could not.
+TEST(CudaFused, ARootAndAConsumerOfItAreOneNodeWithTwoResults) {
+  Module plain;
+  const ValueId a = plain.add_argument("a", TensorType{DType::kF32, {3, 5, 7}}, Role::kInput);
+  const ValueId b = plain.add_argument("b", TensorType{DType::kF32, {5, 7}}, Role::kInput);
+  const ValueId sum = emit(plain, "add", {emit(plain, "mul", {a, b}), a});
+  const ValueId narrow = emit(plain, "cast", {sum}, make_attrs({{"to", std::string("bf16")}}));
+  const ValueId rows = emit(plain, "reduce_sum", {sum}, make_attrs({{"axes", std::vector<int64_t>{0}}}));
+  const ValueId later = emit(plain, "exp", {emit(plain, "reduce_sum", {narrow}, make_attrs({{"axes", std::vector<int64_t>{0}}}))});
+  const ValueId scaled = emit(plain, "mul", {sum, emit(plain, "cast", {later}, make_attrs({{"to", std::string("f32")}}))});
+  plain.set_outputs({narrow, rows, scaled});
+  Module fused = plain;
+  auto report = FuseElementwise().run(fused);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  // [mul, add, cast] with two results; [exp, cast] over [5, 7]; the last mul alone (it reads the
+  // sum and a value made after it).
+  EXPECT_EQ(report->get("groups"), 2);
+  EXPECT_EQ(report->get("nodes"), 5);
+  EXPECT_EQ(testing::count_op(fused, "mul"), 1);
+  int two_results = 0;
+  for (NodeId n : fused.schedule()) two_results += fused.node(n).op == "fused_elementwise" && fused.node(n).outputs.size() == 2;
+  EXPECT_EQ(two_results, 1);
+  std::mt19937 rng(8);
+  const std::map<std::string, Tensor> feeds = {{"a", testing::random_tensor(DType::kF32, {3, 5, 7}, rng)},
+                                               {"b", testing::random_tensor(DType::kF32, {5, 7}, rng)}};
+  HostCudaBackend host;
+  for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+    auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
+    auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
+    ASSERT_TRUE(want.ok() && got.ok());
+    for (size_t k = 0; k < 3; ++k) EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << k;
+  }
+}
+
 // A fused node's program is checked where the node is made (and where a plan's IR is parsed):
 // each malformed one is refused in one line naming the step.
 TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
