@@ -504,17 +504,23 @@ FusedChunkFn fused_step_fn(const KernelContext& ctx, const Node& step, const std
 
 // v = the value a store to `t` keeps, read back as f32 (bool: 0 or 1).
 void round_to(DType t, float* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    switch (t) {
-      case DType::kBF16: v[i] = load(store<bf16_t, float>(v[i])); break;
-      case DType::kF16: v[i] = load(store<f16_t, float>(v[i])); break;
-      case DType::kBool: v[i] = v[i] != 0.f ? 1.f : 0.f; break;
-      default: break;
-    }
+  switch (t) {  // one loop per dtype, so each vectorizes
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) v[i] = load(store<bf16_t, float>(v[i]));
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) v[i] = load(store<f16_t, float>(v[i]));
+      return;
+    case DType::kBool:
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] != 0.f ? 1.f : 0.f;
+      return;
+    default: return;
   }
 }
 
-// Chunk [begin, begin + n) of `t` (broadcast to `shape` by `strides`) as floats.
+// Chunk [begin, begin + n) of `t` (broadcast to `shape` by `strides`) as floats. A broadcast
+// input walks the output's row-major index from the chunk's first element, carrying into outer
+// dims, so its offsets take no division per element.
 void gather_floats(const Tensor& t, const Shape& shape, const std::vector<int64_t>& strides, bool contiguous, int64_t begin,
                    int64_t n, float* dst) {
   dispatch_dtype(t.dtype(), [&]<typename T>() {
@@ -523,8 +529,24 @@ void gather_floats(const Tensor& t, const Shape& shape, const std::vector<int64_
       auto value = [](T v) { if constexpr (std::is_same_v<T, bool>) return v ? 1.f : 0.f; else return static_cast<float>(load(v)); };
       if (contiguous) {
         for (int64_t i = 0; i < n; ++i) dst[i] = value(p[begin + i]);
-      } else {
-        for (int64_t i = 0; i < n; ++i) dst[i] = value(p[strided_offset(begin + i, shape, strides)]);
+        return;
+      }
+      const int rank = static_cast<int>(shape.size());
+      std::vector<int64_t> index(rank);
+      int64_t rest = begin, offset = 0;
+      for (int d = rank - 1; d >= 0; --d) {
+        index[d] = rest % shape[d];
+        rest /= shape[d];
+        offset += index[d] * strides[d];
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        dst[i] = value(p[offset]);
+        for (int d = rank - 1; d >= 0; --d) {  // the next element's index and offset
+          offset += strides[d];
+          if (++index[d] < shape[d]) break;
+          offset -= index[d] * strides[d];
+          index[d] = 0;
+        }
       }
     }
   });
