@@ -29,7 +29,30 @@ import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
 
-import numpy as np
+
+def _bound_blas_threads_under_a_limit() -> None:
+    """Under an address-space limit (`ulimit -v`, RLIMIT_AS), one OpenBLAS thread.
+
+    libmemc's constructor does this for memc's own OpenBLAS (runtime/preinit/preinit.cc), but
+    NumPy's OpenBLAS starts its threads when NumPy is imported, before libmemc loads: each takes a
+    stack and a buffer under the limit (41 MB of address space on a 2-core machine), and memc
+    never calls NumPy's BLAS. So, where NumPy is not imported yet and the user set no thread
+    count, the same rule applies to it.
+    """
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return
+    if soft != resource.RLIM_INFINITY:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
+_bound_blas_threads_under_a_limit()
+
+import numpy as np  # noqa: E402  (after the thread bound above)
 
 from . import _memc
 

@@ -338,6 +338,30 @@ def write_shards(folder, total_bytes):
     return n
 
 
+# Under an address-space limit, importing memc first bounds NumPy's OpenBLAS to one thread, as
+# libmemc bounds its own: no worker thread's stack and buffer under the limit (41 MB of address
+# space on a 2-core machine). Without a limit, or where the user chose a thread count, nothing
+# changes.
+def test_under_an_address_limit_numpys_blas_starts_no_threads():
+    probe = """
+import os, resource, sys
+if sys.argv[1] == "limit":
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+import memc, numpy
+threads = [l.split()[1] for l in open("/proc/self/status") if l.startswith("Threads:")][0]
+print(os.environ.get("OPENBLAS_NUM_THREADS", "unset"), threads)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    def run(mode, extra=None):
+        out = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, timeout=120, env={**env, **(extra or {})})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.split()
+    assert run("limit") == ["1", "1"]
+    free = run("none")
+    assert free[0] == "unset" and (int(free[1]) >= 2 or (os.cpu_count() or 1) == 1)
+    assert run("limit", {"OPENBLAS_NUM_THREADS": "2"})[0] == "2"
+
+
 # Natively, and with oneDNN and OpenBLAS held to an AVX2-only CPU's kernels (issue 38: on Zen 3
 # the address space once ran out here).
 @pytest.mark.parametrize("isa_env", [{}, {"ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Zen"}],
