@@ -21,6 +21,12 @@ bool is_fusable_op(const std::string& op) {
   return ops.count(op) != 0;
 }
 
+bool fused_step_reads_i1(const std::string& op) {
+  static const std::set<std::string> ops = {"cast", "where", "not", "equal", "less", "less_equal", "greater", "greater_equal",
+                                            "and", "or", "xor"};
+  return ops.count(op) != 0;
+}
+
 const std::vector<std::string>& fusable_attr_keys(const std::string& op) {
   static const std::vector<std::string> none, gelu = {"approximate"}, leaky = {"alpha"}, cast = {"to"},
                                          dropout = {"ratio", "seed", "rng_offset", "rng_row_stride"};
@@ -115,6 +121,9 @@ Expected<FusedProgram> read_fused_program(const Attrs& attrs, int inputs) {
     for (int k = 0; k < 3; ++k) {
       const int64_t a = args[3 * s + k];
       if (a < -1 || a >= inputs + static_cast<int64_t>(s)) return Status::BadInput(str_cat("step ", s, " (", step.op, ") reads slot ", a));
+      if (a >= 0 && static_cast<int>(step.args.size()) != k) {
+        return Status::BadInput(str_cat("step ", s, " (", step.op, "): operand ", k, " follows an unused one"));
+      }
       if (a >= 0) step.args.push_back(static_cast<int>(a));
     }
     MEMC_RETURN_IF_ERROR(parse_step_attr(step));
@@ -156,7 +165,12 @@ Expected<std::vector<TensorType>> fused_slot_types(const FusedProgram& program, 
     node.def = OpRegistry::get().find(step.op);
     node.attrs = step.attrs;
     std::vector<TensorType> operands, out;
-    for (int a : step.args) operands.push_back(types[a]);
+    for (int a : step.args) {
+      if (types[a].dtype == DType::kBool && !fused_step_reads_i1(step.op)) {
+        return Status::BadInput(str_cat("step ", s, " (", step.op, ") reads i1 slot ", a, "; it computes on f32, bf16 or f16"));
+      }
+      operands.push_back(types[a]);
+    }
     Status st = infer_types(node, operands, std::vector<bool>(operands.size(), true), out);
     if (!st.ok()) return st.with_context(str_cat("step ", s, ": "));
     if (out.size() != 1) return Status::BadInput(str_cat("step ", s, " (", step.op, ") has ", out.size(), " results"));
@@ -170,6 +184,13 @@ Expected<std::vector<TensorType>> fused_slot_types(const FusedProgram& program, 
   }
   for (int r : program.results) {
     if (types[r].shape != shape) return Status::BadInput(str_cat("result slot ", r, " is ", shape_str(types[r].shape), ", not ", shape_str(shape)));
+  }
+  // A dropout step draws the counter of the node's element i for its own element i.
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    const FusedStep& step = program.steps[s];
+    if (step.op == "dropout" && types[step.args[0]].shape != shape) {
+      return Status::BadInput(str_cat("step ", s, " (dropout) reads ", shape_str(types[step.args[0]].shape), ", not the node's ", shape_str(shape)));
+    }
   }
   return types;
 }

@@ -54,6 +54,11 @@ const std::vector<std::string>& fusable_attr_keys(const std::string& op);
 // A node's attributes of those keys as a step stores them ("key=value;...", "" if none).
 std::string fused_step_attr_text(const std::string& op, const Attrs& attrs);
 
+// Whether a step of `op` may read i1 operands: cast, where, not, the comparisons and the logical
+// ops. The others compute on f32, bf16 or f16 only (the unfused kernels' arithmetic on i1 differs
+// from the fused body's f32 arithmetic on 0 and 1).
+bool fused_step_reads_i1(const std::string& op);
+
 // Reads and checks the program from a node's attributes (`inputs`: the node's input count).
 Expected<FusedProgram> read_fused_program(const Attrs& attrs, int inputs);
 // Writes it back into attributes.

@@ -27,7 +27,7 @@ bool fusable_node(const Module& m, const Node& n, const std::vector<std::vector<
     if (n.op != "dropout" || !users[n.outputs[k]].empty() || is_output[n.outputs[k]]) return false;
   }
   for (ValueId v : n.inputs) {
-    if (!fusable_value(m, v)) return false;
+    if (!fusable_value(m, v) || (m.value(v).type.dtype == DType::kBool && !fused_step_reads_i1(n.op))) return false;
   }
   return fusable_value(m, n.outputs[0]);
 }
@@ -91,10 +91,13 @@ class Grouper {
       if (in_group.count(u) || assigned_.count(u) || !fusable(u)) continue;
       const Value& out = m_.value(node.outputs[0]);
       if (out.type.shape != m_.value(r).type.shape || out.type.bytes() > m_.value(r).type.bytes()) continue;
+      if (node.op == "dropout" && dropouts(std::vector<NodeId>(in_group.begin(), in_group.end())) + 1 > kFusedMaxDropouts) continue;
       bool early = true;
       for (ValueId v : node.inputs) {
+        // A node fused already (not in position_) sits at a later chain's place: not early.
         const NodeId p = m_.value(v).producer;
-        early = early && (v == r || p == kNoNode || position_.at(p) < position_.at(root));
+        const auto at = position_.find(p);
+        early = early && (v == r || p == kNoNode || (at != position_.end() && at->second < position_.at(root)));
       }
       if (early) return u;
     }
@@ -139,11 +142,14 @@ class Grouper {
   std::unordered_set<NodeId> assigned_;
 };
 
-// The group's program; its first input is one the output may overwrite (the same bytes), if any.
+// The group's program; its first input is one the output may overwrite (the same shape and
+// bytes: liveness's in-place rule), if any.
 FusedProgram program_of(const Module& m, const std::vector<NodeId>& members, const std::vector<NodeId>& roots,
                         std::vector<ValueId>& inputs) {
   const Value& out = m.value(m.node(roots.front()).outputs[0]);
-  const auto same_bytes = std::find_if(inputs.begin(), inputs.end(), [&](ValueId v) { return m.value(v).type.bytes() == out.type.bytes(); });
+  const auto same_bytes = std::find_if(inputs.begin(), inputs.end(), [&](ValueId v) {
+    return m.value(v).type.bytes() == out.type.bytes() && m.value(v).type.shape == out.type.shape;
+  });
   if (same_bytes != inputs.end()) std::rotate(inputs.begin(), same_bytes, same_bytes + 1);
   std::unordered_map<ValueId, int> slot;
   for (size_t i = 0; i < inputs.size(); ++i) slot[inputs[i]] = static_cast<int>(i);

@@ -138,7 +138,10 @@ void alias_inplace(const Module& m, int32_t p, const Node& node, BufferSets& set
   const ValueId in = node.inputs[0], out = node.outputs[0];
   if (sets.find(in) == sets.find(out)) return;
   const Value &vi = m.value(in), &vo = m.value(out);
-  if (vi.type.bytes() != vo.type.bytes() || vi.space != vo.space) return;
+  // Equal element counts too: an input of the output's bytes but fewer elements (f32 [N] read by a
+  // fused node writing bf16 [2, N]) is broadcast, and element i's write would overwrite what a
+  // later element still reads.
+  if (vi.type.bytes() != vo.type.bytes() || vi.type.numel() != vo.type.numel() || vi.space != vo.space) return;
   if (sets.persistent(in) || sets.has_output(in) || sets.range(in).last != p) return;
   if (sets.persistent(out) || sets.range(out).first != p || alias[out] != AliasKind::kOwner) return;
   sets.unite(in, out);

@@ -25,7 +25,7 @@
 //     every read of arg's buffer to happen no later than the update's definition, and at that
 //     same position only by a kOpInplaceOk op; otherwise analysis fails naming both values.
 //  C. In place: output 0 of a kOpInplaceOk op shares its first input's buffer when (a) that
-//     buffer's range ends at this op, (b) the byte sizes and memory spaces are equal, (c) the
+//     buffer's range ends at this op, (b) the byte sizes, element counts and memory spaces are equal, (c) the
 //     buffer holds no persistent argument and no module output, (d) the output has no buffer
 //     of its own yet (rule B did not claim it). Decided greedily in schedule order.
 //  A buffer never mixes memory spaces; a view across spaces is an error.

@@ -604,6 +604,73 @@ TEST(CudaFused, ARootAndAConsumerOfItAreOneNodeWithTwoResults) {
   }
 }
 
+// Runs `module` through the planned executor on `backend` (buffers as the memory plan lays them
+// out, in-place outputs included) and returns its outputs.
+std::vector<Tensor> run_planned(Backend& backend, const Module& module, const std::map<std::string, Tensor>& feeds) {
+  DeviceMemory memory(backend);
+  auto exec = PlannedExecutor::create(module, memory);
+  EXPECT_TRUE(exec.ok()) << exec.status().message();
+  if (!exec.ok()) return {};
+  for (const auto& [name, t] : feeds) EXPECT_TRUE(exec->set_argument(name, t).ok()) << name;
+  EXPECT_TRUE(exec->run(ExecOptions{}).ok());
+  std::vector<Tensor> outs;
+  for (size_t i = 0; i < module.outputs().size(); ++i) {
+    auto t = exec->fetch_output(i);
+    EXPECT_TRUE(t.ok());
+    if (t.ok()) outs.push_back(std::move(*t));
+  }
+  return outs;
+}
+
+// An input with the output's bytes but fewer elements (f32 [N] broadcast into a bf16 [2, N]
+// result) must not share the output's buffer: element i's write would overwrite what a later
+// element reads. The planned step equals the unfused one on both kernels' backends.
+TEST(CudaFused, ABroadcastInputOfTheOutputsBytesIsNotOverwritten) {
+  constexpr int64_t n = 4096;
+  Module plain;
+  const ValueId x = plain.add_argument("x", TensorType{DType::kF32, {2, n}}, Role::kInput);
+  const ValueId row = plain.add_argument("row", TensorType{DType::kF32, {n}}, Role::kInput);
+  const ValueId p = emit(plain, "tanh", {row});  // an activation whose last reader is the fused node
+  const ValueId y = emit(plain, "cast", {emit(plain, "add", {p, x})}, make_attrs({{"to", std::string("bf16")}}));  // p: input 0
+  plain.set_outputs({y});
+  Module fused = plain;
+  ASSERT_TRUE(FuseElementwise().run(fused).ok());
+  ASSERT_EQ(testing::count_op(fused, "fused_elementwise"), 1);
+  std::mt19937 rng(4);
+  const std::map<std::string, Tensor> feeds = {{"x", testing::random_tensor(DType::kF32, {2, n}, rng)},
+                                               {"row", testing::random_tensor(DType::kF32, {n}, rng)}};
+  HostCudaBackend host;
+  for (Backend* backend : {static_cast<Backend*>(&cpu_backend()), static_cast<Backend*>(&host)}) {
+    const std::vector<Tensor> want = run_planned(*backend, plain, feeds), got = run_planned(*backend, fused, feeds);
+    ASSERT_EQ(want.size(), 1u);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(std::memcmp(got[0].raw(), want[0].raw(), want[0].nbytes()), 0) << backend->name();
+  }
+}
+
+// A chain fused first (later in the schedule) feeds a consumer of an earlier root: that consumer
+// reads a node made after the root, so it is no second result of the root's chain.
+TEST(CudaFused, AConsumerOfALaterFusedChainIsNoSecondResult) {
+  Module plain;
+  const ValueId a = plain.add_argument("a", TensorType{DType::kBF16, {64}}, Role::kInput);
+  const ValueId b = plain.add_argument("b", TensorType{DType::kF32, {64}}, Role::kInput);
+  const ValueId r = emit(plain, "neg", {a});
+  const ValueId v = emit(plain, "cast", {emit(plain, "gelu", {b})}, make_attrs({{"to", std::string("bf16")}}));
+  const ValueId u = emit(plain, "add", {r, v});
+  const ValueId w = emit(plain, "exp", {r});
+  plain.set_outputs({u, w});
+  Module fused = plain;
+  auto report = FuseElementwise().run(fused);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  std::mt19937 rng(6);
+  const std::map<std::string, Tensor> feeds = {{"a", testing::random_tensor(DType::kBF16, {64}, rng)},
+                                               {"b", testing::random_tensor(DType::kF32, {64}, rng)}};
+  auto want = execute(plain, feeds);
+  auto got = execute(fused, feeds);
+  ASSERT_TRUE(want.ok() && got.ok());
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << k;
+}
+
 // A fused node's program is checked where the node is made (and where a plan's IR is parsed):
 // each malformed one is refused in one line naming the step.
 TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
@@ -622,6 +689,9 @@ TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
       {{"add"}, {0, 1, -1}, {1}, {""}, "result slot 1 is no step's"},
       {{"cast"}, {0, -1, -1}, {2}, {"to=i64"}, "slot 2 is i64, not f32, bf16, f16 or i1"},
       {{"add"}, {0, 1, -1}, {2}, {""}, "do not broadcast"},  // b [4] against a [2, 3]
+      {{"add"}, {0, -1, 1}, {2}, {""}, "step 0 (add): operand 2 follows an unused one"},
+      {{"greater", "div"}, {0, 1, -1, 2, 2, -1}, {3}, {"", ""}, "step 1 (div) reads i1 slot 2"},
+      {{"dropout"}, {1, -1, -1}, {2}, {"ratio=0.5"}, "does not broadcast"},  // b [3] is not the node's [2, 3]
   };
   for (const Bad& bad : cases) {
     Module m;
