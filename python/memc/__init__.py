@@ -179,6 +179,7 @@ def _export_module(module: Any, example_inputs: Sequence[Any], path: str, export
 
     if exporter not in EXPORTERS:
         raise MemcError(f"memc: exporter is one of {', '.join(EXPORTERS)}, not {exporter!r}")
+    _refuse_cumulative_batchnorm(module)
     inputs = tuple(example_inputs)
     names = ["x"] if len(inputs) == 1 else [f"input_{i}" for i in range(len(inputs))]
     ran: set = set()
@@ -219,6 +220,20 @@ def _export_module(module: Any, example_inputs: Sequence[Any], path: str, export
     finally:
         for h in hooks:
             h.remove()
+
+
+def _refuse_cumulative_batchnorm(module: Any) -> None:
+    """A BatchNorm with momentum=None in train() keeps its running statistics as a cumulative
+    average: step t weighs its batch by 1/t. An export holds one momentum (TorchScript bakes the
+    trace's; dynamo cannot export the data-dependent factor), so memc would update them
+    differently from PyTorch, silently. Refused in one line naming the layer."""
+    import torch
+
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats and m.momentum is None:
+            raise MemcError(f"memc: BatchNorm {name or type(m).__name__!r} has momentum=None (running statistics as a cumulative "
+                            "average, the factor 1/steps), which an exported step cannot hold: give it a momentum "
+                            "(PyTorch's default is 0.1), or compile the module in eval()")
 
 
 def _restore_buffers(module: Any, saved: Dict[str, Any]) -> None:

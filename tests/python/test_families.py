@@ -365,6 +365,19 @@ def test_batchnorm_in_train_mode_is_refused_with_micro_batches():
         memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter="dynamo", micro_batches=2)
 
 
+def test_batchnorm_with_a_cumulative_average_is_refused_in_train_mode():
+    """momentum=None: PyTorch weighs step t's batch by 1/t, which no exported step holds
+    (TorchScript bakes the trace's factor; dynamo cannot export it): refused in one line, in
+    train() only; in eval() the running statistics are read, not updated, and it compiles."""
+    module = PoolingCnn().train()
+    module.bn.momentum = None
+    x, _ = batches()[0]
+    for exporter in ("dynamo", "torchscript"):
+        with pytest.raises(memc.MemcError, match=r"BatchNorm 'bn' has momentum=None .* give it a momentum"):
+            memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
+    assert memc.compile(module.eval(), (x,), optimizer="sgd", lr=0.1, exporter="dynamo").predicted_peak_bytes > 0
+
+
 class StandardizedConv(torch.nn.Module):
     """BiT's weight standardization: F.batch_norm over each output channel's weights, with
     batch statistics and no running statistics, in train() as in eval()."""
