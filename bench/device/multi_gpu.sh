@@ -76,10 +76,13 @@ step() {
     { echo "$tag: compile failed: $(tail -1 "$d/compile.txt")"; return 1; }
   local launch=()
   [[ $np -gt 1 ]] && launch=("${mpirun_local[@]}" -np "$np")
+  # A run past its 120 s is killed (rc 124), and its ranks then say the launcher stopped them:
+  # say which (a CPU rehearsal of ViT-B/16 on 3 oversubscribed ranks takes that long).
+  why() { [[ $1 == 124 ]] && echo "timed out after 120 s" || tail -2 "$2" | tr '\n' ' '; }
   timeout 120 "${launch[@]}" "$memc" run "$d/g.plan" --data "$data" --steps 1 --device "$device" "${threads[@]}" --checkpoint "$d/ck" --quiet \
-    --json "$d/g.json" > "$d/g.out" 2>&1 || { echo "$tag: gradient run failed: $(tail -2 "$d/g.out" | tr '\n' ' ')"; return 1; }
+    --json "$d/g.json" > "$d/g.out" 2>&1 || { echo "$tag: gradient run failed: $(why $? "$d/g.out")"; return 1; }
   timeout 120 "${launch[@]}" "$memc" run "$d/t.plan" --data "$data" --steps 6 --device "$device" "${threads[@]}" --profile --quiet \
-    --json "$d/t.json" > "$d/t.out" 2>&1 || { echo "$tag: timed run failed: $(tail -2 "$d/t.out" | tr '\n' ' ')"; return 1; }
+    --json "$d/t.json" > "$d/t.out" 2>&1 || { echo "$tag: timed run failed: $(why $? "$d/t.out")"; return 1; }
   echo "$tag: done"
 }
 
