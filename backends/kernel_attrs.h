@@ -8,8 +8,16 @@
 
 #include "backends/backend.h"
 #include "backends/kernel_math.h"
+#include "ir/fused_program.h"
 
 namespace memc {
+
+// fused_elementwise's program, typed by the node's inputs (ir/fused_program.h).
+inline Expected<FusedProgram> fused_program(const KernelContext& ctx) {
+  std::vector<TensorType> inputs;
+  for (const Tensor* t : ctx.inputs) inputs.push_back(TensorType{t->dtype(), t->shape()});
+  return read_typed_fused_program(ctx.node.attrs, inputs);
+}
 
 // The counter of a random op's first draw: a micro-batch's copy starts at its rows in the full
 // batch (attribute rng_offset, passes/microbatch.h), and a data-parallel rank at its rows in the

@@ -39,6 +39,12 @@ std::vector<double> Attrs::get_floats(const std::string& key, std::vector<double
   return fallback;
 }
 
+std::vector<std::string> Attrs::get_strings(const std::string& key, std::vector<std::string> fallback) const {
+  const Attr* a = find(key);
+  if (auto* v = a ? std::get_if<std::vector<std::string>>(a) : nullptr) return *v;
+  return fallback;
+}
+
 const Tensor* Attrs::get_tensor(const std::string& key) const {
   const Attr* a = find(key);
   return a ? std::get_if<Tensor>(a) : nullptr;

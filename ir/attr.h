@@ -28,6 +28,7 @@ class Attrs {
   std::string get_string(const std::string& key, const std::string& fallback) const;
   std::vector<int64_t> get_ints(const std::string& key, std::vector<int64_t> fallback = {}) const;
   std::vector<double> get_floats(const std::string& key, std::vector<double> fallback = {}) const;
+  std::vector<std::string> get_strings(const std::string& key, std::vector<std::string> fallback = {}) const;
   const Tensor* get_tensor(const std::string& key) const;
   const std::map<std::string, Attr>& items() const { return map_; }
   bool operator==(const Attrs& other) const;

@@ -93,20 +93,14 @@ Status parse_step_attr(FusedStep& step) {
   return Status::Ok();
 }
 
-bool fusable_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kBool; }
-
 }  // namespace
+
+bool fusable_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kBool; }
 
 Expected<FusedProgram> read_fused_program(const Attrs& attrs, int inputs) {
   FusedProgram p;
   p.inputs = inputs;
-  const std::vector<std::string> ops = attrs.find("ops") && std::holds_alternative<std::vector<std::string>>(*attrs.find("ops"))
-                                           ? std::get<std::vector<std::string>>(*attrs.find("ops"))
-                                           : std::vector<std::string>{};
-  const std::vector<std::string> step_attrs =
-      attrs.find("step_attrs") && std::holds_alternative<std::vector<std::string>>(*attrs.find("step_attrs"))
-          ? std::get<std::vector<std::string>>(*attrs.find("step_attrs"))
-          : std::vector<std::string>(ops.size());
+  const std::vector<std::string> ops = attrs.get_strings("ops"), step_attrs = attrs.get_strings("step_attrs", std::vector<std::string>(ops.size()));
   const std::vector<int64_t> args = attrs.get_ints("args"), results = attrs.get_ints("results");
   if (inputs < 1 || inputs > kFusedMaxInputs) return Status::BadInput(str_cat(inputs, " inputs; a fused node takes 1 to ", kFusedMaxInputs));
   if (ops.empty() || ops.size() > static_cast<size_t>(kFusedMaxSteps)) {
@@ -156,8 +150,10 @@ void write_fused_program(const FusedProgram& program, Attrs& attrs) {
   attrs.set("results", std::vector<int64_t>(program.results.begin(), program.results.end()));
 }
 
-Expected<std::vector<TensorType>> fused_slot_types(const FusedProgram& program, const std::vector<TensorType>& inputs) {
-  std::vector<TensorType> types = inputs;
+Expected<FusedProgram> read_typed_fused_program(const Attrs& attrs, const std::vector<TensorType>& inputs) {
+  MEMC_ASSIGN_OR_RETURN(FusedProgram program, read_fused_program(attrs, static_cast<int>(inputs.size())));
+  std::vector<TensorType>& types = program.types;
+  types = inputs;
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const FusedStep& step = program.steps[s];
     Node node;
@@ -192,7 +188,7 @@ Expected<std::vector<TensorType>> fused_slot_types(const FusedProgram& program, 
       return Status::BadInput(str_cat("step ", s, " (dropout) reads ", shape_str(types[step.args[0]].shape), ", not the node's ", shape_str(shape)));
     }
   }
-  return types;
+  return program;
 }
 
 std::string fused_program_text(const FusedProgram& program) {

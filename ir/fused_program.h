@@ -35,6 +35,7 @@ struct FusedProgram {
   int inputs = 0;
   std::vector<FusedStep> steps;
   std::vector<int> results;
+  std::vector<TensorType> types;  // every slot's (read_typed_fused_program; empty otherwise)
   int slots() const { return inputs + static_cast<int>(steps.size()); }
 };
 
@@ -63,10 +64,12 @@ bool fused_step_reads_i1(const std::string& op);
 Expected<FusedProgram> read_fused_program(const Attrs& attrs, int inputs);
 // Writes it back into attributes.
 void write_fused_program(const FusedProgram& program, Attrs& attrs);
-// Every slot's type given the inputs' types: each step through its op's shape function. Fails
-// naming the step when an op rejects its operands, a step is not elementwise over the output's
-// shape, or an input does not broadcast to it.
-Expected<std::vector<TensorType>> fused_slot_types(const FusedProgram& program, const std::vector<TensorType>& inputs);
+// The program of a node whose inputs have these types, with every slot's type in `types`: each
+// step through its op's shape function. Fails naming the step when an op rejects its operands, a
+// step is not elementwise over the output's shape, or an input does not broadcast to it.
+Expected<FusedProgram> read_typed_fused_program(const Attrs& attrs, const std::vector<TensorType>& inputs);
+// The dtypes a fused node's slots may have: f32, bf16, f16 and i1.
+bool fusable_dtype(DType t);
 
 // "add(%0, %1) → gelu(%2)": the program as one line, for messages and -v reports.
 std::string fused_program_text(const FusedProgram& program);

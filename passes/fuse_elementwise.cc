@@ -15,9 +15,7 @@ constexpr size_t kMaxRank = 8;  // the CUDA body's strided maps
 bool fusable_value(const Module& m, ValueId v) {
   if (v == kNoValue) return false;
   const Value& value = m.value(v);
-  const DType t = value.type.dtype;
-  return value.space == MemSpace::kDevice && value.type.shape.size() <= kMaxRank &&
-         (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kBool);
+  return value.space == MemSpace::kDevice && value.type.shape.size() <= kMaxRank && fusable_dtype(value.type.dtype);
 }
 
 // A dropout's mask output, when it has one, must be unread: the fused step makes only y.
@@ -55,28 +53,26 @@ class Grouper {
         if (p == kNoNode || in_group.count(p) || assigned_.count(p) || !joins(p, v, shape, in_group)) continue;
         if (members.size() + 1 > static_cast<size_t>(kFusedMaxSteps)) continue;
         if (m_.node(p).op == "dropout" && dropouts(members) + 1 > kFusedMaxDropouts) continue;
-        in_group.insert(p);
-        members.push_back(p);
-        if (external_inputs(members, in_group).size() > static_cast<size_t>(kFusedMaxInputs)) {
-          in_group.erase(p);
-          members.pop_back();
-        }
+        add_within_inputs(p, members, in_group);
       }
     }
-    if (const NodeId u = second_result(root, in_group); u != kNoNode) {
-      in_group.insert(u);
-      members.push_back(u);
-      if (external_inputs(members, in_group).size() > static_cast<size_t>(kFusedMaxInputs) ||
-          members.size() > static_cast<size_t>(kFusedMaxSteps)) {
-        in_group.erase(u);
-        members.pop_back();
-      }
-    }
+    const NodeId u = second_result(root, in_group);
+    if (u != kNoNode && members.size() + 1 <= static_cast<size_t>(kFusedMaxSteps)) add_within_inputs(u, members, in_group);
     if (members.size() >= 2) {
       for (NodeId n : members) assigned_.insert(n);
     }
     std::sort(members.begin(), members.end(), [&](NodeId a, NodeId b) { return position_.at(a) < position_.at(b); });
     return members;
+  }
+
+  // Adds n to the group unless the group would then read more than kFusedMaxInputs values.
+  void add_within_inputs(NodeId n, std::vector<NodeId>& members, std::unordered_set<NodeId>& in_group) const {
+    in_group.insert(n);
+    members.push_back(n);
+    if (external_inputs(members, in_group).size() > static_cast<size_t>(kFusedMaxInputs)) {
+      in_group.erase(n);
+      members.pop_back();
+    }
   }
 
   // A consumer of the root's result that the fused node can also compute, as its second result

@@ -219,9 +219,7 @@ TEST_P(FuseElementwiseStep, EqualsTheUnfusedStepBitForBit) {
   for (NodeId n : fused.train.schedule()) {
     const Node& node = fused.train.node(n);
     if (node.op != "fused_elementwise") --ops[node.op];
-    if (const Attr* steps_ops = node.attrs.find("ops")) {
-      for (const std::string& op : std::get<std::vector<std::string>>(*steps_ops)) --ops[op];
-    }
+    for (const std::string& op : node.attrs.get_strings("ops")) --ops[op];
   }
   for (const auto& [op, count] : ops) EXPECT_EQ(count, 0) << op;
   const auto diff = testing::compare_gradients(testing::first_step_gradients(fused, c.data), testing::first_step_gradients(plain, c.data));

@@ -554,10 +554,8 @@ void gather_floats(const Tensor& t, const Shape& shape, const std::vector<int64_
 
 Status fused_elementwise_kernel(KernelContext& ctx) {
   const int inputs = static_cast<int>(ctx.inputs.size());
-  MEMC_ASSIGN_OR_RETURN(const FusedProgram program, read_fused_program(ctx.node.attrs, inputs));
-  std::vector<TensorType> in_types;
-  for (const Tensor* t : ctx.inputs) in_types.push_back(TensorType{t->dtype(), t->shape()});
-  MEMC_ASSIGN_OR_RETURN(const std::vector<TensorType> types, fused_slot_types(program, in_types));
+  MEMC_ASSIGN_OR_RETURN(const FusedProgram program, fused_program(ctx));  // backends/kernel_attrs.h
+  const std::vector<TensorType>& types = program.types;
   std::vector<FusedChunkFn> steps;
   for (const FusedStep& s : program.steps) {
     Node step;

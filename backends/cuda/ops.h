@@ -445,10 +445,8 @@ Status fused_elementwise_op(KernelContext& ctx, R& run) {
   static_assert(kFusedInputs == kFusedMaxInputs && kFusedSteps == kFusedMaxSteps && kFusedResults == kFusedMaxResults &&
                 kFusedDropouts == kFusedMaxDropouts);
   const int inputs = static_cast<int>(ctx.inputs.size());
-  MEMC_ASSIGN_OR_RETURN(const FusedProgram program, read_fused_program(ctx.node.attrs, inputs));
-  std::vector<TensorType> in_types;
-  for (const Tensor* t : ctx.inputs) in_types.push_back(TensorType{t->dtype(), t->shape()});
-  MEMC_ASSIGN_OR_RETURN(const std::vector<TensorType> types, fused_slot_types(program, in_types));
+  MEMC_ASSIGN_OR_RETURN(const FusedProgram program, fused_program(ctx));  // backends/kernel_attrs.h
+  const std::vector<TensorType>& types = program.types;
   const Shape& y = ctx.outputs[0]->shape();
   FusedElementwise body;
   body.inputs = inputs, body.steps = static_cast<int>(program.steps.size()), body.results = static_cast<int>(program.results.size());

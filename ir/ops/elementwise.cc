@@ -177,11 +177,10 @@ void register_elementwise_ops(OpRegistry& r) {
   r.add({.name = "fused_elementwise", .min_inputs = 1, .max_inputs = kFusedMaxInputs, .num_outputs = -1,
          .flags = kOpElementwise | kOpInplaceOk | kOpNoGradient,
          .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
-           MEMC_ASSIGN_OR_RETURN(const FusedProgram p, read_fused_program(c.node.attrs, static_cast<int>(c.inputs.size())));
-           MEMC_ASSIGN_OR_RETURN(const std::vector<TensorType> types,
-                                 fused_slot_types(p, std::vector<TensorType>(c.inputs.begin(), c.inputs.end())));
+           MEMC_ASSIGN_OR_RETURN(const FusedProgram p,
+                                 read_typed_fused_program(c.node.attrs, std::vector<TensorType>(c.inputs.begin(), c.inputs.end())));
            out.clear();
-           for (int r : p.results) out.push_back(types[r]);
+           for (int r : p.results) out.push_back(p.types[r]);
            return Status::Ok();
          },
          .flops = [](const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) -> int64_t {
