@@ -1,6 +1,7 @@
 #include "frontend/fusion_util.h"
 
 #include <cmath>
+#include <unordered_map>
 
 #include "frontend/fusion.h"
 #include "support/log.h"
@@ -56,6 +57,27 @@ std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op,
   }
   m.set_schedule(order);
   return *outs;
+}
+
+NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs) {
+  std::unordered_map<NodeId, size_t> position;
+  const std::vector<NodeId> order = m.schedule();
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  if (position.count(a) == 0 || position.count(b) == 0) return kNoNode;
+  const NodeId later = position[a] > position[b] ? a : b, earlier = later == a ? b : a;
+  bool ready = true;
+  for (ValueId v : inputs) {
+    const NodeId p = m.value(v).producer;
+    ready = ready && (p == kNoNode || (position.count(p) != 0 && position[p] < position[earlier]));
+  }
+  if (ready) return earlier;
+  const std::vector<std::vector<NodeId>> users = m.users();
+  for (ValueId v : m.node(earlier).outputs) {
+    for (NodeId u : users[v]) {
+      if (u != later && !m.node(u).dead && (position.count(u) == 0 || position[u] < position[later])) return kNoNode;
+    }
+  }
+  return later;
 }
 
 void take_identity(Module& m, ValueId from, ValueId to) {

@@ -20,6 +20,10 @@ ValueId other_operand(const Node& n, ValueId known);
 // Adds a node scheduled immediately before `anchor`; returns its outputs (empty on a shape error).
 std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op, std::vector<ValueId> inputs,
                                 Attrs attrs, const std::string& source);
+// Where one node reading `inputs` can replace nodes `a` and `b`: the earlier one's place when every
+// input is made before it; else the later one's, when no other node reads the earlier one's
+// outputs before it; kNoNode when neither holds.
+NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs);
 // `to` takes `from`'s place: its name (a gradient's "grad.W", which the runtime and the sharding
 // passes look up), role and memory space, and every use; `from` is renamed NAME_unfused.
 void take_identity(Module& m, ValueId from, ValueId to);

@@ -1,7 +1,5 @@
 #include "passes/bias_grad_gemm.h"
 
-#include <unordered_map>
-
 #include "frontend/fusion_util.h"
 
 namespace memc {
@@ -23,40 +21,19 @@ int summed_operand(const Module& m, const Node& g, ValueId v) {
   return -1;
 }
 
-// Where the fused node can go: the earlier node's place when every input is ready there (the
-// matmul's other operand is, when the reduce comes first), else the later node's when nothing
-// reads the earlier node's output before it; kNoNode when neither holds.
-NodeId fused_place(const Module& m, const std::vector<std::vector<NodeId>>& users, std::unordered_map<NodeId, size_t>& position,
-                   NodeId g, NodeId r) {
-  const NodeId later = position[g] > position[r] ? g : r, earlier = later == g ? r : g;
-  bool ready = true;
-  for (ValueId v : m.node(g).inputs) {
-    const NodeId p = m.value(v).producer;
-    ready = ready && (p == kNoNode || (position.count(p) != 0 && position[p] < position[earlier]));
-  }
-  if (ready) return earlier;
-  for (NodeId u : users[m.node(earlier).outputs[0]]) {
-    if (position.count(u) == 0 || position[u] < position[later]) return kNoNode;
-  }
-  return later;
-}
-
 }  // namespace
 
 Expected<PassReport> BiasGradGemm::run(Module& m) {
   int64_t fused = 0;
   const std::vector<std::vector<NodeId>> users = m.users();
-  std::unordered_map<NodeId, size_t> position;
-  const std::vector<NodeId> order = m.schedule();
-  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
-  for (NodeId r : order) {
+  for (NodeId r : m.schedule()) {
     if (m.node(r).dead || !sums_rows(m, m.node(r))) continue;
     const ValueId v = m.node(r).inputs[0];
     for (NodeId g : users[v]) {
       if (m.node(g).dead) continue;
       const int summed = summed_operand(m, m.node(g), v);
       if (summed < 0 || m.value(m.node(g).outputs[0]).type.dtype != m.value(m.node(r).outputs[0]).type.dtype) continue;
-      const NodeId at = fused_place(m, users, position, g, r);
+      const NodeId at = fusion::fused_place(m, g, r, m.node(g).inputs);
       if (at == kNoNode) continue;
       Attrs attrs;
       attrs.set("transpose_a", m.node(g).attrs.get_int("transpose_a", 0));
@@ -78,15 +55,7 @@ Expected<PassReport> BiasGradGemm::run(Module& m) {
       break;
     }
   }
-  if (fused > 0) {
-    m.eliminate_dead_nodes();
-    m.compact();
-  }
-  PassReport report;
-  report.changed = fused > 0;
-  report.set("fused", fused);
-  report.lines.push_back(str_cat("bias_grad_gemm: ", fused, " bias gradients inside their weight-gradient GEMMs"));
-  return report;
+  return rewrite_report(m, {{"fused", fused}}, str_cat("bias_grad_gemm: ", fused, " bias gradients inside their weight-gradient GEMMs"));
 }
 
 }  // namespace memc

@@ -203,15 +203,8 @@ Expected<PassReport> FuseElementwise::run(Module& m) {
       fused_order.push_back(n);
     }
     m.set_schedule(fused_order);
-    m.eliminate_dead_nodes();
-    m.compact();
   }
-  PassReport report;
-  report.changed = groups > 0;
-  report.set("groups", groups);
-  report.set("nodes", nodes);
-  report.lines.push_back(str_cat("fuse_elementwise: ", nodes, " elementwise ops as ", groups, " kernels"));
-  return report;
+  return rewrite_report(m, {{"groups", groups}, {"nodes", nodes}}, str_cat("fuse_elementwise: ", nodes, " elementwise ops as ", groups, " kernels"));
 }
 
 }  // namespace memc

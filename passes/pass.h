@@ -37,6 +37,11 @@ struct PassReport {
   int64_t get(std::string_view name, int64_t fallback = 0) const;
 };
 
+// The end of a rewriting pass (the fusions): when any statistic is nonzero the module changed, and
+// the nodes it replaced (marked dead) leave it (eliminate_dead_nodes, compact); the report holds
+// the statistics and the pass's line.
+PassReport rewrite_report(Module& module, std::vector<PassStatistic> statistics, std::string line);
+
 class Pass {
  public:
   virtual ~Pass() = default;

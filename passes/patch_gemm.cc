@@ -126,17 +126,9 @@ Expected<PassReport> PatchGemm::run(Module& m) {
     ++rewritten;
     cancelled += cancel_token_transposes(m, out, y, *p);
   }
-  if (rewritten > 0) {
-    m.eliminate_dead_nodes();
-    m.compact();
-  }
-  PassReport report;
-  report.changed = rewritten > 0;
-  report.set("rewritten", rewritten);
-  report.set("transposes_cancelled", cancelled);
-  report.lines.push_back(str_cat("patch_gemm: ", rewritten, " convolutions as patches and one GEMM, ", cancelled,
-                                 " transposes back to tokens cancelled"));
-  return report;
+  return rewrite_report(m, {{"rewritten", rewritten}, {"transposes_cancelled", cancelled}},
+                        str_cat("patch_gemm: ", rewritten, " convolutions as patches and one GEMM, ", cancelled,
+                                " transposes back to tokens cancelled"));
 }
 
 }  // namespace memc

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ir/verifier.h"
+#include "passes/add_layernorm.h"
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/patch_gemm.h"
@@ -21,6 +22,18 @@ void PassReport::set(std::string name, int64_t value) {
     }
   }
   statistics.push_back({std::move(name), value});
+}
+
+PassReport rewrite_report(Module& module, std::vector<PassStatistic> statistics, std::string line) {
+  PassReport report;
+  report.changed = std::any_of(statistics.begin(), statistics.end(), [](const PassStatistic& s) { return s.value != 0; });
+  if (report.changed) {
+    module.eliminate_dead_nodes();
+    module.compact();
+  }
+  report.statistics = std::move(statistics);
+  report.lines.push_back(std::move(line));
+  return report;
 }
 
 int64_t PassReport::get(std::string_view name, int64_t fallback) const {
@@ -53,6 +66,8 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }},
       {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
        [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},
+      {"add_layernorm", "residual adds inside their layernorm, gradient adds inside layernorm_grad (GPU targets)", PassStage::kTraining,
+       [](O o) { return o.add_layernorm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AddLayernorm>(); }},
       {"fuse_elementwise", "chains of elementwise ops as one kernel each (GPU targets)", PassStage::kTraining,
        [](O o) { return o.fuse_elementwise; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<FuseElementwise>(); }},
       {"schedule", "the node order with the lowest planned peak", PassStage::kTraining, [](O o) { return o.reschedule; },

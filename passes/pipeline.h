@@ -48,6 +48,9 @@ struct PipelineOptions {
   // A linear layer's bias gradient inside its weight-gradient GEMM (passes/bias_grad_gemm.h):
   // cuBLASLt's epilogue. Set for GPU targets.
   bool bias_grad_gemm = false;
+  // Residual adds inside the layernorms that read them, and gradient adds inside the
+  // layernorm_grads they follow (passes/add_layernorm.h). Set for GPU targets.
+  bool add_layernorm = false;
   // Chains of elementwise ops as one kernel each (passes/fuse_elementwise.h). Set for GPU targets.
   bool fuse_elementwise = false;
   // The schedule may issue prefetching starts early (zero3's gathers, streamed units' copies),

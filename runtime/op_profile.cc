@@ -122,7 +122,7 @@ std::string op_category(const std::string& op) {
       {"attention", "attention"}, {"attention_grad", "attention"},
       {"sgd_update", "optimizer"}, {"momentum_update", "optimizer"}, {"adam_update", "optimizer"},
       {"adam8bit_update", "optimizer"}, {"adafactor_update", "optimizer"},
-      {"layernorm", "normalization"}, {"layernorm_grad", "normalization"}, {"softmax", "normalization"},
+      {"layernorm", "normalization"}, {"add_layernorm", "normalization"}, {"layernorm_grad", "normalization"}, {"softmax", "normalization"},
       {"log_softmax", "normalization"}, {"softmax_grad", "normalization"}, {"log_softmax_grad", "normalization"},
       {"copy", "copies"}, {"cast", "copies"}, {"transpose", "copies"}, {"concat", "copies"}, {"slice", "copies"},
       {"slice_grad", "copies"}, {"gather", "copies"}, {"gather_grad", "copies"}, {"pad", "copies"}, {"expand", "copies"}, {"gather_elements", "copies"}, {"gather_elements_grad", "copies"},

@@ -248,5 +248,59 @@ INSTANTIATE_TEST_SUITE_P(Models, FuseElementwiseStep,
                            return name;
                          });
 
+
+// add_layernorm (passes/add_layernorm.h): each residual add that a layernorm reads joins it, each
+// layernorm gradient takes the add after it, alone and beside fuse_elementwise as a GPU target
+// runs them; the step's loss and gradients equal the unfused step's bit for bit, and the plan
+// measures what it plans and peaks no higher.
+struct AddLayernormCase : FusedCase {
+  int forward = 0, backward = 0;  // fused pairs
+  bool with_elementwise = false;
+};
+class AddLayernormStep : public ::testing::TestWithParam<AddLayernormCase> {};
+
+TEST_P(AddLayernormStep, EqualsTheUnfusedStepBitForBit) {
+  const AddLayernormCase& c = GetParam();
+  CompileOptions o = options_of(c);
+  o.fuse_elementwise = c.with_elementwise;
+  const Plan plain = testing::compile_committed(c.model, o);
+  o.add_layernorm = true;
+  const Plan fused = testing::compile_committed(c.model, o);
+  const int forward = testing::count_op(fused.train, "add_layernorm");
+  int backward = 0;
+  for (NodeId n : fused.train.schedule()) backward += fused.train.node(n).op == "layernorm_grad" && fused.train.node(n).inputs.size() == 4;
+  EXPECT_EQ(forward, c.forward);
+  EXPECT_EQ(backward, c.backward);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(fused, c.data), testing::first_step_gradients(plain, c.data));
+  std::printf("[add_layernorm] %s %s x%lld%s: %d forward, %d backward; %zu nodes against %zu; loss rel %.2e, %s; planned %lld vs %lld unfused\n",
+              c.model.c_str(), c.precision.c_str(), static_cast<long long>(c.micro_batches), c.with_elementwise ? " + fuse_elementwise" : "",
+              forward, backward, fused.train.schedule().size(), plain.train.schedule().size(), diff.loss_rel,
+              diff.bit_identical ? "bit-identical" : "NOT bit-identical", static_cast<long long>(fused.memory.predicted_peak_bytes),
+              static_cast<long long>(plain.memory.predicted_peak_bytes));
+  EXPECT_EQ(diff.missing, "");
+  EXPECT_TRUE(diff.bit_identical);
+  EXPECT_LE(fused.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes);
+  EXPECT_EQ(testing::measured_peak(fused, c.data, 2), fused.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, AddLayernormStep,
+                         // pre-LN ViTs (2 blocks): the second layernorm of each block and the final one read a residual
+                         // sum (the first block's first reads the position embedding's broadcast add), and each of their
+                         // gradients takes the residual gradient's add
+                         ::testing::Values(AddLayernormCase{{"vit_tiny", "digits_train.npz", "fp32"}, 4, 4},
+                                           AddLayernormCase{{"vit_tiny", "digits_train.npz", "bf16-mixed"}, 4, 4},
+                                           AddLayernormCase{{"vit_tiny", "digits_train.npz", "bf16-mixed"}, 4, 4, true},
+                                           AddLayernormCase{{"vit_tiny", "digits_train.npz", "fp32", 8, -1, 2}, 8, 8},
+                                           AddLayernormCase{{"vit_tiny_dynamo_t215", "digits_train.npz", "fp32", 4}, 4, 4},
+                                           // post-LN: each add's sum is normalized, and the gradient's add comes before
+                                           // layernorm_grad (its dy), not after
+                                           AddLayernormCase{{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}, 4, 0, true}),
+                         [](const auto& info) {
+                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches,
+                                                      info.param.with_elementwise ? "_elementwise" : "");
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
 }  // namespace
 }  // namespace memc

@@ -145,6 +145,9 @@ std::map<std::string, std::vector<Recipe>> explicit_recipes() {
   std::map<std::string, std::vector<Recipe>> r;
   r["linear"] = {{{f, TensorType{DType::kF32, {4, 3}}, std::nullopt}}};
   r["layernorm"] = {{{f, TensorType{DType::kF32, {3}}, TensorType{DType::kF32, {3}}}, make_attrs({{"axis", int64_t{1}}, {"eps", 1e-5}}), 3}};
+  r["add_layernorm"] = {{{f, TensorType{DType::kBF16, {2, 3}}, TensorType{DType::kF32, {3}}, TensorType{DType::kF32, {3}}},
+                         make_attrs({{"axis", int64_t{1}}, {"eps", 1e-5}})}};
+  r["layernorm_grad"] = {{{f, f, TensorType{DType::kF32, {3}}, f}, make_attrs({{"axis", int64_t{1}}})}};
   r["dropout"] = {{{f}, make_attrs({{"ratio", 0.25}, {"seed", int64_t{3}}}), 2}};
   r["conv"] = {{{TensorType{DType::kF32, {1, 2, 5, 5}}, TensorType{DType::kF32, {4, 2, 3, 3}}, TensorType{DType::kF32, {4}}},
                 make_attrs({{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}})}};

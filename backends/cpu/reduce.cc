@@ -295,10 +295,14 @@ void layernorm(T* y, float* mean_out, float* inv_std_out, const T* x, const type
   });
 }
 
-Status layernorm_kernel(KernelContext& ctx) {
+// layernorm over x, or over s = x + r written first (add_layernorm, whose outputs are s and y).
+// r is rounded to x's dtype as a cast rounds it, then added as the add kernel adds; s may share
+// x's buffer (each element is read before it is written).
+Status layernorm_rows(KernelContext& ctx, bool residual) {
   const Tensor& x = *ctx.inputs[0];
-  const Tensor* scale = ctx.inputs[1];
-  const Tensor* bias = ctx.inputs.size() >= 3 ? ctx.inputs[2] : nullptr;
+  const size_t params = residual ? 2 : 1, y_out = residual ? 1 : 0;
+  const Tensor* scale = ctx.inputs[params];
+  const Tensor* bias = ctx.inputs.size() > params + 1 ? ctx.inputs[params + 1] : nullptr;
   const int64_t axis = ctx.node.attrs.get_int("axis", x.rank() - 1);
   const double eps = ctx.node.attrs.get_float("eps", 1e-5);
   const Shape normalized(x.shape().begin() + axis, x.shape().end());
@@ -310,14 +314,34 @@ Status layernorm_kernel(KernelContext& ctx) {
       return unsupported_dtype(ctx, x.dtype());
     } else {
       using C = typename Compute<T>::type;
+      const T* source = x.data<T>();
+      if (residual) {
+        T* sum = ctx.outputs[0]->data<T>();
+        const Status added = dispatch_dtype(ctx.inputs[1]->dtype(), [&]<typename U>() -> Status {
+          if constexpr (!kIsFloatStorage<U>) {
+            return unsupported_dtype(ctx, ctx.inputs[1]->dtype());
+          } else {
+            const U* r = ctx.inputs[1]->data<U>();
+            parallel_ranges(x.numel(), kElementwiseGrain, INT64_MAX, [&](int64_t, int64_t begin, int64_t end) {
+              for (int64_t i = begin; i < end; ++i) sum[i] = store<T, C>(load(source[i]) + load(store<T, float>(load(r[i]))));
+            });
+            return Status::Ok();
+          }
+        });
+        MEMC_RETURN_IF_ERROR(added);
+        source = sum;
+      }
       C* scale_n = ws.take<C>(n);  // scale and bias broadcast to [n]
       C* bias_n = ws.take<C>(n);
-      layernorm(ctx.outputs[0]->data<T>(), stat(1), stat(2), x.data<T>(), expand_param<T>(scale_n, scale, normalized, C(1)),
+      layernorm(ctx.outputs[y_out]->data<T>(), stat(y_out + 1), stat(y_out + 2), source, expand_param<T>(scale_n, scale, normalized, C(1)),
                 expand_param<T>(bias_n, bias, normalized, C(0)), rows, n, eps);
       return Status::Ok();
     }
   });
 }
+
+Status layernorm_kernel(KernelContext& ctx) { return layernorm_rows(ctx, false); }
+Status add_layernorm_kernel(KernelContext& ctx) { return layernorm_rows(ctx, true); }
 
 int64_t layernorm_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
   const Shape& x = in[0].shape;
@@ -376,6 +400,7 @@ void register_reduce_kernels(KernelTable& t) {
   t.add("softmax", softmax_kernel<false>, softmax_workspace);
   t.add("log_softmax", softmax_kernel<true>, softmax_workspace);
   t.add("layernorm", layernorm_kernel, layernorm_workspace);
+  t.add("add_layernorm", add_layernorm_kernel, layernorm_workspace);
 }
 
 }  // namespace memc::cpu

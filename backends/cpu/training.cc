@@ -189,8 +189,10 @@ struct LayernormGradScratch {
 // With x̂ = (x - μ)·r over the normalized dims (size H), g = dy·scale:
 //   dx = r·(g - mean(g) - x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂ (scale's full broadcast shape).
 // One row: dx[r] and its dy·x̂ added into `dscale`; xr, dyr in T, xhat and g scratch rows [H].
+// With an addend row, dx is stored, then the addend added as the add kernel adds two T values.
 template <typename T, typename C>
-void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const C* scale_h, C* xhat, C* g, C* dscale, int64_t h, double eps) {
+void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const T* addend, const C* scale_h, C* xhat, C* g, C* dscale, int64_t h,
+                        double eps) {
   for (int64_t j = 0; j < h; ++j) xhat[j] = load(xr[j]);
   const C mean = interleaved_dot<C>(xhat, nullptr, h) / static_cast<C>(h);
   for (int64_t j = 0; j < h; ++j) xhat[j] -= mean;
@@ -203,6 +205,9 @@ void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const C* scale_h, C* x
   const C mean_g = interleaved_dot<C>(g, nullptr, h) / static_cast<C>(h);
   const C mean_gx = interleaved_dot<C>(g, xhat, h) / static_cast<C>(h);
   for (int64_t j = 0; j < h; ++j) dx[j] = store<T, C>(inv_std * (g[j] - mean_g - xhat[j] * mean_gx));
+  if (addend) {
+    for (int64_t j = 0; j < h; ++j) dx[j] = store<T, C>(load(dx[j]) + load(addend[j]));
+  }
 }
 
 Status layernorm_grad_kernel(KernelContext& ctx) {
@@ -221,6 +226,7 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
     const T* x = x_t.data<T>();          // [rows, H]
     const T* scale = scale_t.data<T>();  // broadcast to [H]
     T* dx = ctx.outputs[0]->data<T>();   // [rows, H]
+    const T* addend = ctx.inputs.size() > 3 && ctx.inputs[3] ? ctx.inputs[3]->data<T>() : nullptr;  // [rows, H]
     const int64_t ds_n = ctx.outputs[1]->numel();
     const LayernormGradScratch<C> w(ws, rows, h, ds_n);
     for (int64_t j = 0; j < h; ++j) w.scale_h[j] = load(scale[strided_offset(j, normalized, scale_strides)]);
@@ -229,7 +235,7 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
     parallel_ranges(w.blocks, 1, kMaxKernelSlots, [&](int64_t slot, int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
-          layernorm_grad_row<T, C>(dx + r * h, x + r * h, dy + r * h, w.scale_h, w.xhat + slot * h, w.g + slot * h, w.partial + b * h, h, eps);
+          layernorm_grad_row<T, C>(dx + r * h, x + r * h, dy + r * h, addend ? addend + r * h : nullptr, w.scale_h, w.xhat + slot * h, w.g + slot * h, w.partial + b * h, h, eps);
         }
       }
     });
@@ -250,7 +256,7 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
   });
 }
 
-// (dy, x, scale) → (dx, dscale)
+// (dy, x, scale, [addend]) → (dx [+ addend], dscale)
 int64_t layernorm_grad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
   const Shape& x = in[1].shape;
   const int64_t axis = node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);

@@ -785,9 +785,21 @@ struct CumsumLine {
 };
 
 // ---- normalization ----------------------------------------------------------------------------
+// v rounded to T's precision (T's store, then its load).
+template <typename T>
+MEMC_HD inline float as_stored(float v) {
+  T t;
+  st(&t, 0, v);
+  return ld(&t, 0);
+}
+
 // One row of layernorm: mean and variance in f64 as the CPU; scale and bias (T, optional)
 // broadcast to the row's n elements through `param`. operator() is one thread's row (the host
 // runner's); a device takes a warp per row (backends/cuda/kernels.cu) through the same pieces.
+// add_layernorm sets `residual` and `sum`: the first pass over a row (first()) writes
+// sum = x + r, r rounded to T as a cast rounds it and the sum as the add kernel rounds it, and
+// every later read is of the sum. Each element is read before its sum is written, by the same
+// thread, so the sum may share x's or r's buffer.
 template <typename T>
 struct LayernormRow {
   const T* x;
@@ -799,12 +811,23 @@ struct LayernormRow {
   int64_t n;
   double eps;
   Strided scale_map, bias_map;  // over the normalized dims
+  const void* residual = nullptr;  // add_layernorm's r [rows, n], of residual_type
+  DType residual_type = DType::kF32;
+  T* sum = nullptr;  // add_layernorm's x + r [rows, n]
   MEMC_HD int64_t cols() const { return n; }
-  MEMC_HD double value(int64_t r, int64_t i) const { return ld(x + r * n, i); }
+  MEMC_HD const T* source(int64_t r) const { return (sum ? sum : x) + r * n; }
+  MEMC_HD double value(int64_t r, int64_t i) const { return ld(source(r), i); }
+  MEMC_HD double first(int64_t r, int64_t i) const {
+    if (!sum) return value(r, i);
+    const int64_t at = r * n + i;
+    const float v = as_stored<T>(ld(x, at) + as_stored<T>(ld_f32(residual, residual_type, at)));
+    st(sum, at, v);
+    return v;
+  }
   MEMC_HD double inv_std(double square_sum) const { return 1.0 / std::sqrt((n ? square_sum / n : 0) + eps); }
   MEMC_HD void store(int64_t r, int64_t i, float mean, float inv) const {
     const float s = scale ? ld(scale, scale_map.offset(i)) : 1.f, b = bias ? ld(bias, bias_map.offset(i)) : 0.f;
-    st(y + r * n, i, (ld(x + r * n, i) - mean) * inv * s + b);
+    st(y + r * n, i, (ld(source(r), i) - mean) * inv * s + b);
   }
   MEMC_HD void stats(int64_t r, float mean, float inv) const {
     if (mean_out) mean_out[r] = mean;
@@ -812,7 +835,7 @@ struct LayernormRow {
   }
   MEMC_HD void operator()(int64_t r) const {
     double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += value(r, i);
+    for (int64_t i = 0; i < n; ++i) sum += first(r, i);
     const double mean = n ? sum / n : 0;
     double square_sum = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -827,6 +850,7 @@ struct LayernormRow {
 
 // layernorm_grad, per row: dx, and the row's mean and 1/std for the scale gradient's columns.
 // As LayernormRow, a thread's row here and a warp's on a device, through the same pieces.
+// With an addend, dx is rounded to T, then the addend added as the add kernel adds.
 template <typename T>
 struct LayernormGradRow {
   const T* dy;
@@ -837,14 +861,15 @@ struct LayernormGradRow {
   int64_t h;
   double eps;
   Strided scale_map;
+  const T* addend = nullptr;  // [rows, h], or null
   MEMC_HD int64_t cols() const { return h; }
   MEMC_HD float xv(int64_t r, int64_t j) const { return ld(x + r * h, j); }
   MEMC_HD float gv(int64_t r, int64_t j) const { return ld(dy + r * h, j) * ld(scale, scale_map.offset(j)); }
   MEMC_HD float inv_std(float square) const { return 1.f / std::sqrt(square / static_cast<float>(h) + static_cast<float>(eps)); }
   // dx from the row's mean, 1/std and the means of g and g·x̂.
   MEMC_HD void store(int64_t r, int64_t j, float mean, float inv, float mean_g, float mean_gx) const {
-    const float xhat = (xv(r, j) - mean) * inv;
-    st(dx + r * h, j, inv * (gv(r, j) - mean_g - xhat * mean_gx));
+    const float xhat = (xv(r, j) - mean) * inv, v = inv * (gv(r, j) - mean_g - xhat * mean_gx);
+    st(dx + r * h, j, addend ? as_stored<T>(v) + ld(addend + r * h, j) : v);
   }
   MEMC_HD void operator()(int64_t r) const {
     float sum = 0;

@@ -90,7 +90,7 @@ __global__ void layernorm_rows(LayernormRow<T> body, int64_t rows) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp), n = body.cols();
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows; r += warps) {
     double sum = 0;
-    for (int64_t i = lane; i < n; i += kWarp) sum += body.value(r, i);
+    for (int64_t i = lane; i < n; i += kWarp) sum += body.first(r, i);
     const double mean = n ? warp_sum(sum) / static_cast<double>(n) : 0.0;
     double square = 0;
     for (int64_t i = lane; i < n; i += kWarp) {

@@ -541,21 +541,28 @@ inline Expected<Strided> param_map(const KernelContext& ctx, size_t input, const
   return broadcast_map(ctx, ctx.inputs[input]->shape(), normalized);
 }
 
+// layernorm(x, scale, [bias]), or add_layernorm(x, r, scale, [bias]) → (x + r, y) (`residual`).
 template <class R>
-Status layernorm_op(KernelContext& ctx, R& run) {
+Status layernorm_rows_op(KernelContext& ctx, R& run, bool residual) {
   const Tensor& x = *ctx.inputs[0];
+  const size_t p = residual ? 2 : 1, y = residual ? 1 : 0;  // scale's input, y's output
   const int64_t axis = ctx.node.attrs.get_int("axis", x.rank() - 1);
   const Shape normalized(x.shape().begin() + axis, x.shape().end());
   const int64_t n = numel(normalized), rows = n ? x.numel() / n : 0;
-  MEMC_ASSIGN_OR_RETURN(const Strided scale_map, param_map(ctx, 1, normalized));
-  MEMC_ASSIGN_OR_RETURN(const Strided bias_map, param_map(ctx, 2, normalized));
+  MEMC_ASSIGN_OR_RETURN(const Strided scale_map, param_map(ctx, p, normalized));
+  MEMC_ASSIGN_OR_RETURN(const Strided bias_map, param_map(ctx, p + 1, normalized));
   const double eps = ctx.node.attrs.get_float("eps", 1e-5);
   return dispatch_float(ctx, x.dtype(), [&]<typename T>() {
-    return run(LayernormRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<float>(ctx, 1), out<float>(ctx, 2), n, eps,
-                               scale_map, bias_map},
-               rows);
+    LayernormRow<T> body{in<T>(ctx, 0), in<T>(ctx, p), in<T>(ctx, p + 1), out<T>(ctx, y), out<float>(ctx, y + 1), out<float>(ctx, y + 2), n, eps,
+                         scale_map, bias_map};
+    if (residual) body.residual = ctx.inputs[1]->raw(), body.residual_type = ctx.inputs[1]->dtype(), body.sum = out<T>(ctx, 0);
+    return run(body, rows);
   });
 }
+template <class R>
+Status layernorm_op(KernelContext& ctx, R& run) { return layernorm_rows_op(ctx, run, false); }
+template <class R>
+Status add_layernorm_op(KernelContext& ctx, R& run) { return layernorm_rows_op(ctx, run, true); }
 
 // Scratch of layernorm_grad: per-row statistics [rows, 2], the scale gradient's partial sums
 // [row blocks, h], and a row of f32 sums when the scale covers fewer elements than the row.
@@ -575,7 +582,8 @@ Status layernorm_grad_op(KernelContext& ctx, R& run) {
   Scratch scratch(ctx);
   MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, rows * 2));
   return dispatch_float(ctx, x.dtype(), [&]<typename T>() -> Status {
-    MEMC_RETURN_IF_ERROR(run(LayernormGradRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), stats, h, eps, scale_map}, rows));
+    MEMC_RETURN_IF_ERROR(
+        run(LayernormGradRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), stats, h, eps, scale_map, in<T>(ctx, 3)}, rows));
     const int64_t partials = layernorm_partials(rows);
     MEMC_ASSIGN_OR_RETURN(float* partial, scratch.take<float>(ctx, partials * h));
     MEMC_RETURN_IF_ERROR(run(LayernormGradScalePartial<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, partial, rows, h}, partials * h));

@@ -56,6 +56,26 @@ Status layernorm_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   return Status::Ok();
 }
 
+// add_layernorm(x, r, scale, [bias]) {axis, eps} → (x + r, layernorm(x + r, scale, bias)): a
+// residual add and the layernorm that reads it (passes/add_layernorm.h). r has x's shape and
+// is f32, bf16 or f16, rounded to x's dtype as a cast would round it; the sum is x's dtype.
+Status add_layernorm_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const TensorType &x = c.inputs[0], &r = c.inputs[1];
+  auto narrow_float = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
+  if (!narrow_float(x.dtype)) return Status::BadInput(str_cat("x is ", dtype_name(x.dtype), ", not f32, bf16 or f16"));
+  if (!narrow_float(r.dtype) || r.shape != x.shape) {
+    return Status::BadInput(str_cat("the residual ", type_str(r), " is not an f32, bf16 or f16 tensor of x's shape ", shape_str(x.shape)));
+  }
+  std::vector<TensorType> normalized = {x};
+  normalized.insert(normalized.end(), c.inputs.begin() + 2, c.inputs.end());
+  const std::vector<bool> present(normalized.size(), true);
+  Node layernorm = c.node;
+  layernorm.outputs.resize(1);
+  MEMC_RETURN_IF_ERROR(layernorm_shape(ShapeContext{layernorm, normalized, present}, out));
+  out = {x, out[0]};
+  return Status::Ok();
+}
+
 }  // namespace
 
 void register_reduce_ops(OpRegistry& r) {
@@ -85,6 +105,10 @@ void register_reduce_ops(OpRegistry& r) {
          .shape = layernorm_shape,
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 8 * in[0].numel(); },
          .doc = "(x - mean)/√(var + eps)·scale + bias over dims {axis}..end {eps}"});
+  r.add({.name = "add_layernorm", .min_inputs = 3, .max_inputs = 4, .num_outputs = 2, .flags = kOpNoGradient | kOpInplaceOk,
+         .shape = add_layernorm_shape,
+         .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 9 * in[0].numel(); },
+         .doc = "(x, r, scale, [bias]) → (s = x + r, layernorm(s)) over dims {axis}..end {eps}; the sum may take x's buffer"});
 }
 
 }  // namespace memc

@@ -58,14 +58,19 @@ void register_training_ops(OpRegistry& r) {
   r.add({.name = "log_softmax_grad", .min_inputs = 2, .max_inputs = 2,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) { return same_as_input(c, 1, out); },
          .doc = "(dy, y) → dy - exp(y)·Σ dy along {axis}"});
-  // Recomputes mean and inverse std from x (one pass) instead of storing them in forward.
-  r.add({.name = "layernorm_grad", .min_inputs = 3, .max_inputs = 3, .num_outputs = 2,
+  // Recomputes mean and inverse std from x (one pass) instead of storing them in forward. The
+  // optional addend (dx's type) is added to dx as it is stored: a residual's gradient sum
+  // (passes/add_layernorm.h).
+  r.add({.name = "layernorm_grad", .min_inputs = 3, .max_inputs = 4, .num_outputs = 2,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           if (c.inputs.size() == 4 && c.inputs[3] != c.inputs[1]) {
+             return Status::BadInput(str_cat("the addend ", type_str(c.inputs[3]), " is not x's type ", type_str(c.inputs[1])));
+           }
            out = {c.inputs[1], c.inputs[2]};
            return Status::Ok();
          },
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 12 * in[1].numel(); },
-         .doc = "(dy, x, scale) → (dx, dscale) {axis, eps}"});
+         .doc = "(dy, x, scale, [addend]) → (dx [+ addend], dscale) {axis, eps}"});
   r.add({.name = "gather_grad", .min_inputs = 2, .max_inputs = 2,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));

@@ -20,7 +20,9 @@
 #include "tests/cuda/host_cuda_backend.h"
 #include "ir/fused_program.h"
 #include "ir/grad.h"
+#include "passes/add_layernorm.h"
 #include "passes/fuse_elementwise.h"
+#include "passes/liveness.h"
 #include "planner/compile.h"
 #include "runtime/executor.h"
 #include "runtime/planned_executor.h"
@@ -708,6 +710,89 @@ TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
 // Coalesced maps (bodies.h coalesce()) give every element the offset the full maps give it, also
 // with 32-bit arithmetic, and drop the dims they can: a contiguous operand and a broadcast one
 // merge to what they need.
+// add_layernorm (passes/add_layernorm.h): a residual add (its operand widened or narrowed by a
+// cast, or not) and the layernorm that reads it, and layernorm_grad and the add that follows it,
+// each as one node: every output equals the two ops' kernels bit for bit, on the CPU kernels and
+// on the CUDA host runner, in f32, bf16 and f16, with a row length that leaves a warp's tail.
+TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
+  HostCudaBackend host;
+  const Shape shape = {6, 4, 33}, row = {33};
+  for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const DType u : {DType::kF32, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(str_cat("x ", dtype_name(t), ", branch ", dtype_name(u)));
+      Module plain;
+      const ValueId x = plain.add_argument("x", TensorType{t, shape}, Role::kInput);
+      const ValueId b = plain.add_argument("b", TensorType{u, shape}, Role::kInput);
+      const ValueId scale = plain.add_argument("scale", TensorType{t, row}, Role::kInput);
+      const ValueId bias = plain.add_argument("bias", TensorType{t, row}, Role::kInput);
+      const ValueId dy = plain.add_argument("dy", TensorType{t, shape}, Role::kInput);
+      const ValueId d = plain.add_argument("d", TensorType{t, shape}, Role::kInput);
+      const ValueId r = u == t ? b : emit(plain, "cast", {b}, make_attrs({{"to", std::string(dtype_name(t))}}));
+      const Attrs axis = make_attrs({{"axis", int64_t{2}}, {"eps", 1e-5}});
+      const ValueId s = emit(plain, "add", {x, r});
+      const ValueId y = emit(plain, "layernorm", {s, scale, bias}, axis);
+      auto grads = plain.add_node("layernorm_grad", {dy, s, scale}, axis);
+      ASSERT_TRUE(grads.ok()) << grads.status().message();
+      plain.set_outputs({s, y, emit(plain, "add", {d, grads->at(0)}), grads->at(1)});
+      Module fused = plain;
+      auto report = AddLayernorm().run(fused);
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      EXPECT_EQ(report->get("forward"), 1);
+      EXPECT_EQ(report->get("backward"), 1);
+      EXPECT_EQ(testing::count_op(fused, "add") + testing::count_op(fused, "cast") + testing::count_op(fused, "layernorm"), 0);
+      std::mt19937 rng(6);
+      std::map<std::string, Tensor> feeds;
+      for (const char* name : {"x", "b", "dy", "d"}) {
+        feeds[name] = testing::random_tensor(std::string(name) == "b" ? u : t, shape, rng, -3, 3);
+      }
+      feeds["scale"] = testing::random_tensor(t, row, rng, 0.5, 1.5);
+      feeds["bias"] = testing::random_tensor(t, row, rng, -1, 1);
+      for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+        auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
+        auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
+        ASSERT_TRUE(want.ok()) << want.status().message();
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        for (size_t k = 0; k < 4; ++k) {
+          EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
+                                                                                            << ", output " << k;
+        }
+      }
+    }
+  }
+}
+
+// The sum takes the buffer of an operand nothing else reads (the add's output did too): the
+// kernel reads each element before it writes its sum. Through the planned executor, where the
+// buffers are shared, the outputs equal the unfused step's on both backends.
+TEST(CudaAddLayernorm, TheSumMayTakeItsOperandsBuffer) {
+  const Shape shape = {5, 96}, row = {96};
+  Module plain;
+  const ValueId x = plain.add_argument("x", TensorType{DType::kF32, shape}, Role::kInput);
+  const ValueId b = plain.add_argument("b", TensorType{DType::kF32, shape}, Role::kInput);
+  const ValueId scale = plain.add_argument("scale", TensorType{DType::kF32, row}, Role::kInput);
+  const ValueId branch = emit(plain, "tanh", {b});  // an activation only the add reads
+  const ValueId s = emit(plain, "add", {x, branch});
+  plain.set_outputs({emit(plain, "layernorm", {s, scale}, make_attrs({{"axis", int64_t{1}}})), emit(plain, "exp", {s})});
+  Module fused = plain;
+  ASSERT_TRUE(AddLayernorm().run(fused).ok());
+  ASSERT_EQ(testing::count_op(fused, "add_layernorm"), 1);
+  auto live = analyze_liveness(fused);
+  ASSERT_TRUE(live.ok()) << live.status().message();
+  const Node& node = fused.node(fused.value(fused.outputs()[0]).producer);
+  EXPECT_EQ(live->alias[node.outputs[0]], AliasKind::kInplace);  // the sum in tanh's buffer
+  std::mt19937 rng(8);
+  const std::map<std::string, Tensor> feeds = {{"x", testing::random_tensor(DType::kF32, shape, rng)},
+                                               {"b", testing::random_tensor(DType::kF32, shape, rng)},
+                                               {"scale", testing::random_tensor(DType::kF32, row, rng)}};
+  HostCudaBackend host;
+  for (Backend* backend : {static_cast<Backend*>(&cpu_backend()), static_cast<Backend*>(&host)}) {
+    const std::vector<Tensor> want = run_planned(*backend, plain, feeds), got = run_planned(*backend, fused, feeds);
+    ASSERT_EQ(want.size(), 2u);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) EXPECT_EQ(std::memcmp(got[k].raw(), want[k].raw(), want[k].nbytes()), 0) << backend->name() << " " << k;
+  }
+}
+
 TEST(CudaStrided, CoalescedMapsGiveTheSameOffsets) {
   auto map = [](const Shape& in, const Shape& out) {
     const std::vector<int64_t> st = broadcast_strides(in, out);

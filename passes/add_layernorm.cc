@@ -1,0 +1,118 @@
+#include "passes/add_layernorm.h"
+
+#include <algorithm>
+
+#include "frontend/fusion_util.h"
+
+namespace memc {
+namespace {
+
+bool row_kernel_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+bool is_output(const Module& m, ValueId v) { return std::find(m.outputs().begin(), m.outputs().end(), v) != m.outputs().end(); }
+
+// `v` is read by `reader` alone (live nodes, once), and is no output of the step.
+bool read_only_by(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v, NodeId reader) {
+  int reads = 0;
+  for (NodeId u : users[v]) {
+    if (m.node(u).dead) continue;
+    if (u != reader) return false;
+    for (ValueId in : m.node(u).inputs) reads += in == v;
+  }
+  return reads == 1 && !is_output(m, v);
+}
+
+// An add of two operands of its own type (no broadcast), in a dtype the row kernels take.
+bool plain_add(const Module& m, const Node& n) {
+  if (n.dead || n.op != "add" || n.inputs.size() != 2 || n.outputs.size() != 1 || n.inputs[0] == n.inputs[1]) return false;
+  const TensorType& t = m.value(n.outputs[0]).type;
+  return row_kernel_dtype(t.dtype) && m.value(n.inputs[0]).type == t && m.value(n.inputs[1]).type == t;
+}
+
+// add_layernorm's (x, r) for the add `a`: r is a cast's input where only the add reads that cast
+// (the kernel rounds r as the cast did), and x first is an operand computed in the step that
+// nothing else reads, so the sum may take its buffer. `absorbed` is the cast's node, or kNoNode.
+std::pair<ValueId, ValueId> operands(const Module& m, const std::vector<std::vector<NodeId>>& users, const Node& a, NodeId& absorbed) {
+  absorbed = kNoNode;
+  for (int i = 0; i < 2; ++i) {
+    const Node* c = fusion::producer_if(m, a.inputs[i], "cast");
+    if (c && c->inputs.size() == 1 && row_kernel_dtype(m.value(c->inputs[0]).type.dtype) &&
+        m.value(c->inputs[0]).type.shape == m.value(a.inputs[i]).type.shape && read_only_by(m, users, a.inputs[i], a.id)) {
+      absorbed = c->id;
+      return {a.inputs[1 - i], c->inputs[0]};
+    }
+  }
+  auto reusable = [&](ValueId v) { return m.value(v).producer != kNoNode && read_only_by(m, users, v, a.id); };
+  if (!reusable(a.inputs[0]) && reusable(a.inputs[1])) return {a.inputs[1], a.inputs[0]};
+  return {a.inputs[0], a.inputs[1]};
+}
+
+// s = add(x, r) normalized by layernorm `l` (whose mean and 1/std nothing reads) → add_layernorm.
+bool fuse_forward(Module& m, NodeId l) {
+  const Node& ln = m.node(l);
+  if (ln.dead || ln.op != "layernorm" || ln.inputs.empty()) return false;
+  const std::vector<std::vector<NodeId>> users = m.users();
+  for (size_t i = 1; i < ln.outputs.size(); ++i) {
+    for (NodeId u : users[ln.outputs[i]]) {
+      if (!m.node(u).dead) return false;
+    }
+    if (is_output(m, ln.outputs[i])) return false;
+  }
+  const Node* add = fusion::producer(m, ln.inputs[0]);
+  if (!add || !plain_add(m, *add)) return false;
+  NodeId cast = kNoNode;
+  const auto [x, r] = operands(m, users, *add, cast);
+  std::vector<ValueId> inputs = {x, r};
+  inputs.insert(inputs.end(), ln.inputs.begin() + 1, ln.inputs.end());
+  const NodeId a = add->id, at = fusion::fused_place(m, a, l, inputs);
+  if (at == kNoNode) return false;
+  Attrs attrs = ln.attrs;  // copies: adding a node may move `ln`
+  const std::string source = ln.source;
+  const std::vector<ValueId> out = fusion::add_before(m, at, "add_layernorm", inputs, std::move(attrs), source);
+  if (out.size() != 2) return false;
+  fusion::take_identity(m, m.node(a).outputs[0], out[0]);
+  fusion::take_identity(m, m.node(l).outputs[0], out[1]);
+  m.node(a).dead = m.node(l).dead = true;
+  if (cast != kNoNode) m.node(cast).dead = true;
+  return true;
+}
+
+// (dx, dscale) = layernorm_grad(dy, x, scale) whose dx only add(dx, d) reads → layernorm_grad
+// with the addend d.
+bool fuse_backward(Module& m, NodeId g) {
+  const Node& grad = m.node(g);
+  if (grad.dead || grad.op != "layernorm_grad" || grad.inputs.size() != 3) return false;
+  const std::vector<std::vector<NodeId>> users = m.users();
+  const ValueId dx = grad.outputs[0];
+  const auto live = std::find_if(users[dx].begin(), users[dx].end(), [&](NodeId u) { return !m.node(u).dead; });
+  if (live == users[dx].end() || !plain_add(m, m.node(*live)) || !read_only_by(m, users, dx, *live)) return false;
+  const NodeId add = *live;
+  std::vector<ValueId> inputs = grad.inputs;
+  inputs.push_back(fusion::other_operand(m.node(add), dx));
+  const NodeId at = fusion::fused_place(m, g, add, inputs);
+  if (at == kNoNode) return false;
+  Attrs attrs = grad.attrs;  // copies: adding a node may move `grad`
+  const std::string source = grad.source;
+  const std::vector<ValueId> out = fusion::add_before(m, at, "layernorm_grad", inputs, std::move(attrs), source);
+  if (out.size() != 2) return false;
+  fusion::take_identity(m, m.node(add).outputs[0], out[0]);
+  fusion::take_identity(m, m.node(g).outputs[1], out[1]);
+  m.node(g).dead = m.node(add).dead = true;
+  return true;
+}
+
+}  // namespace
+
+Expected<PassReport> AddLayernorm::run(Module& m) {
+  int64_t forward = 0, backward = 0;
+  for (NodeId n : m.schedule()) {
+    if (m.node(n).dead) continue;
+    if (m.node(n).op == "layernorm") forward += fuse_forward(m, n);
+    else if (m.node(n).op == "layernorm_grad") backward += fuse_backward(m, n);
+  }
+  return rewrite_report(m, {{"forward", forward}, {"backward", backward}},
+                        str_cat("add_layernorm: ", forward, " residual adds inside their layernorm, ", backward,
+                                " gradient adds inside their layernorm_grad"));
+}
+
+}  // namespace memc
