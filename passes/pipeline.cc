@@ -9,6 +9,7 @@
 #include "passes/patch_gemm.h"
 #include "passes/schedule.h"
 #include "passes/strip_dropout.h"
+#include "passes/update_grad_casts.h"
 #include "support/log.h"
 #include "support/size.h"
 
@@ -64,6 +65,8 @@ const std::vector<PassInfo>& registered_passes() {
        }},
       {"bias_grad_gemm", "a linear layer's bias gradient inside its weight-gradient GEMM (GPU targets)", PassStage::kTraining,
        [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }},
+      {"update_grad_casts", "a gradient's widening cast inside the optimizer update that reads it (GPU targets)", PassStage::kTraining,
+       [](O o) { return o.update_grad_casts; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<UpdateGradCasts>(); }},
       {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
        [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},
       {"add_layernorm", "residual adds inside their layernorm, gradient adds inside layernorm_grad (GPU targets)", PassStage::kTraining,

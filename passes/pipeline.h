@@ -48,6 +48,9 @@ struct PipelineOptions {
   // A linear layer's bias gradient inside its weight-gradient GEMM (passes/bias_grad_gemm.h):
   // cuBLASLt's epilogue. Set for GPU targets.
   bool bias_grad_gemm = false;
+  // Gradients' widening casts inside the optimizer updates that read them
+  // (passes/update_grad_casts.h). Set for GPU targets.
+  bool update_grad_casts = false;
   // Residual adds inside the layernorms that read them, and gradient adds inside the
   // layernorm_grads they follow (passes/add_layernorm.h). Set for GPU targets.
   bool add_layernorm = false;

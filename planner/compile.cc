@@ -218,6 +218,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   pipeline.group_updates = &planning_backend(options.target) != &cpu_backend();
   // … and computes each linear layer's bias gradient in its weight-gradient GEMM's epilogue.
   pipeline.bias_grad_gemm = options.bias_grad_gemm || pipeline.group_updates;
+  // … and lets each update read its 16-bit gradient without a cast to f32 first.
+  pipeline.update_grad_casts = options.update_grad_casts || pipeline.group_updates;
   // … and each residual add (and its gradient's add) inside the layernorm beside it.
   pipeline.add_layernorm = options.add_layernorm || pipeline.group_updates;
   // … and runs each chain of elementwise ops as one kernel.

@@ -14,6 +14,7 @@
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/patch_gemm.h"
+#include "runtime/trainer.h"
 #include "tests/frontend_onnx_builder.h"
 #include "tests/pass_compare.h"
 #include "tests/test_util.h"
@@ -298,6 +299,54 @@ INSTANTIATE_TEST_SUITE_P(Models, AddLayernormStep,
                          [](const auto& info) {
                            std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches,
                                                       info.param.with_elementwise ? "_elementwise" : "");
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+// update_grad_casts (passes/update_grad_casts.h): in a bf16-mixed step every f32 parameter's
+// update reads its bf16 gradient instead of a cast of it. The gradients (found by their names)
+// and the losses of three steps, each after the previous step's updates, equal the plan's with
+// the casts bit for bit; the plan measures what it plans and peaks no higher.
+class UpdateGradCastsStep : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(UpdateGradCastsStep, EqualsTheStepWithTheCastsBitForBit) {
+  const FusedCase& c = GetParam();
+  CompileOptions o = options_of(c);
+  o.optimizer.kind = "adamw";
+  const Plan plain = testing::compile_committed(c.model, o);
+  o.update_grad_casts = true;
+  const Plan folded = testing::compile_committed(c.model, o);
+  const int casts = testing::count_op(plain.train, "cast") - testing::count_op(folded.train, "cast");
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(folded, c.data), testing::first_step_gradients(plain, c.data));
+  auto losses = [&](const Plan& plan) {
+    auto report = run_plan("", plan, RunOptions{.data = testing::source_path("data/" + c.data), .steps = 3, .seed = 0, .quiet = true});
+    EXPECT_TRUE(report.ok()) << report.status().message();
+    return report.ok() ? report->losses : std::vector<double>{};
+  };
+  const std::vector<double> want = losses(plain), got = losses(folded);
+  std::printf("[update_grad_casts] %s %s x%lld: %d casts folded; gradients %s; losses %.9g %.9g %.9g; planned %lld vs %lld with the casts\n",
+              c.model.c_str(), c.precision.c_str(), static_cast<long long>(c.micro_batches), casts,
+              diff.bit_identical ? "bit-identical" : "NOT bit-identical", got.size() == 3 ? got[0] : 0.0, got.size() == 3 ? got[1] : 0.0,
+              got.size() == 3 ? got[2] : 0.0, static_cast<long long>(folded.memory.predicted_peak_bytes),
+              static_cast<long long>(plain.memory.predicted_peak_bytes));
+  EXPECT_EQ(casts, c.linears);
+  EXPECT_EQ(diff.missing, "");
+  EXPECT_TRUE(diff.bit_identical);
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(got, want);
+  EXPECT_LE(folded.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes);
+  EXPECT_EQ(testing::measured_peak(folded, c.data, 2), folded.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, UpdateGradCastsStep,
+                         // `linears` here: the casts folded, one per weight and bias a bf16 GEMM produces (vit_tiny: 9
+                         // linears and the patch embedding's GEMM). With 2 micro-batches none: each micro-batch's gradient
+                         // is cast before the f32 accumulation, which the update reads.
+                         ::testing::Values(FusedCase{"vit_tiny", "digits_train.npz", "bf16-mixed", 8, -1, 1, 20},
+                                           FusedCase{"vit_tiny", "digits_train.npz", "bf16-mixed", 8, -1, 2, 0},
+                                           FusedCase{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32, 1, 18}),
+                         [](const auto& info) {
+                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
                            for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return name;
                          });

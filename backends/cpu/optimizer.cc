@@ -28,6 +28,27 @@ bool skipped(KernelContext& ctx, size_t index) {
   return true;
 }
 
+// The gradient an update reads, in its own float storage: an f32 parameter's update may read a
+// bf16 or f16 gradient, widened as a cast widens it (passes/update_grad_casts.h).
+template <typename C>
+class GradientIn {
+ public:
+  explicit GradientIn(const Tensor& g) : data_(g.raw()), dtype_(g.dtype()) {}
+  // Elements [i0, i0 + n) into out, as C.
+  void load_chunk(C* out, int64_t i0, int64_t n) const {
+    dispatch_dtype(dtype_, [&]<typename G>() {
+      if constexpr (kIsFloatStorage<G>) {
+        const G* g = static_cast<const G*>(data_) + i0;
+        for (int64_t j = 0; j < n; ++j) out[j] = static_cast<C>(load(g[j]));
+      }
+    });
+  }
+
+ private:
+  const void* data_;
+  DType dtype_;
+};
+
 // w ← w - lr·(g + λw)
 Status sgd_kernel(KernelContext& ctx) {
   const double wd = ctx.node.attrs.get_float("weight_decay", 0.0);
@@ -36,13 +57,18 @@ Status sgd_kernel(KernelContext& ctx) {
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* w = ctx.inputs[0]->data<T>();
-    const T* g = ctx.inputs[1]->data<T>();
+    const GradientIn<C> g(*ctx.inputs[1]);
     T* out = ctx.outputs[0]->data<T>();
     parallel_elementwise(ctx.outputs[0]->numel(), [&](int64_t begin, int64_t end) {  // elements are independent
-      for (int64_t i = begin; i < end; ++i) {
-        const C wi = load(w[i]);
-        const C gi = load(g[i]) + static_cast<C>(wd) * wi;
-        out[i] = store<T, C>(wi - static_cast<C>(lr) * gi);
+      C gc[kVectorChunk];
+      for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
+        const int64_t len = std::min(kVectorChunk, end - i0);
+        g.load_chunk(gc, i0, len);
+        for (int64_t j = 0; j < len; ++j) {
+          const C wi = load(w[i0 + j]);
+          const C gi = gc[j] + static_cast<C>(wd) * wi;
+          out[i0 + j] = store<T, C>(wi - static_cast<C>(lr) * gi);
+        }
       }
     });
   });
@@ -60,7 +86,7 @@ Status momentum_kernel(KernelContext& ctx) {
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* w = ctx.inputs[0]->data<T>();
-    const T* g = ctx.inputs[1]->data<T>();
+    const GradientIn<C> g(*ctx.inputs[1]);
     const T* buf = ctx.inputs[2]->data<T>();
     T* w_out = ctx.outputs[0]->data<T>();
     T* buf_out = ctx.outputs[1]->data<T>();
@@ -73,7 +99,7 @@ Status momentum_kernel(KernelContext& ctx) {
         for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
           const int64_t len = std::min(kVectorChunk, end - i0);
           for (int64_t j = 0; j < len; ++j) wc[j] = load(w[i0 + j]);
-          for (int64_t j = 0; j < len; ++j) gc[j] = load(g[i0 + j]);
+          g.load_chunk(gc, i0, len);
           if constexpr (!kFirst) {
             for (int64_t j = 0; j < len; ++j) bc[j] = load(buf[i0 + j]);
           }
@@ -112,7 +138,7 @@ Status adam_kernel(KernelContext& ctx) {
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* w = ctx.inputs[0]->data<T>();
-    const T* g = ctx.inputs[1]->data<T>();
+    const GradientIn<C> g(*ctx.inputs[1]);
     const T* m = ctx.inputs[2]->data<T>();
     const T* v = ctx.inputs[3]->data<T>();
     T* w_out = ctx.outputs[0]->data<T>();
@@ -129,7 +155,7 @@ Status adam_kernel(KernelContext& ctx) {
         for (int64_t i0 = begin; i0 < end; i0 += kVectorChunk) {
           const int64_t len = std::min(kVectorChunk, end - i0);
           for (int64_t j = 0; j < len; ++j) wc[j] = load(w[i0 + j]);
-          for (int64_t j = 0; j < len; ++j) gc[j] = load(g[i0 + j]);
+          g.load_chunk(gc, i0, len);
           for (int64_t j = 0; j < len; ++j) mc[j] = load(m[i0 + j]);
           for (int64_t j = 0; j < len; ++j) vc[j] = load(v[i0 + j]);
           for (int64_t j = 0; j < len; ++j) AdamStep::update<kDecoupled>(f, wc[j], gc[j], mc[j], vc[j]);

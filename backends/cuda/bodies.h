@@ -1031,16 +1031,26 @@ struct StepScalars {
   }
 };
 
+// The gradient an update reads, in its own float storage: an f32 parameter's update may read a
+// bf16 or f16 gradient, widened as a cast widens it (passes/update_grad_casts.h).
+struct GradientIn {
+  const void* data;
+  DType dtype;
+  MEMC_HD float operator[](int64_t i) const { return ld_f32(data, dtype, i); }
+};
+
 // Adam(W) on one element (AdamStep, backends/kernel_math.h).
 template <typename T>
 struct AdamUpdate {
-  const T *w, *g, *m, *v;
+  const T* w;
+  GradientIn g;
+  const T *m, *v;
   T *w_out, *m_out, *v_out;
   StepScalars s;
   AdamStep adam;  // lr and step filled in per thread
   MEMC_HD void operator()(int64_t i) const {
     float wi = ld(w, i), mi = ld(m, i), vi = ld(v, i);
-    if (!s.skipped()) s.adam(adam).apply<float>(wi, ld(g, i), mi, vi);
+    if (!s.skipped()) s.adam(adam).apply<float>(wi, g[i], mi, vi);
     st(w_out, i, wi), st(m_out, i, mi), st(v_out, i, vi);
   }
 };
@@ -1048,7 +1058,8 @@ struct AdamUpdate {
 // w ← w - lr·(g + λw)
 template <typename T>
 struct SgdUpdate {
-  const T *w, *g;
+  const T* w;
+  GradientIn g;
   T* w_out;
   StepScalars s;
   float weight_decay;
@@ -1058,7 +1069,7 @@ struct SgdUpdate {
       st(w_out, i, wi);
       return;
     }
-    st(w_out, i, wi - static_cast<float>(s.lr_value()) * (ld(g, i) + weight_decay * wi));
+    st(w_out, i, wi - static_cast<float>(s.lr_value()) * (g[i] + weight_decay * wi));
   }
 };
 
@@ -1070,7 +1081,9 @@ struct MomentumParams {
 };
 template <typename T>
 struct MomentumUpdate {
-  const T *w, *g, *buf;
+  const T* w;
+  GradientIn g;
+  const T* buf;
   T *w_out, *buf_out;
   StepScalars s;
   MomentumParams p;
@@ -1080,7 +1093,7 @@ struct MomentumUpdate {
       st(w_out, i, wi), st(buf_out, i, ld(buf, i));
       return;
     }
-    const float gi = ld(g, i) + p.weight_decay * wi;
+    const float gi = g[i] + p.weight_decay * wi;
     const bool first = s.step_value() <= 1.0;
     const float b = first ? gi : p.momentum * ld(buf, i) + (1.f - p.dampening) * gi;
     const float direction = p.nesterov ? gi + p.momentum * b : b;

@@ -674,17 +674,20 @@ inline StepScalars step_scalars(const KernelContext& ctx, int lr, int step, int 
   return s;
 }
 
+// An update's gradient (input 1), in whatever float storage it has.
+inline GradientIn gradient_in(const KernelContext& ctx) { return {ctx.inputs[1]->raw(), ctx.inputs[1]->dtype()}; }
+
 // The elementwise updates' bodies, one per node; the per-node kernels run one, the fused ones
 // (below) many in one launch.
 template <typename T>
 AdamUpdate<T> adam_body(const KernelContext& ctx) {
-  return {in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), in<T>(ctx, 3), out<T>(ctx, 0), out<T>(ctx, 1), out<T>(ctx, 2),
+  return {in<T>(ctx, 0), gradient_in(ctx), in<T>(ctx, 2), in<T>(ctx, 3), out<T>(ctx, 0), out<T>(ctx, 1), out<T>(ctx, 2),
           step_scalars(ctx, 4, 5, 6), adam_settings(ctx.node.attrs, false)};
 }
 
 template <typename T>
 SgdUpdate<T> sgd_body(const KernelContext& ctx) {
-  return {in<T>(ctx, 0), in<T>(ctx, 1), out<T>(ctx, 0), step_scalars(ctx, 2, -1, 3),
+  return {in<T>(ctx, 0), gradient_in(ctx), out<T>(ctx, 0), step_scalars(ctx, 2, -1, 3),
           static_cast<float>(ctx.node.attrs.get_float("weight_decay", 0.0))};
 }
 
@@ -695,7 +698,7 @@ MomentumUpdate<T> momentum_body(const KernelContext& ctx) {
   p.momentum = static_cast<float>(ctx.node.attrs.get_float("momentum", 0.9));
   p.dampening = static_cast<float>(ctx.node.attrs.get_float("dampening", 0.0));
   p.nesterov = ctx.node.attrs.get_int("nesterov", 0);
-  return {in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), out<T>(ctx, 1), step_scalars(ctx, 3, 4, 5), p};
+  return {in<T>(ctx, 0), gradient_in(ctx), in<T>(ctx, 2), out<T>(ctx, 0), out<T>(ctx, 1), step_scalars(ctx, 3, 4, 5), p};
 }
 
 // The bodies of an update op as generic callables: make.template operator()<T>(ctx).

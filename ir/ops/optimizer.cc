@@ -15,9 +15,16 @@ Status check_scalars(const ShapeContext& c, size_t first) {
   return Status::Ok();
 }
 
-// Inputs: tensors [0, n_tensors) share the parameter's shape; then the scalars.
+// Inputs: tensors [0, n_tensors) share the parameter's shape; then the scalars. The gradient
+// (input 1) has the parameter's dtype, or is bf16 or f16 for an f32 parameter (read as a cast
+// widens it: passes/update_grad_casts.h).
 ShapeFn update_shape(size_t n_tensors, size_t n_outputs) {
   return [=](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+    const DType w = c.inputs[0].dtype, g = c.inputs[1].dtype;
+    if (g != w && !(w == DType::kF32 && (g == DType::kBF16 || g == DType::kF16))) {
+      return Status::BadInput(str_cat("gradient dtype ", dtype_name(g), " for a ", dtype_name(w), " parameter (", dtype_name(w),
+                                      ", or bf16/f16 for f32)"));
+    }
     for (size_t i = 1; i < n_tensors; ++i) {
       if (c.inputs[i].shape != c.inputs[0].shape) {
         return Status::BadInput(str_cat("input ", i, " has shape ", shape_str(c.inputs[i].shape), ", parameter ", shape_str(c.inputs[0].shape)));

@@ -23,6 +23,7 @@
 #include "passes/add_layernorm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/liveness.h"
+#include "passes/update_grad_casts.h"
 #include "planner/compile.h"
 #include "runtime/executor.h"
 #include "runtime/planned_executor.h"
@@ -948,7 +949,7 @@ TEST(CudaOptimizers, OneStepMatchesTheCpuBackend) {
 }
 
 // Fused multi-tensor updates (Backend::find_group_kernel): 100 SGD and Adam nodes of sizes 0 to 97,
-// f32 and bf16 mixed, through the fused kernel (dtype runs, cut into launches of at most
+// f32 and bf16 mixed (f32 ones with f32, bf16 or f16 gradients), through the fused kernel (dtype runs, cut into launches of at most
 // multi_parts) and one by one: the same bits.
 TEST(CudaOptimizers, FusedLaunchesMatchOneLaunchPerNode) {
   for (const char* op : {"sgd_update", "adam_update"}) {
@@ -973,9 +974,11 @@ TEST(CudaOptimizers, FusedLaunchesMatchOneLaunchPerNode) {
       p.node.op = op;
       p.node.attrs.set("weight_decay", 0.01);
       const DType dtype = i < 60 || i % 9 == 0 ? DType::kF32 : DType::kBF16;  // runs longer and shorter than a launch
+      // f32 parameters' gradients in f32, bf16 and f16 (passes/update_grad_casts.h)
+      const DType grad = dtype == DType::kBF16 || i % 3 == 0 ? dtype : i % 3 == 1 ? DType::kBF16 : DType::kF16;
       const int64_t n = static_cast<int64_t>(i * 37 % 98);
       const int states = adam ? 2 : 0;
-      for (int k = 0; k < 2 + states; ++k) p.in.push_back(random(dtype, n));
+      for (int k = 0; k < 2 + states; ++k) p.in.push_back(random(k == 1 ? grad : dtype, n));
       if (adam) for (int64_t k = 0; k < n; ++k) p.in.back().set_from_double(k, std::fabs(p.in.back().get_as_double(k)));  // v ≥ 0
       for (int k = 0; k < 1 + states; ++k) p.out_fused.push_back(Tensor::zeros(dtype, {n})), p.out_single.push_back(Tensor::zeros(dtype, {n}));
     }
@@ -999,6 +1002,52 @@ TEST(CudaOptimizers, FusedLaunchesMatchOneLaunchPerNode) {
       ASSERT_TRUE((*single)(ctx).ok());
       for (size_t k = 0; k < p.out_single.size(); ++k) {
         ASSERT_EQ(std::memcmp(p.out_fused[k].raw(), p.out_single[k].raw(), p.out_single[k].nbytes()), 0) << op << " output " << k;
+      }
+    }
+  }
+}
+
+// update_grad_casts (passes/update_grad_casts.h): an f32 parameter's update reads its bf16 or
+// f16 gradient as the cast to f32 would give it: the updated weight and states equal the cast +
+// update's bit for bit, on the CPU kernels and on the CUDA host runner.
+TEST(CudaOptimizers, AWidenedGradientIsReadAsItsCast) {
+  HostCudaBackend host;
+  for (const char* op : {"sgd_update", "momentum_update", "adam_update"}) {
+    for (const DType grad : {DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(str_cat(op, ", ", dtype_name(grad), " gradient"));
+      const int states = std::string(op) == "adam_update" ? 2 : std::string(op) == "momentum_update" ? 1 : 0;
+      const TensorType f32{DType::kF32, {257}}, scalar{DType::kF32, {}};
+      Module plain;
+      const ValueId w = plain.add_argument("w", f32, Role::kParam);
+      const ValueId g = plain.add_argument("g", TensorType{grad, {257}}, Role::kInput);
+      std::vector<ValueId> inputs = {w, emit(plain, "cast", {g}, make_attrs({{"to", std::string("f32")}}))};
+      for (int k = 0; k < states; ++k) inputs.push_back(plain.add_argument(str_cat("s", k), f32, Role::kOptimizerState));
+      inputs.push_back(plain.add_argument("lr", scalar, Role::kScalar));
+      if (states > 0) inputs.push_back(plain.add_argument("step", scalar, Role::kScalar));
+      auto outs = plain.add_node(op, inputs, make_attrs({{"weight_decay", 0.01}}));
+      ASSERT_TRUE(outs.ok()) << outs.status().message();
+      plain.set_outputs(*outs);
+      Module fused = plain;
+      auto report = UpdateGradCasts().run(fused);
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      EXPECT_EQ(report->get("folded"), 1);
+      EXPECT_EQ(testing::count_op(fused, "cast"), 0);
+      std::mt19937 rng(12);
+      std::map<std::string, Tensor> feeds = {{"w", testing::random_tensor(DType::kF32, {257}, rng)},
+                                             {"g", testing::random_tensor(grad, {257}, rng, -3, 3)},
+                                             {"lr", Tensor::zeros(DType::kF32, {})}, {"step", Tensor::zeros(DType::kF32, {})}};
+      for (int k = 0; k < states; ++k) feeds[str_cat("s", k)] = testing::random_tensor(DType::kF32, {257}, rng, 0, 1);
+      feeds["lr"].set_from_double(0, 0.1);
+      feeds["step"].set_from_double(0, 3);
+      for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+        auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
+        auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
+        ASSERT_TRUE(want.ok()) << want.status().message();
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        for (size_t k = 0; k < want->size(); ++k) {
+          EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
+                                                                                            << ", output " << k;
+        }
       }
     }
   }

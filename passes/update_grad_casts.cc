@@ -1,0 +1,51 @@
+#include "passes/update_grad_casts.h"
+
+#include <algorithm>
+
+#include "frontend/fusion_util.h"
+
+namespace memc {
+namespace {
+
+bool reads_any_gradient(const Node& n) { return n.op == "sgd_update" || n.op == "momentum_update" || n.op == "adam_update"; }
+
+// The widening cast (bf16/f16 → f32) whose result only `update` reads, as its gradient.
+const Node* widening_cast(const Module& m, const std::vector<std::vector<NodeId>>& users, const Node& update) {
+  const ValueId g = update.inputs[1];
+  const Node* cast = fusion::producer_if(m, g, "cast");
+  if (!cast || cast->inputs.size() != 1 || m.value(g).type.dtype != DType::kF32) return nullptr;
+  const DType from = m.value(cast->inputs[0]).type.dtype;
+  if (from != DType::kBF16 && from != DType::kF16) return nullptr;
+  if (std::find(m.outputs().begin(), m.outputs().end(), g) != m.outputs().end()) return nullptr;
+  int reads = 0;
+  for (NodeId u : users[g]) {
+    if (m.node(u).dead) continue;
+    if (u != update.id) return nullptr;
+    for (ValueId in : m.node(u).inputs) reads += in == g;
+  }
+  return reads == 1 ? cast : nullptr;
+}
+
+}  // namespace
+
+Expected<PassReport> UpdateGradCasts::run(Module& m) {
+  int64_t folded = 0;
+  const std::vector<std::vector<NodeId>> users = m.users();
+  for (NodeId n : m.schedule()) {
+    const Node& update = m.node(n);
+    if (update.dead || !reads_any_gradient(update) || update.inputs.size() < 2) continue;
+    const Node* cast = widening_cast(m, users, update);
+    if (!cast) continue;
+    const NodeId cast_id = cast->id;
+    const ValueId wide = update.inputs[1], narrow = cast->inputs[0];
+    // The update now reads the 16-bit gradient, which takes the f32 one's name and role (grad.W); an
+    // argument keeps its own, by which it is fed.
+    if (m.value(narrow).producer != kNoNode) fusion::take_identity(m, wide, narrow);
+    else m.replace_all_uses(wide, narrow);
+    m.node(cast_id).dead = true;
+    ++folded;
+  }
+  return rewrite_report(m, {{"folded", folded}}, str_cat("update_grad_casts: ", folded, " gradient casts read by their update instead"));
+}
+
+}  // namespace memc
