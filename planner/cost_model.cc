@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <fstream>
+#include <optional>
 #include <unistd.h>
 #include <unordered_map>
 #include <nlohmann/json.hpp>
@@ -104,7 +105,10 @@ DeviceProfile gpu(const std::string& name, double f32, double low, double hbm, d
 
 }  // namespace
 
-Expected<DeviceProfile> device_profile(const std::string& target) {
+namespace {
+
+// The data sheet of a GPU target, or nullopt.
+std::optional<DeviceProfile> data_sheet(const std::string& target) {
   // Data sheets (SXM, dense): A100 19.5 TF f32, 312 TF bf16, 2.04 TB/s, PCIe 4 ×16;
   // H100 67 TF f32, 989 TF bf16, 3.35 TB/s, PCIe 5 ×16; H200 as H100 with 4.8 TB/s, 141 GB.
   // NVLink per GPU and direction: A100 300 GB/s (NVLink 3), H100/H200 450 GB/s (NVLink 4, NVSwitch),
@@ -113,17 +117,40 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
   if (target == "a100") return gpu("a100", 19.5e12, 312e12, 2.039e12, 25e9, 2.4e11, 25e9, 80LL * 1000 * 1000 * 1000);
   if (target == "h100") return gpu("h100", 67e12, 989e12, 3.35e12, 50e9, 3.6e11, 50e9, 80LL * 1000 * 1000 * 1000);
   if (target == "h200") return gpu("h200", 67e12, 989e12, 4.8e12, 50e9, 3.6e11, 50e9, 141LL * 1000 * 1000 * 1000);
+  return std::nullopt;
+}
+
+Expected<DeviceProfile> read_profile(const std::string& path, DeviceProfile p);
+
+}  // namespace
+
+Expected<DeviceProfile> device_profile(const std::string& target) {
+  if (std::optional<DeviceProfile> sheet = data_sheet(target)) {
+    // A GPU target's measured profile (memc calibrate --device cuda), for the GPU it measured.
+    const char* env = std::getenv("MEMC_GPU_PROFILE");
+    if (env == nullptr || !*env) return *sheet;
+    MEMC_ASSIGN_OR_RETURN(DeviceProfile p, read_profile(env, *sheet));
+    if (p.name != target) return Status::BadInput(str_cat("MEMC_GPU_PROFILE=", env, " measured ", p.name, ", not the ", target, " of --target"));
+    return p;
+  }
   std::string path = target;
   if (target == "cpu") {
     const char* env = std::getenv("MEMC_CPU_PROFILE");
     if (env == nullptr || !*env) return cpu_default();
     path = env;
   }
+  if (!std::ifstream(path)) return Status::BadInput("--target " + target + ": not cpu, a100, h100, h200 or a readable profile file");
+  return read_profile(path, cpu_default());
+}
+
+namespace {
+
+// A profile file's fields over `p`'s.
+Expected<DeviceProfile> read_profile(const std::string& path, DeviceProfile p) {
   std::ifstream in(path);
-  if (!in) return Status::BadInput("--target " + target + ": not cpu, a100, h100, h200 or a readable profile file");
+  if (!in) return Status::BadInput(path + ": not a readable profile file");
   json j = json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::BadInput(path + ": not a JSON device profile");
-  DeviceProfile p = cpu_default();
   try {
     p.name = j.value("name", p.name);
     p.f32_flops = j.value("f32_flops", p.f32_flops);
@@ -170,6 +197,8 @@ Expected<DeviceProfile> device_profile(const std::string& target) {
   }
   return p;
 }
+
+}  // namespace
 
 Status write_profile(const std::string& path, const DeviceProfile& p) {
   json j = {{"name", p.name},

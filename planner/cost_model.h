@@ -96,6 +96,8 @@ std::string interconnect_name(const DeviceProfile& profile);
 int64_t cpu_cache_bytes();
 
 // "cpu", "a100", "h100", "h200", or a path to a JSON profile (memc calibrate writes one).
+// MEMC_CPU_PROFILE=FILE replaces "cpu"'s defaults; MEMC_GPU_PROFILE=FILE (memc calibrate
+// --device cuda --target T) replaces T's data sheet, and is refused for another target.
 Expected<DeviceProfile> device_profile(const std::string& target);
 Status write_profile(const std::string& path, const DeviceProfile& profile);
 

@@ -32,6 +32,35 @@ double time_per_call(double budget, F&& body) {
   return best;
 }
 
+// Seconds per step of `m` on `backend` through the planned executor (best of the replays).
+Status time_planned(Backend& backend, double budget, const Module& m, double& seconds) {
+  DeviceMemory memory(backend);
+  MEMC_ASSIGN_OR_RETURN(PlannedExecutor ex, PlannedExecutor::create(m, memory));
+  Status status = Status::Ok();
+  seconds = time_per_call(budget, [&] {
+    if (status.ok()) status = ex.run({});
+  });
+  return status;
+}
+
+// One node of `op` on inputs of `types` (attributes `attrs`), as a module.
+Expected<Module> one_node(const std::string& op, const std::vector<TensorType>& types, Attrs attrs = {}) {
+  Module m;
+  std::vector<ValueId> inputs;
+  for (size_t i = 0; i < types.size(); ++i) inputs.push_back(m.add_argument(str_cat("x", i), types[i], Role::kInput));
+  MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> y, m.add_node(op, inputs, std::move(attrs)));
+  m.set_outputs(y);
+  return m;
+}
+
+// FLOP/s of an [n, n] · [n, n] matmul in `dtype`.
+Expected<double> device_gemm_rate(Backend& backend, double budget, DType dtype, int64_t n) {
+  MEMC_ASSIGN_OR_RETURN(const Module m, one_node("matmul", {TensorType{dtype, {n, n}}, TensorType{dtype, {n, n}}}));
+  double t = 0;
+  MEMC_RETURN_IF_ERROR(time_planned(backend, budget, m, t));
+  return 2.0 * static_cast<double>(n * n * n) / std::max(t, 1e-12);
+}
+
 template <typename T>
 double gemm_rate(int64_t n, double budget) {
   std::vector<T> a(static_cast<size_t>(n * n)), b(a.size()), c(a.size());
@@ -95,6 +124,33 @@ Status calibrate_attention(DeviceProfile& p, RunPlanned&& run_planned) {
   return Status::Ok();
 }
 
+// The elementwise rate (tanh over `n` elements in f32 and bf16, FLOPs as the registry counts
+// them) relative to the f32 GEMM rate, attention, and the per-node overhead (512 chained
+// one-element adds), each module timed by `run_planned`. Returns tanh's f32 seconds.
+template <typename RunPlanned>
+Expected<double> calibrate_steps(DeviceProfile& p, RunPlanned&& run_planned, int64_t n) {
+  MEMC_ASSIGN_OR_RETURN(const Module tanh_f32, one_node("tanh", {TensorType{DType::kF32, {n}}}));
+  MEMC_ASSIGN_OR_RETURN(const Module tanh_low, one_node("tanh", {TensorType{DType::kBF16, {n}}}));
+  double t_tanh = 0, t_low = 0;
+  MEMC_RETURN_IF_ERROR(run_planned(tanh_f32, t_tanh));
+  MEMC_RETURN_IF_ERROR(run_planned(tanh_low, t_low));
+  const double flops = static_cast<double>(node_flops(tanh_f32, tanh_f32.node(tanh_f32.schedule()[0])));
+  p.other_efficiency = std::clamp(flops / std::max(t_tanh, 1e-12) / p.f32_flops, 1e-4, 1.0);
+  p.low_other_factor = std::max(1.0, t_low / std::max(t_tanh, 1e-12));
+  MEMC_RETURN_IF_ERROR(calibrate_attention(p, run_planned));
+  Module m;
+  ValueId v = m.add_argument("x", TensorType{DType::kF32, {1}}, Role::kInput);
+  for (int i = 0; i < 512; ++i) {
+    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> sum, m.add_node("add", {v, v}));
+    v = sum[0];
+  }
+  m.set_outputs({v});
+  double t = 0;
+  MEMC_RETURN_IF_ERROR(run_planned(m, t));
+  p.node_overhead_s = t / 512;
+  return t_tanh;
+}
+
 }  // namespace
 
 Expected<DeviceProfile> calibrate_cpu(double budget) {
@@ -121,56 +177,45 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
   const double t_copy = time_per_call(budget, [&] { std::memcpy(dst.data(), src.data(), bytes); });
   p.mem_bandwidth = p.host_bandwidth = 2.0 * static_cast<double>(bytes) / t_copy;
   p.bandwidth_efficiency = 1.0;
-  // Elementwise compute (tanh, counted as the registry counts it) and per-node overhead, through
-  // the planned executor that training uses: a module of one large tanh, and one of 512 tiny adds.
-  auto run_planned = [&](Module& m, double& seconds) -> Status {
-    DeviceMemory memory;
-    MEMC_ASSIGN_OR_RETURN(PlannedExecutor ex, PlannedExecutor::create(m, memory));
-    seconds = time_per_call(budget, [&] { (void)ex.run({}); });
-    return Status::Ok();
-  };
-  auto tanh_module = [](DType dtype) -> Expected<Module> {
-    Module m;
-    const ValueId x = m.add_argument("x", TensorType{dtype, {1 << 22}}, Role::kInput);
-    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> y, m.add_node("tanh", {x}));
-    m.set_outputs(y);
-    return m;
-  };
-  MEMC_ASSIGN_OR_RETURN(Module tanh_f32, tanh_module(DType::kF32));
-  double t_tanh = 0;
-  {
-    MEMC_ASSIGN_OR_RETURN(Module low, tanh_module(DType::kBF16));
-    double t_low = 0;
-    MEMC_RETURN_IF_ERROR(run_planned(tanh_f32, t_tanh));
-    MEMC_RETURN_IF_ERROR(run_planned(low, t_low));
-    p.low_other_factor = std::max(1.0, t_low / t_tanh);
-    const double flops = static_cast<double>(node_flops(tanh_f32, tanh_f32.node(tanh_f32.schedule()[0])));
-    p.other_efficiency = std::clamp(flops / std::max(t_tanh, 1e-9) / p.f32_flops, 1e-4, 1.0);
-  }
-  MEMC_RETURN_IF_ERROR(calibrate_attention(p, run_planned));
-  {
-    Module m;
-    ValueId v = m.add_argument("x", TensorType{DType::kF32, {1}}, Role::kInput);
-    for (int i = 0; i < 512; ++i) {
-      MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> sum, m.add_node("add", {v, v}));
-      v = sum[0];
-    }
-    m.set_outputs({v});
-    double t = 0;
-    MEMC_RETURN_IF_ERROR(run_planned(m, t));
-    p.node_overhead_s = t / 512;
-  }
+  // Elementwise compute, attention and per-node overhead through the planned executor that
+  // training uses (calibrate_steps).
+  auto run_planned = [&](const Module& m, double& seconds) { return time_planned(cpu_backend(), budget, m, seconds); };
+  MEMC_ASSIGN_OR_RETURN(const double t_tanh, calibrate_steps(p, run_planned, int64_t{1} << 22));
   MEMC_RETURN_IF_ERROR(calibrate_cache(p, run_planned));
   set_compute_threads(threads);
   p.heavy_thread_gain = p.other_thread_gain = 0;
   if (threads > 1) {
     const double extra = static_cast<double>(threads - 1);
     double t_tanh_threads = 0;
+    MEMC_ASSIGN_OR_RETURN(const Module tanh_f32, one_node("tanh", {TensorType{DType::kF32, {int64_t{1} << 22}}}));
     MEMC_RETURN_IF_ERROR(run_planned(tanh_f32, t_tanh_threads));
     p.heavy_thread_gain = std::clamp((gemm_rate<float>(1024, budget) / big - 1.0) / extra, 0.0, 1.0);
     p.other_thread_gain = std::clamp((t_tanh / std::max(t_tanh_threads, 1e-9) - 1.0) / extra, 0.0, 1.0);
   }
   p.link_bandwidth = 0;
+  return p;
+}
+
+Expected<DeviceProfile> calibrate_device(Backend& backend, DeviceProfile p, double budget, const DeviceProbeSizes& sizes) {
+  auto run_planned = [&](const Module& m, double& seconds) { return time_planned(backend, budget, m, seconds); };
+  // GEMMs: a large product's rate in f32 (TF32 off, the default) and bf16, and a small f32 one
+  // for the half-efficiency point, as calibrate_cpu.
+  MEMC_ASSIGN_OR_RETURN(p.f32_flops, device_gemm_rate(backend, budget, DType::kF32, sizes.gemm));
+  MEMC_ASSIGN_OR_RETURN(p.low_flops, device_gemm_rate(backend, budget, DType::kBF16, sizes.low_gemm));
+  MEMC_ASSIGN_OR_RETURN(const double small, device_gemm_rate(backend, budget, DType::kF32, sizes.small_gemm));
+  p.heavy_efficiency = 1.0;
+  const double f_small = 2.0 * std::pow(static_cast<double>(sizes.small_gemm), 3);
+  p.half_flops = small < p.f32_flops ? f_small * (p.f32_flops / small - 1.0) : 1.0;
+  // Memory: an add of two f32 vectors (256 MiB each by default), read and written per call.
+  const int64_t n = sizes.stream;
+  MEMC_ASSIGN_OR_RETURN(const Module add, one_node("add", {TensorType{DType::kF32, {n}}, TensorType{DType::kF32, {n}}}));
+  double t_add = 0;
+  MEMC_RETURN_IF_ERROR(run_planned(add, t_add));
+  p.mem_bandwidth = 12.0 * static_cast<double>(n) / std::max(t_add, 1e-12);
+  p.bandwidth_efficiency = 1.0;
+  MEMC_RETURN_IF_ERROR(calibrate_steps(p, run_planned, n).status());
+  p.cache_bytes = 0, p.cache_bandwidth = 0;  // no cache tier on a GPU
+  p.heavy_thread_gain = p.other_thread_gain = 0;
   return p;
 }
 

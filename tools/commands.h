@@ -86,6 +86,8 @@ struct CalibrateArgs {
   std::string output;
   double seconds = 0.3;  // per probe
   bool force = false;
+  std::string device = "cpu";  // cpu, cuda or cuda:N
+  std::string target;          // with a GPU device: the data sheet it measures (a100, h100, h200)
 };
 int run_calibrate(const CalibrateArgs& args);
 // `memc inspect PLAN`

@@ -237,6 +237,10 @@ void add_calibrate_command(CLI::App& app, CalibrateArgs& calibrate) {
   CLI::App* cmd = app.add_subcommand("calibrate", "Measure this machine for the cost model (--target FILE)");
   cmd->add_option("-o,--output", calibrate.output, "Profile file to write (JSON)")->required();
   cmd->add_option("--seconds", calibrate.seconds, "Seconds per probe (default 0.3)");
+  cmd->add_option("--device", calibrate.device, "cpu (default), or cuda / cuda:N: measure that GPU through memc's kernels");
+  cmd->add_option("--target", calibrate.target,
+                  "With a GPU device: the target it measures (a100, h100 or h200); MEMC_GPU_PROFILE=FILE then applies the "
+                  "profile to that target");
   cmd->add_flag("--force", calibrate.force, kForceHelp);
 }
 

@@ -748,10 +748,15 @@ int run_inspect_plan(const std::string& path, bool as_json, bool print_ir, const
 static Expected<DeviceProfile> calibrate_job(const CalibrateArgs& args, comm::Communicator* comm) {
   const bool speaker = !comm || comm->rank() == 0;
   DeviceProfile p;
-  if (speaker) {
+  if (speaker && args.device == "cpu") {
     MEMC_ASSIGN_OR_RETURN(p, calibrate_cpu(args.seconds));
+  } else if (speaker) {
+    MEMC_ASSIGN_OR_RETURN(const DeviceProfile sheet, device_profile(args.target));
+    MEMC_ASSIGN_OR_RETURN(Backend * gpu, open_backend(args.device));
+    MEMC_ASSIGN_OR_RETURN(p, calibrate_device(*gpu, sheet, args.seconds));
   }
-  if (!comm || comm->size() < 2) return p;
+  // (GPU ranks talk over NCCL, which this does not measure: their profile keeps the data sheet's links)
+  if (!comm || comm->size() < 2 || args.device != "cpu") return p;
   MEMC_RETURN_IF_ERROR(comm->barrier());
   MEMC_RETURN_IF_ERROR(calibrate_comm(*comm, p));
   return p;
@@ -759,6 +764,11 @@ static Expected<DeviceProfile> calibrate_job(const CalibrateArgs& args, comm::Co
 
 int run_calibrate(const CalibrateArgs& args) {
   if (!(args.seconds > 0)) return report(Status::BadInput("--seconds must be positive"));
+  const bool gpu = args.device != "cpu";
+  if (gpu != !args.target.empty() || (gpu && args.target != "a100" && args.target != "h100" && args.target != "h200")) {
+    return report(Status::BadInput(gpu ? str_cat("--device ", args.device, " needs --target a100, h100 or h200: the GPU it measures")
+                                       : "--target goes with a GPU --device (a CPU's profile is its own target)"));
+  }
   Expected<std::unique_ptr<comm::Communicator>> comm = job_communicator();
   if (!comm.ok()) return report(comm.status());
   comm::Communicator* c = comm->get();
@@ -778,13 +788,16 @@ int run_calibrate(const CalibrateArgs& args) {
               p->attention_entry_flops);
   std::printf("memory     %.1f GB/s; elementwise at %.3f of the GEMM rate; %.1f us per node\n", p->mem_bandwidth / 1e9,
               p->other_efficiency, p->node_overhead_s * 1e6);
-  std::printf("threads    %lld: each thread past the first adds %.2f of the GEMM rate, %.2f of the rest's (all above at 1 thread)\n",
-              static_cast<long long>(host_memory().threads), p->heavy_thread_gain, p->other_thread_gain);
-  if (c && c->size() > 1) {
+  if (!gpu) {
+    std::printf("threads    %lld: each thread past the first adds %.2f of the GEMM rate, %.2f of the rest's (all above at 1 thread)\n",
+                static_cast<long long>(host_memory().threads), p->heavy_thread_gain, p->other_thread_gain);
+  }
+  if (c && c->size() > 1 && !gpu) {
     std::printf("collectives %d ranks over %.*s: %.1f us latency, %.2f GB/s sent per rank\n", c->size(), static_cast<int>(c->transport().size()),
                 c->transport().data(), p->comm_latency_s * 1e6, p->comm_bandwidth / 1e9);
   }
-  std::printf("use        memc compile ... --target %s\n", args.output.c_str());
+  if (gpu) std::printf("use        MEMC_GPU_PROFILE=%s memc compile ... --target %s\n", args.output.c_str(), args.target.c_str());
+  else std::printf("use        memc compile ... --target %s\n", args.output.c_str());
   return 0;
 }
 

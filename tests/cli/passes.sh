@@ -162,4 +162,15 @@ p = json.load(open(sys.argv[1]))
 assert all(0 <= p[k] <= 1 for k in ("heavy_thread_gain", "other_thread_gain")), p
 print("GEMM %.2f, the rest %.2f" % (p["heavy_thread_gain"], p["other_thread_gain"]))' "$TMP/cpu.json" >"$TMP/out" 2>&1 \
   && pass "memc calibrate measures the gain per extra thread: $(cat "$TMP/out")" || fail "calibrate thread gains: $(cat "$TMP/out")"
+# memc calibrate --device cuda measures a GPU for --target a100|h100|h200 (MEMC_GPU_PROFILE); the
+# pairing is checked before any device is opened, and a profile of another device is refused.
+$MEMC calibrate --device cuda -o "$TMP/g.json" >/dev/null 2>"$TMP/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "needs --target a100, h100 or h200" "$TMP/err" && [ ! -e "$TMP/g.json" ] \
+  && pass "calibrate --device cuda without --target: exit 2, one line" || fail "calibrate --device cuda: rc $rc $(cat "$TMP/err")"
+$MEMC calibrate --target h200 -o "$TMP/g.json" >/dev/null 2>"$TMP/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "goes with a GPU --device" "$TMP/err" && pass "calibrate --target without a GPU device: exit 2" \
+  || fail "calibrate --target: rc $rc $(cat "$TMP/err")"
+MEMC_GPU_PROFILE="$TMP/cpu.json" $MEMC compile models/vit_tiny.onnx --batch 16 --target h200 -o "$TMP/g.plan" >/dev/null 2>"$TMP/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "measured cpu, not the h200 of --target" "$TMP/err" && [ ! -e "$TMP/g.plan" ] \
+  && pass "MEMC_GPU_PROFILE of another device: exit 2, one line" || fail "MEMC_GPU_PROFILE mismatch: rc $rc $(cat "$TMP/err")"
 finish

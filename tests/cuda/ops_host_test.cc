@@ -25,6 +25,7 @@
 #include "passes/liveness.h"
 #include "passes/update_grad_casts.h"
 #include "planner/compile.h"
+#include "runtime/calibrate.h"
 #include "runtime/executor.h"
 #include "runtime/planned_executor.h"
 #include "tests/test_util.h"
@@ -1005,6 +1006,39 @@ TEST(CudaOptimizers, FusedLaunchesMatchOneLaunchPerNode) {
       }
     }
   }
+}
+
+// memc calibrate --device cuda (runtime/calibrate.h), its probes made small and run on the CUDA
+// host runner: every measured rate is positive and finite, what it does not measure keeps the
+// H200's data sheet, and MEMC_GPU_PROFILE hands the file to --target h200 (and no other target).
+TEST(CudaCalibrate, AMeasuredProfileReplacesItsTargetsDataSheet) {
+  HostCudaBackend host;
+  const DeviceProfile sheet = *device_profile("h200");
+  auto p = calibrate_device(host, sheet, 1e-3, DeviceProbeSizes{.gemm = 48, .low_gemm = 64, .small_gemm = 8, .stream = 4096});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  for (const double v : {p->f32_flops, p->low_flops, p->half_flops, p->mem_bandwidth, p->other_efficiency, p->low_other_factor,
+                         p->attention_efficiency, p->node_overhead_s}) {
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << v;
+  }
+  EXPECT_NE(p->f32_flops, sheet.f32_flops);
+  EXPECT_EQ(p->name, "h200");
+  EXPECT_EQ(p->link_bandwidth, sheet.link_bandwidth);
+  EXPECT_EQ(p->memory_bytes, sheet.memory_bytes);
+  EXPECT_EQ(p->interconnect, sheet.interconnect);
+  const std::string path = ::testing::TempDir() + "memc_h200_measured.json";
+  ASSERT_TRUE(write_profile(path, *p).ok());
+  ::setenv("MEMC_GPU_PROFILE", path.c_str(), 1);
+  auto applied = device_profile("h200");
+  auto other = device_profile("a100");
+  auto cpu = device_profile("cpu");
+  ::unsetenv("MEMC_GPU_PROFILE");
+  ASSERT_TRUE(applied.ok()) << applied.status().message();
+  EXPECT_EQ(applied->f32_flops, p->f32_flops);
+  EXPECT_EQ(applied->node_overhead_s, p->node_overhead_s);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().kind(), ErrorKind::kBadInput);
+  EXPECT_NE(other.status().message().find("measured h200, not the a100"), std::string::npos) << other.status().message();
+  EXPECT_TRUE(cpu.ok());  // the CPU's profile is not a GPU's
 }
 
 // update_grad_casts (passes/update_grad_casts.h): an f32 parameter's update reads its bf16 or
