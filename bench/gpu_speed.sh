@@ -27,8 +27,9 @@
 # 0.7× eager, ≤ torch.compile on batch-16 rows, planned == measured, memc's peak ≤ PyTorch's)
 # are printed beside the table, not asserted.
 #
-# The cost model (issue 36 item 7): first `memc calibrate --device cuda --target h200` measures the
-# card through memc's kernels ($OUT/h200_measured.json, a few seconds); then ViT-B/16 at the first
+# The cost model (issue 36 item 7): first `memc calibrate --device cuda --target T` measures the
+# card through memc's kernels ($OUT/T_measured.json, a few seconds; T is h200, or h100/a100 where
+# nvidia-smi names one, and the plans' --target too); then ViT-B/16 at the first
 # batch in fp32 and bf16-mixed runs 3 steps with --profile under MEMC_GPU_PROFILE, whose
 # kernel time per op category is set beside the calibrated cost model's estimate per category
 # (the target: within 25 %), and their sums beside the row's memc_ms and its data-sheet estimate
@@ -74,6 +75,7 @@ gpu=cpu
 if [[ $device == cuda ]]; then
   gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1) && [[ -n $gpu ]] ||
     { echo "no GPU: nothing measured"; exit 0; }
+  case $gpu in *H100*) target=h100 ;; *A100*) target=a100 ;; esac  # the plans' and the calibration's target: the card lent
 fi
 echo "device $device ($gpu); budget ${budget} s; models: $models; batches: $batches; torch.compile ($scope) at batch $cbatches; BigBird $bigbird; memc $steps steps, PyTorch $warmup + $runs"
 w=/tmp/gpu_speed
@@ -319,22 +321,12 @@ if bb != "none":
     np.savez(f"{w}/bigbird_{b}x{s}.npz", input_ids=rng.integers(5, 50358, (b, s)).astype(np.int64),
              attention_mask=np.ones((b, s), np.int64), y=rng.integers(0, 2, b).astype(np.int64))
 EOF
-declare -A wpid
-skeleton() { case $1 in b) echo models/vit_b_16_skeleton.onnx ;; l) echo models/vit_l_16_skeleton.onnx ;; bigbird) echo models/bigbird_long_skeleton.onnx ;; esac; }
-for m in $models $([[ $bigbird != none ]] && echo bigbird); do  # all at once, on the CPU, while the GPU works
-  $py bench/random_weights.py "$(skeleton "$m")" "$w/$m.onnx" >"$w/weights_$m.log" 2>&1 &
-  wpid[$m]=$!
-done
-weights() {  # weights M: waits for $w/M.onnx
-  wait "${wpid[$1]}" && [[ -s $w/$1.onnx ]] || { echo "random_weights.py $(skeleton "$1") failed: $(tail -1 "$w/weights_$1.log")"; return 1; }
-}
-
-# --- 0. the cost model's measured profile of this device (while the weights are made on the CPU)
+# --- 0. the cost model's measured profile of this device, before the weights load the CPU
 stamp "memc calibrate"
 profile=$out/${target}_measured.json
 cal=()
 [[ $device == cuda ]] && cal=(--device cuda --target "$target")
-timeout 60 "$memc" calibrate "${cal[@]}" --seconds 0.2 -o "$profile" --force >"$w/calibrate.out" 2>&1
+timeout "$(cap 40 200)" "$memc" calibrate "${cal[@]}" --seconds 0.2 -o "$profile" --force >"$w/calibrate.out" 2>&1
 echo "calibrate exit $?"
 cat "$w/calibrate.out"
 profile_env() { [[ $target == cpu ]] && echo "MEMC_CPU_PROFILE=$profile" || echo "MEMC_GPU_PROFILE=$profile"; }
@@ -347,6 +339,16 @@ profile_plan() {
   env "$(profile_env)" timeout "$t" "$memc" run "$w/$tag.plan" --data "$data" --epochs 3 --device "$device" --profile --force \
     --json "$w/$tag.profile.json" >"$w/$tag.profile.out" 2>&1 || echo "$tag: profile run exit $?: $(tail -1 "$w/$tag.profile.out")"
   grep -A8 "kernel time per step" "$w/$tag.profile.out"
+}
+
+declare -A wpid
+skeleton() { case $1 in b) echo models/vit_b_16_skeleton.onnx ;; l) echo models/vit_l_16_skeleton.onnx ;; bigbird) echo models/bigbird_long_skeleton.onnx ;; esac; }
+for m in $models $([[ $bigbird != none ]] && echo bigbird); do  # all at once, on the CPU, while the GPU works
+  $py bench/random_weights.py "$(skeleton "$m")" "$w/$m.onnx" >"$w/weights_$m.log" 2>&1 &
+  wpid[$m]=$!
+done
+weights() {  # weights M: waits for $w/M.onnx
+  wait "${wpid[$1]}" && [[ -s $w/$1.onnx ]] || { echo "random_weights.py $(skeleton "$1") failed: $(tail -1 "$w/weights_$1.log")"; return 1; }
 }
 
 flags_of() { case $1 in fp32) ;; bf16) echo --precision bf16-mixed ;; bf16_remat) echo --precision bf16-mixed --remat blocks ;; esac; }

@@ -47,6 +47,20 @@ std::pair<ValueId, ValueId> operands(const Module& m, const std::vector<std::vec
   return {a.inputs[0], a.inputs[1]};
 }
 
+// The cast that alone reads y (f32) and narrows it to bf16 or f16 (a 16-bit GEMM's input), or
+// kNoNode: add_layernorm then stores y as the cast would, and no f32 y is written.
+NodeId narrowing_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId y) {
+  std::vector<NodeId> live;
+  for (NodeId u : users[y]) {
+    if (!m.node(u).dead) live.push_back(u);
+  }
+  if (live.size() != 1 || m.value(y).type.dtype != DType::kF32) return kNoNode;
+  const Node& cast = m.node(live[0]);
+  if (cast.op != "cast" || cast.inputs.size() != 1 || !read_only_by(m, users, y, cast.id)) return kNoNode;
+  const DType to = m.value(cast.outputs[0]).type.dtype;
+  return to == DType::kBF16 || to == DType::kF16 ? cast.id : kNoNode;
+}
+
 // s = add(x, r) normalized by layernorm `l` (whose mean and 1/std nothing reads) → add_layernorm.
 bool fuse_forward(Module& m, NodeId l) {
   const Node& ln = m.node(l);
@@ -68,12 +82,15 @@ bool fuse_forward(Module& m, NodeId l) {
   if (at == kNoNode) return false;
   Attrs attrs = ln.attrs;  // copies: adding a node may move `ln`
   const std::string source = ln.source;
+  const NodeId narrow = narrowing_reader(m, users, ln.outputs[0]);
+  if (narrow != kNoNode) attrs.set("y_dtype", std::string(dtype_name(m.value(m.node(narrow).outputs[0]).type.dtype)));
   const std::vector<ValueId> out = fusion::add_before(m, at, "add_layernorm", inputs, std::move(attrs), source);
   if (out.size() != 2) return false;
   fusion::take_identity(m, m.node(a).outputs[0], out[0]);
-  fusion::take_identity(m, m.node(l).outputs[0], out[1]);
+  fusion::take_identity(m, m.node(narrow != kNoNode ? narrow : l).outputs[0], out[1]);
   m.node(a).dead = m.node(l).dead = true;
   if (cast != kNoNode) m.node(cast).dead = true;
+  if (narrow != kNoNode) m.node(narrow).dead = true;
   return true;
 }
 

@@ -5,7 +5,9 @@
 // Forward: s = add(x, r) normalized by layernorm(s, scale, [bias]) becomes
 // add_layernorm(x, r, scale, [bias]) → (s, y). Where the add's operand is a cast that only the
 // add reads (bf16-mixed widens each block's output before the residual add), the cast joins:
-// the kernel rounds r as the cast did. The sum stays an output: the next residual add and the
+// the kernel rounds r as the cast did. Where y (f32) is read only by a cast to bf16 or f16 (the
+// next GEMM's input), that cast joins too: y is stored in 16 bits, rounded as the cast rounded
+// it, and the f32 y is never written. The sum stays an output: the next residual add and the
 // layernorm's gradient read it.
 //
 // Backward: (dx, dscale) = layernorm_grad(dy, x, scale) whose dx only an add(dx, d) reads

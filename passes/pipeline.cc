@@ -6,6 +6,7 @@
 #include "passes/add_layernorm.h"
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
+#include "passes/narrow_transposes.h"
 #include "passes/patch_gemm.h"
 #include "passes/schedule.h"
 #include "passes/strip_dropout.h"
@@ -69,6 +70,9 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) { return o.update_grad_casts; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<UpdateGradCasts>(); }},
       {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
        [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},
+      {"narrow_transposes", "transposes move 16-bit values: casts to 16 bits before them, from 16 bits after (GPU targets)",
+       PassStage::kTraining, [](O o) { return o.narrow_transposes; },
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<NarrowTransposes>(); }},
       {"add_layernorm", "residual adds inside their layernorm, gradient adds inside layernorm_grad (GPU targets)", PassStage::kTraining,
        [](O o) { return o.add_layernorm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AddLayernorm>(); }},
       {"fuse_elementwise", "chains of elementwise ops as one kernel each (GPU targets)", PassStage::kTraining,

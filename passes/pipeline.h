@@ -51,6 +51,9 @@ struct PipelineOptions {
   // Gradients' widening casts inside the optimizer updates that read them
   // (passes/update_grad_casts.h). Set for GPU targets.
   bool update_grad_casts = false;
+  // Transposes of 16-bit values instead of f32 ones where a cast beside them allows
+  // (passes/narrow_transposes.h). Set for GPU targets.
+  bool narrow_transposes = false;
   // Residual adds inside the layernorms that read them, and gradient adds inside the
   // layernorm_grads they follow (passes/add_layernorm.h). Set for GPU targets.
   bool add_layernorm = false;

@@ -220,6 +220,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   pipeline.bias_grad_gemm = options.bias_grad_gemm || pipeline.group_updates;
   // … and lets each update read its 16-bit gradient without a cast to f32 first.
   pipeline.update_grad_casts = options.update_grad_casts || pipeline.group_updates;
+  // … and moves casts to 16 bits before transposes, casts from 16 bits after them.
+  pipeline.narrow_transposes = options.narrow_transposes || pipeline.group_updates;
   // … and each residual add (and its gradient's add) inside the layernorm beside it.
   pipeline.add_layernorm = options.add_layernorm || pipeline.group_updates;
   // … and runs each chain of elementwise ops as one kernel.

@@ -124,6 +124,11 @@ Expected<DeviceProfile> read_profile(const std::string& path, DeviceProfile p);
 
 }  // namespace
 
+Expected<DeviceProfile> gpu_data_sheet(const std::string& target) {
+  if (std::optional<DeviceProfile> sheet = data_sheet(target)) return *sheet;
+  return Status::BadInput(str_cat("--target ", target, ": not a100, h100 or h200"));
+}
+
 Expected<DeviceProfile> device_profile(const std::string& target) {
   if (std::optional<DeviceProfile> sheet = data_sheet(target)) {
     // A GPU target's measured profile (memc calibrate --device cuda), for the GPU it measured.

@@ -95,6 +95,9 @@ std::string interconnect_name(const DeviceProfile& profile);
 // system does not say.
 int64_t cpu_cache_bytes();
 
+// A GPU target's data-sheet profile ("a100", "h100", "h200"), whatever MEMC_GPU_PROFILE says;
+// bad input for another name.
+Expected<DeviceProfile> gpu_data_sheet(const std::string& target);
 // "cpu", "a100", "h100", "h200", or a path to a JSON profile (memc calibrate writes one).
 // MEMC_CPU_PROFILE=FILE replaces "cpu"'s defaults; MEMC_GPU_PROFILE=FILE (memc calibrate
 // --device cuda --target T) replaces T's data sheet, and is refused for another target.

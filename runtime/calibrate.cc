@@ -53,12 +53,21 @@ Expected<Module> one_node(const std::string& op, const std::vector<TensorType>& 
   return m;
 }
 
-// FLOP/s of an [n, n] · [n, n] matmul in `dtype`.
-Expected<double> device_gemm_rate(Backend& backend, double budget, DType dtype, int64_t n) {
-  MEMC_ASSIGN_OR_RETURN(const Module m, one_node("matmul", {TensorType{dtype, {n, n}}, TensorType{dtype, {n, n}}}));
+// FLOP/s of an [n, n] · [n, n] matmul in `dtype`: a chain of `chain` of them, each one's time
+// less `overhead`.
+Expected<double> device_gemm_rate(Backend& backend, double budget, DType dtype, int64_t n, int chain = 1, double overhead = 0) {
+  Module m;
+  const TensorType type{dtype, {n, n}};
+  ValueId y = m.add_argument("a", type, Role::kInput);
+  const ValueId b = m.add_argument("b", type, Role::kInput);
+  for (int i = 0; i < chain; ++i) {
+    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> out, m.add_node("matmul", {y, b}));
+    y = out[0];
+  }
+  m.set_outputs({y});
   double t = 0;
   MEMC_RETURN_IF_ERROR(time_planned(backend, budget, m, t));
-  return 2.0 * static_cast<double>(n * n * n) / std::max(t, 1e-12);
+  return 2.0 * static_cast<double>(n * n * n) / std::max(t / chain - overhead, 1e-12);
 }
 
 template <typename T>
@@ -94,9 +103,11 @@ Status calibrate_cache(DeviceProfile& p, RunPlanned&& run_planned) {
 
 // Attention: a long head (T = 197, ViT-B/16's) and many short ones (T = 16). Each takes
 // (FLOPs + half_flops + entries · entry_flops) / (f32 rate · efficiency): two equations for the
-// efficiency and the per-entry cost. `run_planned(module, seconds)` times a module's step.
+// efficiency and the per-entry cost. `run_planned(module, seconds)` times a module's step; a
+// GPU's probes chain `repeats` nodes (each one's output the next one's q) and count each node's
+// time less `overhead` (the cost model charges that per node apart).
 template <typename RunPlanned>
-Status calibrate_attention(DeviceProfile& p, RunPlanned&& run_planned) {
+Status calibrate_attention(DeviceProfile& p, RunPlanned&& run_planned, int repeats = 1, double overhead = 0) {
   struct Probe {
     int64_t entries, t, d;
     double seconds = 0, flops = 0;
@@ -107,9 +118,14 @@ Status calibrate_attention(DeviceProfile& p, RunPlanned&& run_planned) {
     const TensorType type{DType::kF32, {probe.entries, probe.t, probe.d}};
     const ValueId q = m.add_argument("q", type, Role::kInput), k = m.add_argument("k", type, Role::kInput),
                   v = m.add_argument("v", type, Role::kInput);
-    MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> y, m.add_node("attention", {q, k, v}));
-    m.set_outputs(y);
+    ValueId y = q;
+    for (int i = 0; i < repeats; ++i) {
+      MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> out, m.add_node("attention", {y, k, v}));
+      y = out[0];
+    }
+    m.set_outputs({y});
     MEMC_RETURN_IF_ERROR(run_planned(m, probe.seconds));
+    probe.seconds = std::max(probe.seconds / repeats - overhead, 1e-12);
     probe.flops = static_cast<double>(node_flops(m, m.node(m.schedule()[0])));
   }
   // a_i · e − n_i · c = f_i + h, with a_i = t_i · rate
@@ -125,10 +141,9 @@ Status calibrate_attention(DeviceProfile& p, RunPlanned&& run_planned) {
 }
 
 // The elementwise rate (tanh over `n` elements in f32 and bf16, FLOPs as the registry counts
-// them) relative to the f32 GEMM rate, attention, and the per-node overhead (512 chained
-// one-element adds), each module timed by `run_planned`. Returns tanh's f32 seconds.
+// them) relative to the f32 GEMM rate; returns tanh's f32 seconds.
 template <typename RunPlanned>
-Expected<double> calibrate_steps(DeviceProfile& p, RunPlanned&& run_planned, int64_t n) {
+Expected<double> calibrate_elementwise(DeviceProfile& p, RunPlanned&& run_planned, int64_t n) {
   MEMC_ASSIGN_OR_RETURN(const Module tanh_f32, one_node("tanh", {TensorType{DType::kF32, {n}}}));
   MEMC_ASSIGN_OR_RETURN(const Module tanh_low, one_node("tanh", {TensorType{DType::kBF16, {n}}}));
   double t_tanh = 0, t_low = 0;
@@ -137,7 +152,12 @@ Expected<double> calibrate_steps(DeviceProfile& p, RunPlanned&& run_planned, int
   const double flops = static_cast<double>(node_flops(tanh_f32, tanh_f32.node(tanh_f32.schedule()[0])));
   p.other_efficiency = std::clamp(flops / std::max(t_tanh, 1e-12) / p.f32_flops, 1e-4, 1.0);
   p.low_other_factor = std::max(1.0, t_low / std::max(t_tanh, 1e-12));
-  MEMC_RETURN_IF_ERROR(calibrate_attention(p, run_planned));
+  return t_tanh;
+}
+
+// The per-node overhead: 512 chained one-element adds.
+template <typename RunPlanned>
+Status calibrate_node_overhead(DeviceProfile& p, RunPlanned&& run_planned) {
   Module m;
   ValueId v = m.add_argument("x", TensorType{DType::kF32, {1}}, Role::kInput);
   for (int i = 0; i < 512; ++i) {
@@ -148,7 +168,7 @@ Expected<double> calibrate_steps(DeviceProfile& p, RunPlanned&& run_planned, int
   double t = 0;
   MEMC_RETURN_IF_ERROR(run_planned(m, t));
   p.node_overhead_s = t / 512;
-  return t_tanh;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -178,9 +198,11 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
   p.mem_bandwidth = p.host_bandwidth = 2.0 * static_cast<double>(bytes) / t_copy;
   p.bandwidth_efficiency = 1.0;
   // Elementwise compute, attention and per-node overhead through the planned executor that
-  // training uses (calibrate_steps).
+  // training uses.
   auto run_planned = [&](const Module& m, double& seconds) { return time_planned(cpu_backend(), budget, m, seconds); };
-  MEMC_ASSIGN_OR_RETURN(const double t_tanh, calibrate_steps(p, run_planned, int64_t{1} << 22));
+  MEMC_ASSIGN_OR_RETURN(const double t_tanh, calibrate_elementwise(p, run_planned, int64_t{1} << 22));
+  MEMC_RETURN_IF_ERROR(calibrate_attention(p, run_planned));
+  MEMC_RETURN_IF_ERROR(calibrate_node_overhead(p, run_planned));
   MEMC_RETURN_IF_ERROR(calibrate_cache(p, run_planned));
   set_compute_threads(threads);
   p.heavy_thread_gain = p.other_thread_gain = 0;
@@ -198,11 +220,16 @@ Expected<DeviceProfile> calibrate_cpu(double budget) {
 
 Expected<DeviceProfile> calibrate_device(Backend& backend, DeviceProfile p, double budget, const DeviceProbeSizes& sizes) {
   auto run_planned = [&](const Module& m, double& seconds) { return time_planned(backend, budget, m, seconds); };
+  // A step's fixed cost (the step number's copy, the graph launch, the sync) would dominate a
+  // small probe: the per-node overhead first, then small probes as chains of 32 nodes, each
+  // node's time less that overhead.
+  constexpr int kChain = 32;
+  MEMC_RETURN_IF_ERROR(calibrate_node_overhead(p, run_planned));
   // GEMMs: a large product's rate in f32 (TF32 off, the default) and bf16, and a small f32 one
   // for the half-efficiency point, as calibrate_cpu.
   MEMC_ASSIGN_OR_RETURN(p.f32_flops, device_gemm_rate(backend, budget, DType::kF32, sizes.gemm));
   MEMC_ASSIGN_OR_RETURN(p.low_flops, device_gemm_rate(backend, budget, DType::kBF16, sizes.low_gemm));
-  MEMC_ASSIGN_OR_RETURN(const double small, device_gemm_rate(backend, budget, DType::kF32, sizes.small_gemm));
+  MEMC_ASSIGN_OR_RETURN(const double small, device_gemm_rate(backend, budget, DType::kF32, sizes.small_gemm, kChain, p.node_overhead_s));
   p.heavy_efficiency = 1.0;
   const double f_small = 2.0 * std::pow(static_cast<double>(sizes.small_gemm), 3);
   p.half_flops = small < p.f32_flops ? f_small * (p.f32_flops / small - 1.0) : 1.0;
@@ -213,7 +240,8 @@ Expected<DeviceProfile> calibrate_device(Backend& backend, DeviceProfile p, doub
   MEMC_RETURN_IF_ERROR(run_planned(add, t_add));
   p.mem_bandwidth = 12.0 * static_cast<double>(n) / std::max(t_add, 1e-12);
   p.bandwidth_efficiency = 1.0;
-  MEMC_RETURN_IF_ERROR(calibrate_steps(p, run_planned, n).status());
+  MEMC_RETURN_IF_ERROR(calibrate_elementwise(p, run_planned, n).status());
+  MEMC_RETURN_IF_ERROR(calibrate_attention(p, run_planned, kChain, p.node_overhead_s));
   p.cache_bytes = 0, p.cache_bandwidth = 0;  // no cache tier on a GPU
   p.heavy_thread_gain = p.other_thread_gain = 0;
   return p;

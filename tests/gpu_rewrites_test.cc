@@ -304,9 +304,10 @@ INSTANTIATE_TEST_SUITE_P(Models, AddLayernormStep,
                          });
 
 // update_grad_casts (passes/update_grad_casts.h): in a bf16-mixed step every f32 parameter's
-// update reads its bf16 gradient instead of a cast of it. The gradients (found by their names)
-// and the losses of three steps, each after the previous step's updates, equal the plan's with
-// the casts bit for bit; the plan measures what it plans and peaks no higher.
+// update reads its bf16 gradient instead of a cast of it. The losses of three steps, each after
+// the previous step's updates, equal the plan's with the casts bit for bit (what shows the
+// updates unchanged); the gradients are found under their names (grad.W now names the bf16
+// value); the plan measures what it plans and peaks no higher.
 class UpdateGradCastsStep : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(UpdateGradCastsStep, EqualsTheStepWithTheCastsBitForBit) {
@@ -347,6 +348,43 @@ INSTANTIATE_TEST_SUITE_P(Models, UpdateGradCastsStep,
                                            FusedCase{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32, 1, 18}),
                          [](const auto& info) {
                            std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
+                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+// The rewrites a GPU target runs, together (CompileOptions as planner/compile.cc sets them for
+// h200), against the same step without any: loss and gradients equal the unrewritten step's
+// within rounding (bias_grad_gemm's sums, patch_gemm's GEMM reorder them; every other rewrite is
+// bit-exact on its own), and the plan measures what it plans and peaks no higher.
+class GpuRewritesStep : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(GpuRewritesStep, EqualsTheStepWithoutThem) {
+  const FusedCase& c = GetParam();
+  CompileOptions o = options_of(c);
+  o.optimizer.kind = "adamw";
+  const Plan plain = testing::compile_committed(c.model, o);
+  o.patch_gemm = o.bias_grad_gemm = o.update_grad_casts = o.narrow_transposes = o.add_layernorm = o.fuse_elementwise = true;
+  const Plan all = testing::compile_committed(c.model, o);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(all, c.data), testing::first_step_gradients(plain, c.data));
+  std::printf("[gpu rewrites] %s %s: %zu nodes against %zu, %d casts against %d; loss rel %.2e, worst gradient rel %.2e (%s); planned %lld vs %lld\n",
+              c.model.c_str(), c.precision.c_str(), all.train.schedule().size(), plain.train.schedule().size(), testing::count_op(all.train, "cast"),
+              testing::count_op(plain.train, "cast"), diff.loss_rel, diff.worst_param_rel, diff.worst_param.c_str(),
+              static_cast<long long>(all.memory.predicted_peak_bytes), static_cast<long long>(plain.memory.predicted_peak_bytes));
+  EXPECT_EQ(diff.missing, "");
+  const double tolerance = c.precision == "fp32" ? 1e-5 : 1e-2;
+  EXPECT_LE(diff.loss_rel, tolerance);
+  EXPECT_LE(diff.worst_param_rel, tolerance);
+  EXPECT_LT(all.train.schedule().size(), plain.train.schedule().size());
+  EXPECT_LE(all.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes);
+  EXPECT_EQ(testing::measured_peak(all, c.data, 2), all.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuRewritesStep,
+                         ::testing::Values(FusedCase{"vit_tiny", "digits_train.npz", "fp32"},
+                                           FusedCase{"vit_tiny", "digits_train.npz", "bf16-mixed"},
+                                           FusedCase{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}),
+                         [](const auto& info) {
+                           std::string name = str_cat(info.param.model, "_", info.param.precision);
                            for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return name;
                          });

@@ -751,7 +751,7 @@ static Expected<DeviceProfile> calibrate_job(const CalibrateArgs& args, comm::Co
   if (speaker && args.device == "cpu") {
     MEMC_ASSIGN_OR_RETURN(p, calibrate_cpu(args.seconds));
   } else if (speaker) {
-    MEMC_ASSIGN_OR_RETURN(const DeviceProfile sheet, device_profile(args.target));
+    MEMC_ASSIGN_OR_RETURN(const DeviceProfile sheet, gpu_data_sheet(args.target));  // not an earlier measurement
     MEMC_ASSIGN_OR_RETURN(Backend * gpu, open_backend(args.device));
     MEMC_ASSIGN_OR_RETURN(p, calibrate_device(*gpu, sheet, args.seconds));
   }

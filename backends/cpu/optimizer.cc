@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/kernels.h"
 #include "backends/kernel_attrs.h"
@@ -40,6 +41,8 @@ class GradientIn {
       if constexpr (kIsFloatStorage<G>) {
         const G* g = static_cast<const G*>(data_) + i0;
         for (int64_t j = 0; j < n; ++j) out[j] = static_cast<C>(load(g[j]));
+      } else {  // update_shape admits float gradients only; NaN shows a plan that bypassed it
+        std::fill(out, out + n, std::numeric_limits<C>::quiet_NaN());
       }
     });
   }

@@ -274,8 +274,8 @@ double row_moment(const T* x, int64_t n, double shift) {
 
 // y = (x - mean)·inv_std·scale + bias per row of n normalized elements; mean and
 // inv_std = 1/√(var + eps) are also written out (f32) when asked for.
-template <typename T>
-void layernorm(T* y, float* mean_out, float* inv_std_out, const T* x, const typename Compute<T>::type* scale,
+template <typename T, typename Y = T>
+void layernorm(Y* y, float* mean_out, float* inv_std_out, const T* x, const typename Compute<T>::type* scale,
                const typename Compute<T>::type* bias, int64_t rows, int64_t n, double eps) {
   // y, x: [rows, n], mean_out, inv_std_out: [rows] or null, scale, bias: [n]
   using C = typename Compute<T>::type;
@@ -287,8 +287,8 @@ void layernorm(T* y, float* mean_out, float* inv_std_out, const T* x, const type
       const double square_sum = row_moment<true>(xr, n, mean);
       const double inv_std = 1.0 / std::sqrt((n ? square_sum / n : 0) + eps);
       const C mean_c = static_cast<C>(mean), inv_std_c = static_cast<C>(inv_std);
-      T* yr = y + r * n;
-      for (int64_t i = 0; i < n; ++i) yr[i] = store<T>((load<T>(xr[i]) - mean_c) * inv_std_c * scale[i] + bias[i]);
+      Y* yr = y + r * n;
+      for (int64_t i = 0; i < n; ++i) yr[i] = store<Y, C>((load<T>(xr[i]) - mean_c) * inv_std_c * scale[i] + bias[i]);
       if (mean_out) mean_out[r] = static_cast<float>(mean);
       if (inv_std_out) inv_std_out[r] = static_cast<float>(inv_std);
     }
@@ -333,9 +333,22 @@ Status layernorm_rows(KernelContext& ctx, bool residual) {
       }
       C* scale_n = ws.take<C>(n);  // scale and bias broadcast to [n]
       C* bias_n = ws.take<C>(n);
-      layernorm(ctx.outputs[y_out]->data<T>(), stat(y_out + 1), stat(y_out + 2), source, expand_param<T>(scale_n, scale, normalized, C(1)),
-                expand_param<T>(bias_n, bias, normalized, C(0)), rows, n, eps);
-      return Status::Ok();
+      const C* scale_c = expand_param<T>(scale_n, scale, normalized, C(1));
+      const C* bias_c = expand_param<T>(bias_n, bias, normalized, C(0));
+      Tensor& y = *ctx.outputs[y_out];
+      if (y.dtype() == x.dtype()) {
+        layernorm(y.data<T>(), stat(y_out + 1), stat(y_out + 2), source, scale_c, bias_c, rows, n, eps);
+        return Status::Ok();
+      }
+      // add_layernorm's y in a narrower dtype: each value stored once, as the cast would store it
+      if constexpr (std::is_same_v<C, float>) {
+        if (y.dtype() == DType::kBF16) layernorm(y.data<bf16_t>(), stat(y_out + 1), stat(y_out + 2), source, scale_c, bias_c, rows, n, eps);
+        else if (y.dtype() == DType::kF16) layernorm(y.data<f16_t>(), stat(y_out + 1), stat(y_out + 2), source, scale_c, bias_c, rows, n, eps);
+        else return unsupported_dtype(ctx, y.dtype());
+        return Status::Ok();
+      } else {
+        return unsupported_dtype(ctx, y.dtype());
+      }
     }
   });
 }

@@ -805,7 +805,8 @@ struct LayernormRow {
   const T* x;
   const T* scale;  // null: 1
   const T* bias;   // null: 0
-  T* y;
+  void* y;         // of y_type: T, or narrower (add_layernorm's y_dtype), stored as a cast stores
+  DType y_type;
   float* mean_out;     // optional [rows]
   float* inv_std_out;  // optional [rows]
   int64_t n;
@@ -827,7 +828,7 @@ struct LayernormRow {
   MEMC_HD double inv_std(double square_sum) const { return 1.0 / std::sqrt((n ? square_sum / n : 0) + eps); }
   MEMC_HD void store(int64_t r, int64_t i, float mean, float inv) const {
     const float s = scale ? ld(scale, scale_map.offset(i)) : 1.f, b = bias ? ld(bias, bias_map.offset(i)) : 0.f;
-    st(y + r * n, i, (ld(source(r), i) - mean) * inv * s + b);
+    st_f32(y, y_type, r * n + i, (ld(source(r), i) - mean) * inv * s + b);
   }
   MEMC_HD void stats(int64_t r, float mean, float inv) const {
     if (mean_out) mean_out[r] = mean;

@@ -553,8 +553,8 @@ Status layernorm_rows_op(KernelContext& ctx, R& run, bool residual) {
   MEMC_ASSIGN_OR_RETURN(const Strided bias_map, param_map(ctx, p + 1, normalized));
   const double eps = ctx.node.attrs.get_float("eps", 1e-5);
   return dispatch_float(ctx, x.dtype(), [&]<typename T>() {
-    LayernormRow<T> body{in<T>(ctx, 0), in<T>(ctx, p), in<T>(ctx, p + 1), out<T>(ctx, y), out<float>(ctx, y + 1), out<float>(ctx, y + 2), n, eps,
-                         scale_map, bias_map};
+    LayernormRow<T> body{in<T>(ctx, 0), in<T>(ctx, p), in<T>(ctx, p + 1), ctx.outputs[y]->raw(), ctx.outputs[y]->dtype(), out<float>(ctx, y + 1),
+                         out<float>(ctx, y + 2), n, eps, scale_map, bias_map};
     if (residual) body.residual = ctx.inputs[1]->raw(), body.residual_type = ctx.inputs[1]->dtype(), body.sum = out<T>(ctx, 0);
     return run(body, rows);
   });

@@ -58,7 +58,8 @@ Status layernorm_shape(const ShapeContext& c, std::vector<TensorType>& out) {
 
 // add_layernorm(x, r, scale, [bias]) {axis, eps} → (x + r, layernorm(x + r, scale, bias)): a
 // residual add and the layernorm that reads it (passes/add_layernorm.h). r has x's shape and
-// is f32, bf16 or f16, rounded to x's dtype as a cast would round it; the sum is x's dtype.
+// is f32, bf16 or f16, rounded to x's dtype as a cast would round it; the sum is x's dtype, and y
+// is too unless {y_dtype} names another (the cast a 16-bit GEMM's input takes, joined).
 Status add_layernorm_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const TensorType &x = c.inputs[0], &r = c.inputs[1];
   auto narrow_float = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
@@ -73,6 +74,11 @@ Status add_layernorm_shape(const ShapeContext& c, std::vector<TensorType>& out) 
   layernorm.outputs.resize(1);
   MEMC_RETURN_IF_ERROR(layernorm_shape(ShapeContext{layernorm, normalized, present}, out));
   out = {x, out[0]};
+  if (c.node.attrs.has("y_dtype")) {  // y stored narrower, as a cast of the layernorm's output would round it
+    const std::optional<DType> y = parse_dtype(c.node.attrs.get_string("y_dtype", ""));
+    if (!y || !narrow_float(*y)) return Status::BadInput("y_dtype must be f32, bf16 or f16");
+    out[1].dtype = *y;
+  }
   return Status::Ok();
 }
 
@@ -108,7 +114,8 @@ void register_reduce_ops(OpRegistry& r) {
   r.add({.name = "add_layernorm", .min_inputs = 3, .max_inputs = 4, .num_outputs = 2, .flags = kOpNoGradient | kOpInplaceOk,
          .shape = add_layernorm_shape,
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 9 * in[0].numel(); },
-         .doc = "(x, r, scale, [bias]) → (s = x + r, layernorm(s)) over dims {axis}..end {eps}; the sum may take x's buffer"});
+         .doc = "(x, r, scale, [bias]) → (s = x + r, layernorm(s) stored as {y_dtype}) over dims {axis}..end {eps}; the sum may take "
+                "x's buffer"});
 }
 
 }  // namespace memc

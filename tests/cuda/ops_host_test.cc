@@ -23,6 +23,7 @@
 #include "passes/add_layernorm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/liveness.h"
+#include "passes/narrow_transposes.h"
 #include "passes/update_grad_casts.h"
 #include "planner/compile.h"
 #include "runtime/calibrate.h"
@@ -713,15 +714,19 @@ TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
 // with 32-bit arithmetic, and drop the dims they can: a contiguous operand and a broadcast one
 // merge to what they need.
 // add_layernorm (passes/add_layernorm.h): a residual add (its operand widened or narrowed by a
-// cast, or not) and the layernorm that reads it, and layernorm_grad and the add that follows it,
-// each as one node: every output equals the two ops' kernels bit for bit, on the CPU kernels and
-// on the CUDA host runner, in f32, bf16 and f16, with a row length that leaves a warp's tail.
+// cast, or not) and the layernorm that reads it (an f32 one's output narrowed by a cast, or not),
+// and layernorm_grad and the add that follows it, each as one node: every output equals the ops'
+// kernels bit for bit, on the CPU kernels and on the CUDA host runner (a thread per row; the
+// device's warp per row runs the same pieces, checked on a card by bench/device_check.sh), in
+// f32, bf16 and f16.
 TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
   HostCudaBackend host;
   const Shape shape = {6, 4, 33}, row = {33};
   for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const DType u : {DType::kF32, DType::kBF16, DType::kF16}) {
-      SCOPED_TRACE(str_cat("x ", dtype_name(t), ", branch ", dtype_name(u)));
+      // y narrowed to bf16 or f16 after an f32 layernorm
+      const std::optional<DType> narrow = t != DType::kF32 ? std::nullopt : std::optional<DType>(u == DType::kF16 ? DType::kF16 : DType::kBF16);
+      SCOPED_TRACE(str_cat("x ", dtype_name(t), ", branch ", dtype_name(u), narrow ? str_cat(", y to ", dtype_name(*narrow)) : ""));
       Module plain;
       const ValueId x = plain.add_argument("x", TensorType{t, shape}, Role::kInput);
       const ValueId b = plain.add_argument("b", TensorType{u, shape}, Role::kInput);
@@ -732,7 +737,8 @@ TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
       const ValueId r = u == t ? b : emit(plain, "cast", {b}, make_attrs({{"to", std::string(dtype_name(t))}}));
       const Attrs axis = make_attrs({{"axis", int64_t{2}}, {"eps", 1e-5}});
       const ValueId s = emit(plain, "add", {x, r});
-      const ValueId y = emit(plain, "layernorm", {s, scale, bias}, axis);
+      ValueId y = emit(plain, "layernorm", {s, scale, bias}, axis);
+      if (narrow) y = emit(plain, "cast", {y}, make_attrs({{"to", std::string(dtype_name(*narrow))}}));
       auto grads = plain.add_node("layernorm_grad", {dy, s, scale}, axis);
       ASSERT_TRUE(grads.ok()) << grads.status().message();
       plain.set_outputs({s, y, emit(plain, "add", {d, grads->at(0)}), grads->at(1)});
@@ -742,6 +748,11 @@ TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
       EXPECT_EQ(report->get("forward"), 1);
       EXPECT_EQ(report->get("backward"), 1);
       EXPECT_EQ(testing::count_op(fused, "add") + testing::count_op(fused, "cast") + testing::count_op(fused, "layernorm"), 0);
+      for (NodeId n : fused.schedule()) {
+        if (fused.node(n).op == "add_layernorm") {
+          EXPECT_EQ(fused.node(n).attrs.get_string("y_dtype", ""), narrow ? dtype_name(*narrow) : "");
+        }
+      }
       std::mt19937 rng(6);
       std::map<std::string, Tensor> feeds;
       for (const char* name : {"x", "b", "dy", "d"}) {
@@ -758,6 +769,51 @@ TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
           EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
                                                                                             << ", output " << k;
         }
+      }
+    }
+  }
+}
+
+// narrow_transposes (passes/narrow_transposes.h): a transpose of f32 that a cast to 16 bits reads
+// becomes the cast then the transpose, and a transpose of a widened 16-bit value becomes the
+// transpose then the cast: the same bits on the CPU kernels and the CUDA host runner, and the
+// transposes move 16-bit values. A transpose whose f32 result something else reads stays.
+TEST(CudaNarrowTransposes, CastsMoveAcrossTransposesBitForBit) {
+  HostCudaBackend host;
+  for (const DType half : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(half));
+    Module plain;
+    const ValueId x = plain.add_argument("x", TensorType{DType::kF32, {3, 5, 7}}, Role::kInput);
+    const ValueId h = plain.add_argument("h", TensorType{half, {3, 5, 7}}, Role::kInput);
+    const Attrs perm = make_attrs({{"perm", std::vector<int64_t>{1, 0, 2}}});
+    const ValueId narrowed = emit(plain, "cast", {emit(plain, "transpose", {emit(plain, "tanh", {x})}, perm)},
+                                  make_attrs({{"to", std::string(dtype_name(half))}}));
+    const ValueId widened = emit(plain, "transpose", {emit(plain, "cast", {emit(plain, "neg", {h})}, make_attrs({{"to", std::string("f32")}}))}, perm);
+    const ValueId kept_t = emit(plain, "transpose", {x}, perm);  // its f32 result is returned too: stays
+    const ValueId kept = emit(plain, "cast", {kept_t}, make_attrs({{"to", std::string(dtype_name(half))}}));
+    plain.set_outputs({narrowed, widened, kept, kept_t});
+    Module moved = plain;
+    auto report = NarrowTransposes().run(moved);
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(report->get("narrowed"), 1);
+    EXPECT_EQ(report->get("widened"), 1);
+    int half_transposes = 0;
+    for (NodeId n : moved.schedule()) {
+      const Node& node = moved.node(n);
+      half_transposes += node.op == "transpose" && moved.value(node.outputs[0]).type.dtype == half;
+    }
+    EXPECT_EQ(half_transposes, 2);
+    std::mt19937 rng(14);
+    const std::map<std::string, Tensor> feeds = {{"x", testing::random_tensor(DType::kF32, {3, 5, 7}, rng, -3, 3)},
+                                                 {"h", testing::random_tensor(half, {3, 5, 7}, rng, -3, 3)}};
+    for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+      auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
+      auto got = execute(moved, feeds, ExecOptions{.kernels = kernels});
+      ASSERT_TRUE(want.ok() && got.ok());
+      for (size_t k = 0; k < want->size(); ++k) {
+        ASSERT_EQ(got->at(k).dtype(), want->at(k).dtype());
+        EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
+                                                                                          << ", output " << k;
       }
     }
   }
