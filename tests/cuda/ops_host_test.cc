@@ -719,56 +719,92 @@ TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
 // kernels bit for bit, on the CPU kernels and on the CUDA host runner (a thread per row; the
 // device's warp per row runs the same pieces, checked on a card by bench/device_check.sh), in
 // f32, bf16 and f16.
+// One case: x (t), the branch (u; a cast to t where they differ), scale and bias, y narrowed
+// (for an f32 x) or not, and the gradient's add; the module, its rewrite and random feeds.
+struct AddLayernormCase {
+  Module plain, fused;
+  std::map<std::string, Tensor> feeds;
+};
+AddLayernormCase add_layernorm_case(DType t, DType u, std::optional<DType> narrow, const Shape& shape) {
+  AddLayernormCase c;
+  Module& plain = c.plain;
+  const Shape row = {shape.back()};
+  const ValueId x = plain.add_argument("x", TensorType{t, shape}, Role::kInput);
+  const ValueId b = plain.add_argument("b", TensorType{u, shape}, Role::kInput);
+  const ValueId scale = plain.add_argument("scale", TensorType{t, row}, Role::kInput);
+  const ValueId bias = plain.add_argument("bias", TensorType{t, row}, Role::kInput);
+  const ValueId dy = plain.add_argument("dy", TensorType{t, shape}, Role::kInput);
+  const ValueId d = plain.add_argument("d", TensorType{t, shape}, Role::kInput);
+  const ValueId r = u == t ? b : emit(plain, "cast", {b}, make_attrs({{"to", std::string(dtype_name(t))}}));
+  const Attrs axis = make_attrs({{"axis", static_cast<int64_t>(shape.size()) - 1}, {"eps", 1e-5}});
+  const ValueId s = emit(plain, "add", {x, r});
+  ValueId y = emit(plain, "layernorm", {s, scale, bias}, axis);
+  if (narrow) y = emit(plain, "cast", {y}, make_attrs({{"to", std::string(dtype_name(*narrow))}}));
+  auto grads = plain.add_node("layernorm_grad", {dy, s, scale}, axis);
+  EXPECT_TRUE(grads.ok()) << grads.status().message();
+  if (!grads.ok()) return c;
+  plain.set_outputs({s, y, emit(plain, "add", {d, grads->at(0)}), grads->at(1)});
+  c.fused = plain;
+  auto report = AddLayernorm().run(c.fused);
+  EXPECT_TRUE(report.ok()) << report.status().message();
+  if (report.ok()) {
+    EXPECT_EQ(report->get("forward"), 1);
+    EXPECT_EQ(report->get("backward"), 1);
+  }
+  EXPECT_EQ(testing::count_op(c.fused, "add") + testing::count_op(c.fused, "cast") + testing::count_op(c.fused, "layernorm"), 0);
+  for (NodeId n : c.fused.schedule()) {
+    if (c.fused.node(n).op == "add_layernorm") {
+      EXPECT_EQ(c.fused.node(n).attrs.get_string("y_dtype", ""), narrow ? dtype_name(*narrow) : "");
+    }
+  }
+  std::mt19937 rng(6);
+  for (const char* name : {"x", "b", "dy", "d"}) c.feeds[name] = testing::random_tensor(std::string(name) == "b" ? u : t, shape, rng, -3, 3);
+  c.feeds["scale"] = testing::random_tensor(t, row, rng, 0.5, 1.5);
+  c.feeds["bias"] = testing::random_tensor(t, row, rng, -1, 1);
+  return c;
+}
+
+// y narrowed to bf16 or f16 after an f32 layernorm.
+std::optional<DType> narrowed_y(DType t, DType u) {
+  return t != DType::kF32 ? std::nullopt : std::optional<DType>(u == DType::kF16 ? DType::kF16 : DType::kBF16);
+}
+
 TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
   HostCudaBackend host;
-  const Shape shape = {6, 4, 33}, row = {33};
   for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const DType u : {DType::kF32, DType::kBF16, DType::kF16}) {
-      // y narrowed to bf16 or f16 after an f32 layernorm
-      const std::optional<DType> narrow = t != DType::kF32 ? std::nullopt : std::optional<DType>(u == DType::kF16 ? DType::kF16 : DType::kBF16);
+      const std::optional<DType> narrow = narrowed_y(t, u);
       SCOPED_TRACE(str_cat("x ", dtype_name(t), ", branch ", dtype_name(u), narrow ? str_cat(", y to ", dtype_name(*narrow)) : ""));
-      Module plain;
-      const ValueId x = plain.add_argument("x", TensorType{t, shape}, Role::kInput);
-      const ValueId b = plain.add_argument("b", TensorType{u, shape}, Role::kInput);
-      const ValueId scale = plain.add_argument("scale", TensorType{t, row}, Role::kInput);
-      const ValueId bias = plain.add_argument("bias", TensorType{t, row}, Role::kInput);
-      const ValueId dy = plain.add_argument("dy", TensorType{t, shape}, Role::kInput);
-      const ValueId d = plain.add_argument("d", TensorType{t, shape}, Role::kInput);
-      const ValueId r = u == t ? b : emit(plain, "cast", {b}, make_attrs({{"to", std::string(dtype_name(t))}}));
-      const Attrs axis = make_attrs({{"axis", int64_t{2}}, {"eps", 1e-5}});
-      const ValueId s = emit(plain, "add", {x, r});
-      ValueId y = emit(plain, "layernorm", {s, scale, bias}, axis);
-      if (narrow) y = emit(plain, "cast", {y}, make_attrs({{"to", std::string(dtype_name(*narrow))}}));
-      auto grads = plain.add_node("layernorm_grad", {dy, s, scale}, axis);
-      ASSERT_TRUE(grads.ok()) << grads.status().message();
-      plain.set_outputs({s, y, emit(plain, "add", {d, grads->at(0)}), grads->at(1)});
-      Module fused = plain;
-      auto report = AddLayernorm().run(fused);
-      ASSERT_TRUE(report.ok()) << report.status().message();
-      EXPECT_EQ(report->get("forward"), 1);
-      EXPECT_EQ(report->get("backward"), 1);
-      EXPECT_EQ(testing::count_op(fused, "add") + testing::count_op(fused, "cast") + testing::count_op(fused, "layernorm"), 0);
-      for (NodeId n : fused.schedule()) {
-        if (fused.node(n).op == "add_layernorm") {
-          EXPECT_EQ(fused.node(n).attrs.get_string("y_dtype", ""), narrow ? dtype_name(*narrow) : "");
-        }
-      }
-      std::mt19937 rng(6);
-      std::map<std::string, Tensor> feeds;
-      for (const char* name : {"x", "b", "dy", "d"}) {
-        feeds[name] = testing::random_tensor(std::string(name) == "b" ? u : t, shape, rng, -3, 3);
-      }
-      feeds["scale"] = testing::random_tensor(t, row, rng, 0.5, 1.5);
-      feeds["bias"] = testing::random_tensor(t, row, rng, -1, 1);
+      const AddLayernormCase c = add_layernorm_case(t, u, narrow, {6, 4, 33});
       for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
-        auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
-        auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
+        auto want = execute(c.plain, c.feeds, ExecOptions{.kernels = kernels});
+        auto got = execute(c.fused, c.feeds, ExecOptions{.kernels = kernels});
         ASSERT_TRUE(want.ok()) << want.status().message();
         ASSERT_TRUE(got.ok()) << got.status().message();
         for (size_t k = 0; k < 4; ++k) {
           EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
                                                                                             << ", output " << k;
         }
+      }
+    }
+  }
+}
+
+// The same on a card: the warp-per-row kernels (kernels.cu) of the fused and the unfused ops, run
+// by the planned executor, give the same bits (the CUDA module rounds as written: -fmad=false).
+// Rows of ViT-B's 768 and a ragged 33. bench/device_check.sh runs it (*OnTheGpu*).
+TEST(CudaAddLayernorm, OnTheGpuEqualsTheUnfusedKernelsBitForBit) {
+  auto gpu = open_backend("cuda:0");
+  if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status().message();
+  for (const Shape& shape : {Shape{8, 197, 768}, Shape{6, 4, 33}}) {
+    for (const DType t : {DType::kF32, DType::kBF16}) {
+      for (const DType u : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE(str_cat(shape_str(shape), " x ", dtype_name(t), ", branch ", dtype_name(u)));
+        const AddLayernormCase c = add_layernorm_case(t, u, narrowed_y(t, u), shape);
+        const std::vector<Tensor> want = run_planned(**gpu, c.plain, c.feeds), got = run_planned(**gpu, c.fused, c.feeds);
+        ASSERT_EQ(want.size(), 4u);
+        ASSERT_EQ(got.size(), 4u);
+        for (size_t k = 0; k < 4; ++k) EXPECT_EQ(std::memcmp(got[k].raw(), want[k].raw(), want[k].nbytes()), 0) << "output " << k;
       }
     }
   }
