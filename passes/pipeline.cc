@@ -6,6 +6,7 @@
 #include "passes/add_layernorm.h"
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
+#include "passes/layernorm_bias_grad.h"
 #include "passes/narrow_transposes.h"
 #include "passes/patch_gemm.h"
 #include "passes/schedule.h"
@@ -75,6 +76,8 @@ const std::vector<PassInfo>& registered_passes() {
        [](O) -> std::unique_ptr<Pass> { return std::make_unique<NarrowTransposes>(); }},
       {"add_layernorm", "residual adds inside their layernorm, gradient adds inside layernorm_grad (GPU targets)", PassStage::kTraining,
        [](O o) { return o.add_layernorm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AddLayernorm>(); }},
+      {"layernorm_bias_grad", "a layernorm's bias gradient inside its layernorm_grad (GPU targets)", PassStage::kTraining,
+       [](O o) { return o.layernorm_bias_grad; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<LayernormBiasGrad>(); }},
       {"fuse_elementwise", "chains of elementwise ops as one kernel each (GPU targets)", PassStage::kTraining,
        [](O o) { return o.fuse_elementwise; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<FuseElementwise>(); }},
       {"schedule", "the node order with the lowest planned peak", PassStage::kTraining, [](O o) { return o.reschedule; },

@@ -57,6 +57,9 @@ struct PipelineOptions {
   // Residual adds inside the layernorms that read them, and gradient adds inside the
   // layernorm_grads they follow (passes/add_layernorm.h). Set for GPU targets.
   bool add_layernorm = false;
+  // A layernorm's bias gradient inside its layernorm_grad (passes/layernorm_bias_grad.h). Set for
+  // GPU targets.
+  bool layernorm_bias_grad = false;
   // Chains of elementwise ops as one kernel each (passes/fuse_elementwise.h). Set for GPU targets.
   bool fuse_elementwise = false;
   // The schedule may issue prefetching starts early (zero3's gathers, streamed units' copies),

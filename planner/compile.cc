@@ -224,6 +224,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   pipeline.narrow_transposes = options.narrow_transposes || pipeline.group_updates;
   // … and each residual add (and its gradient's add) inside the layernorm beside it.
   pipeline.add_layernorm = options.add_layernorm || pipeline.group_updates;
+  // … and each layernorm's bias gradient inside its layernorm_grad.
+  pipeline.layernorm_bias_grad = options.layernorm_bias_grad || pipeline.group_updates;
   // … and runs each chain of elementwise ops as one kernel.
   pipeline.fuse_elementwise = options.fuse_elementwise || pipeline.group_updates;
   plan.train = forward;

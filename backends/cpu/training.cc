@@ -173,9 +173,9 @@ int64_t layernorm_block_rows(int64_t rows) { return std::max<int64_t>(1, (rows +
 // broadcasts from fewer elements, dscale in scale's layout [ds_n].
 template <typename C>
 struct LayernormGradScratch {
-  C *scale_h, *xhat, *g, *partial, *acc;
+  C *scale_h, *xhat, *g, *partial, *acc, *partial_bias;
   int64_t blocks;
-  LayernormGradScratch(Workspace& ws, int64_t rows, int64_t h, int64_t ds_n)
+  LayernormGradScratch(Workspace& ws, int64_t rows, int64_t h, int64_t ds_n, bool bias)
       : blocks(rows > 0 ? (rows + layernorm_block_rows(rows) - 1) / layernorm_block_rows(rows) : 0) {
     const int64_t slots = std::max<int64_t>(1, std::min(blocks, kMaxKernelSlots));
     scale_h = ws.take<C>(h);
@@ -183,16 +183,21 @@ struct LayernormGradScratch {
     g = ws.take<C>(slots * h);
     partial = ws.take<C>(blocks * h);
     acc = ws.take<C>(ds_n == h ? 0 : ds_n);
+    partial_bias = ws.take<C>(bias ? blocks * h : 0);  // per block: Σ dy (the bias gradient's partials)
   }
 };
 
 // With x̂ = (x - μ)·r over the normalized dims (size H), g = dy·scale:
 //   dx = r·(g - mean(g) - x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂ (scale's full broadcast shape).
 // One row: dx[r] and its dy·x̂ added into `dscale`; xr, dyr in T, xhat and g scratch rows [H].
-// With an addend row, dx is stored, then the addend added as the add kernel adds two T values.
+// With an addend row, dx is stored, then the addend added as the add kernel adds two T values;
+// with `dbias`, dy is added into it.
 template <typename T, typename C>
-void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const T* addend, const C* scale_h, C* xhat, C* g, C* dscale, int64_t h,
-                        double eps) {
+void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const T* addend, const C* scale_h, C* xhat, C* g, C* dscale, C* dbias,
+                        int64_t h, double eps) {
+  if (dbias) {
+    for (int64_t j = 0; j < h; ++j) dbias[j] += load(dyr[j]);
+  }
   for (int64_t j = 0; j < h; ++j) xhat[j] = load(xr[j]);
   const C mean = interleaved_dot<C>(xhat, nullptr, h) / static_cast<C>(h);
   for (int64_t j = 0; j < h; ++j) xhat[j] -= mean;
@@ -220,6 +225,7 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
   const Shape normalized(x_t.shape().begin() + axis, x_t.shape().end());
   const auto scale_strides = broadcast_strides(scale_t.shape(), normalized);
   Workspace ws(ctx);
+  const bool bias = ctx.outputs.size() > 2 && ctx.outputs[2];  // the shape function made scale span the rows
   return dispatch_float(ctx, x_t.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* dy = dy_t.data<T>();        // [rows, H]
@@ -228,20 +234,30 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
     T* dx = ctx.outputs[0]->data<T>();   // [rows, H]
     const T* addend = ctx.inputs.size() > 3 && ctx.inputs[3] ? ctx.inputs[3]->data<T>() : nullptr;  // [rows, H]
     const int64_t ds_n = ctx.outputs[1]->numel();
-    const LayernormGradScratch<C> w(ws, rows, h, ds_n);
+    const LayernormGradScratch<C> w(ws, rows, h, ds_n, bias);
     for (int64_t j = 0; j < h; ++j) w.scale_h[j] = load(scale[strided_offset(j, normalized, scale_strides)]);
     const int64_t per_block = layernorm_block_rows(rows);
     std::fill(w.partial, w.partial + w.blocks * h, C(0));
+    if (bias) std::fill(w.partial_bias, w.partial_bias + w.blocks * h, C(0));
     parallel_ranges(w.blocks, 1, kMaxKernelSlots, [&](int64_t slot, int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
-          layernorm_grad_row<T, C>(dx + r * h, x + r * h, dy + r * h, addend ? addend + r * h : nullptr, w.scale_h, w.xhat + slot * h, w.g + slot * h, w.partial + b * h, h, eps);
+          layernorm_grad_row<T, C>(dx + r * h, x + r * h, dy + r * h, addend ? addend + r * h : nullptr, w.scale_h, w.xhat + slot * h, w.g + slot * h, w.partial + b * h,
+                                   bias ? w.partial_bias + b * h : nullptr, h, eps);
         }
       }
     });
     C* dscale = w.partial;  // the blocks' partials summed into the first, in block order
     for (int64_t b = 1; b < w.blocks; ++b) {
       for (int64_t j = 0; j < h; ++j) dscale[j] += w.partial[b * h + j];
+    }
+    if (bias) {  // dbias likewise: the blocks' partials in block order
+      T* db = ctx.outputs[2]->data<T>();
+      for (int64_t j = 0; j < h; ++j) {
+        C sum = 0;
+        for (int64_t b = 0; b < w.blocks; ++b) sum += w.partial_bias[b * h + j];
+        db[j] = store<T, C>(sum);
+      }
     }
     // dscale has the normalized dims' full shape; the rule sums it down to scale's shape.
     T* ds = ctx.outputs[1]->data<T>();
@@ -256,14 +272,14 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
   });
 }
 
-// (dy, x, scale, [addend]) → (dx [+ addend], dscale)
+// (dy, x, scale, [addend]) → (dx [+ addend], dscale[, dbias])
 int64_t layernorm_grad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
   const Shape& x = in[1].shape;
   const int64_t axis = node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);
   const int64_t h = split_at(x, axis).second, ds_n = out[1].numel();
   return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
     if constexpr (kIsFloatStorage<T>) {
-      const LayernormGradScratch<typename Compute<T>::type> scratch(ws, split_at(x, axis).first, h, ds_n);
+      const LayernormGradScratch<typename Compute<T>::type> scratch(ws, split_at(x, axis).first, h, ds_n, out.size() > 2);
       (void)scratch;
     }
   });

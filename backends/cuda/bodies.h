@@ -897,6 +897,7 @@ struct LayernormGradRow {
 constexpr int64_t kLayernormRowsPerPartial = 32;
 inline int64_t layernorm_partials(int64_t rows) { return (rows + kLayernormRowsPerPartial - 1) / kLayernormRowsPerPartial; }
 
+// With `partial_bias`, the bias gradient's partials Σ dy alongside, in the same order.
 template <typename T>
 struct LayernormGradScalePartial {
   const T* dy;
@@ -904,12 +905,18 @@ struct LayernormGradScalePartial {
   const float* stats;
   float* partial;  // [partials, h]
   int64_t rows, h;
+  float* partial_bias = nullptr;  // [partials, h], or null
   MEMC_HD void operator()(int64_t i) const {
     const int64_t p = i / h, j = i % h;
     const int64_t end = (p + 1) * kLayernormRowsPerPartial < rows ? (p + 1) * kLayernormRowsPerPartial : rows;
-    float s = 0;
-    for (int64_t r = p * kLayernormRowsPerPartial; r < end; ++r) s += ld(dy, r * h + j) * ((ld(x, r * h + j) - stats[2 * r]) * stats[2 * r + 1]);
+    float s = 0, b = 0;
+    for (int64_t r = p * kLayernormRowsPerPartial; r < end; ++r) {
+      const float g = ld(dy, r * h + j);
+      s += g * ((ld(x, r * h + j) - stats[2 * r]) * stats[2 * r + 1]);
+      b += g;
+    }
     partial[i] = s;
+    if (partial_bias) partial_bias[i] = b;
   }
 };
 
@@ -919,11 +926,16 @@ struct LayernormGradScale {
   T* out;
   float* acc;
   int64_t partials, h;
+  const float* partial_bias = nullptr;  // with the bias gradient's partials, into out_bias
+  T* out_bias = nullptr;
   MEMC_HD void operator()(int64_t j) const {
-    float s = 0;
+    float s = 0, b = 0;
     for (int64_t p = 0; p < partials; ++p) s += partial[p * h + j];
     if (out) st(out, j, s);
     else acc[j] = s;
+    if (!partial_bias) return;
+    for (int64_t p = 0; p < partials; ++p) b += partial_bias[p * h + j];
+    st(out_bias, j, b);
   }
 };
 

@@ -566,8 +566,10 @@ Status add_layernorm_op(KernelContext& ctx, R& run) { return layernorm_rows_op(c
 
 // Scratch of layernorm_grad: per-row statistics [rows, 2], the scale gradient's partial sums
 // [row blocks, h], and a row of f32 sums when the scale covers fewer elements than the row.
-inline int64_t layernorm_grad_scratch(int64_t rows, int64_t h, int64_t scale_numel) {
-  return scratch_piece(rows * 2 * 4) + scratch_piece(layernorm_partials(rows) * h * 4) + (scale_numel != h ? scratch_piece(h * 4) : 0);
+// With the bias gradient, its partials [row blocks, h] too.
+inline int64_t layernorm_grad_scratch(int64_t rows, int64_t h, int64_t scale_numel, bool bias = false) {
+  return scratch_piece(rows * 2 * 4) + scratch_piece(layernorm_partials(rows) * h * 4) + (scale_numel != h ? scratch_piece(h * 4) : 0) +
+         (bias ? scratch_piece(layernorm_partials(rows) * h * 4) : 0);
 }
 
 template <class R>
@@ -577,6 +579,8 @@ Status layernorm_grad_op(KernelContext& ctx, R& run) {
   const Shape normalized(x.shape().begin() + axis, x.shape().end());
   const int64_t h = numel(normalized), rows = h ? x.numel() / h : 0;
   const int64_t ds_n = ctx.outputs[1]->numel();
+  const bool bias = ctx.outputs.size() > 2 && ctx.outputs[2];
+  if (bias && ds_n != h) return unsupported(ctx, "a bias gradient with scale broadcast from fewer elements");
   MEMC_ASSIGN_OR_RETURN(const Strided scale_map, param_map(ctx, 2, normalized));
   const double eps = ctx.node.attrs.get_float("eps", 1e-5);
   Scratch scratch(ctx);
@@ -586,8 +590,12 @@ Status layernorm_grad_op(KernelContext& ctx, R& run) {
         run(LayernormGradRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), stats, h, eps, scale_map, in<T>(ctx, 3)}, rows));
     const int64_t partials = layernorm_partials(rows);
     MEMC_ASSIGN_OR_RETURN(float* partial, scratch.take<float>(ctx, partials * h));
-    MEMC_RETURN_IF_ERROR(run(LayernormGradScalePartial<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, partial, rows, h}, partials * h));
-    if (ds_n == h) return run(LayernormGradScale<T>{partial, out<T>(ctx, 1), nullptr, partials, h}, h);
+    float* partial_bias = nullptr;
+    if (bias) {
+      MEMC_ASSIGN_OR_RETURN(partial_bias, scratch.take<float>(ctx, partials * h));
+    }
+    MEMC_RETURN_IF_ERROR(run(LayernormGradScalePartial<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, partial, rows, h, partial_bias}, partials * h));
+    if (ds_n == h) return run(LayernormGradScale<T>{partial, out<T>(ctx, 1), nullptr, partials, h, partial_bias, out<T>(ctx, 2)}, h);
     MEMC_ASSIGN_OR_RETURN(float* acc, scratch.take<float>(ctx, h));
     MEMC_RETURN_IF_ERROR(run(LayernormGradScale<T>{partial, nullptr, acc, partials, h}, h));
     return run(SumInto<T>{acc, out<T>(ctx, 1), h, scale_map}, ds_n);

@@ -60,17 +60,27 @@ void register_training_ops(OpRegistry& r) {
          .doc = "(dy, y) → dy - exp(y)·Σ dy along {axis}"});
   // Recomputes mean and inverse std from x (one pass) instead of storing them in forward. The
   // optional addend (dx's type) is added to dx as it is stored: a residual's gradient sum
-  // (passes/add_layernorm.h).
-  r.add({.name = "layernorm_grad", .min_inputs = 3, .max_inputs = 4, .num_outputs = 2,
+  // (passes/add_layernorm.h). With {bias_grad} a third output: dbias = Σ dy over the rows, summed
+  // with dscale's partials (passes/layernorm_bias_grad.h); scale then spans the normalized dims.
+  r.add({.name = "layernorm_grad", .min_inputs = 3, .max_inputs = 4, .num_outputs = -1,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            if (c.inputs.size() == 4 && c.inputs[3] != c.inputs[1]) {
              return Status::BadInput(str_cat("the addend ", type_str(c.inputs[3]), " is not x's type ", type_str(c.inputs[1])));
            }
            out = {c.inputs[1], c.inputs[2]};
+           if (c.node.attrs.get_int("bias_grad", 0)) {
+             const Shape& x = c.inputs[1].shape;
+             const int64_t axis = c.node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);
+             MEMC_RETURN_IF_ERROR(check_axes({axis}, static_cast<int64_t>(x.size()), "layernorm_grad"));
+             if (c.inputs[2].shape != Shape(x.begin() + axis, x.end())) {
+               return Status::BadInput(str_cat("bias_grad needs scale ", shape_str(c.inputs[2].shape), " to span the normalized dims"));
+             }
+             out.push_back(c.inputs[2]);
+           }
            return Status::Ok();
          },
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 12 * in[1].numel(); },
-         .doc = "(dy, x, scale, [addend]) → (dx [+ addend], dscale) {axis, eps}"});
+         .doc = "(dy, x, scale, [addend]) → (dx [+ addend], dscale[, dbias]) {axis, eps, bias_grad}"});
   r.add({.name = "gather_grad", .min_inputs = 2, .max_inputs = 2,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));

@@ -22,6 +22,7 @@
 #include "ir/grad.h"
 #include "passes/add_layernorm.h"
 #include "passes/fuse_elementwise.h"
+#include "passes/layernorm_bias_grad.h"
 #include "passes/liveness.h"
 #include "passes/narrow_transposes.h"
 #include "passes/update_grad_casts.h"
@@ -786,6 +787,43 @@ TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
                                                                                             << ", output " << k;
         }
       }
+    }
+  }
+}
+
+// layernorm_bias_grad (passes/layernorm_bias_grad.h): the bias gradient summed with dscale's
+// partials equals reduce_sum's within rounding, on the CPU kernels and the host runner, f32 and
+// bf16, the other outputs bit for bit.
+TEST(CudaLayernormBiasGrad, EqualsTheRowSumWithinRounding) {
+  HostCudaBackend host;
+  for (const DType t : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const Shape shape = {5, 41, 96}, row = {96};
+    Module plain;
+    const ValueId dy = plain.add_argument("dy", TensorType{t, shape}, Role::kInput);
+    const ValueId x = plain.add_argument("x", TensorType{t, shape}, Role::kInput);
+    const ValueId scale = plain.add_argument("scale", TensorType{t, row}, Role::kInput);
+    auto grads = plain.add_node("layernorm_grad", {dy, x, scale}, make_attrs({{"axis", int64_t{2}}}));
+    ASSERT_TRUE(grads.ok()) << grads.status().message();
+    const ValueId db = emit(plain, "reduce_sum", {dy}, make_attrs({{"axes", std::vector<int64_t>{0, 1}}, {"keepdims", int64_t{0}}}));
+    plain.set_outputs({grads->at(0), grads->at(1), db});
+    Module fused = plain;
+    auto report = LayernormBiasGrad().run(fused);
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(report->get("fused"), 1);
+    EXPECT_EQ(testing::count_op(fused, "reduce_sum"), 0);
+    std::mt19937 rng(21);
+    const std::map<std::string, Tensor> feeds = {{"dy", testing::random_tensor(t, shape, rng, -2, 2)},
+                                                 {"x", testing::random_tensor(t, shape, rng, -2, 2)},
+                                                 {"scale", testing::random_tensor(t, row, rng, 0.5, 1.5)}};
+    for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+      auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
+      auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
+      ASSERT_TRUE(want.ok() && got.ok());
+      for (size_t k = 0; k < 2; ++k) EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << k;
+      const double d = relative_difference(got->at(2), want->at(2), 1e-30);
+      EXPECT_LE(d, t == DType::kF32 ? 1e-6 : 1e-2) << (kernels ? "CUDA kernels" : "CPU kernels");
+      EXPECT_GT(l2_norm(got->at(2)), 1.0);  // a real sum: 205 rows of values in [-2, 2]
     }
   }
 }
