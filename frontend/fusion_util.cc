@@ -1,5 +1,6 @@
 #include "frontend/fusion_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -35,6 +36,18 @@ std::optional<double> constant_value(const Module& m, ValueId v) {
 bool is_constant_near(const Module& m, ValueId v, double expected, double tolerance) {
   auto c = constant_value(m, v);
   return c && std::abs(*c - expected) <= tolerance * std::max(1.0, std::abs(expected));
+}
+
+bool is_output(const Module& m, ValueId v) { return std::find(m.outputs().begin(), m.outputs().end(), v) != m.outputs().end(); }
+
+const Node* only_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v) {
+  const Node* reader = nullptr;
+  for (NodeId u : users[v]) {
+    if (m.node(u).dead) continue;
+    if (reader || std::count(m.node(u).inputs.begin(), m.node(u).inputs.end(), v) != 1) return nullptr;
+    reader = &m.node(u);
+  }
+  return reader && !is_output(m, v) ? reader : nullptr;
 }
 
 ValueId other_operand(const Node& n, ValueId known) {

@@ -15,6 +15,11 @@ const Node* producer_if(const Module& m, ValueId v, const std::string& op);
 // The single value of a constant whose elements are all equal (scalars, broadcast fills).
 std::optional<double> constant_value(const Module& m, ValueId v);
 bool is_constant_near(const Module& m, ValueId v, double expected, double tolerance = 1e-4);
+// `v` is one of the module's outputs.
+bool is_output(const Module& m, ValueId v);
+// The one live node that reads `v`, reading it once, where `v` is no output of the module;
+// nullptr otherwise (no reader, several, or a reader taking it twice).
+const Node* only_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v);
 // For a binary node with `known` as one operand, the other operand (kNoValue otherwise).
 ValueId other_operand(const Node& n, ValueId known);
 // Adds a node scheduled immediately before `anchor`; returns its outputs (empty on a shape error).

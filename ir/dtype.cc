@@ -18,6 +18,7 @@ bool is_float(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF64;
 }
 bool is_integer(DType t) { return t == DType::kI64 || t == DType::kI32 || t == DType::kU8; }
+bool is_16bit_float(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
 std::string_view dtype_name(DType t) {
   switch (t) {

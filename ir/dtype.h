@@ -16,6 +16,7 @@ enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI64, kI32, kBool, kU8 };
 size_t dtype_size(DType t);
 bool is_float(DType t);
 bool is_integer(DType t);  // i64, i32, u8 (not bool)
+bool is_16bit_float(DType t);  // bf16, f16
 // MLIR spelling: f32, f16, bf16, f64, i64, i32, i1, ui8.
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);

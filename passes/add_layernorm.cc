@@ -1,7 +1,5 @@
 #include "passes/add_layernorm.h"
 
-#include <algorithm>
-
 #include "frontend/fusion_util.h"
 
 namespace memc {
@@ -9,17 +7,9 @@ namespace {
 
 bool row_kernel_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
-bool is_output(const Module& m, ValueId v) { return std::find(m.outputs().begin(), m.outputs().end(), v) != m.outputs().end(); }
-
 // `v` is read by `reader` alone (live nodes, once), and is no output of the step.
 bool read_only_by(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v, NodeId reader) {
-  int reads = 0;
-  for (NodeId u : users[v]) {
-    if (m.node(u).dead) continue;
-    if (u != reader) return false;
-    for (ValueId in : m.node(u).inputs) reads += in == v;
-  }
-  return reads == 1 && !is_output(m, v);
+  return fusion::only_reader(m, users, v) == &m.node(reader);
 }
 
 // An add of two operands of its own type (no broadcast), in a dtype the row kernels take.
@@ -50,15 +40,9 @@ std::pair<ValueId, ValueId> operands(const Module& m, const std::vector<std::vec
 // The cast that alone reads y (f32) and narrows it to bf16 or f16 (a 16-bit GEMM's input), or
 // kNoNode: add_layernorm then stores y as the cast would, and no f32 y is written.
 NodeId narrowing_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId y) {
-  std::vector<NodeId> live;
-  for (NodeId u : users[y]) {
-    if (!m.node(u).dead) live.push_back(u);
-  }
-  if (live.size() != 1 || m.value(y).type.dtype != DType::kF32) return kNoNode;
-  const Node& cast = m.node(live[0]);
-  if (cast.op != "cast" || cast.inputs.size() != 1 || !read_only_by(m, users, y, cast.id)) return kNoNode;
-  const DType to = m.value(cast.outputs[0]).type.dtype;
-  return to == DType::kBF16 || to == DType::kF16 ? cast.id : kNoNode;
+  const Node* cast = fusion::only_reader(m, users, y);
+  if (!cast || cast->op != "cast" || cast->inputs.size() != 1 || m.value(y).type.dtype != DType::kF32) return kNoNode;
+  return is_16bit_float(m.value(cast->outputs[0]).type.dtype) ? cast->id : kNoNode;
 }
 
 // s = add(x, r) normalized by layernorm `l` (whose mean and 1/std nothing reads) → add_layernorm.
@@ -70,7 +54,7 @@ bool fuse_forward(Module& m, NodeId l) {
     for (NodeId u : users[ln.outputs[i]]) {
       if (!m.node(u).dead) return false;
     }
-    if (is_output(m, ln.outputs[i])) return false;
+    if (fusion::is_output(m, ln.outputs[i])) return false;
   }
   const Node* add = fusion::producer(m, ln.inputs[0]);
   if (!add || !plain_add(m, *add)) return false;
@@ -101,9 +85,9 @@ bool fuse_backward(Module& m, NodeId g) {
   if (grad.dead || grad.op != "layernorm_grad" || grad.inputs.size() != 3) return false;
   const std::vector<std::vector<NodeId>> users = m.users();
   const ValueId dx = grad.outputs[0];
-  const auto live = std::find_if(users[dx].begin(), users[dx].end(), [&](NodeId u) { return !m.node(u).dead; });
-  if (live == users[dx].end() || !plain_add(m, m.node(*live)) || !read_only_by(m, users, dx, *live)) return false;
-  const NodeId add = *live;
+  const Node* reader = fusion::only_reader(m, users, dx);
+  if (!reader || !plain_add(m, *reader)) return false;
+  const NodeId add = reader->id;
   std::vector<ValueId> inputs = grad.inputs;
   inputs.push_back(fusion::other_operand(m.node(add), dx));
   const NodeId at = fusion::fused_place(m, g, add, inputs);

@@ -1,30 +1,15 @@
 #include "passes/narrow_transposes.h"
 
-#include <algorithm>
-
 #include "frontend/fusion_util.h"
 
 namespace memc {
 namespace {
 
-bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kF16; }
-
-// The one live node reading `v` (once), where `v` is no output of the step; else nullptr.
-const Node* only_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v) {
-  const Node* reader = nullptr;
-  for (NodeId u : users[v]) {
-    if (m.node(u).dead) continue;
-    if (reader || std::count(m.node(u).inputs.begin(), m.node(u).inputs.end(), v) != 1) return nullptr;
-    reader = &m.node(u);
-  }
-  return reader && std::find(m.outputs().begin(), m.outputs().end(), v) == m.outputs().end() ? reader : nullptr;
-}
-
 // A cast with one input, from and to the given dtype classes.
 bool is_cast(const Module& m, const Node* n, bool to_16bit) {
   if (!n || n->op != "cast" || n->inputs.size() != 1) return false;
   const DType from = m.value(n->inputs[0]).type.dtype, to = m.value(n->outputs[0]).type.dtype;
-  return to_16bit ? from == DType::kF32 && is_16bit(to) : is_16bit(from) && to == DType::kF32;
+  return to_16bit ? from == DType::kF32 && is_16bit_float(to) : is_16bit_float(from) && to == DType::kF32;
 }
 
 // Puts op0 on `input`, then op1 on its result, before node `at`; the result takes `replaced`'s
@@ -49,14 +34,14 @@ Expected<PassReport> NarrowTransposes::run(Module& m) {
     const Node& transpose = m.node(t);
     if (transpose.dead || transpose.op != "transpose" || transpose.inputs.size() != 1) continue;
     const std::vector<std::vector<NodeId>> users = m.users();
-    const Node* after = only_reader(m, users, transpose.outputs[0]);
+    const Node* after = fusion::only_reader(m, users, transpose.outputs[0]);
     if (is_cast(m, after, true)) {  // transpose → narrowing cast: the cast first
       const Node cast = *after, moved = transpose;  // copies: adding nodes may move them
       narrowed += swap_pair(m, t, moved.inputs[0], cast, moved, cast.outputs[0], {t, cast.id});
       continue;
     }
     const Node* before = fusion::producer(m, transpose.inputs[0]);
-    if (is_cast(m, before, false) && only_reader(m, users, transpose.inputs[0]) == &transpose) {  // widening cast → transpose
+    if (is_cast(m, before, false) && fusion::only_reader(m, users, transpose.inputs[0]) == &transpose) {  // widening cast → transpose
       const Node cast = *before, moved = transpose;
       widened += swap_pair(m, t, cast.inputs[0], moved, cast, moved.outputs[0], {t, cast.id});
     }

@@ -1,7 +1,5 @@
 #include "passes/update_grad_casts.h"
 
-#include <algorithm>
-
 #include "frontend/fusion_util.h"
 
 namespace memc {
@@ -14,16 +12,8 @@ const Node* widening_cast(const Module& m, const std::vector<std::vector<NodeId>
   const ValueId g = update.inputs[1];
   const Node* cast = fusion::producer_if(m, g, "cast");
   if (!cast || cast->inputs.size() != 1 || m.value(g).type.dtype != DType::kF32) return nullptr;
-  const DType from = m.value(cast->inputs[0]).type.dtype;
-  if (from != DType::kBF16 && from != DType::kF16) return nullptr;
-  if (std::find(m.outputs().begin(), m.outputs().end(), g) != m.outputs().end()) return nullptr;
-  int reads = 0;
-  for (NodeId u : users[g]) {
-    if (m.node(u).dead) continue;
-    if (u != update.id) return nullptr;
-    for (ValueId in : m.node(u).inputs) reads += in == g;
-  }
-  return reads == 1 ? cast : nullptr;
+  if (!is_16bit_float(m.value(cast->inputs[0]).type.dtype)) return nullptr;
+  return fusion::only_reader(m, users, g) == &update ? cast : nullptr;
 }
 
 }  // namespace

@@ -335,20 +335,17 @@ Status layernorm_rows(KernelContext& ctx, bool residual) {
       C* bias_n = ws.take<C>(n);
       const C* scale_c = expand_param<T>(scale_n, scale, normalized, C(1));
       const C* bias_c = expand_param<T>(bias_n, bias, normalized, C(0));
+      // y in x's dtype, or (add_layernorm's y_dtype, from f32) narrower: each value stored once,
+      // as the cast would store it
       Tensor& y = *ctx.outputs[y_out];
-      if (y.dtype() == x.dtype()) {
-        layernorm(y.data<T>(), stat(y_out + 1), stat(y_out + 2), source, scale_c, bias_c, rows, n, eps);
-        return Status::Ok();
-      }
-      // add_layernorm's y in a narrower dtype: each value stored once, as the cast would store it
-      if constexpr (std::is_same_v<C, float>) {
-        if (y.dtype() == DType::kBF16) layernorm(y.data<bf16_t>(), stat(y_out + 1), stat(y_out + 2), source, scale_c, bias_c, rows, n, eps);
-        else if (y.dtype() == DType::kF16) layernorm(y.data<f16_t>(), stat(y_out + 1), stat(y_out + 2), source, scale_c, bias_c, rows, n, eps);
-        else return unsupported_dtype(ctx, y.dtype());
-        return Status::Ok();
-      } else {
-        return unsupported_dtype(ctx, y.dtype());
-      }
+      return dispatch_dtype(y.dtype(), [&]<typename Y>() -> Status {
+        if constexpr (std::is_same_v<Y, T> || (std::is_same_v<C, float> && kIsFloatStorage<Y> && sizeof(Y) == 2)) {
+          layernorm(y.data<Y>(), stat(y_out + 1), stat(y_out + 2), source, scale_c, bias_c, rows, n, eps);
+          return Status::Ok();
+        } else {
+          return unsupported_dtype(ctx, y.dtype());
+        }
+      });
     }
   });
 }
