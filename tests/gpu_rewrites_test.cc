@@ -31,6 +31,12 @@ struct ConvCase {
   bool rewritten = true;
 };
 
+// A test name from `text`: letters and digits kept, anything else '_'.
+std::string test_name(std::string text) {
+  for (char& ch : text) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return text;
+}
+
 // One Conv (and, for `tokens`, Reshape to [N, Co, P] and Transpose(0, 2, 1)) on random data.
 Module conv_module(const ConvCase& c, std::mt19937& rng) {
   testing::OnnxBuilder b;
@@ -133,11 +139,7 @@ TEST_P(PatchGemmStep, EqualsTheConvolutionsStep) {
 INSTANTIATE_TEST_SUITE_P(Models, PatchGemmStep,
                          ::testing::Values(ModelCase{"vit_tiny", "fp32"}, ModelCase{"vit_tiny", "bf16-mixed"},
                                            ModelCase{"vit_tiny_dynamo_t215", "fp32", 4}),
-                         [](const auto& info) {
-                           std::string name = info.param.model + "_" + info.param.precision;
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+                         [](const auto& info) { return test_name(info.param.model + "_" + info.param.precision); });
 
 // bias_grad_gemm (passes/bias_grad_gemm.h): every linear layer's bias gradient joins its weight
 // gradient's GEMM (one matmul_bgrad per linear with a trained bias in each micro-batch),
@@ -147,6 +149,9 @@ struct FusedCase {
   int64_t batch = 8, seq = -1, micro_batches = 1;
   int linears = 9;  // linear layers with a trained bias (the committed models have 9 each)
 };
+
+// model_precision_xK.
+std::string fused_case_name(const FusedCase& c) { return test_name(str_cat(c.model, "_", c.precision, "_x", c.micro_batches)); }
 
 CompileOptions options_of(const FusedCase& c) {
   CompileOptions o;
@@ -187,11 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Models, BiasGradGemmStep,
                                            FusedCase{"vit_tiny", "digits_train.npz", "fp32", 8, -1, 2},
                                            FusedCase{"vit_tiny_dynamo_t215", "digits_train.npz", "fp32", 4},
                                            FusedCase{"text_encoder", "text_train.npz", "fp32", 8, 32}),
-                         [](const auto& info) {
-                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+                         [](const auto& info) { return fused_case_name(info.param); });
 
 // fuse_elementwise (passes/fuse_elementwise.h): each chain of elementwise ops becomes one
 // fused_elementwise node, and the step's loss and gradients equal the unfused step's bit for bit
@@ -243,11 +244,7 @@ INSTANTIATE_TEST_SUITE_P(Models, FuseElementwiseStep,
                                            // dropout-free: the attention gradients' sums only
                                            FuseCase{{"vit_tiny_dynamo_t215", "digits_train.npz", "fp32", 4}, 2},
                                            FuseCase{{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}, 12}),
-                         [](const auto& info) {
-                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+                         [](const auto& info) { return fused_case_name(info.param); });
 
 
 // add_layernorm (passes/add_layernorm.h): each residual add that a layernorm reads joins it, each
@@ -296,12 +293,7 @@ INSTANTIATE_TEST_SUITE_P(Models, AddLayernormStep,
                                            // post-LN: each add's sum is normalized, and the gradient's add comes before
                                            // layernorm_grad (its dy), not after
                                            AddLayernormCase{{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}, 4, 0, true}),
-                         [](const auto& info) {
-                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches,
-                                                      info.param.with_elementwise ? "_elementwise" : "");
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+                         [](const auto& info) { return fused_case_name(info.param) + (info.param.with_elementwise ? "_elementwise" : ""); });
 
 // update_grad_casts (passes/update_grad_casts.h): in a bf16-mixed step every f32 parameter's
 // update reads its bf16 gradient instead of a cast of it. The losses of three steps, each after
@@ -346,11 +338,7 @@ INSTANTIATE_TEST_SUITE_P(Models, UpdateGradCastsStep,
                          ::testing::Values(FusedCase{"vit_tiny", "digits_train.npz", "bf16-mixed", 8, -1, 1, 20},
                                            FusedCase{"vit_tiny", "digits_train.npz", "bf16-mixed", 8, -1, 2, 0},
                                            FusedCase{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32, 1, 18}),
-                         [](const auto& info) {
-                           std::string name = str_cat(info.param.model, "_", info.param.precision, "_x", info.param.micro_batches);
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+                         [](const auto& info) { return fused_case_name(info.param); });
 
 // The rewrites a GPU target runs, together (CompileOptions as planner/compile.cc sets them for
 // h200), against the same step without any: loss and gradients equal the unrewritten step's
@@ -394,11 +382,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuRewritesStep,
                          ::testing::Values(FusedCase{"vit_tiny", "digits_train.npz", "fp32"},
                                            FusedCase{"vit_tiny", "digits_train.npz", "bf16-mixed"},
                                            FusedCase{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}),
-                         [](const auto& info) {
-                           std::string name = str_cat(info.param.model, "_", info.param.precision);
-                           for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-                           return name;
-                         });
+                         [](const auto& info) { return test_name(str_cat(info.param.model, "_", info.param.precision)); });
 
 }  // namespace
 }  // namespace memc

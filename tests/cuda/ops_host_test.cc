@@ -720,6 +720,24 @@ TEST(CudaFused, MalformedProgramsAreRefusedNamingTheStep) {
 // kernels bit for bit, on the CPU kernels and on the CUDA host runner (a thread per row; the
 // device's warp per row runs the same pieces, checked on a card by bench/device_check.sh), in
 // f32, bf16 and f16.
+// `fused`, a rewrite of `plain`, gives plain's outputs bit for bit on the CPU kernels and on the
+// CUDA host runner.
+void expect_same_bits(const Module& plain, const Module& fused, const std::map<std::string, Tensor>& feeds) {
+  HostCudaBackend host;
+  for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
+    auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
+    auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t k = 0; k < want->size(); ++k) {
+      ASSERT_EQ(got->at(k).dtype(), want->at(k).dtype()) << "output " << k;
+      EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
+                                                                                        << ", output " << k;
+    }
+  }
+}
+
 // One case: x (t), the branch (u; a cast to t where they differ), scale and bias, y narrowed
 // (for an f32 x) or not, and the gradient's add; the module, its rewrite and random feeds.
 struct AddLayernormCase {
@@ -771,22 +789,12 @@ std::optional<DType> narrowed_y(DType t, DType u) {
 }
 
 TEST(CudaAddLayernorm, EqualsTheAddAndTheLayernormBitForBit) {
-  HostCudaBackend host;
   for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const DType u : {DType::kF32, DType::kBF16, DType::kF16}) {
       const std::optional<DType> narrow = narrowed_y(t, u);
       SCOPED_TRACE(str_cat("x ", dtype_name(t), ", branch ", dtype_name(u), narrow ? str_cat(", y to ", dtype_name(*narrow)) : ""));
       const AddLayernormCase c = add_layernorm_case(t, u, narrow, {6, 4, 33});
-      for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
-        auto want = execute(c.plain, c.feeds, ExecOptions{.kernels = kernels});
-        auto got = execute(c.fused, c.feeds, ExecOptions{.kernels = kernels});
-        ASSERT_TRUE(want.ok()) << want.status().message();
-        ASSERT_TRUE(got.ok()) << got.status().message();
-        for (size_t k = 0; k < 4; ++k) {
-          EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
-                                                                                            << ", output " << k;
-        }
-      }
+      expect_same_bits(c.plain, c.fused, c.feeds);
     }
   }
 }
@@ -853,7 +861,6 @@ TEST(CudaAddLayernorm, OnTheGpuEqualsTheUnfusedKernelsBitForBit) {
 // transpose then the cast: the same bits on the CPU kernels and the CUDA host runner, and the
 // transposes move 16-bit values. A transpose whose f32 result something else reads stays.
 TEST(CudaNarrowTransposes, CastsMoveAcrossTransposesBitForBit) {
-  HostCudaBackend host;
   for (const DType half : {DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(half));
     Module plain;
@@ -880,16 +887,7 @@ TEST(CudaNarrowTransposes, CastsMoveAcrossTransposesBitForBit) {
     std::mt19937 rng(14);
     const std::map<std::string, Tensor> feeds = {{"x", testing::random_tensor(DType::kF32, {3, 5, 7}, rng, -3, 3)},
                                                  {"h", testing::random_tensor(half, {3, 5, 7}, rng, -3, 3)}};
-    for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
-      auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
-      auto got = execute(moved, feeds, ExecOptions{.kernels = kernels});
-      ASSERT_TRUE(want.ok() && got.ok());
-      for (size_t k = 0; k < want->size(); ++k) {
-        ASSERT_EQ(got->at(k).dtype(), want->at(k).dtype());
-        EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
-                                                                                          << ", output " << k;
-      }
-    }
+    expect_same_bits(plain, moved, feeds);
   }
 }
 
@@ -1175,7 +1173,6 @@ TEST(CudaCalibrate, AMeasuredProfileReplacesItsTargetsDataSheet) {
 // f16 gradient as the cast to f32 would give it: the updated weight and states equal the cast +
 // update's bit for bit, on the CPU kernels and on the CUDA host runner.
 TEST(CudaOptimizers, AWidenedGradientIsReadAsItsCast) {
-  HostCudaBackend host;
   for (const char* op : {"sgd_update", "momentum_update", "adam_update"}) {
     for (const DType grad : {DType::kBF16, DType::kF16}) {
       SCOPED_TRACE(str_cat(op, ", ", dtype_name(grad), " gradient"));
@@ -1203,16 +1200,7 @@ TEST(CudaOptimizers, AWidenedGradientIsReadAsItsCast) {
       for (int k = 0; k < states; ++k) feeds[str_cat("s", k)] = testing::random_tensor(DType::kF32, {257}, rng, 0, 1);
       feeds["lr"].set_from_double(0, 0.1);
       feeds["step"].set_from_double(0, 3);
-      for (const Backend* kernels : {static_cast<const Backend*>(nullptr), static_cast<const Backend*>(&host)}) {
-        auto want = execute(plain, feeds, ExecOptions{.kernels = kernels});
-        auto got = execute(fused, feeds, ExecOptions{.kernels = kernels});
-        ASSERT_TRUE(want.ok()) << want.status().message();
-        ASSERT_TRUE(got.ok()) << got.status().message();
-        for (size_t k = 0; k < want->size(); ++k) {
-          EXPECT_EQ(std::memcmp(got->at(k).raw(), want->at(k).raw(), want->at(k).nbytes()), 0) << (kernels ? "CUDA kernels" : "CPU kernels")
-                                                                                            << ", output " << k;
-        }
-      }
+      expect_same_bits(plain, fused, feeds);
     }
   }
 }
