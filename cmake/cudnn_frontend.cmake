@@ -29,7 +29,7 @@ else()
   target_include_directories(memc_cudnn_sdpa SYSTEM PRIVATE ${CUDNN_FRONTEND_INCLUDE_DIR} ${CUDNN_INCLUDE_DIR})
   target_compile_definitions(memc_cudnn_sdpa PRIVATE MEMC_HAVE_CUDNN_FRONTEND=1 PUBLIC MEMC_HAVE_CUDNN_SDPA=1)
   # nvrtc: the frontend's headers also hold its runtime-compiled engines (not used for SDPA).
-  target_link_libraries(memc_cudnn_sdpa PUBLIC ${CUDNN_LIBRARY} CUDA::cudart_static CUDA::nvrtc)
+  target_link_libraries(memc_cudnn_sdpa PUBLIC memc_core ${CUDNN_LIBRARY} CUDA::cudart_static CUDA::nvrtc)  # memc_core: ir/attention_layout
   set(MEMC_HAVE_CUDNN_SDPA ON)
   message(STATUS "memc: cuDNN attention enabled (${CUDNN_LIBRARY}, frontend ${CUDNN_FRONTEND_INCLUDE_DIR})")
 endif()

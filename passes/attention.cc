@@ -166,7 +166,7 @@ ValueId reshaped(Module& m, ValueId value, const Shape& shape, NodeId anchor, co
 // Rewrites attention node `id` (default layout, [B, H, T, E] operands of its own) to read q, k
 // and v where transposes came from, in the one layout all three share, and to write its output
 // where the transposes after it lead. False: left as it was.
-bool lay_out(Module& m, NodeId id) {
+bool lay_out(Module& m, NodeId id, AttentionLayouts allowed) {
   const Node& node = m.node(id);
   if (attention_layout_of(node.attrs) != AttentionLayout::kBHTD) return false;
   const Shape& y_shape = m.value(node.outputs[0]).type.shape;
@@ -177,6 +177,7 @@ bool lay_out(Module& m, NodeId id) {
   }
   const std::vector<std::vector<NodeId>> users = m.users();
   for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
+    if (layout == AttentionLayout::kBTHD && allowed != AttentionLayouts::kAll) continue;
     ValueId sources[3];
     bool all = true;
     for (int i = 0; i < 3 && all; ++i) all = (sources[i] = operand_source(m, node.inputs[i], layout)) != kNoValue;
@@ -214,10 +215,11 @@ bool lay_out(Module& m, NodeId id) {
 
 }  // namespace
 
-int lay_out_attention(Module& forward) {
+int lay_out_attention(Module& forward, AttentionLayouts layouts) {
+  if (layouts == AttentionLayouts::kNone) return 0;
   const int before = count_op(forward, "transpose");
   for (NodeId id : forward.schedule()) {
-    if (!forward.node(id).dead && forward.node(id).op == "attention") lay_out(forward, id);
+    if (!forward.node(id).dead && forward.node(id).op == "attention") lay_out(forward, id, layouts);
   }
   forward.eliminate_dead_nodes();
   forward.compact();
@@ -240,16 +242,17 @@ Expected<PassReport> AttentionPass::run(Module& forward) {
   forward.eliminate_dead_nodes();
   forward.compact();
   r.substituted = count_op(forward, "attention") - before;
-  if (layouts_) r.transposes_removed = lay_out_attention(forward);
+  const bool layouts = layouts_ != AttentionLayouts::kNone;
+  if (layouts) r.transposes_removed = lay_out_attention(forward, layouts_);
   r.bytes_after = activation_bytes(forward);
   PassReport report;
   report.changed = r.substituted != 0;
   report.set("substituted", r.substituted);
   report.set("activation_bytes_before", r.bytes_before);
   report.set("activation_bytes_after", r.bytes_after);
-  if (layouts_) report.set("transposes_removed", r.transposes_removed);
+  if (layouts) report.set("transposes_removed", r.transposes_removed);
   report.lines.push_back(str_cat("attention: ", r.substituted, " MatMul→Softmax→MatMul patterns → tiled attention",
-                                 layouts_ ? str_cat(", ", r.transposes_removed, " transposes read in place") : std::string(),
+                                 layouts ? str_cat(", ", r.transposes_removed, " transposes read in place") : std::string(),
                                  "; forward activations ", format_size(r.bytes_before), " → ", format_size(r.bytes_after)));
   return report;
 }

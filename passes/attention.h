@@ -28,25 +28,29 @@ struct AttentionReport {
   int transposes_removed = 0;  // layouts: transposes around attention now read or written in place
 };
 
-// With `layouts` (the planner sets it for CPU targets in 16-bit precisions: planner/compile.cc),
-// attention then reads q, k and v in the layout the projections wrote them
+// Which layouts attention may be laid out in (ir/attention_layout.h): none, the sequence-first
+// tbhd only, or bthd too. The planner chooses per target and precision (planner/compile.cc).
+enum class AttentionLayouts { kNone, kSequenceFirst, kAll };
+
+// With `layouts`, attention then reads q, k and v in the layout the projections wrote them
 // (ir/attention_layout.h) and writes its output in the one the transposes after it lead to.
 class AttentionPass : public Pass {
  public:
-  explicit AttentionPass(bool layouts = false) : layouts_(layouts) {}
+  explicit AttentionPass(AttentionLayouts layouts = AttentionLayouts::kNone) : layouts_(layouts) {}
   std::string_view name() const override { return "attention"; }
   // Statistics: substituted, activation_bytes_before, activation_bytes_after, and with layouts
   // transposes_removed.
   Expected<PassReport> run(Module& forward) override;
 
  private:
-  bool layouts_;
+  AttentionLayouts layouts_;
 };
 
 // Rewrites every default-layout attention whose q, k and v come through transposes (and
 // reshapes) from tensors holding them densely as [B, T, H, E] or [T, B, H, E]: it reads those
 // tensors instead, and writes its output so the transposes after it become reshapes; where they
-// do not, one transpose restores [B, H, T, E]. Returns the transposes removed.
-int lay_out_attention(Module& forward);
+// do not, one transpose restores [B, H, T, E]. `layouts` kSequenceFirst leaves [B, T, H, E]
+// sources alone. Returns the transposes removed.
+int lay_out_attention(Module& forward, AttentionLayouts layouts = AttentionLayouts::kAll);
 
 }  // namespace memc

@@ -29,8 +29,8 @@ struct PipelineOptions {
   bool dropout = true;  // false: dropout nodes become identities (strip_dropout)
   AttentionKernel attention = AttentionKernel::kTiled;
   // Attention reads and writes its operands in the layouts the model's projections use
-  // (passes/attention.h). Set for CPU targets in 16-bit precisions (planner/compile.cc).
-  bool attention_layouts = false;
+  // (passes/attention.h), as the planner chooses per target and precision (planner/compile.cc).
+  AttentionLayouts attention_layouts = AttentionLayouts::kNone;
   // Patch embeddings (stride = kernel convolutions) as patches and one GEMM (passes/patch_gemm.h).
   // Set for GPU targets (planner/compile.cc), whose convolution is im2col and a batched GEMM.
   bool patch_gemm = false;

@@ -63,14 +63,20 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
 ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
     : model_path_(std::move(model_path)), plan_path_(std::move(plan_path)) {}
 
-// Attention in the projections' layouts (passes/attention.h): on CPU targets (CUDA's kernels
-// take the default layout only), in 16-bit precisions. The CPU kernel copies 16-bit operands into
-// f32 scratch anyway, so reading them where the projections wrote them costs nothing and the
-// graph's transposes go (vit_small32 b32 bf16-mixed: 205–209 → 189–196 ms per step). f32
-// operands it reads in place; gathering them costs more than the transposes save (vit_small32 b32
-// fp32: 174 → 189 ms) until its block GEMMs take strided operands (bench/journal/2026.md §35).
-static bool lays_out_attention(const CompileOptions& options) {
-  return &planning_backend(options.target) == &cpu_backend() && options.precision != PrecisionKind::kFp32;
+// Attention in the layouts the projections write (passes/attention.h).
+// CPU targets: in 16-bit precisions only. The CPU kernel copies 16-bit operands into f32 scratch
+// anyway, so reading them where the projections wrote them costs nothing and the graph's
+// transposes go (vit_small32 b32 bf16-mixed: 205–209 → 189–196 ms per step). f32 operands it
+// reads in place; gathering them costs more than the transposes save (vit_small32 b32 fp32:
+// 174 → 189 ms) until its block GEMMs take strided operands (bench/journal/2026.md §35).
+// GPU targets: every layout in 16-bit precisions, which cuDNN reads through strides; in fp32 the
+// sequence-first one only, whose heads lie one stride apart for the GEMM path's batched
+// products ([B, T, H, E] would take one batched GEMM per sample).
+static AttentionLayouts lays_out_attention(const CompileOptions& options) {
+  const bool fp32 = options.precision == PrecisionKind::kFp32;
+  if (options.default_attention_layout) return AttentionLayouts::kNone;
+  if (&planning_backend(options.target) == &cpu_backend()) return fp32 ? AttentionLayouts::kNone : AttentionLayouts::kAll;
+  return fp32 ? AttentionLayouts::kSequenceFirst : AttentionLayouts::kAll;
 }
 
 // Patch embeddings as one GEMM (passes/patch_gemm.h): on GPU targets, whose convolution is

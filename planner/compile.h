@@ -41,6 +41,9 @@ struct CompileOptions : PipelineOptions {
   // Plan the step without remat too, and keep the lower peak (compile's contract below). Off
   // for a search's choice: the search judged those decisions.
   bool keep_lower = true;
+  // Attention keeps the default layout on every target, where the planner would lay it out
+  // (lays_out_attention in planner/compile.cc); tests compare the laid-out steps with it.
+  bool default_attention_layout = false;
 };
 
 // The device/host memory of a training step, from passes/memory_plan, with the kernel
@@ -81,7 +84,7 @@ class ModelCompiler {
     bool updates_buffers = false;  // BatchNorm's running statistics, in train()
   };
   // …, dropout, attention layouts, patch GEMMs, evaluation, devices
-  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, bool, bool, bool, int64_t>;
+  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, AttentionLayouts, bool, bool, int64_t>;
   static Key key_of(const CompileOptions& options, int64_t batch, bool evaluation = false);
   // The forward at `batch`, cached per key (search candidates: verified, not reported).
   // `evaluation`: BatchNorms exported in train() read their running statistics (the forward

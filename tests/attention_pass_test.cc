@@ -83,17 +83,16 @@ TEST(AttentionPass, ReportsSubstitutionsAndBytes) {
   EXPECT_FALSE(again->changed);
 }
 
-// In 16-bit precisions on the CPU the planner lays attention out (planner/compile.cc); the same
-// step compiled for a GPU target keeps the default layout. Run on the CPU backend, both give the
-// same loss and gradients: the kernels compute in f32 from the same 16-bit operands, read from
-// other addresses.
+// In 16-bit precisions the planner lays attention out (planner/compile.cc); the same step with
+// the default layout kept gives the same loss and gradients on the CPU backend: the kernels
+// compute in f32 from the same 16-bit operands, read from other addresses.
 TEST(AttentionPass, Bf16StepWithLayoutsEqualsTheDefaultLayout) {
   for (const Case& c : {Case{"vit_tiny", "digits_train.npz", 16, -1}, Case{"bert_t215", "text_train.npz", 4, 32}}) {
     SCOPED_TRACE(c.model);
     CompileOptions o = options_for(c, "tiled");
     o.precision = PrecisionKind::kBf16Mixed;
     const Plan laid = testing::compile_committed(c.model, o);
-    o.target = "h200";
+    o.default_attention_layout = true;
     const Plan plain = testing::compile_committed(c.model, o);
     int laid_out = 0;
     for (NodeId id : laid.train.schedule()) laid_out += laid.train.node(id).attrs.get_string("layout", "bhtd") != "bhtd";
@@ -105,6 +104,35 @@ TEST(AttentionPass, Bf16StepWithLayoutsEqualsTheDefaultLayout) {
     EXPECT_EQ(diff.missing, "");
     EXPECT_LE(diff.loss_rel, 1e-6);
     EXPECT_LE(diff.worst_param_rel, 1e-5);
+  }
+}
+
+// Which layouts each target takes: the CPU in 16-bit precisions only; GPU targets in every
+// precision, in fp32 the sequence-first one only (torchvision's ViT: tbhd; transformers' BERT:
+// bthd, kept in bhtd for the GEMM path's batched products).
+TEST(AttentionPass, GpuTargetsLayOutAttentionByPrecision) {
+  struct Expect {
+    Case c;
+    std::string target;
+    PrecisionKind precision;
+    std::string layout;
+  };
+  const Case vit{"vit_tiny", "digits_train.npz", 16, -1}, bert{"bert_t215", "text_train.npz", 4, 32};
+  for (const Expect& e : {Expect{vit, "h200", PrecisionKind::kFp32, "tbhd"}, Expect{vit, "h200", PrecisionKind::kBf16Mixed, "tbhd"},
+                          Expect{bert, "h200", PrecisionKind::kFp32, "bhtd"}, Expect{bert, "h200", PrecisionKind::kBf16Mixed, "bthd"},
+                          Expect{vit, "cpu", PrecisionKind::kFp32, "bhtd"}, Expect{bert, "cpu", PrecisionKind::kBf16Mixed, "bthd"}}) {
+    SCOPED_TRACE(e.c.model + " " + e.target + " " + std::string(precision_name(e.precision)));
+    CompileOptions o = options_for(e.c, "tiled");
+    o.target = e.target, o.precision = e.precision;
+    const Plan plan = testing::compile_committed(e.c.model, o);
+    int attention = 0;
+    for (NodeId id : plan.train.schedule()) {
+      const Node& n = plan.train.node(id);
+      if (n.op != "attention" && n.op != "attention_grad") continue;
+      ++attention;
+      EXPECT_EQ(n.attrs.get_string("layout", "bhtd"), e.layout) << n.op;
+    }
+    EXPECT_GT(attention, 0);
   }
 }
 
@@ -129,8 +157,8 @@ TEST(AttentionPass, LayoutsRemoveTheTransposesAroundAttention) {
     auto plain = import_onnx(testing::source_path("models/" + e.model + ".onnx"), import);
     ASSERT_TRUE(plain.ok()) << plain.status().message();
     Module laid = *plain;
-    ASSERT_TRUE(AttentionPass(false).run(*plain).ok());
-    auto report = AttentionPass(true).run(laid);
+    ASSERT_TRUE(AttentionPass().run(*plain).ok());
+    auto report = AttentionPass(AttentionLayouts::kAll).run(laid);
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_EQ(report->get("transposes_removed"), e.removed);
     const auto users = laid.users();

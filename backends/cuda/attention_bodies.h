@@ -12,10 +12,14 @@ namespace memc::cuda {
 constexpr int64_t kMaxHeadDim = 256;  // per-thread accumulators (d and dv)
 
 // Where batch entry b's matrices sit, how bias broadcasts, and the dropout draws: the CPU
-// kernel's geometry (backends/cpu/attention.cc), flattened for a device.
+// kernel's geometry (backends/cpu/attention.cc), flattened for a device. The operands may be in
+// any of ir/attention_layout.h's layouts: an entry's matrix starts at its map's offset and its
+// rows are a row step apart (the row's elements contiguous). y and dy (and dq, dk, dv beside q,
+// k, v) share a layout.
 struct AttentionGeometry {
   int64_t batch = 0, tq = 0, tk = 0, d = 0, dv = 0;
-  Strided q_map, k_map, v_map;  // flat batch index → element offset of its matrix
+  Strided q_map, k_map, v_map, y_map;  // flat batch index → element offset of its matrix
+  int64_t q_row = 0, k_row = 0, v_row = 0, y_row = 0;  // elements between consecutive rows
   const void* bias = nullptr;   // any float dtype (a mask often stays f32 under bf16)
   DType bias_dtype = DType::kF32;
   Strided bias_map;             // flat batch index → bias element of its score [0, 0]
@@ -35,8 +39,8 @@ struct AttentionGeometry {
   // scale·q_r·k_c + bias, the dot product in f64 (the softmax and its gradient cancel terms).
   template <typename T>
   MEMC_HD float score(const T* q, const T* k, int64_t b, int64_t r, int64_t c) const {
-    const T* qr = q + q_map.offset(b) + r * d;
-    const T* kc = k + k_map.offset(b) + c * d;
+    const T* qr = q + q_map.offset(b) + r * q_row;
+    const T* kc = k + k_map.offset(b) + c * k_row;
     double s = 0;
     for (int64_t j = 0; j < d; ++j) s += static_cast<double>(ld(qr, j)) * ld(kc, j);
     s *= scale;
@@ -46,8 +50,8 @@ struct AttentionGeometry {
   // dy_r · v_c
   template <typename T>
   MEMC_HD float dy_dot_v(const T* dy, const T* v, int64_t b, int64_t r, int64_t c) const {
-    const T* dyr = dy + (b * tq + r) * dv;
-    const T* vc = v + v_map.offset(b) + c * dv;
+    const T* dyr = dy + y_map.offset(b) + r * y_row;
+    const T* vc = v + v_map.offset(b) + c * v_row;
     double s = 0;
     for (int64_t j = 0; j < dv; ++j) s += static_cast<double>(ld(dyr, j)) * ld(vc, j);
     return static_cast<float>(s);
@@ -73,10 +77,11 @@ struct AttentionRow {
       const float correction = std::exp(m - m_new), p = std::exp(s - m_new);
       l = l * correction + p;
       const float w = p * g.factor(b, r, c);
-      for (int64_t j = 0; j < g.dv; ++j) acc[j] = acc[j] * correction + w * ld(vb, c * g.dv + j);
+      for (int64_t j = 0; j < g.dv; ++j) acc[j] = acc[j] * correction + w * ld(vb, c * g.v_row + j);
       m = m_new;
     }
-    for (int64_t j = 0; j < g.dv; ++j) st(y, row * g.dv + j, acc[j] / l);
+    T* out = y + g.y_map.offset(b) + r * g.y_row;
+    for (int64_t j = 0; j < g.dv; ++j) st(out, j, acc[j] / l);
   }
 };
 
@@ -130,9 +135,9 @@ struct AttentionGradQ {
     const T* kb = k + g.k_map.offset(b);
     for (int64_t c = 0; c < g.tk; ++c) {
       const float ds = attention_dscore(g, dy, q, k, v, stats, b, r, c, nullptr);
-      for (int64_t j = 0; j < g.d; ++j) acc[j] += ds * ld(kb, c * g.d + j);
+      for (int64_t j = 0; j < g.d; ++j) acc[j] += ds * ld(kb, c * g.k_row + j);
     }
-    T* out = dq + g.q_map.offset(b) + r * g.d;
+    T* out = dq + g.q_map.offset(b) + r * g.q_row;
     for (int64_t j = 0; j < g.d; ++j) st(out, j, g.scale * acc[j]);
   }
 };
@@ -154,12 +159,12 @@ struct AttentionGradKV {
     for (int64_t r = 0; r < g.tq; ++r) {
       float pf = 0.f;
       const float ds = attention_dscore(g, dy, q, k, v, stats, b, r, c, &pf);
-      const T* dyr = dy + (b * g.tq + r) * g.dv;
+      const T* dyr = dy + g.y_map.offset(b) + r * g.y_row;
       for (int64_t j = 0; j < g.dv; ++j) acc_v[j] += pf * ld(dyr, j);
-      for (int64_t j = 0; j < g.d; ++j) acc_k[j] += ds * ld(qb, r * g.d + j);
+      for (int64_t j = 0; j < g.d; ++j) acc_k[j] += ds * ld(qb, r * g.q_row + j);
     }
-    T* out_k = dk + g.k_map.offset(b) + c * g.d;
-    T* out_v = dv + g.v_map.offset(b) + c * g.dv;
+    T* out_k = dk + g.k_map.offset(b) + c * g.k_row;
+    T* out_v = dv + g.v_map.offset(b) + c * g.v_row;
     for (int64_t j = 0; j < g.d; ++j) st(out_k, j, g.scale * acc_k[j]);
     for (int64_t j = 0; j < g.dv; ++j) st(out_v, j, acc_v[j]);
   }

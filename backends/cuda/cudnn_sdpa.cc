@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <exception>
 #include <map>
 #include <memory>
@@ -37,6 +38,20 @@ fe::graph::Tensor_attributes packed(const char* name, int64_t uid, const std::ve
 
 void set_packed_output(const TensorPtr& t, int64_t uid, const std::vector<int64_t>& dims) {
   t->set_output(true).set_uid(uid).set_dim(dims).set_stride(packed_strides(dims));
+}
+
+// The steps of an operand [B, H, T, E] stored in `layout`.
+std::vector<int64_t> layout_strides(AttentionLayout layout, const std::vector<int64_t>& dims) {
+  const std::array<int64_t, 4> steps = attention_steps(layout, dims[0], dims[1], dims[2], dims[3]);
+  return {steps.begin(), steps.end()};
+}
+
+// q, k, v, o and their gradients, in the shape's layout.
+fe::graph::Tensor_attributes operand(const SdpaShape& s, const char* name, int64_t uid, const std::vector<int64_t>& dims) {
+  return fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(layout_strides(s.layout, dims));
+}
+void set_operand_output(const SdpaShape& s, const TensorPtr& t, int64_t uid, const std::vector<int64_t>& dims) {
+  t->set_output(true).set_uid(uid).set_dim(dims).set_stride(layout_strides(s.layout, dims));
 }
 
 // The shape checks the frontend leaves to the caller, and the storage types cuDNN takes. f32 is
@@ -98,13 +113,13 @@ void add_masks(Graph& graph, const SdpaShape& s, const Dims& dims, Attributes& a
 // o, stats = softmax(scale·q·kᵀ + bias)·v with dropout, and each row's log-sum-exp.
 void add_forward(Graph& graph, const SdpaShape& s) {
   const Dims dims = dims_of(s);
-  auto q = graph.tensor(packed("q", kSdpaQ, dims.q));
-  auto k = graph.tensor(packed("k", kSdpaK, dims.k));
-  auto v = graph.tensor(packed("v", kSdpaV, dims.v));
+  auto q = graph.tensor(operand(s, "q", kSdpaQ, dims.q));
+  auto k = graph.tensor(operand(s, "k", kSdpaK, dims.k));
+  auto v = graph.tensor(operand(s, "v", kSdpaV, dims.v));
   auto attributes = fe::graph::SDPA_attributes().set_name("memc_attention").set_generate_stats(true).set_attn_scale(s.scale);
   add_masks(graph, s, dims, attributes);
   auto [o, stats] = graph.sdpa(q, k, v, attributes);
-  set_packed_output(o, kSdpaO, dims.o);
+  set_operand_output(s, o, kSdpaO, dims.o);
   set_packed_output(stats, kSdpaStats, dims.stats);
   stats->set_data_type(fe::DataType_t::FLOAT);
 }
@@ -112,18 +127,18 @@ void add_forward(Graph& graph, const SdpaShape& s) {
 // dq, dk, dv from the forward's o and stats and the output gradient do.
 void add_backward(Graph& graph, const SdpaShape& s) {
   const Dims dims = dims_of(s);
-  auto q = graph.tensor(packed("q", kSdpaQ, dims.q));
-  auto k = graph.tensor(packed("k", kSdpaK, dims.k));
-  auto v = graph.tensor(packed("v", kSdpaV, dims.v));
-  auto o = graph.tensor(packed("o", kSdpaO, dims.o));
-  auto d_o = graph.tensor(packed("do", kSdpaDO, dims.o));
+  auto q = graph.tensor(operand(s, "q", kSdpaQ, dims.q));
+  auto k = graph.tensor(operand(s, "k", kSdpaK, dims.k));
+  auto v = graph.tensor(operand(s, "v", kSdpaV, dims.v));
+  auto o = graph.tensor(operand(s, "o", kSdpaO, dims.o));
+  auto d_o = graph.tensor(operand(s, "do", kSdpaDO, dims.o));
   auto stats = graph.tensor(packed("stats", kSdpaStats, dims.stats).set_data_type(fe::DataType_t::FLOAT));
   auto attributes = fe::graph::SDPA_backward_attributes().set_name("memc_attention_grad").set_attn_scale(s.scale);
   add_masks(graph, s, dims, attributes);
   auto [dq, dk, dv] = graph.sdpa_backward(q, k, v, o, d_o, stats, attributes);
-  set_packed_output(dq, kSdpaDQ, dims.q);
-  set_packed_output(dk, kSdpaDK, dims.k);
-  set_packed_output(dv, kSdpaDV, dims.v);
+  set_operand_output(s, dq, kSdpaDQ, dims.q);
+  set_operand_output(s, dk, kSdpaDK, dims.k);
+  set_operand_output(s, dv, kSdpaDV, dims.v);
 }
 
 // The frontend's refusals (GRAPH_NOT_SUPPORTED) are cuDNN saying no; anything else is memc
@@ -185,7 +200,8 @@ Expected<cudnnHandle_t> handle_for_current_device() {
 
 std::string key_of(const SdpaShape& s, bool backward, int device) {
   return str_cat(device, backward ? "b" : "f", s.batch, ",", s.heads, ",", s.tq, ",", s.tk, ",", s.d, ",", s.dv, ",", static_cast<int>(s.dtype), ",",
-                 s.has_bias, s.bias_broadcast_heads, s.bias_broadcast_rows, ",", s.scale, ",", s.causal);
+                 s.has_bias, s.bias_broadcast_heads, s.bias_broadcast_rows, ",", s.scale, ",", s.causal, ",",
+                 attention_layout_name(s.layout));
 }
 
 // A graph built for the device, with its workspace size; or why cuDNN cannot run the shape.

@@ -3,7 +3,8 @@
 // built when CMake finds cuDNN and the frontend's headers: cmake/cudnn_frontend.cmake).
 //
 // Legend: B batch, H heads, Tq query rows, Tk key rows, D q/k head dim, Dv v head dim.
-// Every tensor is packed row-major (BHSD), as memc's attention operands are:
+// q, k, v, o and their gradients are stored in the node's layout (ir/attention_layout.h: packed
+// BHSD by default, or bthd / tbhd, which cuDNN reads through strides), the rest packed:
 //   q [B,H,Tq,D] · k [B,H,Tk,D] · v [B,H,Tk,Dv] · o, do [B,H,Tq,Dv] · dq [B,H,Tq,D] · dk [B,H,Tk,D]
 //   dv [B,H,Tk,Dv] · bias [B, 1|H, 1|Tq, Tk] (added after the scale, as memc does)
 //   stats [B,H,Tq,1] f32: each row's log-sum-exp (natural log) of scale·q·kᵀ + bias, which the
@@ -13,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "ir/attention_layout.h"
 #include "ir/dtype.h"
 #include "support/status.h"
 
@@ -29,6 +31,7 @@ struct SdpaShape {
   float scale = 1.f;                  // scores = scale·q·kᵀ + bias
   float dropout = 0.f;                // probability of dropping an attention weight
   bool causal = false;                // row i sees keys 0..i (top-left aligned)
+  AttentionLayout layout = AttentionLayout::kBHTD;  // of q, k, v, o and their gradients
 };
 
 // The graphs' tensor UIDs: the keys of the variant pack the kernels will execute with.

@@ -83,7 +83,7 @@ struct GemmKey {
   DType dtype = DType::kF32;
   bool tf32 = false, trans_a = false, trans_b = false, bias = false;
   int bias_grad = 0;  // 0: none; 1: of a; 2: of b
-  int64_t m = 0, n = 0, k = 0, batch = 1, stride_a = 0, stride_b = 0, workspace = 0;
+  int64_t m = 0, n = 0, k = 0, batch = 1, stride_a = 0, stride_b = 0, stride_y = 0, lda = 0, ldb = 0, ldy = 0, workspace = 0;
   auto operator<=>(const GemmKey&) const = default;
 };
 struct Prepared {
@@ -116,12 +116,13 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
     MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias_grad, sizeof(c.bias_grad)), "bias gradient"));
   }
   // Stored column-major shapes: row-major B [K,N] is N×K (ld N); transposed, row-major [N,K] is
-  // K×N (ld K). Likewise A [M,K] is K×M (ld K), or M×K (ld M) when transposed.
+  // K×N (ld K). Likewise A [M,K] is K×M (ld K), or M×K (ld M) when transposed. A row step
+  // (ldb, lda, ldy) replaces the packed ld.
   const int64_t b_rows = c.trans_b ? c.k : c.n, b_cols = c.trans_b ? c.n : c.k;
   const int64_t a_rows = c.trans_a ? c.m : c.k, a_cols = c.trans_a ? c.k : c.m;
-  MEMC_RETURN_IF_ERROR(layout(&desc.a, type, b_rows, b_cols, b_rows, c.batch, c.stride_b));
-  MEMC_RETURN_IF_ERROR(layout(&desc.b, type, a_rows, a_cols, a_rows, c.batch, c.stride_a));
-  MEMC_RETURN_IF_ERROR(layout(&desc.d, type, c.n, c.m, c.n, c.batch, c.n * c.m));
+  MEMC_RETURN_IF_ERROR(layout(&desc.a, type, b_rows, b_cols, c.ldb ? c.ldb : b_rows, c.batch, c.stride_b));
+  MEMC_RETURN_IF_ERROR(layout(&desc.b, type, a_rows, a_cols, c.lda ? c.lda : a_rows, c.batch, c.stride_a));
+  MEMC_RETURN_IF_ERROR(layout(&desc.d, type, c.n, c.m, c.ldy ? c.ldy : c.n, c.batch, c.stride_y ? c.stride_y : c.n * c.m));
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceCreate(&desc.preference), "preference"));
   p.limit = static_cast<size_t>(key.workspace);
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.limit, sizeof(p.limit)), "workspace"));
@@ -142,7 +143,8 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
 // The prepared form of `c`, made on its shape's first call.
 Expected<Prepared*> prepared(const GemmCall& c, int64_t workspace_bytes, cublasLtHandle_t h) {
   GemmKey key{.dtype = c.dtype, .tf32 = c.dtype == DType::kF32 && g_tf32, .trans_a = c.trans_a, .trans_b = c.trans_b, .bias = c.bias != nullptr,
-              .bias_grad = c.bias_grad ? 1 + c.bias_grad_of : 0, .m = c.m, .n = c.n, .k = c.k, .batch = c.batch, .stride_a = c.stride_a, .stride_b = c.stride_b, .workspace = workspace_bytes};
+              .bias_grad = c.bias_grad ? 1 + c.bias_grad_of : 0, .m = c.m, .n = c.n, .k = c.k, .batch = c.batch, .stride_a = c.stride_a, .stride_b = c.stride_b,
+              .stride_y = c.stride_y, .lda = c.lda, .ldb = c.ldb, .ldy = c.ldy, .workspace = workspace_bytes};
   if (cudaGetDevice(&key.device) != cudaSuccess) return Status::Internal("cuBLASLt GEMM: cudaGetDevice failed");
   static std::mutex mutex;
   static std::map<GemmKey, std::unique_ptr<Prepared>> cache;

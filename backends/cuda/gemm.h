@@ -9,11 +9,15 @@ namespace memc::cuda {
 
 // y[batch][M×N] = op(a)[M×K] · op(b)[K×N] (+ bias[N] on every row), all row-major, device pointers.
 // op transposes the last two dims of the stored operand; a stride of 0 broadcasts an operand.
+// A stored matrix's rows may lie further apart than its row length (an attention head's rows
+// inside [T, B, H, E], say): lda, ldb and ldy give the step, 0 meaning packed.
 struct GemmCall {
   DType dtype = DType::kF32;
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   int64_t batch = 1, stride_a = 0, stride_b = 0;  // elements between consecutive matrices
+  int64_t stride_y = 0;                           // likewise for y; 0: packed (m·n)
+  int64_t lda = 0, ldb = 0, ldy = 0;              // elements between a stored matrix's rows; 0: packed
   const void* a = nullptr;
   const void* b = nullptr;
   const void* bias = nullptr;  // optional, dtype of y

@@ -142,11 +142,11 @@ inline int64_t kernel_scratch_bytes(const Node& node, std::span<const TensorType
     const ConvShape s(node, grad ? in[1].shape : in[0].shape, grad ? out[0].shape : in[1].shape, grad ? in[0].shape : out[0].shape);
     return conv_scratch(s, in[0].dtype, grad) + gemm_bytes;
   }
-  if (op == "attention") return attention_scratch(in[0], in[1], gemm_bytes);
+  if (op == "attention") return attention_scratch(in[0], in[1], gemm_bytes, attention_layout_of(node.attrs));
   if (op == "attention_grad") {  // whichever path may run: memc's row kernel, the GEMM path (f32) or cuDNN (16-bit)
-    const int64_t rows = numel(in[0].shape) / std::max<int64_t>(in[0].shape.back(), 1);  // dy [.., Tq, Dv]
+    const int64_t rows = numel(in[0].shape) / std::max<int64_t>(in[0].shape.back(), 1);  // dy: query rows × Dv, any layout
     const bool dbias = out.size() >= 4;
-    const int64_t by_gemm = dbias ? 0 : gemm_attention_scratch(in[1], in[2], 2, gemm_bytes);
+    const int64_t by_gemm = dbias ? 0 : gemm_attention_scratch(in[1], in[2], 2, gemm_bytes, attention_layout_of(node.attrs));
     return std::max({attention_grad_scratch(rows, dbias ? out[3].numel() : 0), attention_grad_cudnn_scratch(in[1], in[3], gemm_bytes), by_gemm});
   }
   if (op == "layernorm_grad") {

@@ -90,29 +90,39 @@ Status conv_grad_weight_op(KernelContext& ctx, R& run) {
 }
 
 // ---- attention --------------------------------------------------------------------------------
-// The geometry of attention(q, k, v, [bias]) with `out` [batch..., Tq, Dv] (y, or dy backward).
+// The geometry of attention(q, k, v, [bias]) with `out` the shape of y (or of dy, backward), in
+// the node's layout (ir/attention_layout.h): bhtd [batch..., T, E], or bthd / tbhd over [B, H].
 inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, size_t q_input, const Shape& out) {
   const Shape &q = ctx.inputs[q_input]->shape(), &k = ctx.inputs[q_input + 1]->shape(), &v = ctx.inputs[q_input + 2]->shape();
   const Tensor* bias = ctx.inputs.size() > q_input + 3 ? ctx.inputs[q_input + 3] : nullptr;
-  if (const AttentionLayout layout = attention_layout_of(ctx.node.attrs); layout != AttentionLayout::kBHTD) {
-    // The compiler lays attention out so only for CPU targets (passes/attention.h).
-    return unsupported(ctx, str_cat("attention layout ", attention_layout_name(layout), " (CUDA plans keep the default, bhtd)"));
-  }
-  const size_t r = q.size();
+  const AttentionLayout layout = attention_layout_of(ctx.node.attrs);
+  const AttentionOperand qo = attention_operand_of(layout, q), ko = attention_operand_of(layout, k), vo = attention_operand_of(layout, v),
+                         yo = attention_operand_of(layout, out);
   AttentionGeometry g;
-  const Shape batch(out.begin(), out.end() - 2);
-  g.batch = numel(batch), g.tq = q[r - 2], g.tk = k[r - 2], g.d = q[r - 1], g.dv = v[r - 1];
+  const Shape& batch = yo.batch;
+  g.batch = numel(batch), g.tq = qo.t, g.tk = ko.t, g.d = qo.e, g.dv = vo.e;
   if (g.d > kMaxHeadDim || g.dv > kMaxHeadDim) return unsupported(ctx, str_cat("head dims ", g.d, "/", g.dv, " above ", kMaxHeadDim));
-  auto matrices = [&](const Shape& s, int64_t matrix) -> Expected<Strided> {
-    std::vector<int64_t> strides = broadcast_strides(Shape(s.begin(), s.end() - 2), batch);
-    const std::vector<int64_t> own = row_major_strides(batch);
-    if (strides != own) return unsupported(ctx, "q, k or v broadcast over the batch (each entry needs its own)");
-    for (int64_t& st : strides) st *= matrix;
-    return strided(ctx, batch, strides);
+  // An operand's entries: in the default layout packed matrices of its own (broadcasting is
+  // refused); in the others the layout's steps over [B, H], rows a step apart.
+  auto matrices = [&](const AttentionOperand& x, Strided& map, int64_t& row) -> Status {
+    if (layout != AttentionLayout::kBHTD) {
+      if (x.batch != batch) return unsupported(ctx, "q, k, v and y differ in their [B, H] entries");
+      const std::array<int64_t, 4> steps = attention_steps(layout, batch[0], batch[1], x.t, x.e);
+      row = steps[2];
+      MEMC_ASSIGN_OR_RETURN(map, strided(ctx, batch, {steps[0], steps[1]}));
+      return Status::Ok();
+    }
+    std::vector<int64_t> strides = broadcast_strides(x.batch, batch);
+    if (strides != row_major_strides(batch)) return unsupported(ctx, "q, k or v broadcast over the batch (each entry needs its own)");
+    for (int64_t& st : strides) st *= x.t * x.e;
+    row = x.e;
+    MEMC_ASSIGN_OR_RETURN(map, strided(ctx, batch, strides));
+    return Status::Ok();
   };
-  MEMC_ASSIGN_OR_RETURN(g.q_map, matrices(q, g.tq * g.d));
-  MEMC_ASSIGN_OR_RETURN(g.k_map, matrices(k, g.tk * g.d));
-  MEMC_ASSIGN_OR_RETURN(g.v_map, matrices(v, g.tk * g.dv));
+  MEMC_RETURN_IF_ERROR(matrices(qo, g.q_map, g.q_row));
+  MEMC_RETURN_IF_ERROR(matrices(ko, g.k_map, g.k_row));
+  MEMC_RETURN_IF_ERROR(matrices(vo, g.v_map, g.v_row));
+  MEMC_RETURN_IF_ERROR(matrices(yo, g.y_map, g.y_row));
   if (bias) {
     Shape scores = batch;
     scores.push_back(g.tq), scores.push_back(g.tk);
@@ -132,14 +142,17 @@ inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, 
   return g;
 }
 
-// The cuDNN SDPA shape of an attention node, when cuDNN can take it: bf16/f16, q [B, H, T, D]
-// (each entry its own), no active dropout (memc's masks are its own draws), and a bias of the
-// same dtype shaped [B, 1|H, 1|Tq, Tk]. Anything else runs memc's kernel.
+// The cuDNN SDPA shape of an attention node, when cuDNN can take it: bf16/f16, entries [B, H]
+// (each its own) in any layout, which cuDNN reads through strides, no active dropout (memc's
+// masks are its own draws), and a bias of the same dtype shaped [B, 1|H, 1|Tq, Tk]. Anything
+// else runs memc's kernel.
 inline std::optional<SdpaShape> sdpa_shape(const KernelContext& ctx, size_t q_input, const AttentionGeometry& g) {
   const Tensor& q = *ctx.inputs[q_input];
   const Tensor* bias = ctx.inputs.size() > q_input + 3 ? ctx.inputs[q_input + 3] : nullptr;
   if ((q.dtype() != DType::kBF16 && q.dtype() != DType::kF16) || g.dropout || q.rank() != 4) return std::nullopt;
-  SdpaShape s{.batch = q.shape()[0], .heads = q.shape()[1], .tq = g.tq, .tk = g.tk, .d = g.d, .dv = g.dv, .dtype = q.dtype()};
+  const AttentionLayout layout = attention_layout_of(ctx.node.attrs);
+  const Shape& entries = attention_operand_of(layout, q.shape()).batch;
+  SdpaShape s{.batch = entries[0], .heads = entries[1], .tq = g.tq, .tk = g.tk, .d = g.d, .dv = g.dv, .dtype = q.dtype(), .layout = layout};
   s.scale = g.scale;
   if (bias) {
     const Shape& b = bias->shape();
@@ -152,29 +165,75 @@ inline std::optional<SdpaShape> sdpa_shape(const KernelContext& ctx, size_t q_in
   return s;
 }
 
-// Attention through GEMMs (backends/cuda/attention_bodies.h) for q [batch..., Tq, D] and k
-// [batch..., Tk, D]: f32 operands, each batch entry its own (the geometry checks it), and a score
-// chunk within kScoreChunkBytes. 0 entries per chunk where it does not apply.
-inline int64_t gemm_attention_chunk(const TensorType& q, const TensorType& k) {
+// Attention through GEMMs (backends/cuda/attention_bodies.h) for q [entries, Tq, D] and k
+// [entries, Tk, D] in `layout`: f32 operands, each batch entry its own (the geometry checks it),
+// and a score chunk within kScoreChunkBytes. 0 entries per chunk where it does not apply.
+inline int64_t gemm_attention_chunk(const TensorType& q, const TensorType& k, AttentionLayout layout = AttentionLayout::kBHTD) {
   if (q.dtype != DType::kF32 || q.shape.size() < 2 || k.shape.size() < 2) return 0;
-  const int64_t tq = q.shape[q.shape.size() - 2], tk = k.shape[k.shape.size() - 2];
-  return attention_chunk(numel(q.shape) / std::max<int64_t>(tq * q.shape.back(), 1), tq, tk);
+  const AttentionOperand qo = attention_operand_of(layout, q.shape), ko = attention_operand_of(layout, k.shape);
+  return attention_chunk(numel(qo.batch), qo.t, ko.t);
 }
 // Its scratch: `matrices` score chunks (1 forward, 2 backward), then cuBLASLt's workspace.
-inline int64_t gemm_attention_scratch(const TensorType& q, const TensorType& k, int matrices, int64_t gemm_bytes) {
-  const int64_t chunk = gemm_attention_chunk(q, k);
+inline int64_t gemm_attention_scratch(const TensorType& q, const TensorType& k, int matrices, int64_t gemm_bytes,
+                                      AttentionLayout layout = AttentionLayout::kBHTD) {
+  const int64_t chunk = gemm_attention_chunk(q, k, layout);
   if (chunk == 0) return 0;
-  const int64_t tq = q.shape[q.shape.size() - 2], tk = k.shape[k.shape.size() - 2];
+  const int64_t tq = attention_operand_of(layout, q.shape).t, tk = attention_operand_of(layout, k.shape).t;
   return matrices * scratch_piece(chunk * tq * tk * 4) + gemm_bytes;
 }
 
 // Scratch of the attention forward: on cuDNN (16-bit) the row statistics it writes (f32 per
 // query row), then cuDNN's own workspace, given cuBLASLt's figure (the step's GEMMs plan it
 // already); in f32 the GEMM path's score chunk.
-inline int64_t attention_scratch(const TensorType& q, const TensorType& k, int64_t gemm_bytes) {
+inline int64_t attention_scratch(const TensorType& q, const TensorType& k, int64_t gemm_bytes, AttentionLayout layout = AttentionLayout::kBHTD) {
   const bool half = q.dtype == DType::kBF16 || q.dtype == DType::kF16;
-  if (!half) return gemm_attention_scratch(q, k, 1, gemm_bytes);
+  if (!half) return gemm_attention_scratch(q, k, 1, gemm_bytes, layout);
   return scratch_piece(numel(q.shape) / std::max<int64_t>(q.shape.back(), 1) * 4) + gemm_bytes;
+}
+
+// The entries one batched GEMM takes at a time: a run of consecutive entries whose matrices lie
+// one step apart in q, k, v and y. The whole batch in bhtd and tbhd; in bthd one sample's heads,
+// the sample's step being its T rows, not H matrices.
+inline int64_t gemm_entry_run(const AttentionGeometry& g) {
+  int64_t run = g.batch;
+  for (const Strided* map : {&g.q_map, &g.k_map, &g.v_map, &g.y_map}) {
+    if (map->rank == 0) continue;
+    int64_t own = map->dims[map->rank - 1];
+    for (int d = map->rank - 2; d >= 0 && map->strides[d] == map->strides[d + 1] * map->dims[d + 1]; --d) own *= map->dims[d];
+    run = std::min(run, own);
+  }
+  return std::max<int64_t>(run, 1);
+}
+// The step between consecutive entries' matrices within a run.
+inline int64_t entry_step(const Strided& map) { return map.rank ? map.strides[map.rank - 1] : 0; }
+
+// Calls `chunk_fn(first, n)` over the batch in chunks of at most `chunk` entries that one batched
+// GEMM can each take.
+template <class F>
+Status for_each_gemm_chunk(const AttentionGeometry& g, int64_t chunk, F&& chunk_fn) {
+  const int64_t run = gemm_entry_run(g);
+  for (int64_t first = 0; first < g.batch;) {
+    const int64_t n = std::min({chunk, run - first % run, g.batch - first});
+    MEMC_RETURN_IF_ERROR(chunk_fn(first, n));
+    first += n;
+  }
+  return Status::Ok();
+}
+
+// One batched product over a chunk: each operand is a base pointer, its step between entries and
+// its row step (0: packed).
+struct GemmOperand {
+  const void* data = nullptr;
+  int64_t step = 0, row = 0;
+};
+template <class R>
+Status chunk_gemm(R& run, Scratch& scratch, int64_t n, int64_t m, int64_t cols, int64_t inner, bool ta, bool tb, GemmOperand a, GemmOperand b,
+                  float* y, int64_t y_step, int64_t y_row) {
+  GemmCall c{.dtype = DType::kF32, .m = m, .n = cols, .k = inner, .trans_a = ta, .trans_b = tb};
+  c.batch = n, c.stride_a = a.step, c.stride_b = b.step, c.stride_y = y_step;
+  c.lda = a.row, c.ldb = b.row, c.ldy = y_row;
+  c.a = a.data, c.b = b.data, c.y = y;
+  return run.gemm(c, scratch.next, scratch.left);
 }
 
 // The forward through GEMMs, chunk by chunk (f32; gemm_attention_chunk > 0).
@@ -184,19 +243,13 @@ Status attention_by_gemm(KernelContext& ctx, R& run, const AttentionGeometry& g,
   MEMC_ASSIGN_OR_RETURN(float* scores, scratch.take<float>(ctx, chunk * g.tq * g.tk));
   const float *q = in<float>(ctx, 0), *k = in<float>(ctx, 1), *v = in<float>(ctx, 2);
   float* y = out<float>(ctx, 0);
-  for (int64_t first = 0; first < g.batch; first += chunk) {
-    const int64_t n = std::min(chunk, g.batch - first);
-    GemmCall qk{.dtype = DType::kF32, .m = g.tq, .n = g.tk, .k = g.d, .trans_a = false, .trans_b = true};
-    qk.batch = n, qk.stride_a = g.tq * g.d, qk.stride_b = g.tk * g.d;
-    qk.a = q + first * g.tq * g.d, qk.b = k + first * g.tk * g.d, qk.y = scores;
-    MEMC_RETURN_IF_ERROR(run.gemm(qk, scratch.next, scratch.left));
+  return for_each_gemm_chunk(g, chunk, [&](int64_t first, int64_t n) -> Status {
+    const GemmOperand qe{q + g.q_map.offset(first), entry_step(g.q_map), g.q_row}, ke{k + g.k_map.offset(first), entry_step(g.k_map), g.k_row};
+    const GemmOperand ve{v + g.v_map.offset(first), entry_step(g.v_map), g.v_row}, se{scores, g.tq * g.tk, 0};
+    MEMC_RETURN_IF_ERROR(chunk_gemm(run, scratch, n, g.tq, g.tk, g.d, false, true, qe, ke, scores, 0, 0));  // S = Q·Kᵀ
     MEMC_RETURN_IF_ERROR(run(ScoreSoftmax{scores, g, first, g.dropout}, n * g.tq));
-    GemmCall pv{.dtype = DType::kF32, .m = g.tq, .n = g.dv, .k = g.tk, .trans_a = false, .trans_b = false};
-    pv.batch = n, pv.stride_a = g.tq * g.tk, pv.stride_b = g.tk * g.dv;
-    pv.a = scores, pv.b = v + first * g.tk * g.dv, pv.y = y + first * g.tq * g.dv;
-    MEMC_RETURN_IF_ERROR(run.gemm(pv, scratch.next, scratch.left));
-  }
-  return Status::Ok();
+    return chunk_gemm(run, scratch, n, g.tq, g.dv, g.tk, false, false, se, ve, y + g.y_map.offset(first), entry_step(g.y_map), g.y_row);
+  });
 }
 
 // The backward through GEMMs, chunk by chunk (f32, no bias gradient).
@@ -207,26 +260,20 @@ Status attention_grad_by_gemm(KernelContext& ctx, R& run, const AttentionGeometr
   MEMC_ASSIGN_OR_RETURN(float* grads, scratch.take<float>(ctx, chunk * g.tq * g.tk));
   const float *dy = in<float>(ctx, 0), *q = in<float>(ctx, 1), *k = in<float>(ctx, 2), *v = in<float>(ctx, 3);
   float *dq = out<float>(ctx, 0), *dk = out<float>(ctx, 1), *dv = out<float>(ctx, 2);
-  auto call = [&](int64_t n, int64_t m, int64_t cols, int64_t inner, bool ta, bool tb, const float* a, int64_t sa, const float* b,
-                  int64_t sb, float* y) {
-    GemmCall c{.dtype = DType::kF32, .m = m, .n = cols, .k = inner, .trans_a = ta, .trans_b = tb};
-    c.batch = n, c.stride_a = sa, c.stride_b = sb, c.a = a, c.b = b, c.y = y;
-    return run.gemm(c, scratch.next, scratch.left);
-  };
   const int64_t scores = g.tq * g.tk;
-  for (int64_t first = 0; first < g.batch; first += chunk) {
-    const int64_t n = std::min(chunk, g.batch - first);
-    const float *qe = q + first * g.tq * g.d, *ke = k + first * g.tk * g.d, *ve = v + first * g.tk * g.dv;
-    const float* dye = dy + first * g.tq * g.dv;
-    MEMC_RETURN_IF_ERROR(call(n, g.tq, g.tk, g.d, false, true, qe, g.tq * g.d, ke, g.tk * g.d, probs));       // S = Q·Kᵀ
-    MEMC_RETURN_IF_ERROR(run(ScoreSoftmax{probs, g, first, false}, n * g.tq));                                // P
-    MEMC_RETURN_IF_ERROR(call(n, g.tq, g.tk, g.dv, false, true, dye, g.tq * g.dv, ve, g.tk * g.dv, grads));   // G = dY·Vᵀ
-    MEMC_RETURN_IF_ERROR(run(ScoreGrad{probs, grads, g, first}, n * g.tq));                                   // dS, P∘F
-    MEMC_RETURN_IF_ERROR(call(n, g.tk, g.dv, g.tq, true, false, probs, scores, dye, g.tq * g.dv, dv + first * g.tk * g.dv));
-    MEMC_RETURN_IF_ERROR(call(n, g.tq, g.d, g.tk, false, false, grads, scores, ke, g.tk * g.d, dq + first * g.tq * g.d));
-    MEMC_RETURN_IF_ERROR(call(n, g.tk, g.d, g.tq, true, false, grads, scores, qe, g.tq * g.d, dk + first * g.tk * g.d));
-  }
-  return Status::Ok();
+  return for_each_gemm_chunk(g, chunk, [&](int64_t first, int64_t n) -> Status {
+    const int64_t qo = g.q_map.offset(first), ko = g.k_map.offset(first), vo = g.v_map.offset(first);
+    const int64_t q_step = entry_step(g.q_map), k_step = entry_step(g.k_map), v_step = entry_step(g.v_map);
+    const GemmOperand qe{q + qo, q_step, g.q_row}, ke{k + ko, k_step, g.k_row}, ve{v + vo, v_step, g.v_row};
+    const GemmOperand dye{dy + g.y_map.offset(first), entry_step(g.y_map), g.y_row}, pe{probs, scores, 0}, ge{grads, scores, 0};
+    MEMC_RETURN_IF_ERROR(chunk_gemm(run, scratch, n, g.tq, g.tk, g.d, false, true, qe, ke, probs, 0, 0));     // S = Q·Kᵀ
+    MEMC_RETURN_IF_ERROR(run(ScoreSoftmax{probs, g, first, false}, n * g.tq));                              // P
+    MEMC_RETURN_IF_ERROR(chunk_gemm(run, scratch, n, g.tq, g.tk, g.dv, false, true, dye, ve, grads, 0, 0));  // G = dY·Vᵀ
+    MEMC_RETURN_IF_ERROR(run(ScoreGrad{probs, grads, g, first}, n * g.tq));                                 // dS, P∘F
+    MEMC_RETURN_IF_ERROR(chunk_gemm(run, scratch, n, g.tk, g.dv, g.tq, true, false, pe, dye, dv + vo, v_step, g.v_row));  // dV = P̃ᵀ·dY
+    MEMC_RETURN_IF_ERROR(chunk_gemm(run, scratch, n, g.tq, g.d, g.tk, false, false, ge, ke, dq + qo, q_step, g.q_row));   // dQ = dS·K
+    return chunk_gemm(run, scratch, n, g.tk, g.d, g.tq, true, false, ge, qe, dk + ko, k_step, g.k_row);                    // dK = dSᵀ·Q
+  });
 }
 
 // Whether a cuDNN refusal (bad input: no engine, too little workspace, not built) leaves the
@@ -245,7 +292,7 @@ Status attention_op(KernelContext& ctx, R& run) {
     if (!fall_back(st)) return st;
   }
   const TensorType q_type{ctx.inputs[0]->dtype(), ctx.inputs[0]->shape()}, k_type{ctx.inputs[1]->dtype(), ctx.inputs[1]->shape()};
-  if (const int64_t chunk = gemm_attention_chunk(q_type, k_type)) return attention_by_gemm(ctx, run, g, chunk);
+  if (const int64_t chunk = gemm_attention_chunk(q_type, k_type, attention_layout_of(ctx.node.attrs))) return attention_by_gemm(ctx, run, g, chunk);
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     return run(AttentionRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), g}, g.batch * g.tq);
   });
@@ -293,7 +340,7 @@ Status attention_grad_op(KernelContext& ctx, R& run) {
     if (!fall_back(st)) return st;
   }
   const TensorType q_type{ctx.inputs[1]->dtype(), ctx.inputs[1]->shape()}, k_type{ctx.inputs[2]->dtype(), ctx.inputs[2]->shape()};
-  if (const int64_t chunk = gemm_attention_chunk(q_type, k_type); chunk && ctx.outputs.size() == 3) {
+  if (const int64_t chunk = gemm_attention_chunk(q_type, k_type, attention_layout_of(ctx.node.attrs)); chunk && ctx.outputs.size() == 3) {
     return attention_grad_by_gemm(ctx, run, g, chunk);
   }
   const int64_t rows = g.batch * g.tq;

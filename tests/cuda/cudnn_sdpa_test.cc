@@ -1,7 +1,7 @@
 // cuDNN attention graphs (backends/cuda/cudnn_sdpa.h) for the committed models' attention shapes,
 // validated without a GPU for sm_90 (H100/H200) and sm_80 (A100): forward (with the stats the
 // backward reads) and backward, in bf16 and f16, with each model's bias pattern and attention
-// dropout. f32, odd head dims and pre-Ampere targets are refused with the reason. The workspace
+// dropout, and in the strided layouts GPU plans use. f32, odd head dims and pre-Ampere targets are refused with the reason. The workspace
 // query needs a GPU and skips without one.
 #include <gtest/gtest.h>
 
@@ -141,6 +141,22 @@ TEST(CudnnSdpa, CausalMaskWithBiasAndDropoutValidates) {
   for (bool backward : {false, true}) {
     const Status status = validate_sdpa(shape, kHopper, backward);
     EXPECT_TRUE(status.ok()) << status.message();
+  }
+}
+
+// GPU plans lay attention out where the projections wrote q, k and v (ir/attention_layout.h):
+// cuDNN reads [B, T, H, D] and [T, B, H, D] through strides, every model's shapes both ways.
+TEST(CudnnSdpa, StridedLayoutsValidate) {
+  for (const ModelAttention& model : model_attentions()) {
+    for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
+      for (bool backward : {false, true}) {
+        SdpaShape shape = model.shape;
+        shape.dtype = DType::kBF16, shape.layout = layout;
+        const Status status = validate_sdpa(shape, kHopper, backward);
+        EXPECT_TRUE(status.ok()) << model.name << " " << attention_layout_name(layout) << (backward ? " backward: " : " forward: ")
+                                 << status.message();
+      }
+    }
   }
 }
 

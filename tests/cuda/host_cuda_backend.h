@@ -67,6 +67,9 @@ struct HostRunner {
     const T* b = static_cast<const T*>(c.b);
     const T* bias = static_cast<const T*>(c.bias);
     T* y = static_cast<T*>(c.y);
+    // Row steps of the stored operands (cuBLASLt's ld): packed unless the call gives one.
+    const int64_t lda = c.lda ? c.lda : (c.trans_a ? c.m : c.k), ldb = c.ldb ? c.ldb : (c.trans_b ? c.k : c.n);
+    const int64_t ldy = c.ldy ? c.ldy : c.n, stride_y = c.stride_y ? c.stride_y : c.m * c.n;
     for (int64_t p = 0; p < c.batch; ++p) {
       const T* ap = a + p * c.stride_a;
       const T* bp = b + p * c.stride_b;
@@ -74,11 +77,11 @@ struct HostRunner {
         for (int64_t j = 0; j < c.n; ++j) {
           double s = bias ? cuda::ld(bias, j) : 0.0;
           for (int64_t k = 0; k < c.k; ++k) {
-            const double x = cuda::ld(ap, c.trans_a ? k * c.m + i : i * c.k + k);
-            const double w = cuda::ld(bp, c.trans_b ? j * c.k + k : k * c.n + j);
+            const double x = cuda::ld(ap, c.trans_a ? k * lda + i : i * lda + k);
+            const double w = cuda::ld(bp, c.trans_b ? j * ldb + k : k * ldb + j);
             s += x * w;
           }
-          cuda::st(y, (p * c.m + i) * c.n + j, static_cast<float>(s));
+          cuda::st(y, p * stride_y + i * ldy + j, static_cast<float>(s));
         }
       }
     }

@@ -418,6 +418,113 @@ TEST(CudaAttention, ThroughGemmsInChunksMatchesTheRowKernel) {
   EXPECT_EQ(cuda::ops::gemm_attention_chunk(many, many), 64);  // 4 MiB an entry: 64 entries in 256 MiB
 }
 
+// Attention in the layouts bthd and tbhd (ir/attention_layout.h) on the CUDA kernels, as GPU plans
+// now lay it out: each path the op takes (the batched GEMMs in f32, one stride apart per entry in
+// tbhd and per sample's heads in bthd; memc's row kernel in bf16, and wherever a bias gradient
+// is asked for) reads and writes the operands where the layout puts them. The results equal the
+// default layout's on the same values transposed bit for bit, with a bias broadcast over heads
+// and dropout, each op given exactly its planned scratch (kernel_scratch_bytes).
+Tensor relaid(const Tensor& x, AttentionLayout from, AttentionLayout to, const Shape& batch, int64_t t, int64_t e) {
+  Tensor y = Tensor::zeros(x.dtype(), attention_operand_shape(to, batch, t, e));
+  const std::array<int64_t, 4> src = attention_steps(from, batch[0], batch[1], t, e), dst = attention_steps(to, batch[0], batch[1], t, e);
+  const int64_t size = static_cast<int64_t>(dtype_size(x.dtype()));
+  for (int64_t b = 0; b < batch[0]; ++b) {
+    for (int64_t h = 0; h < batch[1]; ++h) {
+      for (int64_t r = 0; r < t; ++r) {
+        for (int64_t j = 0; j < e; ++j) {
+          std::memcpy(static_cast<char*>(y.raw()) + (b * dst[0] + h * dst[1] + r * dst[2] + j) * size,
+                      static_cast<const char*>(x.raw()) + (b * src[0] + h * src[1] + r * src[2] + j) * size, static_cast<size_t>(size));
+        }
+      }
+    }
+  }
+  return y;
+}
+
+bool bits_equal(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+std::vector<Tensor> run_cuda_op(const std::string& op, const Attrs& attrs, const std::vector<const Tensor*>& in,
+                                const std::vector<std::pair<DType, Shape>>& out_types) {
+  Node node;
+  node.id = 7, node.op = op, node.attrs = attrs;
+  std::vector<Tensor> out;
+  std::vector<TensorType> in_types, out_type_list;
+  for (const Tensor* t : in) in_types.push_back(t ? TensorType{t->dtype(), t->shape()} : TensorType{});
+  for (const auto& [dtype, shape] : out_types) out.push_back(Tensor::zeros(dtype, shape)), out_type_list.push_back({dtype, shape});
+  KernelContext ctx{node, in, {}, /*training=*/true, /*seed=*/42, /*step=*/3};
+  for (Tensor& t : out) ctx.outputs.push_back(&t);
+  Scratch64 workspace(cuda::ops::kernel_scratch_bytes(node, in_types, out_type_list, /*gemm_bytes=*/0));
+  workspace.give(ctx);
+  const Status st = (*cuda::ops::find_kernel<HostRunner>(op))(ctx);
+  EXPECT_TRUE(st.ok()) << op << ": " << st.message();
+  return out;
+}
+
+TEST(CudaAttention, LayoutsEqualTheDefaultLayoutTransposedBitForBit) {
+  struct LayoutCase {
+    int64_t b, h, tq, tk, d, dv;
+    bool bias, dropout;
+  };
+  const LayoutCase cases[] = {{3, 4, 17, 17, 8, 8, false, false}, {2, 3, 20, 30, 8, 6, true, true}, {2, 2, 9, 12, 16, 16, false, true}};
+  for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const LayoutCase& c : cases) {
+        SCOPED_TRACE(str_cat(attention_layout_name(layout), " ", dtype_name(dtype), " B", c.b, " H", c.h, " Tq", c.tq, " Tk", c.tk,
+                             c.bias ? " bias" : "", c.dropout ? " dropout" : ""));
+        std::mt19937 rng(static_cast<unsigned>(c.tq * 7 + c.h));
+        const Shape batch{c.b, c.h};
+        const AttentionLayout kDefault = AttentionLayout::kBHTD;
+        // The operands drawn in the default layout, then laid out.
+        const Tensor q = testing::random_tensor(dtype, attention_operand_shape(kDefault, batch, c.tq, c.d), rng, -1, 1);
+        const Tensor k = testing::random_tensor(dtype, attention_operand_shape(kDefault, batch, c.tk, c.d), rng, -1, 1);
+        const Tensor v = testing::random_tensor(dtype, attention_operand_shape(kDefault, batch, c.tk, c.dv), rng, -1, 1);
+        const Tensor dy = testing::random_tensor(dtype, attention_operand_shape(kDefault, batch, c.tq, c.dv), rng, -1, 1);
+        const Tensor bias = testing::random_tensor(dtype, {c.b, 1, c.tq, c.tk}, rng, -1, 1);
+        const Tensor ql = relaid(q, kDefault, layout, batch, c.tq, c.d), kl = relaid(k, kDefault, layout, batch, c.tk, c.d);
+        const Tensor vl = relaid(v, kDefault, layout, batch, c.tk, c.dv), dyl = relaid(dy, kDefault, layout, batch, c.tq, c.dv);
+        Attrs plain;
+        plain.set("scale", 0.3);
+        if (c.dropout) plain.set("dropout_ratio", 0.2);
+        Attrs laid = plain;
+        laid.set("layout", std::string(attention_layout_name(layout)));
+        const Tensor* b = c.bias ? &bias : nullptr;
+
+        auto y = run_cuda_op("attention", plain, {&q, &k, &v, b}, {{dtype, dy.shape()}});
+        auto yl = run_cuda_op("attention", laid, {&ql, &kl, &vl, b}, {{dtype, dyl.shape()}});
+        EXPECT_TRUE(bits_equal(relaid(yl[0], layout, kDefault, batch, c.tq, c.dv), y[0])) << "y";
+
+        std::vector<std::pair<DType, Shape>> grads = {{dtype, q.shape()}, {dtype, k.shape()}, {dtype, v.shape()}};
+        std::vector<std::pair<DType, Shape>> grads_l = {{dtype, ql.shape()}, {dtype, kl.shape()}, {dtype, vl.shape()}};
+        if (c.bias) grads.push_back({dtype, bias.shape()}), grads_l.push_back({dtype, bias.shape()});
+        auto d = run_cuda_op("attention_grad", plain, {&dy, &q, &k, &v, b}, grads);
+        auto dl = run_cuda_op("attention_grad", laid, {&dyl, &ql, &kl, &vl, b}, grads_l);
+        EXPECT_TRUE(bits_equal(relaid(dl[0], layout, kDefault, batch, c.tq, c.d), d[0])) << "dq";
+        EXPECT_TRUE(bits_equal(relaid(dl[1], layout, kDefault, batch, c.tk, c.d), d[1])) << "dk";
+        EXPECT_TRUE(bits_equal(relaid(dl[2], layout, kDefault, batch, c.tk, c.dv), d[2])) << "dv";
+        if (c.bias) {
+          EXPECT_TRUE(bits_equal(dl[3], d[3])) << "dbias";
+        }
+      }
+    }
+  }
+  // The GEMM path's runs: tbhd's entries are one stride apart, bthd's only within a sample.
+  Node node;
+  node.attrs.set("layout", std::string("bthd"));
+  const Tensor q = Tensor::zeros(DType::kF32, {2, 5, 3, 4});
+  KernelContext ctx{node, {&q, &q, &q}, {}};
+  auto bthd = cuda::ops::attention_geometry(ctx, 0, q.shape());
+  ASSERT_TRUE(bthd.ok()) << bthd.status().message();
+  EXPECT_EQ(cuda::ops::gemm_entry_run(*bthd), 3);
+  node.attrs.set("layout", std::string("tbhd"));
+  auto tbhd = cuda::ops::attention_geometry(ctx, 0, q.shape());
+  ASSERT_TRUE(tbhd.ok()) << tbhd.status().message();
+  EXPECT_EQ(cuda::ops::gemm_entry_run(*tbhd), 15);
+  EXPECT_EQ(cuda::ops::entry_step(tbhd->q_map), 4);
+  EXPECT_EQ(tbhd->q_row, 5 * 3 * 4);
+}
+
 // fuse_elementwise (passes/fuse_elementwise.h): every fusable op as a step of a chain equals the
 // chain of its own kernels bit for bit, on the CPU backend and on the CUDA kernels' host runner,
 // in f32, bf16 and f16, with a broadcast operand; dropout draws each element's own counter.
@@ -626,6 +733,90 @@ std::vector<Tensor> run_planned(Backend& backend, const Module& module, const st
     if (t.ok()) outs.push_back(std::move(*t));
   }
   return outs;
+}
+
+// A step's attention in `layout` against the default layout with the transposes a model has:
+// q, k, v and dy in the layout, y and the gradients back in it. `plain` transposes to [B, H, T, E]
+// and back; `laid` reads and writes them in place, as GPU plans now do.
+struct LayoutModules {
+  Module plain, laid;
+  std::map<std::string, Tensor> feeds;
+};
+LayoutModules layout_modules(AttentionLayout layout, DType dtype, const Shape& batch, int64_t t, int64_t e, bool bias) {
+  LayoutModules c;
+  const Shape operand = attention_operand_shape(layout, batch, t, e), mask{batch[0], 1, 1, t};
+  const std::vector<int64_t> to_default = layout == AttentionLayout::kBTHD ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{1, 2, 0, 3};
+  const std::vector<int64_t> back = layout == AttentionLayout::kBTHD ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{2, 0, 1, 3};
+  for (Module* m : {&c.plain, &c.laid}) {
+    const bool laid = m == &c.laid;
+    std::vector<ValueId> in;
+    for (const char* name : {"q", "k", "v", "dy"}) {
+      const ValueId x = m->add_argument(name, TensorType{dtype, operand}, Role::kInput);
+      in.push_back(laid ? x : emit(*m, "transpose", {x}, make_attrs({{"perm", to_default}})));
+    }
+    if (bias) in.push_back(m->add_argument("mask", TensorType{dtype, mask}, Role::kInput));
+    Attrs attrs = make_attrs({{"scale", 0.125}});
+    if (laid) attrs.set("layout", std::string(attention_layout_name(layout)));
+    std::vector<ValueId> qkv_bias = {in[0], in[1], in[2]};
+    if (bias) qkv_bias.push_back(in[4]);
+    const ValueId y = emit(*m, "attention", qkv_bias, attrs);
+    std::vector<ValueId> grad_in = {in[3], in[0], in[1], in[2]};
+    if (bias) grad_in.push_back(in[4]);
+    auto grads = m->add_node("attention_grad", grad_in, attrs);
+    EXPECT_TRUE(grads.ok()) << grads.status().message();
+    if (!grads.ok()) return c;
+    std::vector<ValueId> outs = {y, grads->at(0), grads->at(1), grads->at(2)};
+    if (!laid) {
+      for (ValueId& o : outs) o = emit(*m, "transpose", {o}, make_attrs({{"perm", back}}));
+    }
+    m->set_outputs(outs);
+  }
+  std::mt19937 rng(17);
+  for (const char* name : {"q", "k", "v", "dy"}) c.feeds[name] = testing::random_tensor(dtype, operand, rng, -1, 1);
+  if (bias) c.feeds["mask"] = testing::random_tensor(dtype, mask, rng, -2, 0);
+  return c;
+}
+
+// Planned and run whole (the plan sizes each path's scratch) on the CUDA kernels' host runner:
+// the same bits in either layout.
+TEST(CudaAttention, APlannedStepInEitherLayoutGivesTheSameBits) {
+  HostCudaBackend host;
+  for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(str_cat(attention_layout_name(layout), " ", dtype_name(dtype)));
+      const LayoutModules c = layout_modules(layout, dtype, {2, 3}, 21, 16, /*bias=*/true);
+      const std::vector<Tensor> want = run_planned(host, c.plain, c.feeds), got = run_planned(host, c.laid, c.feeds);
+      ASSERT_EQ(want.size(), 4u);
+      ASSERT_EQ(got.size(), 4u);
+      for (size_t k = 0; k < 4; ++k) EXPECT_TRUE(bits_equal(got[k], want[k])) << "output " << k;
+    }
+  }
+}
+
+// The same on a card, where bf16 runs cuDNN's SDPA (reading the layouts through strides) and f32
+// the batched cuBLASLt products with row steps: within each precision's rounding of the default
+// layout, at ViT-B/16's attention shape and at a masked text shape. bench/device_check.sh runs it
+// (*OnTheGpu*).
+TEST(CudaAttention, OnTheGpuEitherLayoutMatchesTheDefault) {
+  auto gpu = open_backend("cuda:0");
+  if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status().message();
+  for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const bool text : {false, true}) {
+        SCOPED_TRACE(str_cat(attention_layout_name(layout), " ", dtype_name(dtype), text ? " text" : " ViT-B/16"));
+        const LayoutModules c = text ? layout_modules(layout, dtype, {8, 2}, 32, 16, true) : layout_modules(layout, dtype, {4, 12}, 197, 64, false);
+        const std::vector<Tensor> want = run_planned(**gpu, c.plain, c.feeds), got = run_planned(**gpu, c.laid, c.feeds);
+        ASSERT_EQ(want.size(), 4u);
+        ASSERT_EQ(got.size(), 4u);
+        for (size_t k = 0; k < 4; ++k) {
+          const double d = relative_difference(got[k], want[k]);
+          std::printf("[attention layouts on the GPU] %s %s %s output %zu: %.2e\n", std::string(attention_layout_name(layout)).c_str(),
+                      std::string(dtype_name(dtype)).c_str(), text ? "text" : "vit_b_16", k, d);
+          EXPECT_LE(d, dtype == DType::kF32 ? 1e-5 : 1e-2) << "output " << k;
+        }
+      }
+    }
+  }
 }
 
 // An input with the output's bytes but fewer elements (f32 [N] broadcast into a bf16 [2, N]
