@@ -9,6 +9,7 @@
 #include "passes/layernorm_bias_grad.h"
 #include "passes/narrow_transposes.h"
 #include "passes/patch_gemm.h"
+#include "passes/split_gathers.h"
 #include "passes/schedule.h"
 #include "passes/strip_dropout.h"
 #include "passes/update_grad_casts.h"
@@ -57,6 +58,8 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) -> std::unique_ptr<Pass> { return std::make_unique<AttentionPass>(o.attention_layouts); }},
       {"patch_gemm", "stride-equals-kernel convolutions become patches and one GEMM (GPU targets)", PassStage::kForward,
        [](O o) { return o.patch_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<PatchGemm>(); }},
+      {"gather_transposes", "gathers of a slice a transpose moved read the untransposed tensor (GPU targets)", PassStage::kForward,
+       [](O o) { return o.gather_transposes; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<GatherTransposes>(); }},
       {"precision", "retypes the forward for --precision", PassStage::kForward, [](O) { return true; },
        [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Precision>(Precision::Options{.mode = o.precision}); }},
       {"training_step", "loss, autodiff, micro-batching, remat, sharding and the optimizer", PassStage::kTraining, [](O) { return true; },
@@ -65,6 +68,9 @@ const std::vector<PassInfo>& registered_passes() {
          shard.stream_params = o.offload == OffloadLevel::kParams;
          return std::make_unique<TrainingStep>(o.optimizer, MicroBatching{.k = o.micro_batches, .forward = o.forward}, o.remat, shard);
        }},
+      {"concat_gather_grads", "gather gradients that fill every slice of an axis become one concat (GPU targets)",
+       PassStage::kTraining, [](O o) { return o.concat_gather_grads; },
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<ConcatGatherGrads>(); }},
       {"bias_grad_gemm", "a linear layer's bias gradient inside its weight-gradient GEMM (GPU targets)", PassStage::kTraining,
        [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }},
       {"update_grad_casts", "a gradient's widening cast inside the optimizer update that reads it (GPU targets)", PassStage::kTraining,

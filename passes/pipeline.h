@@ -34,6 +34,9 @@ struct PipelineOptions {
   // Patch embeddings (stride = kernel convolutions) as patches and one GEMM (passes/patch_gemm.h).
   // Set for GPU targets (planner/compile.cc), whose convolution is im2col and a batched GEMM.
   bool patch_gemm = false;
+  // Gathers of one slice along an axis a transpose moved read the transposed tensor itself
+  // (passes/split_gathers.h: torch's packed q/k/v). Set for GPU targets.
+  bool gather_transposes = false;
   PrecisionKind precision = PrecisionKind::kFp32;
   OptimizerOptions optimizer;
   int64_t micro_batches = 1;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
@@ -60,6 +63,9 @@ struct PipelineOptions {
   // A layernorm's bias gradient inside its layernorm_grad (passes/layernorm_bias_grad.h). Set for
   // GPU targets.
   bool layernorm_bias_grad = false;
+  // Gradients accumulated from gather_grads that fill every slice of an axis once become one
+  // concat of the slices (passes/split_gathers.h). Set for GPU targets.
+  bool concat_gather_grads = false;
   // Chains of elementwise ops as one kernel each (passes/fuse_elementwise.h). Set for GPU targets.
   bool fuse_elementwise = false;
   // The schedule may issue prefetching starts early (zero3's gathers, streamed units' copies),

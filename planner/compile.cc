@@ -86,6 +86,12 @@ static bool patch_gemm(const CompileOptions& options) {
   return options.patch_gemm || &planning_backend(options.target) != &cpu_backend();
 }
 
+// Gathers of a transposed tensor's slices read the tensor itself (passes/split_gathers.h): on
+// GPU targets, or where the options ask for it (tests compare it with the transposes on the CPU).
+static bool gather_transposes(const CompileOptions& options) {
+  return options.gather_transposes || &planning_backend(options.target) != &cpu_backend();
+}
+
 // Import, keep the logits [N, C] as the only output, then the forward pipeline.
 Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptions& options, int64_t batch,
                                                                const PassInstrumentation& instrumentation, bool evaluation) const {
@@ -116,6 +122,7 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   PipelineOptions forward_options = options;
   forward_options.attention_layouts = lays_out_attention(options);
   forward_options.patch_gemm = patch_gemm(options);
+  forward_options.gather_transposes = gather_transposes(options);
   if (auto ran = PassPipeline::build(PassStage::kForward, forward_options).run(forward, instrumentation); !ran.ok()) {
     return in_model(ran.status());
   }
@@ -130,7 +137,8 @@ Status ModelCompiler::in_model(const Status& status) const {
 }
 
 ModelCompiler::Key ModelCompiler::key_of(const CompileOptions& options, int64_t batch, bool evaluation) {
-  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options), patch_gemm(options), evaluation, options.shard.devices};
+  return {batch, options.seq, options.precision, options.attention, options.dropout, lays_out_attention(options), patch_gemm(options), gather_transposes(options),
+          evaluation, options.shard.devices};
 }
 
 Expected<const ModelCompiler::Forward*> ModelCompiler::forward(const CompileOptions& options, int64_t batch, bool evaluation) {
@@ -232,6 +240,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   pipeline.add_layernorm = options.add_layernorm || pipeline.group_updates;
   // … and each layernorm's bias gradient inside its layernorm_grad.
   pipeline.layernorm_bias_grad = options.layernorm_bias_grad || pipeline.group_updates;
+  // … and writes the gradients of a tensor's gathered slices as one concat.
+  pipeline.concat_gather_grads = options.concat_gather_grads || pipeline.group_updates;
   // … and runs each chain of elementwise ops as one kernel.
   pipeline.fuse_elementwise = options.fuse_elementwise || pipeline.group_updates;
   plan.train = forward;

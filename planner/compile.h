@@ -84,7 +84,7 @@ class ModelCompiler {
     bool updates_buffers = false;  // BatchNorm's running statistics, in train()
   };
   // …, dropout, attention layouts, patch GEMMs, evaluation, devices
-  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, AttentionLayouts, bool, bool, int64_t>;
+  using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, AttentionLayouts, bool, bool, bool, int64_t>;
   static Key key_of(const CompileOptions& options, int64_t batch, bool evaluation = false);
   // The forward at `batch`, cached per key (search candidates: verified, not reported).
   // `evaluation`: BatchNorms exported in train() read their running statistics (the forward

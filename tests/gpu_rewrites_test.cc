@@ -14,6 +14,9 @@
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/patch_gemm.h"
+#include "passes/split_gathers.h"
+#include "ir/grad.h"
+#include "runtime/executor.h"
 #include "runtime/trainer.h"
 #include "tests/frontend_onnx_builder.h"
 #include "tests/pass_compare.h"
@@ -340,6 +343,132 @@ INSTANTIATE_TEST_SUITE_P(Models, UpdateGradCastsStep,
                                            FusedCase{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32, 1, 18}),
                          [](const auto& info) { return fused_case_name(info.param); });
 
+// The two rewrites on their own: a gather of a transposed tensor's slice reads the tensor itself
+// only where the other dims keep their order; gather gradients become a concat only where they
+// fill every slice of the axis once. The rewritten modules compute the same values.
+ValueId scalar_index(Module& m, int64_t i) {
+  Tensor t = Tensor::zeros(DType::kI64, {});
+  t.set_from_double(0, static_cast<double>(i));
+  return m.add_constant(std::move(t), "index");
+}
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs attrs = {}) {
+  auto out = m.add_node(op, std::move(in), std::move(attrs));
+  EXPECT_TRUE(out.ok()) << op << ": " << out.status().message();
+  return out.ok() ? out->front() : kNoValue;
+}
+void expect_same_values(const Module& plain, const Module& rewritten, const std::map<std::string, Tensor>& feeds) {
+  auto want = execute(plain, feeds);
+  auto got = execute(rewritten, feeds);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t k = 0; k < want->size(); ++k) {
+    ASSERT_EQ(got->at(k).shape(), want->at(k).shape());
+    EXPECT_EQ(testing::rel_error(got->at(k), want->at(k)), 0.0) << "output " << k;
+  }
+}
+
+TEST(GatherTransposes, ReadsTheUntransposedTensorWhereTheOrderHolds) {
+  for (const bool in_order : {true, false}) {
+    SCOPED_TRACE(in_order ? "[4, 5] kept in order" : "[5, 4]: another order");
+    Module m;
+    const ValueId x = m.add_argument("x", TensorType{DType::kF32, {4, 5, 3, 6}}, Role::kInput);
+    // [4, 5, 3, 6] → (unsqueezed) → the 3 first → squeezed [3, 4|5, 5|4, 6]
+    const ValueId u = emit(m, "reshape", {x}, make_attrs({{"shape", std::vector<int64_t>{1, 4, 5, 3, 6}}}));
+    const std::vector<int64_t> perm = in_order ? std::vector<int64_t>{3, 1, 2, 0, 4} : std::vector<int64_t>{3, 2, 1, 0, 4};
+    const ValueId t = emit(m, "transpose", {u}, make_attrs({{"perm", perm}}));
+    const ValueId r = emit(m, "reshape", {t}, make_attrs({{"shape", in_order ? std::vector<int64_t>{3, 4, 5, 6} : std::vector<int64_t>{3, 5, 4, 6}}}));
+    std::vector<ValueId> slices;
+    for (int64_t i : {0, 2, -2}) slices.push_back(emit(m, "gather", {r, scalar_index(m, i)}, make_attrs({{"axis", int64_t{0}}})));
+    m.set_outputs(slices);
+    Module rewritten = m;
+    auto report = GatherTransposes().run(rewritten);
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(report->get("rewritten"), in_order ? 3 : 0);
+    EXPECT_EQ(testing::count_op(rewritten, "transpose"), in_order ? 0 : 1);
+    std::mt19937 rng(3);
+    expect_same_values(m, rewritten, {{"x", testing::random_tensor(DType::kF32, {4, 5, 3, 6}, rng)}});
+  }
+}
+
+TEST(ConcatGatherGrads, OnlyGradientsThatFillEverySliceOnceBecomeAConcat) {
+  struct Cover {
+    const char* name;
+    std::vector<int64_t> indices;
+    bool joined;
+  };
+  for (const Cover& c : {Cover{"0, 1, 2", {2, 0, 1}, true}, Cover{"−1 for 2", {0, -1, 1}, true}, Cover{"two of three", {0, 1}, false},
+                         Cover{"one twice", {0, 1, 1}, false}}) {
+    SCOPED_TRACE(c.name);
+    Module m;
+    std::vector<ValueId> grads;
+    for (size_t i = 0; i < c.indices.size(); ++i) {
+      const ValueId dy = m.add_argument(str_cat("dy", i), TensorType{DType::kF32, {4, 5}}, Role::kInput);
+      grads.push_back(emit(m, "gather_grad", {dy, scalar_index(m, c.indices[i])},
+                           make_attrs({{"axis", int64_t{1}}, {"input_shape", std::vector<int64_t>{4, 3, 5}}})));
+    }
+    ValueId sum = grads[0];
+    for (size_t i = 1; i < grads.size(); ++i) sum = emit(m, "add", {sum, grads[i]});
+    m.set_outputs({emit(m, "tanh", {sum})});
+    Module rewritten = m;
+    auto report = ConcatGatherGrads().run(rewritten);
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(report->get("concats"), c.joined ? 1 : 0);
+    EXPECT_EQ(testing::count_op(rewritten, "gather_grad"), c.joined ? 0 : static_cast<int>(c.indices.size()));
+    std::mt19937 rng(4);
+    std::map<std::string, Tensor> feeds;
+    for (size_t i = 0; i < c.indices.size(); ++i) feeds[str_cat("dy", i)] = testing::random_tensor(DType::kF32, {4, 5}, rng);
+    expect_same_values(m, rewritten, feeds);
+  }
+}
+
+// gather_transposes and concat_gather_grads (passes/split_gathers.h) on the committed exports of
+// torch's MultiheadAttention, whose packed q/k/v projection is split by a transpose and three
+// gathers: each gather reads the projection's output along its own axis (the transpose goes,
+// forward and backward), and the three gathers' gradients are one concat where three full-size
+// gather_grads were added up. The same loss and gradients (values equal; the concat keeps a −0
+// that x + 0 made +0), a plan that peaks no higher and measures what it plans.
+struct SplitGathersCase {
+  FusedCase step;
+  int gathers, concats;  // rewritten forward, written backward
+};
+
+class SplitGathersStep : public ::testing::TestWithParam<SplitGathersCase> {};
+
+TEST_P(SplitGathersStep, EqualsTheStepWithTheTransposes) {
+  const SplitGathersCase& c = GetParam();
+  CompileOptions o = options_of(c.step);
+  const Plan plain = testing::compile_committed(c.step.model, o);
+  o.gather_transposes = o.concat_gather_grads = true;
+  const Plan split = testing::compile_committed(c.step.model, o);
+  const int transposes = testing::count_op(split.train, "transpose"), plain_transposes = testing::count_op(plain.train, "transpose");
+  const int concats = testing::count_op(split.train, "concat") - testing::count_op(plain.train, "concat");
+  const int gather_grads = testing::count_op(split.train, "gather_grad"), plain_gather_grads = testing::count_op(plain.train, "gather_grad");
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(split, c.step.data), testing::first_step_gradients(plain, c.step.data));
+  std::printf("[split_gathers] %s %s x%lld: transposes %d against %d, gather_grads %d against %d, %d concats; %zu nodes against %zu; "
+              "loss rel %.2e, worst gradient rel %.2e; planned %lld vs %lld\n",
+              c.step.model.c_str(), c.step.precision.c_str(), static_cast<long long>(c.step.micro_batches), transposes, plain_transposes,
+              gather_grads, plain_gather_grads, concats, split.train.schedule().size(), plain.train.schedule().size(), diff.loss_rel,
+              diff.worst_param_rel, static_cast<long long>(split.memory.predicted_peak_bytes),
+              static_cast<long long>(plain.memory.predicted_peak_bytes));
+  EXPECT_EQ(plain_transposes - transposes, 2 * c.gathers / 3);  // one forward, one backward per split
+  EXPECT_EQ(plain_gather_grads - gather_grads, c.concats * 3);
+  EXPECT_EQ(concats, c.concats);
+  EXPECT_EQ(diff.missing, "");
+  EXPECT_EQ(diff.loss_rel, 0.0);
+  EXPECT_EQ(diff.worst_param_rel, 0.0);
+  EXPECT_LE(split.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes);
+  EXPECT_EQ(testing::measured_peak(split, c.step.data, 2), split.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SplitGathersStep,
+                         // 2 blocks: 3 gathers and one concat each (per micro-batch)
+                         ::testing::Values(SplitGathersCase{{"vit_tiny", "digits_train.npz", "fp32"}, 6, 2},
+                                           SplitGathersCase{{"vit_tiny", "digits_train.npz", "bf16-mixed"}, 6, 2},
+                                           SplitGathersCase{{"vit_tiny", "digits_train.npz", "fp32", 8, -1, 2}, 12, 4},
+                                           SplitGathersCase{{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}, 6, 2}),
+                         [](const auto& info) { return fused_case_name(info.param.step); });
+
 // The rewrites a GPU target runs, together (CompileOptions as planner/compile.cc sets them for
 // h200), against the same step without any: loss and gradients equal the unrewritten step's
 // within rounding (bias_grad_gemm's and layernorm_bias_grad's sums and patch_gemm's GEMM reorder
@@ -354,7 +483,7 @@ TEST_P(GpuRewritesStep, EqualsTheStepWithoutThem) {
   o.optimizer.kind = "adamw";
   const Plan plain = testing::compile_committed(c.model, o);
   o.patch_gemm = o.bias_grad_gemm = o.update_grad_casts = o.narrow_transposes = o.add_layernorm = o.layernorm_bias_grad = true;
-  o.fuse_elementwise = true;
+  o.gather_transposes = o.concat_gather_grads = o.fuse_elementwise = true;
   const Plan all = testing::compile_committed(c.model, o);
   const auto diff = testing::compare_gradients(testing::first_step_gradients(all, c.data), testing::first_step_gradients(plain, c.data));
   std::printf("[gpu rewrites] %s %s: %zu nodes against %zu, %d casts against %d; loss rel %.2e, worst gradient rel %.2e (%s); planned %lld vs %lld\n",

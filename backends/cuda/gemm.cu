@@ -84,6 +84,7 @@ struct GemmKey {
   bool tf32 = false, trans_a = false, trans_b = false, bias = false;
   int bias_grad = 0;  // 0: none; 1: of a; 2: of b
   int64_t m = 0, n = 0, k = 0, batch = 1, stride_a = 0, stride_b = 0, stride_y = 0, lda = 0, ldb = 0, ldy = 0, workspace = 0;
+  uint32_t align_a = 256, align_b = 256, align_y = 256;  // bytes every matrix of the operand starts on
   auto operator<=>(const GemmKey&) const = default;
 };
 struct Prepared {
@@ -126,6 +127,14 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceCreate(&desc.preference), "preference"));
   p.limit = static_cast<size_t>(key.workspace);
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.limit, sizeof(p.limit)), "workspace"));
+  // The heuristic assumes 256-byte-aligned matrices unless told otherwise; an attention chunk's
+  // operands (an entry's offset, a head's row step) may be aligned less.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y}};
+  for (const auto& [attribute, bytes] : alignments) {
+    MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, attribute, &bytes, sizeof(bytes)), "alignment"));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t asked = cublasLtMatmulAlgoGetHeuristic(h, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result, &found);
@@ -140,11 +149,22 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
   return Status::Ok();
 }
 
+// The alignment every matrix of an operand starts on, in bytes (at most 256): the largest power
+// of two dividing its address and its batch stride. (Row steps are the layouts' leading
+// dimensions, which the heuristic reads itself.)
+uint32_t alignment(const void* data, int64_t batch_stride, DType dtype) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(data) | 256 | static_cast<uint64_t>(batch_stride) * dtype_size(dtype);
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
 // The prepared form of `c`, made on its shape's first call.
 Expected<Prepared*> prepared(const GemmCall& c, int64_t workspace_bytes, cublasLtHandle_t h) {
   GemmKey key{.dtype = c.dtype, .tf32 = c.dtype == DType::kF32 && g_tf32, .trans_a = c.trans_a, .trans_b = c.trans_b, .bias = c.bias != nullptr,
               .bias_grad = c.bias_grad ? 1 + c.bias_grad_of : 0, .m = c.m, .n = c.n, .k = c.k, .batch = c.batch, .stride_a = c.stride_a, .stride_b = c.stride_b,
-              .stride_y = c.stride_y, .lda = c.lda, .ldb = c.ldb, .ldy = c.ldy, .workspace = workspace_bytes};
+              .stride_y = c.stride_y, .lda = c.lda, .ldb = c.ldb, .ldy = c.ldy, .workspace = workspace_bytes,
+              .align_a = alignment(c.a, c.batch > 1 ? c.stride_a : 0, c.dtype),
+              .align_b = alignment(c.b, c.batch > 1 ? c.stride_b : 0, c.dtype),
+              .align_y = alignment(c.y, c.batch > 1 ? (c.stride_y ? c.stride_y : c.m * c.n) : 0, c.dtype)};
   if (cudaGetDevice(&key.device) != cudaSuccess) return Status::Internal("cuBLASLt GEMM: cudaGetDevice failed");
   static std::mutex mutex;
   static std::map<GemmKey, std::unique_ptr<Prepared>> cache;

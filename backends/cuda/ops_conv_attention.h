@@ -106,14 +106,19 @@ inline Expected<AttentionGeometry> attention_geometry(const KernelContext& ctx, 
   // refused); in the others the layout's steps over [B, H], rows a step apart.
   auto matrices = [&](const AttentionOperand& x, Strided& map, int64_t& row) -> Status {
     if (layout != AttentionLayout::kBHTD) {
-      if (x.batch != batch) return unsupported(ctx, "q, k, v and y differ in their [B, H] entries");
+      if (batch.size() != 2 || x.batch != batch) return unsupported(ctx, "q, k, v and y differ in their [B, H] entries");
       const std::array<int64_t, 4> steps = attention_steps(layout, batch[0], batch[1], x.t, x.e);
       row = steps[2];
       MEMC_ASSIGN_OR_RETURN(map, strided(ctx, batch, {steps[0], steps[1]}));
       return Status::Ok();
     }
-    std::vector<int64_t> strides = broadcast_strides(x.batch, batch);
-    if (strides != row_major_strides(batch)) return unsupported(ctx, "q, k or v broadcast over the batch (each entry needs its own)");
+    // Each entry its own matrix: every batch dim beyond 1 present in full (a dim of 1 is no
+    // broadcast, though broadcast_strides gives it step 0).
+    const std::vector<int64_t> steps = broadcast_strides(x.batch, batch);
+    std::vector<int64_t> strides = row_major_strides(batch);
+    for (size_t d = 0; d < batch.size(); ++d) {
+      if (batch[d] > 1 && steps[d] != strides[d]) return unsupported(ctx, "q, k or v broadcast over the batch (each entry needs its own)");
+    }
     for (int64_t& st : strides) st *= x.t * x.e;
     row = x.e;
     MEMC_ASSIGN_OR_RETURN(map, strided(ctx, batch, strides));
@@ -194,18 +199,27 @@ inline int64_t attention_scratch(const TensorType& q, const TensorType& k, int64
 // The entries one batched GEMM takes at a time: a run of consecutive entries whose matrices lie
 // one step apart in q, k, v and y. The whole batch in bhtd and tbhd; in bthd one sample's heads,
 // the sample's step being its T rows, not H matrices.
+// Dims of size 1 take no part (bthd with one head is one stride per sample).
 inline int64_t gemm_entry_run(const AttentionGeometry& g) {
   int64_t run = g.batch;
   for (const Strided* map : {&g.q_map, &g.k_map, &g.v_map, &g.y_map}) {
-    if (map->rank == 0) continue;
-    int64_t own = map->dims[map->rank - 1];
-    for (int d = map->rank - 2; d >= 0 && map->strides[d] == map->strides[d + 1] * map->dims[d + 1]; --d) own *= map->dims[d];
+    int64_t own = 1, next = -1;  // entries so far, and the step the next outer dim must have
+    for (int d = map->rank - 1; d >= 0; --d) {
+      if (map->dims[d] == 1) continue;
+      if (next >= 0 && map->strides[d] != next) break;
+      own *= map->dims[d], next = map->strides[d] * map->dims[d];
+    }
     run = std::min(run, own);
   }
   return std::max<int64_t>(run, 1);
 }
-// The step between consecutive entries' matrices within a run.
-inline int64_t entry_step(const Strided& map) { return map.rank ? map.strides[map.rank - 1] : 0; }
+// The step between consecutive entries' matrices within a run: the innermost dim's beyond 1.
+inline int64_t entry_step(const Strided& map) {
+  for (int d = map.rank - 1; d >= 0; --d) {
+    if (map.dims[d] != 1) return map.strides[d];
+  }
+  return 0;
+}
 
 // Calls `chunk_fn(first, n)` over the batch in chunks of at most `chunk` entries that one batched
 // GEMM can each take.

@@ -145,16 +145,19 @@ TEST(CudnnSdpa, CausalMaskWithBiasAndDropoutValidates) {
 }
 
 // GPU plans lay attention out where the projections wrote q, k and v (ir/attention_layout.h):
-// cuDNN reads [B, T, H, D] and [T, B, H, D] through strides, every model's shapes both ways.
+// cuDNN reads [B, T, H, D] and [T, B, H, D] through strides, every model's shapes both ways, for
+// Hopper and Ampere.
 TEST(CudnnSdpa, StridedLayoutsValidate) {
   for (const ModelAttention& model : model_attentions()) {
     for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
-      for (bool backward : {false, true}) {
-        SdpaShape shape = model.shape;
-        shape.dtype = DType::kBF16, shape.layout = layout;
-        const Status status = validate_sdpa(shape, kHopper, backward);
-        EXPECT_TRUE(status.ok()) << model.name << " " << attention_layout_name(layout) << (backward ? " backward: " : " forward: ")
-                                 << status.message();
+      for (int sm_version : {kHopper, kAmpere}) {
+        for (bool backward : {false, true}) {
+          SdpaShape shape = model.shape;
+          shape.dtype = DType::kBF16, shape.layout = layout;
+          const Status status = validate_sdpa(shape, sm_version, backward);
+          EXPECT_TRUE(status.ok()) << model.name << " " << attention_layout_name(layout) << " sm" << sm_version
+                                   << (backward ? " backward: " : " forward: ") << status.message();
+        }
       }
     }
   }

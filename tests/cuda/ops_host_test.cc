@@ -506,6 +506,33 @@ TEST(CudaAttention, LayoutsEqualTheDefaultLayoutTransposedBitForBit) {
         if (c.bias) {
           EXPECT_TRUE(bits_equal(dl[3], d[3])) << "dbias";
         }
+        if (dtype != DType::kF32) continue;
+        // The GEMM path in chunks of 5 entries (of 6 to 12): chunks that start inside a sample and,
+        // in bthd, stop at its end; the same bits again.
+        Node node;
+        node.id = 7, node.op = "attention", node.attrs = laid;
+        KernelContext ctx{node, {&ql, &kl, &vl, b}, {}, /*training=*/true, /*seed=*/42, /*step=*/3};
+        auto g = cuda::ops::attention_geometry(ctx, 0, dyl.shape());
+        ASSERT_TRUE(g.ok()) << g.status().message();
+        Tensor chunked = Tensor::zeros(dtype, dyl.shape());
+        ctx.outputs = {&chunked};
+        Scratch64 workspace(2 * cuda::ops::scratch_piece(5 * c.tq * c.tk * 4));
+        workspace.give(ctx);
+        HostRunner runner(ctx);
+        ASSERT_TRUE(cuda::ops::attention_by_gemm(ctx, runner, *g, 5).ok());
+        EXPECT_TRUE(bits_equal(relaid(chunked, layout, kDefault, batch, c.tq, c.dv), y[0])) << "y in chunks of 5";
+        if (c.bias) continue;  // a bias gradient runs the row kernels
+        node.op = "attention_grad";
+        KernelContext grad_ctx{node, {&dyl, &ql, &kl, &vl}, {}, /*training=*/true, /*seed=*/42, /*step=*/3};
+        auto gb = cuda::ops::attention_geometry(grad_ctx, 1, dyl.shape());
+        ASSERT_TRUE(gb.ok()) << gb.status().message();
+        std::vector<Tensor> parts = {Tensor::zeros(dtype, ql.shape()), Tensor::zeros(dtype, kl.shape()), Tensor::zeros(dtype, vl.shape())};
+        grad_ctx.outputs = {&parts[0], &parts[1], &parts[2]};
+        workspace.give(grad_ctx);
+        ASSERT_TRUE(cuda::ops::attention_grad_by_gemm(grad_ctx, runner, *gb, 5).ok());
+        EXPECT_TRUE(bits_equal(relaid(parts[0], layout, kDefault, batch, c.tq, c.d), d[0])) << "dq in chunks of 5";
+        EXPECT_TRUE(bits_equal(relaid(parts[1], layout, kDefault, batch, c.tk, c.d), d[1])) << "dk in chunks of 5";
+        EXPECT_TRUE(bits_equal(relaid(parts[2], layout, kDefault, batch, c.tk, c.dv), d[2])) << "dv in chunks of 5";
       }
     }
   }
@@ -523,6 +550,21 @@ TEST(CudaAttention, LayoutsEqualTheDefaultLayoutTransposedBitForBit) {
   EXPECT_EQ(cuda::ops::gemm_entry_run(*tbhd), 15);
   EXPECT_EQ(cuda::ops::entry_step(tbhd->q_map), 4);
   EXPECT_EQ(tbhd->q_row, 5 * 3 * 4);
+  // bthd with one head: one stride between samples, so one run.
+  const Tensor one_head = Tensor::zeros(DType::kF32, {2, 5, 1, 4});
+  node.attrs.set("layout", std::string("bthd"));
+  KernelContext one{node, {&one_head, &one_head, &one_head}, {}};
+  auto single = cuda::ops::attention_geometry(one, 0, one_head.shape());
+  ASSERT_TRUE(single.ok()) << single.status().message();
+  EXPECT_EQ(cuda::ops::gemm_entry_run(*single), 2);
+  EXPECT_EQ(cuda::ops::entry_step(single->q_map), 5 * 4);
+  // The default layout with a batch of 1 is no broadcast: each entry still has its own matrices.
+  node.attrs = Attrs();
+  const Tensor batch_one = Tensor::zeros(DType::kF32, {1, 3, 5, 4});
+  KernelContext default_one{node, {&batch_one, &batch_one, &batch_one}, {}};
+  auto bhtd_one = cuda::ops::attention_geometry(default_one, 0, batch_one.shape());
+  ASSERT_TRUE(bhtd_one.ok()) << bhtd_one.status().message();
+  EXPECT_EQ(cuda::ops::gemm_entry_run(*bhtd_one), 3);
 }
 
 // fuse_elementwise (passes/fuse_elementwise.h): every fusable op as a step of a chain equals the
