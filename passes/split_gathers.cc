@@ -68,8 +68,8 @@ std::optional<int64_t> source_axis(const Module& m, const Node& g, ValueId& u) {
   return perm[t_dims[k].first];
 }
 
-// The gather_grad leaves of an add tree rooted at `root` (adds of one shape and dtype, each read
-// only by its parent); empty when any leaf is something else.
+// The gather_grad leaves of an add tree rooted at `add` (adds of one shape and dtype, each read
+// only by its parent); `ok` false when any leaf is something else.
 void collect_leaves(const Module& m, const std::vector<std::vector<NodeId>>& users, const Node& add, const TensorType& type,
                     std::vector<const Node*>& leaves, bool& ok) {
   for (ValueId in : add.inputs) {
@@ -171,14 +171,16 @@ Expected<PassReport> GatherTransposes::run(Module& m) {
 
 Expected<PassReport> ConcatGatherGrads::run(Module& m) {
   int64_t concats = 0, removed = 0;
-  const std::vector<std::vector<NodeId>> users = m.users();
+  std::vector<std::vector<NodeId>> users = m.users();
+  // Every add, in schedule order: a sum of some of the slices fails (too few leaves) and the sum
+  // of all of them then joins, whatever reads it (another gradient's add included).
   for (NodeId id : m.schedule()) {
     const Node& n = m.node(id);
     if (n.dead || n.op != "add") continue;
-    // A tree's root: its sum is read by something other than another add of the same tree.
-    const Node* reader = fusion::only_reader(m, users, n.outputs[0]);
-    if (reader && reader->op == "add" && m.value(reader->outputs[0]).type == m.value(n.outputs[0]).type) continue;
-    if (const int64_t leaves = concat_slices(m, users, id)) ++concats, removed += leaves;
+    if (const int64_t leaves = concat_slices(m, users, id)) {
+      ++concats, removed += leaves;
+      users = m.users();  // the concat's value is new, and the tree's nodes read by nothing
+    }
   }
   m.eliminate_dead_nodes();
   m.compact();

@@ -396,9 +396,10 @@ TEST(ConcatGatherGrads, OnlyGradientsThatFillEverySliceOnceBecomeAConcat) {
     const char* name;
     std::vector<int64_t> indices;
     bool joined;
+    bool more = false;  // the sum then added to another gradient of the tensor
   };
   for (const Cover& c : {Cover{"0, 1, 2", {2, 0, 1}, true}, Cover{"−1 for 2", {0, -1, 1}, true}, Cover{"two of three", {0, 1}, false},
-                         Cover{"one twice", {0, 1, 1}, false}}) {
+                         Cover{"one twice", {0, 1, 1}, false}, Cover{"0, 1, 2 and another gradient", {0, 1, 2}, true, true}}) {
     SCOPED_TRACE(c.name);
     Module m;
     std::vector<ValueId> grads;
@@ -409,6 +410,7 @@ TEST(ConcatGatherGrads, OnlyGradientsThatFillEverySliceOnceBecomeAConcat) {
     }
     ValueId sum = grads[0];
     for (size_t i = 1; i < grads.size(); ++i) sum = emit(m, "add", {sum, grads[i]});
+    if (c.more) sum = emit(m, "add", {sum, m.add_argument("other", TensorType{DType::kF32, {4, 3, 5}}, Role::kInput)});
     m.set_outputs({emit(m, "tanh", {sum})});
     Module rewritten = m;
     auto report = ConcatGatherGrads().run(rewritten);
@@ -418,6 +420,7 @@ TEST(ConcatGatherGrads, OnlyGradientsThatFillEverySliceOnceBecomeAConcat) {
     std::mt19937 rng(4);
     std::map<std::string, Tensor> feeds;
     for (size_t i = 0; i < c.indices.size(); ++i) feeds[str_cat("dy", i)] = testing::random_tensor(DType::kF32, {4, 5}, rng);
+    if (c.more) feeds["other"] = testing::random_tensor(DType::kF32, {4, 3, 5}, rng);
     expect_same_values(m, rewritten, feeds);
   }
 }
