@@ -18,12 +18,6 @@ int64_t activation_bytes(const Module& m) {
   return total;
 }
 
-int count_op(const Module& m, std::string_view op) {
-  int n = 0;
-  for (NodeId id : m.schedule()) n += m.node(id).op == op;
-  return n;
-}
-
 // ---- layouts: attention reads its operands where the projections wrote them -----------------
 // Which elements a chain of transposes and reshapes moves where is tracked symbolically: each
 // dim of a value is a list of digits (size, step in the source tensor), major first, as in a

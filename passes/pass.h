@@ -42,6 +42,9 @@ struct PassReport {
 // the statistics and the pass's line.
 PassReport rewrite_report(Module& module, std::vector<PassStatistic> statistics, std::string line);
 
+// The live nodes of op `op` (the passes' before-and-after counts).
+int count_op(const Module& m, std::string_view op);
+
 class Pass {
  public:
   virtual ~Pass() = default;

@@ -28,6 +28,12 @@ void PassReport::set(std::string name, int64_t value) {
   statistics.push_back({std::move(name), value});
 }
 
+int count_op(const Module& m, std::string_view op) {
+  int n = 0;
+  for (NodeId id : m.schedule()) n += m.node(id).op == op;
+  return n;
+}
+
 PassReport rewrite_report(Module& module, std::vector<PassStatistic> statistics, std::string line) {
   PassReport report;
   report.changed = std::any_of(statistics.begin(), statistics.end(), [](const PassStatistic& s) { return s.value != 0; });

@@ -129,12 +129,6 @@ int64_t concat_slices(Module& m, const std::vector<std::vector<NodeId>>& users, 
   return static_cast<int64_t>(leaves.size());
 }
 
-int64_t count_op(const Module& m, std::string_view op) {
-  int64_t count = 0;
-  for (NodeId id : m.schedule()) count += !m.node(id).dead && m.node(id).op == op;
-  return count;
-}
-
 }  // namespace
 
 Expected<PassReport> GatherTransposes::run(Module& m) {

@@ -6,6 +6,7 @@
 #include "frontend/onnx_import.h"
 #include "frontend/onnx_tensor.h"
 #include "onnx/onnx_pb.h"
+#include "passes/pass.h"
 #include "runtime/executor.h"
 
 namespace memc::testing {
@@ -105,10 +106,6 @@ inline Tensor make_tensor(DType dtype, Shape shape, std::vector<double> values) 
   return t;
 }
 
-inline int count_op(const Module& m, const std::string& op) {
-  int n = 0;
-  for (NodeId id : m.schedule()) n += m.node(id).op == op;
-  return n;
-}
+using memc::count_op;  // passes/pass.h
 
 }  // namespace memc::testing

@@ -44,10 +44,4 @@ Module parse_ok(std::string_view text) {
   return std::move(parsed).value();
 }
 
-int count_op(const Module& m, const std::string& op) {
-  int n = 0;
-  for (NodeId id : m.schedule()) n += m.node(id).op == op;
-  return n;
-}
-
 }  // namespace memc::testing

@@ -7,6 +7,7 @@
 
 #include "ir/graph.h"
 #include "ir/tensor.h"
+#include "passes/pass.h"
 
 namespace memc::testing {
 
@@ -15,8 +16,8 @@ Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double 
 // max|a-b| / max|b| (max-abs relative error used across the suite); 0 when both are zero.
 double rel_error(const Tensor& actual, const Tensor& expected);
 
-// How many live nodes of `op` the module schedules.
-int count_op(const Module& m, const std::string& op);
+// How many live nodes of `op` the module schedules (the passes' own count, passes/pass.h).
+using memc::count_op;
 
 // Parses IR text and verifies it, failing the current test (with the message) when either fails.
 Module parse_ok(std::string_view text);
