@@ -41,7 +41,10 @@ export LD_LIBRARY_PATH="$root/lib:$(dirname "$(dirname "$nvcc")")/lib64:${wheel_
 memc=$root/bin/memc
 gpu=yes
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv 2>/dev/null || gpu="no (nvidia-smi found no GPU)"
-echo "GPU: $gpu"
+# The plans' target: the card lent (an H100 or an A100 where nvidia-smi names one, else h200).
+target=h200
+case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in *H100*) target=h100 ;; *A100*) target=a100 ;; esac
+echo "GPU: $gpu; plans for --target $target"
 runs="$out/runs.jsonl"
 : >"$runs"
 
@@ -61,7 +64,7 @@ else
   echo "skipped: the bundle has no cudnn_sdpa_test (built without the cuDNN frontend)"
 fi
 
-# memc_run NAME MEMC-COMPILE-ARGS... -- MEMC-RUN-ARGS...: compile for h200, run on the GPU, and
+# memc_run NAME MEMC-COMPILE-ARGS... -- MEMC-RUN-ARGS...: compile for the card, run on it, and
 # append the report (or why it did not run) to runs.jsonl.
 memc_run() {
   local name=$1
@@ -70,7 +73,7 @@ memc_run() {
   while [[ $1 != -- ]]; do compile+=("$1"); shift; done
   shift
   run=("$@")
-  if ! "$memc" compile "${compile[@]}" --target h200 -o "/tmp/$name.plan" --force >"/tmp/$name.compile" 2>&1; then
+  if ! "$memc" compile "${compile[@]}" --target "$target" -o "/tmp/$name.plan" --force >"/tmp/$name.compile" 2>&1; then
     echo "$name: compile failed: $(tail -1 "/tmp/$name.compile")"
     return
   fi

@@ -7,6 +7,7 @@
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/layernorm_bias_grad.h"
+#include "passes/layernorm_grad_casts.h"
 #include "passes/narrow_transposes.h"
 #include "passes/patch_gemm.h"
 #include "passes/split_gathers.h"
@@ -90,6 +91,9 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) { return o.add_layernorm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AddLayernorm>(); }},
       {"layernorm_bias_grad", "a layernorm's bias gradient inside its layernorm_grad (GPU targets)", PassStage::kTraining,
        [](O o) { return o.layernorm_bias_grad; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<LayernormBiasGrad>(); }},
+      {"layernorm_grad_casts", "a layernorm_grad reads its 16-bit dy and writes dx's 16-bit copy, where casts did (GPU targets)",
+       PassStage::kTraining, [](O o) { return o.layernorm_grad_casts; },
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<LayernormGradCasts>(); }},
       {"fuse_elementwise", "chains of elementwise ops as one kernel each (GPU targets)", PassStage::kTraining,
        [](O o) { return o.fuse_elementwise; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<FuseElementwise>(); }},
       {"schedule", "the node order with the lowest planned peak", PassStage::kTraining, [](O o) { return o.reschedule; },

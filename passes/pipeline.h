@@ -34,7 +34,7 @@ struct PipelineOptions {
   // Patch embeddings (stride = kernel convolutions) as patches and one GEMM (passes/patch_gemm.h).
   // Set for GPU targets (planner/compile.cc), whose convolution is im2col and a batched GEMM.
   bool patch_gemm = false;
-  // Gathers of one slice along an axis a transpose moved read the transposed tensor itself
+  // Gathers of one slice along an axis a transpose moved read the untransposed tensor
   // (passes/split_gathers.h: torch's packed q/k/v). Set for GPU targets.
   bool gather_transposes = false;
   PrecisionKind precision = PrecisionKind::kFp32;
@@ -63,6 +63,9 @@ struct PipelineOptions {
   // A layernorm's bias gradient inside its layernorm_grad (passes/layernorm_bias_grad.h). Set for
   // GPU targets.
   bool layernorm_bias_grad = false;
+  // A layernorm_grad reads its 16-bit dy and writes dx's 16-bit copy, where casts did
+  // (passes/layernorm_grad_casts.h). Set for GPU targets.
+  bool layernorm_grad_casts = false;
   // Gradients accumulated from gather_grads that fill every slice of an axis once become one
   // concat of the slices (passes/split_gathers.h). Set for GPU targets.
   bool concat_gather_grads = false;

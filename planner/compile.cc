@@ -240,6 +240,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   pipeline.add_layernorm = options.add_layernorm || pipeline.group_updates;
   // … and each layernorm's bias gradient inside its layernorm_grad.
   pipeline.layernorm_bias_grad = options.layernorm_bias_grad || pipeline.group_updates;
+  // … and the casts at each layernorm gradient's edges inside it.
+  pipeline.layernorm_grad_casts = options.layernorm_grad_casts || pipeline.group_updates;
   // … and writes the gradients of a tensor's gathered slices as one concat.
   pipeline.concat_gather_grads = options.concat_gather_grads || pipeline.group_updates;
   // … and runs each chain of elementwise ops as one kernel.

@@ -83,7 +83,7 @@ class ModelCompiler {
     int64_t fixed_batch = -1;  // the import's
     bool updates_buffers = false;  // BatchNorm's running statistics, in train()
   };
-  // …, dropout, attention layouts, patch GEMMs, evaluation, devices
+  // …, dropout, attention layouts, patch GEMMs, gathers of transposes, evaluation, devices
   using Key = std::tuple<int64_t, int64_t, PrecisionKind, AttentionKernel, bool, AttentionLayouts, bool, bool, bool, int64_t>;
   static Key key_of(const CompileOptions& options, int64_t batch, bool evaluation = false);
   // The forward at `batch`, cached per key (search candidates: verified, not reported).

@@ -8,6 +8,7 @@
 // rewritten plan's measured peak is its planned one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -343,6 +344,60 @@ INSTANTIATE_TEST_SUITE_P(Models, UpdateGradCastsStep,
                                            FusedCase{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32, 1, 18}),
                          [](const auto& info) { return fused_case_name(info.param); });
 
+// layernorm_grad_casts (passes/layernorm_grad_casts.h): in a 16-bit mixed step, after the other
+// layernorm rewrites as a GPU target runs them, each layernorm_grad reads the 16-bit dy its
+// widening cast read and writes the 16-bit copy of dx a cast made. The step's loss and gradients
+// equal the step with the casts bit for bit, and the plan measures what it plans.
+struct GradCastsStepCase : FusedCase {
+  int widened = 0, narrowed = 0;
+};
+class LayernormGradCastsStep : public ::testing::TestWithParam<GradCastsStepCase> {};
+
+TEST_P(LayernormGradCastsStep, EqualsTheStepWithTheCastsBitForBit) {
+  const GradCastsStepCase& c = GetParam();
+  CompileOptions o = options_of(c);
+  o.optimizer.kind = "adamw";
+  o.add_layernorm = o.layernorm_bias_grad = o.update_grad_casts = o.narrow_transposes = true;
+  const Plan plain = testing::compile_committed(c.model, o);
+  o.layernorm_grad_casts = true;
+  const Plan folded = testing::compile_committed(c.model, o);
+  int widened = 0, narrowed = 0;
+  int64_t copy_bytes = 0;  // the largest dx copy
+  for (NodeId n : folded.train.schedule()) {
+    const Node& node = folded.train.node(n);
+    if (node.op != "layernorm_grad") continue;
+    widened += folded.train.value(node.inputs[0]).type.dtype != folded.train.value(node.inputs[1]).type.dtype;
+    if (!node.attrs.has("dx_copy")) continue;
+    ++narrowed;
+    copy_bytes = std::max(copy_bytes, folded.train.value(node.outputs.back()).type.bytes());
+  }
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(folded, c.data), testing::first_step_gradients(plain, c.data));
+  std::printf("[layernorm_grad_casts] %s %s x%lld: %d dys read in 16 bits, %d dx copies; %d casts against %d; gradients %s; planned %lld vs %lld with the casts\n",
+              c.model.c_str(), c.precision.c_str(), static_cast<long long>(c.micro_batches), widened, narrowed,
+              testing::count_op(folded.train, "cast"), testing::count_op(plain.train, "cast"), diff.bit_identical ? "bit-identical" : "NOT bit-identical",
+              static_cast<long long>(folded.memory.predicted_peak_bytes), static_cast<long long>(plain.memory.predicted_peak_bytes));
+  EXPECT_EQ(widened, c.widened);
+  EXPECT_EQ(narrowed, c.narrowed);
+  EXPECT_EQ(testing::count_op(plain.train, "cast") - testing::count_op(folded.train, "cast"), c.widened + c.narrowed);
+  EXPECT_EQ(diff.missing, "");
+  EXPECT_TRUE(diff.bit_identical);
+  // The copy is written beside the 16-bit dy, where the cast wrote it after dy was freed: at most
+  // one copy more where a layernorm gradient is the peak.
+  EXPECT_LE(folded.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes + copy_bytes);
+  EXPECT_EQ(testing::measured_peak(folded, c.data, 2), folded.memory.predicted_peak_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LayernormGradCastsStep,
+                         // pre-LN ViTs (2 blocks): each block's two layernorm gradients read a 16-bit dy (the
+                         // GEMM's) and their dx is narrowed for the GEMM before them; the final layernorm's dy is
+                         // the class token's f32 gather gradient, and its dx goes to the last block's residual sum.
+                         // Post-LN text_encoder: each dy is a residual add's f32 sum, each dx goes to a GEMM.
+                         ::testing::Values(GradCastsStepCase{{"vit_tiny", "digits_train.npz", "bf16-mixed"}, 4, 4},
+                                           GradCastsStepCase{{"vit_tiny", "digits_train.npz", "fp16-mixed"}, 4, 4},
+                                           GradCastsStepCase{{"vit_tiny", "digits_train.npz", "bf16-mixed", 8, -1, 2}, 8, 8},
+                                           GradCastsStepCase{{"text_encoder", "text_train.npz", "bf16-mixed", 8, 32}, 0, 4}),
+                         [](const auto& info) { return fused_case_name(info.param); });
+
 // The two rewrites on their own: a gather of a transposed tensor's slice reads the tensor itself
 // only where the other dims keep their order; gather gradients become a concat only where they
 // fill every slice of the axis once. The rewritten modules compute the same values.
@@ -351,11 +406,7 @@ ValueId scalar_index(Module& m, int64_t i) {
   t.set_from_double(0, static_cast<double>(i));
   return m.add_constant(std::move(t), "index");
 }
-ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs attrs = {}) {
-  auto out = m.add_node(op, std::move(in), std::move(attrs));
-  EXPECT_TRUE(out.ok()) << op << ": " << out.status().message();
-  return out.ok() ? out->front() : kNoValue;
-}
+using testing::emit;
 void expect_same_values(const Module& plain, const Module& rewritten, const std::map<std::string, Tensor>& feeds) {
   auto want = execute(plain, feeds);
   auto got = execute(rewritten, feeds);
@@ -477,7 +528,8 @@ INSTANTIATE_TEST_SUITE_P(Models, SplitGathersStep,
 // within rounding (bias_grad_gemm's and layernorm_bias_grad's sums and patch_gemm's GEMM reorder
 // them; every other rewrite is bit-exact on its own), every layernorm's bias gradient is inside
 // its layernorm_grad, and the plan measures what it plans. It peaks no higher but for the
-// layernorm bias gradients, which the fused node writes earlier than the reduce_sum did.
+// layernorm bias gradients, which the fused node writes earlier than the reduce_sum did, and one
+// 16-bit dx copy, which layernorm_grad writes beside its dy (passes/layernorm_grad_casts.h).
 class GpuRewritesStep : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(GpuRewritesStep, EqualsTheStepWithoutThem) {
@@ -486,6 +538,7 @@ TEST_P(GpuRewritesStep, EqualsTheStepWithoutThem) {
   o.optimizer.kind = "adamw";
   const Plan plain = testing::compile_committed(c.model, o);
   o.patch_gemm = o.bias_grad_gemm = o.update_grad_casts = o.narrow_transposes = o.add_layernorm = o.layernorm_bias_grad = true;
+  o.layernorm_grad_casts = true;
   o.gather_transposes = o.concat_gather_grads = o.fuse_elementwise = true;
   const Plan all = testing::compile_committed(c.model, o);
   const auto diff = testing::compare_gradients(testing::first_step_gradients(all, c.data), testing::first_step_gradients(plain, c.data));
@@ -499,14 +552,16 @@ TEST_P(GpuRewritesStep, EqualsTheStepWithoutThem) {
   EXPECT_LE(diff.worst_param_rel, tolerance);
   EXPECT_LT(all.train.schedule().size(), plain.train.schedule().size());
   int layernorms = 0, with_bias = 0;
-  int64_t bias_bytes = 0;
+  int64_t bias_bytes = 0, copy_bytes = 0;
   for (NodeId n : all.train.schedule()) {
     const Node& node = all.train.node(n);
     layernorms += node.op == "layernorm" || node.op == "add_layernorm";
-    if (node.op == "layernorm_grad" && node.outputs.size() == 3) ++with_bias, bias_bytes += all.train.value(node.outputs[2]).type.bytes();
+    if (node.op != "layernorm_grad") continue;
+    if (node.attrs.get_int("bias_grad", 0)) ++with_bias, bias_bytes += all.train.value(node.outputs[2]).type.bytes();
+    if (node.attrs.has("dx_copy")) copy_bytes = std::max(copy_bytes, all.train.value(node.outputs.back()).type.bytes());
   }
   EXPECT_EQ(with_bias, layernorms);
-  EXPECT_LE(all.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes + bias_bytes);
+  EXPECT_LE(all.memory.predicted_peak_bytes, plain.memory.predicted_peak_bytes + bias_bytes + copy_bytes);
   EXPECT_EQ(testing::measured_peak(all, c.data, 2), all.memory.predicted_peak_bytes);
 }
 

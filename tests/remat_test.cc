@@ -86,11 +86,7 @@ struct IrChain {
   NodeId backward_begin = 0, backward_end = 0;
 };
 
-ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs a = {}) {
-  auto out = m.add_node(op, std::move(in), std::move(a));
-  MEMC_CHECK(out.ok(), out.status().message());
-  return (*out)[0];
-}
+using testing::emit;
 
 Attrs sum_axes(std::vector<int64_t> axes) { return make_attrs({{"axes", std::move(axes)}, {"keepdims", int64_t{0}}}); }
 

@@ -36,6 +36,12 @@ double rel_error(const Tensor& actual, const Tensor& expected) {
   return max_diff / max_ref;
 }
 
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs attrs) {
+  auto out = m.add_node(op, std::move(in), std::move(attrs));
+  EXPECT_TRUE(out.ok()) << op << ": " << out.status().message();
+  return out.ok() ? out->front() : kNoValue;
+}
+
 Module parse_ok(std::string_view text) {
   auto parsed = parse_module(text);
   EXPECT_TRUE(parsed.ok()) << parsed.status().message();

@@ -19,6 +19,10 @@ double rel_error(const Tensor& actual, const Tensor& expected);
 // How many live nodes of `op` the module schedules (the passes' own count, passes/pass.h).
 using memc::count_op;
 
+// Adds `op` over `in` to m and returns its first output, failing the current test (with the
+// op's message) and returning kNoValue where the op refuses.
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs attrs = {});
+
 // Parses IR text and verifies it, failing the current test (with the message) when either fails.
 Module parse_ok(std::string_view text);
 

@@ -191,9 +191,9 @@ struct LayernormGradScratch {
 //   dx = r·(g - mean(g) - x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂ (scale's full broadcast shape).
 // One row: dx[r] and its dy·x̂ added into `dscale`; xr, dyr in T, xhat and g scratch rows [H].
 // With an addend row, dx is stored, then the addend added as the add kernel adds two T values;
-// with `dbias`, dy is added into it.
-template <typename T, typename C>
-void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const T* addend, const C* scale_h, C* xhat, C* g, C* dscale, C* dbias,
+// with `dbias`, dy is added into it. dy is T, or (f32 x) its 16-bit form D, read as its cast reads it.
+template <typename T, typename D, typename C>
+void layernorm_grad_row(T* dx, const T* xr, const D* dyr, const T* addend, const C* scale_h, C* xhat, C* g, C* dscale, C* dbias,
                         int64_t h, double eps) {
   if (dbias) {
     for (int64_t j = 0; j < h; ++j) dbias[j] += load(dyr[j]);
@@ -215,6 +215,19 @@ void layernorm_grad_row(T* dx, const T* xr, const T* dyr, const T* addend, const
   }
 }
 
+// dx's 16-bit copy (layernorm_grad's {dx_copy}), each value stored as the cast kernel stores it.
+template <typename T>
+void store_copy(Tensor* copy, const T* dx, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<T, float>) {
+    dispatch_dtype(copy->dtype(), [&]<typename N>() {
+      if constexpr (std::is_same_v<N, bf16_t> || std::is_same_v<N, f16_t>) {
+        N* out = copy->data<N>();
+        for (int64_t i = begin; i < end; ++i) out[i] = store<N, float>(dx[i]);
+      }
+    });
+  }
+}
+
 Status layernorm_grad_kernel(KernelContext& ctx) {
   const Tensor &dy_t = *ctx.inputs[0], &x_t = *ctx.inputs[1], &scale_t = *ctx.inputs[2];
   const int64_t axis = ctx.node.attrs.get_int("axis", x_t.rank() - 1);  // forward's default: the last dim
@@ -225,10 +238,14 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
   const Shape normalized(x_t.shape().begin() + axis, x_t.shape().end());
   const auto scale_strides = broadcast_strides(scale_t.shape(), normalized);
   Workspace ws(ctx);
-  const bool bias = ctx.outputs.size() > 2 && ctx.outputs[2];  // the shape function made scale span the rows
+  // dbias (the shape function made scale span the rows), and dx's 16-bit copy: the last output
+  const bool bias = ctx.node.attrs.get_int("bias_grad", 0) && ctx.outputs.size() > 2 && ctx.outputs[2];
+  Tensor* copy = ctx.node.attrs.has("dx_copy") ? ctx.outputs.back() : nullptr;
+  const bool narrow_dy = dy_t.dtype() != x_t.dtype();
+  if (narrow_dy && !(x_t.dtype() == DType::kF32 && is_16bit_float(dy_t.dtype()))) return unsupported_dtype(ctx, dy_t.dtype());
+  if (copy && !(x_t.dtype() == DType::kF32 && is_16bit_float(copy->dtype()))) return unsupported_dtype(ctx, copy->dtype());
   return dispatch_float(ctx, x_t.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
-    const T* dy = dy_t.data<T>();        // [rows, H]
     const T* x = x_t.data<T>();          // [rows, H]
     const T* scale = scale_t.data<T>();  // broadcast to [H]
     T* dx = ctx.outputs[0]->data<T>();   // [rows, H]
@@ -239,14 +256,26 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
     const int64_t per_block = layernorm_block_rows(rows);
     std::fill(w.partial, w.partial + w.blocks * h, C(0));
     if (bias) std::fill(w.partial_bias, w.partial_bias + w.blocks * h, C(0));
-    parallel_ranges(w.blocks, 1, kMaxKernelSlots, [&](int64_t slot, int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
-          layernorm_grad_row<T, C>(dx + r * h, x + r * h, dy + r * h, addend ? addend + r * h : nullptr, w.scale_h, w.xhat + slot * h, w.g + slot * h, w.partial + b * h,
-                                   bias ? w.partial_bias + b * h : nullptr, h, eps);
+    // dy [rows, H]: T, or the 16-bit D of an f32 x
+    auto blocks = [&]<typename D>(const D* dy) {
+      parallel_ranges(w.blocks, 1, kMaxKernelSlots, [&](int64_t slot, int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t first = b * per_block, last = std::min(rows, (b + 1) * per_block);
+          for (int64_t r = first; r < last; ++r) {
+            layernorm_grad_row<T, D, C>(dx + r * h, x + r * h, dy + r * h, addend ? addend + r * h : nullptr, w.scale_h, w.xhat + slot * h,
+                                        w.g + slot * h, w.partial + b * h, bias ? w.partial_bias + b * h : nullptr, h, eps);
+          }
+          if (copy) store_copy(copy, dx, first * h, last * h);
         }
-      }
-    });
+      });
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      if (dy_t.dtype() == DType::kBF16) blocks(dy_t.data<bf16_t>());
+      else if (dy_t.dtype() == DType::kF16) blocks(dy_t.data<f16_t>());
+      else blocks(dy_t.data<T>());
+    } else {
+      blocks(dy_t.data<T>());
+    }
     C* dscale = w.partial;  // the blocks' partials summed into the first, in block order
     for (int64_t b = 1; b < w.blocks; ++b) {
       for (int64_t j = 0; j < h; ++j) dscale[j] += w.partial[b * h + j];
@@ -272,14 +301,14 @@ Status layernorm_grad_kernel(KernelContext& ctx) {
   });
 }
 
-// (dy, x, scale, [addend]) → (dx [+ addend], dscale[, dbias])
+// (dy, x, scale, [addend]) → (dx [+ addend], dscale[, dbias][, dx's copy])
 int64_t layernorm_grad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
   const Shape& x = in[1].shape;
   const int64_t axis = node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);
   const int64_t h = split_at(x, axis).second, ds_n = out[1].numel();
   return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
     if constexpr (kIsFloatStorage<T>) {
-      const LayernormGradScratch<typename Compute<T>::type> scratch(ws, split_at(x, axis).first, h, ds_n, out.size() > 2);
+      const LayernormGradScratch<typename Compute<T>::type> scratch(ws, split_at(x, axis).first, h, ds_n, node.attrs.get_int("bias_grad", 0) != 0);
       (void)scratch;
     }
   });

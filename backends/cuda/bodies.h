@@ -849,12 +849,23 @@ struct LayernormRow {
   }
 };
 
+// A gradient read in its own float storage, widened as a cast widens it: an f32 parameter's
+// update may read a bf16 or f16 gradient (passes/update_grad_casts.h), and so may an f32
+// layernorm_grad its dy (passes/layernorm_grad_casts.h).
+struct GradientIn {
+  const void* data;
+  DType dtype;
+  MEMC_HD float operator[](int64_t i) const { return ld_f32(data, dtype, i); }
+};
+
+
 // layernorm_grad, per row: dx, and the row's mean and 1/std for the scale gradient's columns.
 // As LayernormRow, a thread's row here and a warp's on a device, through the same pieces.
-// With an addend, dx is rounded to T, then the addend added as the add kernel adds.
+// With an addend, dx is rounded to T, then the addend added as the add kernel adds. With
+// `copy`, dx is stored a second time in copy_type (16 bits, from f32), as a cast stores it.
 template <typename T>
 struct LayernormGradRow {
-  const T* dy;
+  GradientIn dy;  // T, or for an f32 x its 16-bit form (passes/layernorm_grad_casts.h)
   const T* x;
   const T* scale;
   T* dx;
@@ -863,14 +874,18 @@ struct LayernormGradRow {
   double eps;
   Strided scale_map;
   const T* addend = nullptr;  // [rows, h], or null
+  void* copy = nullptr;       // [rows, h] of copy_type, or null
+  DType copy_type = DType::kBF16;
   MEMC_HD int64_t cols() const { return h; }
   MEMC_HD float xv(int64_t r, int64_t j) const { return ld(x + r * h, j); }
-  MEMC_HD float gv(int64_t r, int64_t j) const { return ld(dy + r * h, j) * ld(scale, scale_map.offset(j)); }
+  MEMC_HD float gv(int64_t r, int64_t j) const { return dy[r * h + j] * ld(scale, scale_map.offset(j)); }
   MEMC_HD float inv_std(float square) const { return 1.f / std::sqrt(square / static_cast<float>(h) + static_cast<float>(eps)); }
   // dx from the row's mean, 1/std and the means of g and g·x̂.
   MEMC_HD void store(int64_t r, int64_t j, float mean, float inv, float mean_g, float mean_gx) const {
     const float xhat = (xv(r, j) - mean) * inv, v = inv * (gv(r, j) - mean_g - xhat * mean_gx);
-    st(dx + r * h, j, addend ? as_stored<T>(v) + ld(addend + r * h, j) : v);
+    const float value = addend ? as_stored<T>(v) + ld(addend + r * h, j) : v;
+    st(dx + r * h, j, value);
+    if (copy) st_f32(copy, copy_type, r * h + j, as_stored<T>(value));
   }
   MEMC_HD void operator()(int64_t r) const {
     float sum = 0;
@@ -900,7 +915,7 @@ inline int64_t layernorm_partials(int64_t rows) { return (rows + kLayernormRowsP
 // With `partial_bias`, the bias gradient's partials Σ dy alongside, in the same order.
 template <typename T>
 struct LayernormGradScalePartial {
-  const T* dy;
+  GradientIn dy;  // T, or for an f32 x its 16-bit form (passes/layernorm_grad_casts.h)
   const T* x;
   const float* stats;
   float* partial;  // [partials, h]
@@ -911,7 +926,7 @@ struct LayernormGradScalePartial {
     const int64_t end = (p + 1) * kLayernormRowsPerPartial < rows ? (p + 1) * kLayernormRowsPerPartial : rows;
     float s = 0, b = 0;
     for (int64_t r = p * kLayernormRowsPerPartial; r < end; ++r) {
-      const float g = ld(dy, r * h + j);
+      const float g = dy[r * h + j];
       s += g * ((ld(x, r * h + j) - stats[2 * r]) * stats[2 * r + 1]);
       b += g;
     }
@@ -1042,14 +1057,6 @@ struct StepScalars {
     a.set_step(step_value());
     return a;
   }
-};
-
-// The gradient an update reads, in its own float storage: an f32 parameter's update may read a
-// bf16 or f16 gradient, widened as a cast widens it (passes/update_grad_casts.h).
-struct GradientIn {
-  const void* data;
-  DType dtype;
-  MEMC_HD float operator[](int64_t i) const { return ld_f32(data, dtype, i); }
 };
 
 // Adam(W) on one element (AdamStep, backends/kernel_math.h).

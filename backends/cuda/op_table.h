@@ -153,7 +153,7 @@ inline int64_t kernel_scratch_bytes(const Node& node, std::span<const TensorType
     const Shape& x = in[1].shape;
     const int64_t axis = node.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);
     const int64_t h = numel(Shape(x.begin() + axis, x.end()));
-    return layernorm_grad_scratch(h ? numel(x) / h : 0, h, out[1].numel(), out.size() > 2);
+    return layernorm_grad_scratch(h ? numel(x) / h : 0, h, out[1].numel(), node.attrs.get_int("bias_grad", 0) != 0);
   }
   if (op == "gather_grad" || op == "gather_elements_grad") return out[0].dtype == DType::kF32 ? 0 : scratch_piece(out[0].numel() * 4);
   if (op == "softmax_cross_entropy") return scratch_piece(in[0].shape[0] * 8);

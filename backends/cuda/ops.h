@@ -579,7 +579,13 @@ Status layernorm_grad_op(KernelContext& ctx, R& run) {
   const Shape normalized(x.shape().begin() + axis, x.shape().end());
   const int64_t h = numel(normalized), rows = h ? x.numel() / h : 0;
   const int64_t ds_n = ctx.outputs[1]->numel();
-  const bool bias = ctx.outputs.size() > 2 && ctx.outputs[2];
+  // dbias, and dx's 16-bit copy (the last output; passes/layernorm_grad_casts.h)
+  const bool bias = ctx.node.attrs.get_int("bias_grad", 0) && ctx.outputs.size() > 2 && ctx.outputs[2];
+  Tensor* copy = ctx.node.attrs.has("dx_copy") ? ctx.outputs.back() : nullptr;
+  const DType dy_type = ctx.inputs[0]->dtype();
+  if (dy_type != x.dtype() && !(x.dtype() == DType::kF32 && is_16bit_float(dy_type))) return unsupported(ctx, str_cat("dy of dtype ", dtype_name(dy_type)));
+  if (copy && !(x.dtype() == DType::kF32 && is_16bit_float(copy->dtype()))) return unsupported(ctx, str_cat("a dx copy of dtype ", dtype_name(copy->dtype())));
+  const GradientIn dy{ctx.inputs[0]->raw(), dy_type};
   if (bias && ds_n != h) return unsupported(ctx, "a bias gradient with scale broadcast from fewer elements");
   MEMC_ASSIGN_OR_RETURN(const Strided scale_map, param_map(ctx, 2, normalized));
   const double eps = ctx.node.attrs.get_float("eps", 1e-5);
@@ -587,14 +593,16 @@ Status layernorm_grad_op(KernelContext& ctx, R& run) {
   MEMC_ASSIGN_OR_RETURN(float* stats, scratch.take<float>(ctx, rows * 2));
   return dispatch_float(ctx, x.dtype(), [&]<typename T>() -> Status {
     MEMC_RETURN_IF_ERROR(
-        run(LayernormGradRow<T>{in<T>(ctx, 0), in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), stats, h, eps, scale_map, in<T>(ctx, 3)}, rows));
+        run(LayernormGradRow<T>{dy, in<T>(ctx, 1), in<T>(ctx, 2), out<T>(ctx, 0), stats, h, eps, scale_map, in<T>(ctx, 3),
+                                copy ? copy->raw() : nullptr, copy ? copy->dtype() : DType::kBF16},
+            rows));
     const int64_t partials = layernorm_partials(rows);
     MEMC_ASSIGN_OR_RETURN(float* partial, scratch.take<float>(ctx, partials * h));
     float* partial_bias = nullptr;
     if (bias) {
       MEMC_ASSIGN_OR_RETURN(partial_bias, scratch.take<float>(ctx, partials * h));
     }
-    MEMC_RETURN_IF_ERROR(run(LayernormGradScalePartial<T>{in<T>(ctx, 0), in<T>(ctx, 1), stats, partial, rows, h, partial_bias}, partials * h));
+    MEMC_RETURN_IF_ERROR(run(LayernormGradScalePartial<T>{dy, in<T>(ctx, 1), stats, partial, rows, h, partial_bias}, partials * h));
     if (ds_n == h) return run(LayernormGradScale<T>{partial, out<T>(ctx, 1), nullptr, partials, h, partial_bias, out<T>(ctx, 2)}, h);
     MEMC_ASSIGN_OR_RETURN(float* acc, scratch.take<float>(ctx, h));
     MEMC_RETURN_IF_ERROR(run(LayernormGradScale<T>{partial, nullptr, acc, partials, h}, h));

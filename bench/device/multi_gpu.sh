@@ -39,7 +39,10 @@ export NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-4}
 memc=$root/bin/memc
 echo "binaries of commit $(cat "$root/COMMIT"); $(date -u +%FT%TZ)"
 if [[ $device == cuda ]]; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "no GPU: nothing measured"; exit 0; }
+  gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1) && [[ -n $gpu ]] ||
+    { echo "no GPU: nothing measured"; exit 0; }
+  echo "$gpu"
+  case $gpu in *H100*) target=h100 ;; *A100*) target=a100 ;; esac  # the plans' target: the card lent
   $py -c 'import torch; print("torch", torch.__version__, "NCCL", ".".join(map(str, torch.cuda.nccl.version())))'
 fi
 "$root/mpi/usr/bin/orterun" --version | head -1

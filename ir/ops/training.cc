@@ -64,6 +64,11 @@ void register_training_ops(OpRegistry& r) {
   // with dscale's partials (passes/layernorm_bias_grad.h); scale then spans the normalized dims.
   r.add({.name = "layernorm_grad", .min_inputs = 3, .max_inputs = 4, .num_outputs = -1,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+           const TensorType &dy = c.inputs[0], &x = c.inputs[1];
+           const bool narrow_dy = x.dtype == DType::kF32 && is_16bit_float(dy.dtype);  // passes/layernorm_grad_casts.h
+           if (dy.shape != x.shape || (dy.dtype != x.dtype && !narrow_dy)) {
+             return Status::BadInput(str_cat("dy ", type_str(dy), " is not x's type ", type_str(x), " (nor its 16-bit form, for f32 x)"));
+           }
            if (c.inputs.size() == 4 && c.inputs[3] != c.inputs[1]) {
              return Status::BadInput(str_cat("the addend ", type_str(c.inputs[3]), " is not x's type ", type_str(c.inputs[1])));
            }
@@ -77,10 +82,18 @@ void register_training_ops(OpRegistry& r) {
              }
              out.push_back(c.inputs[2]);
            }
+           if (c.node.attrs.has("dx_copy")) {
+             const std::string name = c.node.attrs.get_string("dx_copy", "");
+             const std::optional<DType> copy = parse_dtype(name);
+             if (x.dtype != DType::kF32 || !copy || !is_16bit_float(*copy)) {
+               return Status::BadInput(str_cat("dx_copy \"", name, "\" needs f32 x ", type_str(x), " and bf16 or f16"));
+             }
+             out.push_back(TensorType{*copy, x.shape});
+           }
            return Status::Ok();
          },
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 12 * in[1].numel(); },
-         .doc = "(dy, x, scale, [addend]) → (dx [+ addend], dscale[, dbias]) {axis, eps, bias_grad}"});
+         .doc = "(dy, x, scale, [addend]) → (dx [+ addend], dscale[, dbias][, dx as dx_copy]) {axis, eps, bias_grad, dx_copy}"});
   r.add({.name = "gather_grad", .min_inputs = 2, .max_inputs = 2,
          .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));

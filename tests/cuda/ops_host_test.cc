@@ -23,6 +23,7 @@
 #include "passes/add_layernorm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/layernorm_bias_grad.h"
+#include "passes/layernorm_grad_casts.h"
 #include "passes/liveness.h"
 #include "passes/narrow_transposes.h"
 #include "passes/update_grad_casts.h"
@@ -578,11 +579,7 @@ struct FusedChain {
   int steps;
 };
 
-ValueId emit(Module& m, const std::string& op, std::vector<ValueId> in, Attrs attrs = {}) {
-  auto out = m.add_node(op, std::move(in), std::move(attrs));
-  EXPECT_TRUE(out.ok()) << op << ": " << out.status().message();
-  return out.ok() ? out->front() : kNoValue;
-}
+using testing::emit;
 
 std::vector<FusedChain> fused_chains() {
   std::vector<FusedChain> chains;
@@ -1085,6 +1082,108 @@ TEST(CudaAddLayernorm, OnTheGpuEqualsTheUnfusedKernelsBitForBit) {
         ASSERT_EQ(got.size(), 4u);
         for (size_t k = 0; k < 4; ++k) EXPECT_EQ(std::memcmp(got[k].raw(), want[k].raw(), want[k].nbytes()), 0) << "output " << k;
       }
+    }
+  }
+}
+
+// layernorm_grad_casts (passes/layernorm_grad_casts.h): an f32 layernorm_grad whose dy is a
+// 16-bit value widened by a cast, and whose dx a cast narrows (dx itself returned too, as the
+// residual stream's gradient is read on), with and without the addend and the bias gradient. One
+// case: the module, its rewrite, what the pass reports, and random feeds.
+struct GradCastsCase {
+  Module plain, fused;
+  int64_t widened = 0, narrowed = 0;
+  std::map<std::string, Tensor> feeds;
+};
+GradCastsCase grad_casts_case(DType half, const Shape& shape, bool addend, bool bias, bool widen, bool narrow) {
+  GradCastsCase c;
+  Module& plain = c.plain;
+  const Shape row = {shape.back()};
+  const ValueId d16 = plain.add_argument("dy", TensorType{widen ? half : DType::kF32, shape}, Role::kInput);
+  const ValueId x = plain.add_argument("x", TensorType{DType::kF32, shape}, Role::kInput);
+  const ValueId scale = plain.add_argument("scale", TensorType{DType::kF32, row}, Role::kInput);
+  const ValueId d = plain.add_argument("d", TensorType{DType::kF32, shape}, Role::kInput);
+  const ValueId dy = widen ? emit(plain, "cast", {d16}, make_attrs({{"to", std::string("f32")}})) : d16;
+  std::vector<ValueId> inputs = {dy, x, scale};
+  if (addend) inputs.push_back(d);
+  Attrs attrs = make_attrs({{"axis", static_cast<int64_t>(shape.size()) - 1}, {"eps", 1e-5}});
+  if (bias) attrs.set("bias_grad", int64_t{1});
+  auto grads = plain.add_node("layernorm_grad", inputs, attrs);
+  EXPECT_TRUE(grads.ok()) << grads.status().message();
+  if (!grads.ok()) return c;
+  std::vector<ValueId> outputs = *grads;
+  if (narrow) outputs.push_back(emit(plain, "cast", {grads->at(0)}, make_attrs({{"to", std::string(dtype_name(half))}})));
+  plain.set_outputs(outputs);
+  c.fused = plain;
+  auto report = LayernormGradCasts().run(c.fused);
+  EXPECT_TRUE(report.ok()) << report.status().message();
+  if (report.ok()) c.widened = report->get("widened"), c.narrowed = report->get("narrowed");
+  std::mt19937 rng(29);
+  c.feeds["dy"] = testing::random_tensor(widen ? half : DType::kF32, shape, rng, -3, 3);
+  c.feeds["x"] = testing::random_tensor(DType::kF32, shape, rng, -3, 3);
+  c.feeds["scale"] = testing::random_tensor(DType::kF32, row, rng, 0.5, 1.5);
+  c.feeds["d"] = testing::random_tensor(DType::kF32, shape, rng, -3, 3);
+  return c;
+}
+
+// Every output (dx, dscale, dbias, the 16-bit copy) equals the unfused ops' bit for bit on the
+// CPU kernels and the CUDA host runner, and the casts are gone.
+TEST(CudaLayernormGradCasts, CastsAtTheEdgesBitForBit) {
+  for (const DType half : {DType::kBF16, DType::kF16}) {
+    for (const bool addend : {false, true}) {
+      for (const bool bias : {false, true}) {
+        for (const auto [widen, narrow] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+          SCOPED_TRACE(str_cat(dtype_name(half), addend ? ", addend" : "", bias ? ", bias" : "", widen ? ", 16-bit dy" : "",
+                               narrow ? ", 16-bit dx copy" : ""));
+          const GradCastsCase c = grad_casts_case(half, {5, 7, 40}, addend, bias, widen, narrow);
+          EXPECT_EQ(c.widened, widen);
+          EXPECT_EQ(c.narrowed, narrow);
+          EXPECT_EQ(testing::count_op(c.fused, "cast"), 0);
+          expect_same_bits(c.plain, c.fused, c.feeds);
+        }
+      }
+    }
+  }
+}
+
+// A widening cast that something else reads too stays (the f32 dy is written anyway), and so does
+// its layernorm_grad's dy; a cast of dx beside other readers still joins.
+TEST(CudaLayernormGradCasts, ACastReadElsewhereStays) {
+  const Shape shape = {4, 24}, row = {24};
+  Module plain;
+  const ValueId d16 = plain.add_argument("dy", TensorType{DType::kBF16, shape}, Role::kInput);
+  const ValueId x = plain.add_argument("x", TensorType{DType::kF32, shape}, Role::kInput);
+  const ValueId scale = plain.add_argument("scale", TensorType{DType::kF32, row}, Role::kInput);
+  const ValueId dy = emit(plain, "cast", {d16}, make_attrs({{"to", std::string("f32")}}));
+  auto grads = plain.add_node("layernorm_grad", {dy, x, scale}, make_attrs({{"axis", int64_t{1}}}));
+  ASSERT_TRUE(grads.ok()) << grads.status().message();
+  const ValueId copy = emit(plain, "cast", {grads->at(0)}, make_attrs({{"to", std::string("bf16")}}));
+  plain.set_outputs({emit(plain, "exp", {dy}), grads->at(0), grads->at(1), copy, emit(plain, "neg", {grads->at(0)})});
+  Module fused = plain;
+  auto report = LayernormGradCasts().run(fused);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->get("widened"), 0);
+  EXPECT_EQ(report->get("narrowed"), 1);
+  EXPECT_EQ(testing::count_op(fused, "cast"), 1);
+  std::mt19937 rng(30);
+  expect_same_bits(plain, fused, {{"dy", testing::random_tensor(DType::kBF16, shape, rng, -2, 2)},
+                                  {"x", testing::random_tensor(DType::kF32, shape, rng, -2, 2)},
+                                  {"scale", testing::random_tensor(DType::kF32, row, rng, 0.5, 1.5)}});
+}
+
+// The same on a card (bench/device_check.sh runs *OnTheGpu*): the warp-per-row kernels of the
+// rewritten and the unfused ops through the planned executor, at ViT-B's rows and a ragged 40.
+TEST(CudaLayernormGradCasts, OnTheGpuEqualsTheUnfusedKernelsBitForBit) {
+  auto gpu = open_backend("cuda:0");
+  if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status().message();
+  for (const Shape& shape : {Shape{8, 197, 768}, Shape{5, 7, 40}}) {
+    for (const bool addend : {false, true}) {
+      SCOPED_TRACE(str_cat(shape_str(shape), addend ? ", addend" : ""));
+      const GradCastsCase c = grad_casts_case(DType::kBF16, shape, addend, true, true, true);
+      const std::vector<Tensor> want = run_planned(**gpu, c.plain, c.feeds), got = run_planned(**gpu, c.fused, c.feeds);
+      ASSERT_EQ(want.size(), 4u);
+      ASSERT_EQ(got.size(), 4u);
+      for (size_t k = 0; k < 4; ++k) EXPECT_EQ(std::memcmp(got[k].raw(), want[k].raw(), want[k].nbytes()), 0) << "output " << k;
     }
   }
 }
