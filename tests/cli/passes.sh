@@ -126,9 +126,9 @@ assert c["breakdown"]["workspace"] < 1 << 20, c["breakdown"]
 # the arena: as the CPU plan, but for the GPU rewrites (layernorm_bias_grad writes the 5 layernorm
 # bias gradients, 32 f32 each, when the layernorm gradient runs, earlier than their reduce_sum;
 # concat_gather_grads writes the packed q/k/v gradient as one concat, not three full-size
-# gather gradients added: 64 B lower here)
+# gather gradients added: 64 B lower here, on every CPU)
 arena = lambda p: p["predicted_peak_bytes"] - p["breakdown"]["workspace"]
-assert -1024 <= arena(h) - arena(c) <= 5 * 128, (arena(h), arena(c))
+assert -64 <= arena(h) - arena(c) <= 5 * 128, (arena(h), arena(c))
 ' "$TMP/h.json" "$TMP/one.json" && pass "--target h200 plans the CUDA kernels' workspace (cuBLASLt's 32 MiB + attention's score chunks); the arena is the CPU plan's but for its rewrites" || fail "h200 workspace"
 $MEMC compile models/vit_tiny.onnx --batch 16 --budget 34.5MB --explain --target h200 -o "$TMP/e.plan" >"$TMP/e.out" 2>"$TMP/err" || fail "explain: $(cat "$TMP/err")"
 grep -q "^ladder " "$TMP/e.out" && grep -q "^pareto " "$TMP/e.out" && grep -q "<- chosen" "$TMP/e.out" && grep -q "on h200" "$TMP/e.out" \
