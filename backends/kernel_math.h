@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -143,22 +144,6 @@ struct QuantMap {
     }
     return nearest(lo, x);
   }
-  // out[i] = encode(x[i]) for i < n: the same halving for a group of values in lockstep, so the
-  // groups' steps are independent (each encode's steps form one chain of dependent loads) and
-  // GCC can vectorize them as gathers.
-  void encode_many(const float* x, uint8_t* out, int64_t n) const {
-    constexpr int kGroup = 16;
-    for (int64_t i0 = 0; i0 < n; i0 += kGroup) {
-      const int len = static_cast<int>(n - i0 < kGroup ? n - i0 : kGroup);
-      int lo[kGroup] = {};
-      for (int k = count; k > 1;) {
-        const int half = k / 2;
-        for (int e = 0; e < len; ++e) lo[e] = sorted_value[lo[e] + half] < x[i0 + e] ? lo[e] + half : lo[e];
-        k -= half;
-      }
-      for (int e = 0; e < len; ++e) out[i0 + e] = nearest(lo[e], x[i0 + e]);
-    }
-  }
   // The code of the nearest value, from where the halving ended (`last`: the first sorted value
   // ≥ x is there or right after it): the nearer of the two sorted values around x.
   MEMC_HD uint8_t nearest(int last, float x) const {
@@ -167,6 +152,55 @@ struct QuantMap {
     if (lo == 0) return sorted_code[0];
     return (x - sorted_value[lo - 1]) <= (sorted_value[lo] - x) ? sorted_code[lo - 1] : sorted_code[lo];
   }
+};
+
+// QuantMap's encode for many values on the host, by a table instead of the halving: floats that
+// share their top 16 bits (sign, exponent, 7 mantissa bits) share the first sorted value ≥ the
+// smallest of them, so each value starts there and steps past the sorted values below it: at
+// most as many as one bucket holds (steps(); the dynamic maps: 2). Then `nearest` as encode:
+// the same codes, NaN included.
+// The halving took 8 dependent loads per value, ~50 ns on a Xeon even 16 values in lockstep
+// (bench/journal/2026.md §34, §57); the table is 128 KiB.
+class QuantIndex {
+ public:
+  explicit QuantIndex(const QuantMap& map) : map_(map), first_(size_t{1} << 16) {
+    std::fill(std::begin(padded_), std::end(padded_), INFINITY);  // past the last value: never below x
+    std::copy(map.sorted_value, map.sorted_value + map.count, padded_);
+    for (uint32_t key = 0; key < (1u << 16); ++key) {
+      // The bucket's smallest and largest floats: the low bits clear and set for a positive
+      // sign, set and clear for a negative one.
+      const bool negative = key & 0x8000u;
+      const float least = from_bits(key << 16 | (negative ? 0xFFFFu : 0u)), most = from_bits(key << 16 | (negative ? 0u : 0xFFFFu));
+      int i = 0, inside = 0;
+      while (i < map.count && map.sorted_value[i] < least) ++i;
+      for (int j = i; j < map.count && map.sorted_value[j] <= most; ++j) ++inside;
+      first_[key] = static_cast<uint16_t>(i);
+      steps_ = std::max(steps_, inside);
+    }
+  }
+  uint8_t encode(float x) const {
+    if (x != x) return map_.nearest(0, x);  // NaN: where the halving ends (an infinity's bucket holds NaNs too)
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    int first = first_[bits >> 16];
+    while (padded_[first] < x) ++first;  // steps() at most; +∞ ends it
+    return map_.nearest(first > 0 ? first - 1 : 0, x);
+  }
+  void encode_many(const float* x, uint8_t* out, int64_t n) const {
+    for (int64_t i = 0; i < n; ++i) out[i] = encode(x[i]);
+  }
+  int steps() const { return steps_; }  // the most sorted values one bucket holds
+
+ private:
+  static float from_bits(uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  QuantMap map_;
+  std::vector<uint16_t> first_;  // by a float's top 16 bits: the first sorted value ≥ any float there
+  float padded_[256 + 8];        // the sorted values, then +∞ (a scan never runs past the end)
+  int steps_ = 0;
 };
 
 }  // namespace memc

@@ -91,7 +91,7 @@ Plan compile_vit(const std::string& offload, const std::string& target = "cpu", 
   options.offload = *parse_offload_level(offload);
   options.target = target;
   options.patch_gemm = options.bias_grad_gemm = options.update_grad_casts = options.narrow_transposes = gpu_rewrites;
-  options.add_layernorm = options.layernorm_bias_grad = options.fuse_elementwise = gpu_rewrites;
+  options.add_layernorm = options.layernorm_bias_grad = options.layernorm_grad_casts = options.fuse_elementwise = gpu_rewrites;
   options.gather_transposes = options.concat_gather_grads = gpu_rewrites;
   const std::string model = source_path("models/vit_tiny.onnx");
   auto plan = compile_model(model, model + ".plan", options);

@@ -57,6 +57,36 @@ TEST(Adam8bit, EncodeGivesTheNearestCode) {
   }
 }
 
+// The CPU kernel's table (QuantIndex) gives encode's code for every value above, for both ends of
+// every bucket of floats that share their top 16 bits (infinities and NaNs among them), and for
+// the floats either side of every sorted value: the same codes as the halving, not just as near.
+TEST(Adam8bit, TheTableEncodesAsTheHalving) {
+  for (const bool is_signed : {true, false}) {
+    const QuantMap map = QuantMap::dynamic(is_signed);
+    const QuantIndex index(map);
+    EXPECT_LE(index.steps(), 2);  // values at least 1/128 of themselves apart (the unsigned top decade: 0.9/128)
+    std::vector<float> xs = {-2.0f, 2.0f, 0.0f, -0.0f, 1e-9f, -1e-9f, std::nanf(""), -std::nanf("")};
+    for (uint32_t key = 0; key < (1u << 16); ++key) {
+      for (const uint32_t low : {0u, 0x7FFFu, 0xFFFFu}) {
+        const uint32_t bits = key << 16 | low;
+        float x;
+        std::memcpy(&x, &bits, sizeof x);
+        xs.push_back(x);
+      }
+    }
+    for (int i = 0; i < map.count; ++i) {
+      const float v = map.sorted_value[i];
+      xs.insert(xs.end(), {v, std::nextafter(v, -2.0f), std::nextafter(v, 2.0f)});
+      if (i + 1 < map.count) xs.push_back(v + (map.sorted_value[i + 1] - v) / 2);
+    }
+    std::vector<uint8_t> codes(xs.size());
+    index.encode_many(xs.data(), codes.data(), static_cast<int64_t>(xs.size()));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      ASSERT_EQ(codes[i], map.encode(xs[i])) << (is_signed ? "signed" : "unsigned") << " x = " << xs[i];
+    }
+  }
+}
+
 // Blocks run on parallel threads: three steps over 1,172 blocks (the last one partial) give the
 // same codes, block maxima and weights, bit for bit, on one thread and on two.
 TEST(Adam8bit, BlocksOnTwoThreadsEqualOneThreadBitForBit) {

@@ -181,6 +181,14 @@ const QuantMap& unsigned_map() {
   static const QuantMap map = QuantMap::dynamic(false);
   return map;
 }
+const QuantIndex& signed_index() {
+  static const QuantIndex index(signed_map());
+  return index;
+}
+const QuantIndex& unsigned_index() {
+  static const QuantIndex index(unsigned_map());
+  return index;
+}
 
 // adam8bit's scratch: each thread slot's decoded moments of one block, before they are encoded
 // against the block's new absmax.
@@ -205,6 +213,7 @@ Status adam8bit_kernel(KernelContext& ctx) {
   if (skipped(ctx, 8)) return Status::Ok();
   const AdamStep adam = adam_step(ctx, true, 6);
   const QuantMap &ms = signed_map(), &vs = unsigned_map();
+  const QuantIndex &m_codes = signed_index(), &v_codes = unsigned_index();
   return dispatch_float(ctx, ctx.inputs[0]->dtype(), [&]<typename T>() {
     const T* w = ctx.inputs[0]->data<T>();
     const T* g = ctx.inputs[1]->data<T>();
@@ -220,8 +229,8 @@ Status adam8bit_kernel(KernelContext& ctx) {
     const int64_t n = ctx.outputs[0]->numel(), blocks = (n + block - 1) / block;
     const AdamStep::Factors<float> factors = adam.factors<float>();
     // Blocks are independent (each has its own absmax), so they run on parallel threads, each
-    // block exactly as on one: the result does not depend on --threads. An element costs tens
-    // of nanoseconds (the code searches), so even one block of a few hundred is worth a thread.
+    // block exactly as on one: the result does not depend on --threads. Even one block of a few
+    // hundred elements is worth a thread.
     Workspace ws(ctx);
     const Adam8bitScratch scratch(ws, block, n);
     auto update = [&]<bool kDecoupled>() {
@@ -244,13 +253,13 @@ Status adam8bit_kernel(KernelContext& ctx) {
           // Normalized by the new maxima in place, then encoded (a zero block stays code 0).
           if (new_m_max > 0) {
             for (int64_t j = 0; j < len; ++j) m[j] /= new_m_max;
-            ms.encode_many(m, mq_out + b0, len);
+            m_codes.encode_many(m, mq_out + b0, len);
           } else {
             for (int64_t j = 0; j < len; ++j) mq_out[b0 + j] = 0;
           }
           if (new_v_max > 0) {
             for (int64_t j = 0; j < len; ++j) v[j] /= new_v_max;
-            vs.encode_many(v, vq_out + b0, len);
+            v_codes.encode_many(v, vq_out + b0, len);
           } else {
             for (int64_t j = 0; j < len; ++j) vq_out[b0 + j] = 0;
           }

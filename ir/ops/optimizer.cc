@@ -95,12 +95,13 @@ void register_optimizer_ops(OpRegistry& r) {
   r.add({.name = "adam_update", .min_inputs = 6, .max_inputs = 7, .num_outputs = 3, .flags = flags,
          .shape = update_shape(4, 3), .flops = per_element(14),
          .doc = "(w, g, m, v, lr, step[, skip]) → (w', m', v') as torch.optim.Adam/AdamW {beta1, beta2, eps, weight_decay, decoupled}"});
-  // adam8bit's FLOPs count the work its time is worth: encoding a moment is a search of 256
-  // codes, a chain of dependent loads, so an element took ≈ 47 ns on one Xeon core (bench/
-  // bench/journal/2026.md §34), 560 FLOPs at the CPU profile's rate for such ops (30 arithmetic ones had it
+  // adam8bit's FLOPs count the work its time is worth: decoding, updating and encoding two
+  // moments per element (encoding: a table lookup and a step or two among the 256 codes,
+  // backends/kernel_math.h QuantIndex), 360 FLOPs at the CPU profile's rate for such ops
+  // (bench/journal/2026.md §34, §57: the search it replaced took 560; 30 arithmetic ones had it
   // at a twentieth of its measured time).
   r.add({.name = "adam8bit_update", .min_inputs = 8, .max_inputs = 9, .num_outputs = 5, .flags = flags, .shape = adam8bit_shape,
-         .flops = per_element(560),
+         .flops = per_element(360),
          .doc = "(w, g, m codes u8, m block absmax, v codes u8, v block absmax, lr, step[, skip]) → AdamW with block-wise "
                 "dynamically quantized 8-bit moments {beta1, beta2, eps, weight_decay, decoupled, block}"});
   r.add({.name = "adafactor_update", .min_inputs = 5, .max_inputs = 7, .num_outputs = -1, .flags = flags, .shape = adafactor_shape,
