@@ -50,6 +50,12 @@ const Node* only_reader(const Module& m, const std::vector<std::vector<NodeId>>&
   return reader && !is_output(m, v) ? reader : nullptr;
 }
 
+bool is_16bit_cast(const Module& m, const Node* n, bool narrowing) {
+  if (!n || n->dead || n->op != "cast" || n->inputs.size() != 1) return false;
+  const DType from = m.value(n->inputs[0]).type.dtype, to = m.value(n->outputs[0]).type.dtype;
+  return narrowing ? from == DType::kF32 && is_16bit_float(to) : is_16bit_float(from) && to == DType::kF32;
+}
+
 ValueId other_operand(const Node& n, ValueId known) {
   if (n.inputs.size() != 2) return kNoValue;
   if (n.inputs[0] == known) return n.inputs[1];

@@ -20,6 +20,9 @@ bool is_output(const Module& m, ValueId v);
 // The one live node that reads `v`, reading it once, where `v` is no output of the module;
 // nullptr otherwise (no reader, several, or a reader taking it twice).
 const Node* only_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v);
+// `n` is a live cast of one input between f32 and bf16/f16: narrowing (f32 → 16 bits) or widening
+// (16 bits → f32), as asked.
+bool is_16bit_cast(const Module& m, const Node* n, bool narrowing);
 // For a binary node with `known` as one operand, the other operand (kNoValue otherwise).
 ValueId other_operand(const Node& n, ValueId known);
 // Adds a node scheduled immediately before `anchor`; returns its outputs (empty on a shape error).

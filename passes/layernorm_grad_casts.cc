@@ -3,17 +3,6 @@
 #include "frontend/fusion_util.h"
 
 namespace memc {
-namespace {
-
-// A live cast of one tensor to the same shape, from a dtype `from` accepts to one `to` accepts.
-bool plain_cast(const Module& m, const Node* n, bool (*from)(DType), bool (*to)(DType)) {
-  if (!n || n->dead || n->op != "cast" || n->inputs.size() != 1 || n->outputs.size() != 1) return false;
-  const TensorType &in = m.value(n->inputs[0]).type, &out = m.value(n->outputs[0]).type;
-  return in.shape == out.shape && from(in.dtype) && to(out.dtype);
-}
-bool is_f32(DType t) { return t == DType::kF32; }
-
-}  // namespace
 
 Expected<PassReport> LayernormGradCasts::run(Module& m) {
   int64_t widened = 0, narrowed = 0;
@@ -24,11 +13,11 @@ Expected<PassReport> LayernormGradCasts::run(Module& m) {
     const std::vector<std::vector<NodeId>> users = m.users();
     // dy = cast(d16 → f32), read by this layernorm_grad alone.
     const Node* widen = fusion::producer(m, grad.inputs[0]);
-    if (!plain_cast(m, widen, is_16bit_float, is_f32) || fusion::only_reader(m, users, grad.inputs[0]) != &grad) widen = nullptr;
+    if (!fusion::is_16bit_cast(m, widen, false) || fusion::only_reader(m, users, grad.inputs[0]) != &grad) widen = nullptr;
     // A cast of dx to 16 bits (dx's other readers keep the f32 dx).
     const Node* narrow = nullptr;
     for (NodeId u : users[grad.outputs[0]]) {
-      if (!narrow && plain_cast(m, &m.node(u), is_f32, is_16bit_float)) narrow = &m.node(u);
+      if (!narrow && fusion::is_16bit_cast(m, &m.node(u), true)) narrow = &m.node(u);
     }
     if (!widen && !narrow) continue;
     std::vector<ValueId> inputs = grad.inputs;

@@ -5,13 +5,6 @@
 namespace memc {
 namespace {
 
-// A cast with one input, from and to the given dtype classes.
-bool is_cast(const Module& m, const Node* n, bool to_16bit) {
-  if (!n || n->op != "cast" || n->inputs.size() != 1) return false;
-  const DType from = m.value(n->inputs[0]).type.dtype, to = m.value(n->outputs[0]).type.dtype;
-  return to_16bit ? from == DType::kF32 && is_16bit_float(to) : is_16bit_float(from) && to == DType::kF32;
-}
-
 // Puts op0 on `input`, then op1 on its result, before node `at`; the result takes `replaced`'s
 // place and the `dead` nodes go. False where a node cannot be made (nothing changed then but an
 // unused node).
@@ -35,13 +28,13 @@ Expected<PassReport> NarrowTransposes::run(Module& m) {
     if (transpose.dead || transpose.op != "transpose" || transpose.inputs.size() != 1) continue;
     const std::vector<std::vector<NodeId>> users = m.users();
     const Node* after = fusion::only_reader(m, users, transpose.outputs[0]);
-    if (is_cast(m, after, true)) {  // transpose → narrowing cast: the cast first
+    if (fusion::is_16bit_cast(m, after, true)) {  // transpose → narrowing cast: the cast first
       const Node cast = *after, moved = transpose;  // copies: adding nodes may move them
       narrowed += swap_pair(m, t, moved.inputs[0], cast, moved, cast.outputs[0], {t, cast.id});
       continue;
     }
     const Node* before = fusion::producer(m, transpose.inputs[0]);
-    if (is_cast(m, before, false) && fusion::only_reader(m, users, transpose.inputs[0]) == &transpose) {  // widening cast → transpose
+    if (fusion::is_16bit_cast(m, before, false) && fusion::only_reader(m, users, transpose.inputs[0]) == &transpose) {  // widening cast → transpose
       const Node cast = *before, moved = transpose;
       widened += swap_pair(m, t, cast.inputs[0], moved, cast, moved.outputs[0], {t, cast.id});
     }

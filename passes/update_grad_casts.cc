@@ -10,9 +10,8 @@ bool reads_any_gradient(const Node& n) { return n.op == "sgd_update" || n.op == 
 // The widening cast (bf16/f16 → f32) whose result only `update` reads, as its gradient.
 const Node* widening_cast(const Module& m, const std::vector<std::vector<NodeId>>& users, const Node& update) {
   const ValueId g = update.inputs[1];
-  const Node* cast = fusion::producer_if(m, g, "cast");
-  if (!cast || cast->inputs.size() != 1 || m.value(g).type.dtype != DType::kF32) return nullptr;
-  if (!is_16bit_float(m.value(cast->inputs[0]).type.dtype)) return nullptr;
+  const Node* cast = fusion::producer(m, g);
+  if (!fusion::is_16bit_cast(m, cast, false)) return nullptr;
   return fusion::only_reader(m, users, g) == &update ? cast : nullptr;
 }
 

@@ -858,7 +858,6 @@ struct GradientIn {
   MEMC_HD float operator[](int64_t i) const { return ld_f32(data, dtype, i); }
 };
 
-
 // layernorm_grad, per row: dx, and the row's mean and 1/std for the scale gradient's columns.
 // As LayernormRow, a thread's row here and a warp's on a device, through the same pieces.
 // With an addend, dx is rounded to T, then the addend added as the add kernel adds. With
