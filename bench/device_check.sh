@@ -55,6 +55,43 @@ part "2. one training step of every committed model, GPU against CPU; a captured
 want 2 && "$root/bin/cuda_ops_host_test" --gtest_filter='*OnTheGpu*:CudaGraphs.*' --gtest_output="xml:$out/gpu_parity.xml" 2>&1 |
   grep -E "^\[(cuda|  FAILED|  SKIPPED|  PASSED| +OK)|Skipped|no GPU|Failure|Expected|actual" | grep -v "where GetParam"
 
+# Where a whole step on the GPU differs from the CPU's: which optional rewrites make it (the
+# steps' tests compile through ModelCompiler, so MEMC_DISABLE_PASSES reaches them). First every
+# one off; if the failing steps then pass, each is turned back on in turn and stays on where they
+# still pass. The rewrites left off go to $out/disabled_passes, which bench/gpu_speed.sh reads
+# (its timings are then of plans without them, and say so). Each try reruns only the failing
+# steps: seconds.
+if want 2 && [[ $gpu == yes ]]; then
+  failing=$(python3 - "$out/gpu_parity.xml" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    sys.exit(0)
+names = [f"{c.get('classname')}.{c.get('name')}" for c in root.iter("testcase") if c.find("failure") is not None]
+print(":".join(n for n in names if ".OnTheGpuMatchTheCpuBackend/" in n or n.startswith("CudaGraphs.")))
+EOF
+)
+  if [[ -n $failing ]]; then
+    rewrites=$(MEMC_DISABLE_PASSES='?' "$memc" compile models/vit_tiny.onnx --batch 2 -o /tmp/none.plan 2>&1 | sed -n 's/.*these are: //p' | tr -d ' ')
+    steps_pass() { MEMC_DISABLE_PASSES=$1 "$root/bin/cuda_ops_host_test" --gtest_filter="$failing" >/tmp/bisect.log 2>&1; }
+    echo "steps differing from the CPU: ${failing//:/ }"
+    if [[ -z $rewrites ]]; then
+      echo "no list of optional rewrites from memc: not bisected"
+    elif ! steps_pass "$rewrites"; then
+      echo "with every optional rewrite off ($rewrites) they still differ: a kernel, not a rewrite (the node checks above name it)"
+    else
+      off=$rewrites
+      for r in ${rewrites//,/ }; do
+        trial=$(echo ",$off," | sed "s/,$r,/,/; s/^,//; s/,$//")
+        steps_pass "$trial" && off=$trial
+      done
+      echo "the steps match the CPU with these rewrites off: ${off:-none (flaky?)}"
+      echo "$off" >"$out/disabled_passes"
+    fi
+  fi
+fi
+
 part "3. cuDNN attention graphs"
 if ! want 3; then
   echo "skipped: not in PARTS"

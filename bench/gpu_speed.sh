@@ -70,6 +70,12 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 wheel_libs=$($py -c 'import glob, os, nvidia; print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null)
 export LD_LIBRARY_PATH="$root/lib:${wheel_libs}:$(dirname "$(dirname "$nvcc")")/lib64:${LD_LIBRARY_PATH:-}"
 memc=$root/bin/memc
+# Optional rewrites that bench/device_check.sh found to make a step differ from the CPU's (its
+# $OUT/disabled_passes, in the same call) stay off here too: plans without them, said in the header.
+if [[ -z ${MEMC_DISABLE_PASSES:-} && -s $out/disabled_passes ]]; then
+  export MEMC_DISABLE_PASSES=$(cat "$out/disabled_passes")
+fi
+[[ -n ${MEMC_DISABLE_PASSES:-} ]] && echo "optional rewrites off (MEMC_DISABLE_PASSES): $MEMC_DISABLE_PASSES"
 echo "binaries of commit $(cat "$root/COMMIT"); working tree $(git rev-parse HEAD 2>/dev/null || echo '?'); $(date -u +%FT%TZ)"
 gpu=cpu
 if [[ $device == cuda ]]; then
@@ -494,9 +500,10 @@ header=$($py -c 'import json, sys; a = sys.argv[1:]; print(json.dumps({
   "mfu": "flops_per_step (memc compile --json; with --remat it counts the recomputed forward) / step seconds / peak_flops[precision]; remat rows add mfu_model_flops, with the flops of the same row without remat",
   "memc": "memc compile --target T --optimizer adamw --lr 1e-3 --epochs 3 [flags]; memc run --epochs STEPS on one batch of data; memc_ms = median of steps 3.. less the copy-in",
   "torch": None, "settings": {"steps": int(a[6]), "warmup": int(a[7]), "runs": int(a[8]), "compile_scope": a[9],
-  "compile_timeout_s": int(a[10]), "budget_s": int(a[11]), "elapsed_s": int(a[12]), "tf32": False}}))' \
+  "compile_timeout_s": int(a[10]), "budget_s": int(a[11]), "elapsed_s": int(a[12]), "tf32": False,
+  "disabled_passes": a[13] or None}}))' \
   "$(date -u +%FT%TZ)" "$device" "$gpu" "$(cat "$root/COMMIT")" "$(git rev-parse HEAD 2>/dev/null || echo '?')" "$target" \
-  "$steps" "$warmup" "$runs" "$scope" "$ctimeout" "$budget" "$((SECONDS - t0))")
+  "$steps" "$warmup" "$runs" "$scope" "$ctimeout" "$budget" "$((SECONDS - t0))" "${MEMC_DISABLE_PASSES:-}")
 $py "$w/report.py" final "$out" "$header"
 # the cost model: measured profile, per category (profile runs) and per step (every memc row)
 $py - "$out" "$w" "$profile" <<'EOF2'
@@ -509,6 +516,14 @@ for path in sorted(glob.glob(f"{w}/*.profile.json")):
     p = json.load(open(path)).get("op_profile") or {}
     meas, est = p.get("category_ms_per_step", {}), p.get("estimated_category_ms_per_step", {})
     cm["categories"][tag] = {k: {"measured_ms": meas.get(k), "estimated_ms": est.get(k)} for k in sorted(set(meas) | set(est))}
+    # each op's rate (memc run --profile --json: the plan's bytes and FLOPs per step over its time):
+    # which kernels sit below the card's bandwidth or GEMM peak, the next work's list
+    ops = sorted(p.get("ops", []), key=lambda o: -o.get("ms_per_step", 0))
+    cm.setdefault("ops", {})[tag] = [{k: o.get(k) for k in ("op", "category", "ms_per_step", "calls", "gb_per_s", "tflop_per_s",
+                                                              "estimated_ms_per_step")} for o in ops]
+    print(f"\nops, {tag}: ms a step, GB/s moved, TFLOP/s")
+    for o in ops[:24]:
+        print(f"  {o['op']:26s} {o.get('ms_per_step', 0):8.3f} ms {o.get('gb_per_s') or 0:8.0f} GB/s {o.get('tflop_per_s') or 0:8.2f} TFLOP/s")
     print(f"\ncost model, {tag} (estimates from the measured profile; target: each category within 25 %)")
     for k, v in cm["categories"][tag].items():
         m, e = v["measured_ms"], v["estimated_ms"]

@@ -64,9 +64,9 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) { return o.attention == AttentionKernel::kTiled; },
        [](O o) -> std::unique_ptr<Pass> { return std::make_unique<AttentionPass>(o.attention_layouts); }},
       {"patch_gemm", "stride-equals-kernel convolutions become patches and one GEMM (GPU targets)", PassStage::kForward,
-       [](O o) { return o.patch_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<PatchGemm>(); }},
+       [](O o) { return o.patch_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<PatchGemm>(); }, true},
       {"gather_transposes", "gathers of a slice a transpose moved read the untransposed tensor (GPU targets)", PassStage::kForward,
-       [](O o) { return o.gather_transposes; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<GatherTransposes>(); }},
+       [](O o) { return o.gather_transposes; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<GatherTransposes>(); }, true},
       {"precision", "retypes the forward for --precision", PassStage::kForward, [](O) { return true; },
        [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Precision>(Precision::Options{.mode = o.precision}); }},
       {"training_step", "loss, autodiff, micro-batching, remat, sharding and the optimizer", PassStage::kTraining, [](O) { return true; },
@@ -77,25 +77,25 @@ const std::vector<PassInfo>& registered_passes() {
        }},
       {"concat_gather_grads", "gather gradients that fill every slice of an axis become one concat (GPU targets)",
        PassStage::kTraining, [](O o) { return o.concat_gather_grads; },
-       [](O) -> std::unique_ptr<Pass> { return std::make_unique<ConcatGatherGrads>(); }},
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<ConcatGatherGrads>(); }, true},
       {"bias_grad_gemm", "a linear layer's bias gradient inside its weight-gradient GEMM (GPU targets)", PassStage::kTraining,
-       [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }},
+       [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }, true},
       {"update_grad_casts", "a gradient's widening cast inside the optimizer update that reads it (GPU targets)", PassStage::kTraining,
-       [](O o) { return o.update_grad_casts; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<UpdateGradCasts>(); }},
+       [](O o) { return o.update_grad_casts; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<UpdateGradCasts>(); }, true},
       {"offload", "optimizer state and master weights to host memory (--offload)", PassStage::kTraining,
        [](O o) { return o.offload != OffloadLevel::kNone; }, [](O o) -> std::unique_ptr<Pass> { return std::make_unique<Offload>(o.offload); }},
       {"narrow_transposes", "transposes move 16-bit values: casts to 16 bits before them, from 16 bits after (GPU targets)",
        PassStage::kTraining, [](O o) { return o.narrow_transposes; },
-       [](O) -> std::unique_ptr<Pass> { return std::make_unique<NarrowTransposes>(); }},
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<NarrowTransposes>(); }, true},
       {"add_layernorm", "residual adds inside their layernorm, gradient adds inside layernorm_grad (GPU targets)", PassStage::kTraining,
-       [](O o) { return o.add_layernorm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AddLayernorm>(); }},
+       [](O o) { return o.add_layernorm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AddLayernorm>(); }, true},
       {"layernorm_bias_grad", "a layernorm's bias gradient inside its layernorm_grad (GPU targets)", PassStage::kTraining,
-       [](O o) { return o.layernorm_bias_grad; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<LayernormBiasGrad>(); }},
+       [](O o) { return o.layernorm_bias_grad; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<LayernormBiasGrad>(); }, true},
       {"layernorm_grad_casts", "a layernorm_grad reads its 16-bit dy and writes dx's 16-bit copy, where casts did (GPU targets)",
        PassStage::kTraining, [](O o) { return o.layernorm_grad_casts; },
-       [](O) -> std::unique_ptr<Pass> { return std::make_unique<LayernormGradCasts>(); }},
+       [](O) -> std::unique_ptr<Pass> { return std::make_unique<LayernormGradCasts>(); }, true},
       {"fuse_elementwise", "chains of elementwise ops as one kernel each (GPU targets)", PassStage::kTraining,
-       [](O o) { return o.fuse_elementwise; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<FuseElementwise>(); }},
+       [](O o) { return o.fuse_elementwise; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<FuseElementwise>(); }, true},
       {"schedule", "the node order with the lowest planned peak", PassStage::kTraining, [](O o) { return o.reschedule; },
        [](O o) -> std::unique_ptr<Pass> {
          Schedule::Options options;
@@ -126,12 +126,33 @@ std::string ir_dump_point_list() {
   return list;
 }
 
+std::vector<std::pair<std::string, std::string>> optional_rewrites() {
+  std::vector<std::pair<std::string, std::string>> rewrites;
+  for (const PassInfo& p : registered_passes()) {
+    if (p.optional) rewrites.emplace_back(p.name, p.description);
+  }
+  rewrites.emplace_back("attention_layouts", "attention reads q, k and v where the projections wrote them (the attention pass's layouts)");
+  rewrites.emplace_back("group_updates", "consecutive optimizer updates as one launch (the schedule's groups, GPU targets)");
+  return rewrites;
+}
+
+Status check_disabled_passes(const std::set<std::string>& names, std::string_view where) {
+  const auto rewrites = optional_rewrites();
+  for (const std::string& name : names) {
+    if (std::any_of(rewrites.begin(), rewrites.end(), [&](const auto& r) { return r.first == name; })) continue;
+    std::string list;
+    for (const auto& r : rewrites) list += (list.empty() ? "" : ", ") + r.first;
+    return Status::BadInput(str_cat(where, ": '", name, "' is not an optional pass; these are: ", list));
+  }
+  return Status::Ok();
+}
+
 std::string ir_dump_banner(std::string_view pass) { return str_cat("// -----// IR Dump After ", pass, " //----- //"); }
 
 PassPipeline PassPipeline::build(PassStage stage, const PipelineOptions& options) {
   PassPipeline pipeline;
   for (const PassInfo& p : registered_passes()) {
-    if (p.stage == stage && p.enabled(options)) pipeline.add(p.create(options));
+    if (p.stage == stage && p.enabled(options) && !options.disabled_passes.contains(std::string(p.name))) pipeline.add(p.create(options));
   }
   return pipeline;
 }

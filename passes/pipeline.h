@@ -10,8 +10,10 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "passes/attention.h"
@@ -74,6 +76,10 @@ struct PipelineOptions {
   // The schedule may issue prefetching starts early (zero3's gathers, streamed units' copies),
   // at up to one unit in flight each way; false: never (what a budget too tight for it needs).
   bool prefetch = true;
+  // Optional rewrites turned off by name (compile --disable-pass, or MEMC_DISABLE_PASSES;
+  // optional_rewrites()): a plan is correct without any of them, so one suspected on a new device
+  // is ruled out without a build. Checked by check_disabled_passes.
+  std::set<std::string> disabled_passes;
 };
 
 enum class PassStage { kForward, kTraining };
@@ -84,6 +90,8 @@ struct PassInfo {
   PassStage stage;
   bool (*enabled)(const PipelineOptions& options);
   std::unique_ptr<Pass> (*create)(const PipelineOptions& options);
+  // A rewrite the plan is correct without (a speed choice): --disable-pass may turn it off.
+  bool optional = false;
 };
 
 // In pipeline order.
@@ -93,6 +101,13 @@ const PassInfo* find_pass(std::string_view name);
 std::vector<std::string> ir_dump_points();
 // The same, as "import, strip_dropout, ...", for help and messages.
 std::string ir_dump_point_list();
+
+// What --disable-pass accepts, with each one's description: the optional registered passes and
+// two choices inside other passes ("attention_layouts": the attention pass's operand layouts;
+// "group_updates": the schedule's update groups, one launch each).
+std::vector<std::pair<std::string, std::string>> optional_rewrites();
+// BadInput naming the first of `names` that optional_rewrites() lacks, and listing them.
+Status check_disabled_passes(const std::set<std::string>& names, std::string_view where);
 
 // "// -----// IR Dump After NAME //----- //"
 std::string ir_dump_banner(std::string_view pass);

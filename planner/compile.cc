@@ -1,8 +1,11 @@
 #include "planner/compile.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <set>
+#include <string_view>
 
 #include "backends/backend.h"
 #include "passes/memory_plan.h"
@@ -72,9 +75,26 @@ ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
 // GPU targets: every layout in 16-bit precisions, which cuDNN reads through strides; in fp32 the
 // sequence-first one only, whose heads lie one stride apart for the GEMM path's batched
 // products ([B, T, H, E] would take one batched GEMM per sample).
+// The optional rewrites turned off: the options' and MEMC_DISABLE_PASSES's (a comma list, so a
+// device script, a test binary or the Python package can rule a rewrite out without a flag).
+static std::set<std::string> disabled_passes(const CompileOptions& options) {
+  std::set<std::string> names = options.disabled_passes;
+  if (const char* env = std::getenv("MEMC_DISABLE_PASSES")) {
+    for (std::string_view rest = env; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      const std::string_view name = rest.substr(0, comma);
+      if (!name.empty()) names.emplace(name);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+  return names;
+}
+
+static bool disabled(const CompileOptions& options, const char* pass) { return disabled_passes(options).contains(pass); }
+
 static AttentionLayouts lays_out_attention(const CompileOptions& options) {
   const bool fp32 = options.precision == PrecisionKind::kFp32;
-  if (options.default_attention_layout) return AttentionLayouts::kNone;
+  if (options.default_attention_layout || disabled(options, "attention_layouts")) return AttentionLayouts::kNone;
   if (&planning_backend(options.target) == &cpu_backend()) return fp32 ? AttentionLayouts::kNone : AttentionLayouts::kAll;
   return fp32 ? AttentionLayouts::kSequenceFirst : AttentionLayouts::kAll;
 }
@@ -83,13 +103,13 @@ static AttentionLayouts lays_out_attention(const CompileOptions& options) {
 // im2col and a batched GEMM with a separate bias pass; or where the options ask for it (tests
 // compare it with the convolution on the CPU).
 static bool patch_gemm(const CompileOptions& options) {
-  return options.patch_gemm || &planning_backend(options.target) != &cpu_backend();
+  return (options.patch_gemm || &planning_backend(options.target) != &cpu_backend()) && !disabled(options, "patch_gemm");
 }
 
 // Gathers of a transposed tensor's slices read the tensor itself (passes/split_gathers.h): on
 // GPU targets, or where the options ask for it (tests compare it with the transposes on the CPU).
 static bool gather_transposes(const CompileOptions& options) {
-  return options.gather_transposes || &planning_backend(options.target) != &cpu_backend();
+  return (options.gather_transposes || &planning_backend(options.target) != &cpu_backend()) && !disabled(options, "gather_transposes");
 }
 
 // Import, keep the logits [N, C] as the only output, then the forward pipeline.
@@ -123,6 +143,7 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   forward_options.attention_layouts = lays_out_attention(options);
   forward_options.patch_gemm = patch_gemm(options);
   forward_options.gather_transposes = gather_transposes(options);
+  forward_options.disabled_passes = disabled_passes(options);
   if (auto ran = PassPipeline::build(PassStage::kForward, forward_options).run(forward, instrumentation); !ran.ok()) {
     return in_model(ran.status());
   }
@@ -229,23 +250,26 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   // final plan's.
   pipeline.reschedule = options.reschedule && (!quiet || schedule_quiet);
   // A GPU target fuses consecutive updates into one launch (Backend::find_group_kernel).
-  pipeline.group_updates = &planning_backend(options.target) != &cpu_backend();
+  const bool gpu = &planning_backend(options.target) != &cpu_backend();
+  // Each of the rewrites below may be turned off by name (PipelineOptions::disabled_passes).
+  pipeline.disabled_passes = disabled_passes(options);
+  pipeline.group_updates = gpu && !pipeline.disabled_passes.contains("group_updates");
   // … and computes each linear layer's bias gradient in its weight-gradient GEMM's epilogue.
-  pipeline.bias_grad_gemm = options.bias_grad_gemm || pipeline.group_updates;
+  pipeline.bias_grad_gemm = options.bias_grad_gemm || gpu;
   // … and lets each update read its 16-bit gradient without a cast to f32 first.
-  pipeline.update_grad_casts = options.update_grad_casts || pipeline.group_updates;
+  pipeline.update_grad_casts = options.update_grad_casts || gpu;
   // … and moves casts to 16 bits before transposes, casts from 16 bits after them.
-  pipeline.narrow_transposes = options.narrow_transposes || pipeline.group_updates;
+  pipeline.narrow_transposes = options.narrow_transposes || gpu;
   // … and each residual add (and its gradient's add) inside the layernorm beside it.
-  pipeline.add_layernorm = options.add_layernorm || pipeline.group_updates;
+  pipeline.add_layernorm = options.add_layernorm || gpu;
   // … and each layernorm's bias gradient inside its layernorm_grad.
-  pipeline.layernorm_bias_grad = options.layernorm_bias_grad || pipeline.group_updates;
+  pipeline.layernorm_bias_grad = options.layernorm_bias_grad || gpu;
   // … and the casts at each layernorm gradient's edges inside it.
-  pipeline.layernorm_grad_casts = options.layernorm_grad_casts || pipeline.group_updates;
+  pipeline.layernorm_grad_casts = options.layernorm_grad_casts || gpu;
   // … and writes the gradients of a tensor's gathered slices as one concat.
-  pipeline.concat_gather_grads = options.concat_gather_grads || pipeline.group_updates;
+  pipeline.concat_gather_grads = options.concat_gather_grads || gpu;
   // … and runs each chain of elementwise ops as one kernel.
-  pipeline.fuse_elementwise = options.fuse_elementwise || pipeline.group_updates;
+  pipeline.fuse_elementwise = options.fuse_elementwise || gpu;
   plan.train = forward;
   auto reports = PassPipeline::build(PassStage::kTraining, pipeline).run(plan.train, instrumentation_for(options, quiet));
   if (!reports.ok()) return in_model(reports.status());
@@ -254,6 +278,8 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
 
 Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet, bool schedule_quiet) {
   MEMC_RETURN_IF_ERROR(check_batch(options));
+  MEMC_RETURN_IF_ERROR(check_disabled_passes(options.disabled_passes, "--disable-pass"));
+  MEMC_RETURN_IF_ERROR(check_disabled_passes(disabled_passes(CompileOptions{}), "MEMC_DISABLE_PASSES"));
   const int64_t devices = options.shard.devices, rank_batch = options.rank_batch();
   const Forward* main = nullptr;
   if (quiet) {

@@ -130,7 +130,7 @@ Status PlannedExecutor::run(const ExecOptions& options) {
   const Stream stream = backend_->compute_stream();
   // The run state (Backend::run_state_bytes) leads the workspace: this step's number.
   if (backend_->run_state_bytes()) MEMC_RETURN_IF_ERROR(backend_->copy(workspace_.get(), &options.step, sizeof(options.step)));
-  const bool graphs = backend_->can_capture() && !poison && !op_profile_enabled() && !options.comm && graphs_from_env();
+  const bool graphs = backend_->can_capture() && !poison && !op_profile_enabled() && !options.comm && !options.node_check && graphs_from_env();
   if (graphs && graph_ && graph_options_.training == options.training && graph_options_.seed == options.seed &&
       graph_options_.batch_row_offset == options.batch_row_offset) {
     MEMC_RETURN_IF_ERROR(backend_->launch(Graph{graph_.get()}, stream));
@@ -161,11 +161,38 @@ Status PlannedExecutor::capture_and_launch(const ExecOptions& options, Stream st
   return backend_->synchronize(stream);
 }
 
+// Host copies of `values` once both streams are done with them (a node check's view).
+Expected<std::vector<Tensor>> PlannedExecutor::host_copies(const std::vector<Tensor>& values) const {
+  MEMC_RETURN_IF_ERROR(backend_->synchronize(backend_->compute_stream()));
+  MEMC_RETURN_IF_ERROR(backend_->synchronize(backend_->copy_stream()));
+  std::vector<Tensor> host;
+  for (const Tensor& t : values) {
+    if (!t.defined()) {
+      host.emplace_back();
+      continue;
+    }
+    Tensor& h = host.emplace_back(Tensor::zeros(t.dtype(), t.shape()));
+    MEMC_RETURN_IF_ERROR(backend_->copy(h.raw(), t.raw(), static_cast<int64_t>(t.nbytes())));
+  }
+  return host;
+}
+
+// One node under ExecOptions::node_check: its inputs copied to the host before it runs (an
+// in-place kernel overwrites them), the kernel, then the check with its outputs' copies.
+Status PlannedExecutor::run_checked(const Kernel& kernel, KernelContext& ctx, const std::vector<Tensor>& inputs,
+                                    const std::vector<Tensor>& outputs, const ExecOptions& options) const {
+  MEMC_ASSIGN_OR_RETURN(const std::vector<Tensor> before, host_copies(inputs));
+  MEMC_RETURN_IF_ERROR(kernel(ctx));
+  MEMC_ASSIGN_OR_RETURN(const std::vector<Tensor> after, host_copies(outputs));
+  return options.node_check(ctx, before, after);
+}
+
 // Every scheduled kernel, launched on `stream` in order (asynchronous on a device backend).
 Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream, bool poison) {
   const int64_t run_state = backend_->run_state_bytes();
   const Stream copy_stream = backend_->copy_stream();  // transfers' async pairs run there
   const bool timed = op_profile_enabled();  // per-node times: no fused runs
+  const bool checked = static_cast<bool>(options.node_check);  // per-node checks: no fused runs either
   if (timed && options.train_step) begin_profiled_step();
   // Per node of a fused run: its tensors (stable: reserved) and its context.
   std::vector<std::vector<Tensor>> inputs, outputs;
@@ -173,7 +200,7 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
     if (step.skip) continue;  // a view's output is its input's bytes already: nothing to do
-    const size_t count = step.group && !timed ? static_cast<size_t>(step.group_size) : 1;
+    const size_t count = step.group && !timed && !checked ? static_cast<size_t>(step.group_size) : 1;
     if (inputs.size() < count) inputs.resize(count), outputs.resize(count);  // kept: no allocation per node
     for (size_t g = 0; g < count; ++g) inputs[g].clear(), outputs[g].clear();
     contexts.clear();
@@ -208,7 +235,7 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
     KernelContext& ctx = contexts[0];
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const double span_start = timed && options.train_step ? profiled_step_ms() : 0.0;
-    Status st = (*step.kernel)(ctx);
+    Status st = checked ? run_checked(*step.kernel, ctx, inputs[0], outputs[0], options) : (*step.kernel)(ctx);
     if (timed && st.ok()) {
       if (options.comm) MEMC_RETURN_IF_ERROR(options.comm->settle());  // a done's span holds its wait
       MEMC_RETURN_IF_ERROR(backend_->synchronize(stream));

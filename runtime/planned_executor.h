@@ -77,6 +77,9 @@ class PlannedExecutor {
   std::shared_ptr<void> graph_;  // Graph::handle, destroyed through the backend
   ExecOptions graph_options_;
   Status launch_kernels(const ExecOptions& options, Stream stream, bool poison);
+  Expected<std::vector<Tensor>> host_copies(const std::vector<Tensor>& values) const;
+  Status run_checked(const Kernel& kernel, KernelContext& ctx, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                     const ExecOptions& options) const;
   Status capture_and_launch(const ExecOptions& options, Stream stream);
 };
 

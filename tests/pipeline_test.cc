@@ -4,6 +4,10 @@
 // pass, docs/PASSES.md) does what it says.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <map>
+#include <set>
+
 #include "frontend/onnx_import.h"
 #include "ir/verifier.h"
 #include "passes/memory_plan.h"
@@ -45,6 +49,74 @@ TEST(Pipeline, IsTheEnabledRegisteredPassesInOrder) {
     EXPECT_EQ(registered_passes()[i].create(PipelineOptions{})->name(), registered_passes()[i].name);
   }
   EXPECT_EQ(find_pass("autodiff"), nullptr);
+}
+
+// The optional rewrites (a plan is correct without them) turn off by name: the registry's optional
+// passes and two choices inside other passes; nothing else may be named.
+TEST(Pipeline, OptionalRewritesTurnOffByName) {
+  std::vector<std::string> optional;
+  for (const auto& [name, description] : optional_rewrites()) optional.push_back(name);
+  std::vector<std::string> expected;
+  for (const PassInfo& p : registered_passes()) {
+    if (p.optional) expected.emplace_back(p.name);
+  }
+  EXPECT_EQ(expected.size(), 10u);
+  expected.insert(expected.end(), {"attention_layouts", "group_updates"});
+  EXPECT_EQ(optional, expected);
+  for (const char* required : {"precision", "training_step", "schedule", "attention", "offload", "strip_dropout"}) {
+    ASSERT_NE(find_pass(required), nullptr);
+    EXPECT_FALSE(find_pass(required)->optional) << required;
+    const Status st = check_disabled_passes({"fuse_elementwise", required}, "--disable-pass");
+    EXPECT_EQ(st.kind(), ErrorKind::kBadInput) << required;
+    EXPECT_NE(st.message().find(str_cat("--disable-pass: '", required, "' is not an optional pass; these are: patch_gemm, ")), std::string::npos)
+        << st.message();
+  }
+  EXPECT_TRUE(check_disabled_passes(std::set<std::string>(optional.begin(), optional.end()), "--disable-pass").ok());
+
+  PipelineOptions o;
+  o.add_layernorm = o.fuse_elementwise = true;
+  EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(),
+            (std::vector<std::string>{"training_step", "add_layernorm", "fuse_elementwise", "schedule"}));
+  o.disabled_passes = {"fuse_elementwise"};
+  EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(), (std::vector<std::string>{"training_step", "add_layernorm", "schedule"}));
+}
+
+// Every GPU-specific rewrite is one of them: an h200 plan with all of them off is the CPU
+// target's plan, op for op (fp32, whose CPU plan takes no attention layouts); one off by name
+// or by MEMC_DISABLE_PASSES goes, and an unknown name in either is refused.
+TEST(Pipeline, AGpuPlanWithoutItsOptionalRewritesIsTheCpuPlan) {
+  const std::string model = testing::source_path("models/vit_tiny.onnx");
+  CompileOptions options;
+  options.batch = 4;
+  options.optimizer.kind = "adamw";
+  auto ops = [&](const CompileOptions& o) {
+    auto plan = compile_model(model, model + ".plan", o);
+    EXPECT_TRUE(plan.ok()) << plan.status().message();
+    std::map<std::string, int> counts;
+    if (!plan.ok()) return counts;
+    for (NodeId n : plan->train.schedule()) ++counts[plan->train.node(n).op];
+    return counts;
+  };
+  const auto cpu = ops(options);
+  options.target = "h200";
+  const auto gpu = ops(options);
+  EXPECT_GT(gpu.count("fused_elementwise"), 0u);
+  EXPECT_NE(gpu, cpu);
+  for (const auto& [name, description] : optional_rewrites()) options.disabled_passes.insert(name);
+  EXPECT_EQ(ops(options), cpu);
+  options.disabled_passes = {"fuse_elementwise"};
+  const auto without_fusion = ops(options);
+  EXPECT_EQ(without_fusion.count("fused_elementwise"), 0u);
+  EXPECT_GT(without_fusion.count("layernorm_grad"), 0u);
+  options.disabled_passes.clear();
+  ::setenv("MEMC_DISABLE_PASSES", ",fuse_elementwise,", 1);
+  EXPECT_EQ(ops(options), without_fusion);
+  ::setenv("MEMC_DISABLE_PASSES", "fuse_elementwise,nope", 1);
+  auto refused = compile_model(model, model + ".plan", options);
+  ::unsetenv("MEMC_DISABLE_PASSES");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().kind(), ErrorKind::kBadInput);
+  EXPECT_NE(refused.status().message().find("MEMC_DISABLE_PASSES: 'nope' is not an optional pass"), std::string::npos) << refused.status().message();
 }
 
 // A pass that breaks the module it is given: it reads a value no node defines.

@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "backends/cuda_module.h"
@@ -91,6 +92,7 @@ struct CompileFlags {
   std::string precision = "fp32", attention = "tiled", offload = "none", remat = "none", shard = "none";
   int64_t threads = 0, devices = 1;
   bool no_dropout = false;
+  std::vector<std::string> disabled_passes;
 };
 
 // "a | b (default) | c": each registered optimizer's help line.
@@ -172,6 +174,12 @@ CLI::App* add_compile_command(CLI::App& app, CompileFlags& f) {
   cmd->add_flag("--print-ir-after-all", c.print_ir_after_all, "Print the IR after each pass (stderr)");
   cmd->add_option("--print-ir-after", c.print_ir_after, "Print the IR after PASS: " + ir_dump_point_list());
   cmd->add_option("--dump-dir", c.dump_dir, "Write the IR after each pass as DIR/NN-pass.mlir");
+  std::string rewrites;
+  for (const auto& [name, description] : optional_rewrites()) rewrites += (rewrites.empty() ? "" : ", ") + name;
+  cmd->add_option("--disable-pass", f.disabled_passes,
+                  "Turn optional rewrites off (comma list; also MEMC_DISABLE_PASSES): the plan is correct without them, only slower. "
+                  "Optional: " + rewrites)
+      ->delimiter(',');
   cmd->add_flag("--print-ir", c.print_ir, "Print the training step's IR");
   cmd->add_flag("--json", c.json, "Print a JSON summary");
   cmd->add_flag("--force", c.force, kForceHelp);
@@ -185,6 +193,7 @@ Status finish_compile_flags(CompileFlags& f, const CLI::App* cmd) {
   const OptimizerDef* optimizer = find_optimizer(c.options.optimizer.kind);
   c.options.optimizer.weight_decay = f.weight_decay >= 0 ? f.weight_decay : optimizer ? optimizer->default_weight_decay : 0.0;
   c.options.dropout = !f.no_dropout;
+  c.options.disabled_passes = std::set<std::string>(f.disabled_passes.begin(), f.disabled_passes.end());
   const bool budget = !c.budget.empty();
   c.search.precision = f.precision == "auto" || (budget && cmd->count("--precision") == 0);
   c.search.micro_batches = budget && cmd->count("--micro-batches") == 0;

@@ -422,6 +422,34 @@ static std::map<std::string, double> estimated_category_ms(const std::map<std::s
   return by_category;
 }
 
+// Per op, what one training step of the plan moves (node_bytes: its inputs and outputs) and
+// computes (node_flops), so each measured op shows the rate it ran at: GB/s for the ops a card's
+// memory bounds, TFLOP/s for the GEMMs. Views move nothing.
+struct OpWork {
+  double bytes = 0, flops = 0;
+};
+static std::map<std::string, OpWork> op_work(const Plan& plan) {
+  std::map<std::string, OpWork> by_op;
+  for (NodeId id : plan.train.schedule()) {
+    const Node& node = plan.train.node(id);
+    const OpDef* def = OpRegistry::get().find(node.op);
+    if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
+    OpWork& w = by_op[node.op];
+    w.bytes += static_cast<double>(node_bytes(plan.train, node));
+    w.flops += static_cast<double>(node_flops(plan.train, node));
+  }
+  return by_op;
+}
+
+// "  812 GB/s  3.10 TFLOP/s" for an op that took `ms` a step; empty where the plan has no work for it.
+static std::string rate_note(const std::map<std::string, OpWork>& work, const std::string& op, double ms) {
+  const auto it = work.find(op);
+  if (it == work.end() || ms <= 0) return "";
+  char note[64];
+  std::snprintf(note, sizeof note, "  %7.0f GB/s %7.2f TFLOP/s", it->second.bytes / ms / 1e6, it->second.flops / ms / 1e9);
+  return note;
+}
+
 // "  (estimate 1.23 ms)" beside a measured figure; empty without an estimate.
 static std::string estimate_note(const std::map<std::string, double>& estimate, const std::string& key) {
   const auto it = estimate.find(key);
@@ -449,9 +477,11 @@ static void print_op_profile(int64_t steps, const Plan& plan, const std::map<std
     std::printf("  %-14s %10.2f ms  %5.1f%%%s\n", category.c_str(), ms / steps, total > 0 ? 100.0 * ms / total : 0.0,
                 estimate_note(by_category, category).c_str());
   }
+  const std::map<std::string, OpWork> work = op_work(plan);
   for (size_t i = 0; i < ops.size() && i < 12; ++i) {
-    std::printf("    %-26s %10.2f ms  %6.1f calls  (%s)%s\n", ops[i].op.c_str(), ops[i].ms / steps,
-                static_cast<double>(ops[i].calls) / steps, ops[i].category.c_str(), estimate_note(by_op, ops[i].op).c_str());
+    std::printf("    %-26s %10.2f ms  %6.1f calls  %-15s%s%s\n", ops[i].op.c_str(), ops[i].ms / steps,
+                static_cast<double>(ops[i].calls) / steps, str_cat("(", ops[i].category, ")").c_str(), rate_note(work, ops[i].op, ops[i].ms / steps).c_str(),
+                estimate_note(by_op, ops[i].op).c_str());
   }
 }
 
@@ -504,14 +534,19 @@ static json timelines_json(const std::vector<StepTimeline>& timelines) {
 }
 
 // `estimate`: estimated_op_ms(plan).
-static json op_profile_json(int64_t steps, const std::map<std::string, double>& estimate) {
+static json op_profile_json(int64_t steps, const Plan& plan, const std::map<std::string, double>& estimate) {
   const std::vector<OpTime> ops = op_profile();
+  const std::map<std::string, OpWork> work = op_work(plan);
   const double per = steps > 0 ? 1.0 / steps : 0.0;
   json by_category = json::object(), by_op = json::array();
   for (const auto& [category, ms] : op_category_ms(ops)) by_category[category] = ms * per;
   for (const OpTime& t : ops) {
     json row = {{"op", t.op}, {"category", t.category}, {"ms_per_step", t.ms * per}, {"calls", t.calls}};
     if (auto it = estimate.find(t.op); it != estimate.end()) row["estimated_ms_per_step"] = it->second;
+    if (auto it = work.find(t.op); it != work.end()) {
+      row["bytes_per_step"] = it->second.bytes, row["flops_per_step"] = it->second.flops;
+      if (t.ms > 0) row["gb_per_s"] = it->second.bytes / (t.ms * per) / 1e6, row["tflop_per_s"] = it->second.flops / (t.ms * per) / 1e9;
+    }
     by_op.push_back(row);
   }
   json estimated_category = json::object();
@@ -617,7 +652,7 @@ static json run_report_json(const RunArgs& args, const Plan* plan, const RunRepo
                       {"vector_loops", host.vector_loops},
                       {"openblas_core", host.openblas_core}, {"omp_wait", host.omp_wait}};
   if (args.profile) {
-    j["op_profile"] = op_profile_json(r.steps, estimated_ms);
+    j["op_profile"] = op_profile_json(r.steps, *plan, estimated_ms);
     j["op_profile"]["timeline"] = timelines_json(r.rank_timelines);
   }
   return j;

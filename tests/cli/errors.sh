@@ -49,4 +49,7 @@ expect_error 2 "--interconnect ethernet: not nvlink or ib" -- $MEMC compile $M -
 expect_error 2 "--target cpu is not a GPU" -- $MEMC compile $M --batch 8 --devices 2 --interconnect nvlink -o "$TMP/i.plan"
 expect_error 2 "--gpus-per-node goes with --interconnect nvlink" -- $MEMC compile $M --batch 8 --devices 2 --target h200 --gpus-per-node 4 -o "$TMP/i.plan"
 expect_error 2 "--gpus-per-node" -- $MEMC compile $M --batch 8 --devices 2 --target h200 --interconnect nvlink --gpus-per-node 0 -o "$TMP/i.plan"
+expect_error 2 "--disable-pass: 'precision' is not an optional pass; these are: patch_gemm," -- $MEMC compile $M --batch 8 --target h200 --disable-pass fuse_elementwise,precision -o "$TMP/i.plan"
+MEMC_DISABLE_PASSES=fuse_elemntwise expect_error 2 "MEMC_DISABLE_PASSES: 'fuse_elemntwise' is not an optional pass" -- $MEMC compile $M --batch 8 -o "$TMP/i.plan"
+[[ ! -e $TMP/i.plan ]] || fail "a refused compile wrote its plan"
 finish

@@ -103,19 +103,12 @@ struct HostRunner {
 // The CPU backend with the CUDA kernels (on the host runner) and their workspace model.
 class HostCudaBackend final : public Backend {
  public:
-  // `wrapper`, when given, is returned instead of each op's kernel (which it must then call:
-  // cuda::ops::find_kernel<HostRunner>), for checks that run something beside every kernel.
   // `fuse` false: no group kernels, every update node runs alone.
-  explicit HostCudaBackend(const Kernel* wrapper = nullptr, bool fuse = true) : wrapper_(wrapper), fuse_(fuse) {}
+  explicit HostCudaBackend(bool fuse = true) : fuse_(fuse) {}
   std::string_view name() const override { return "cuda-on-host"; }
-  const Kernel* find_kernel(std::string_view op) const override {
-    const Kernel* kernel = cuda::ops::find_kernel<HostRunner>(op);
-    return kernel && wrapper_ ? wrapper_ : kernel;
-  }
-  // The fused updates, as on a GPU (none with a wrapper: it checks nodes one by one).
-  GroupKernel find_group_kernel(std::string_view op) const override {
-    return wrapper_ || !fuse_ ? nullptr : cuda::ops::find_group_kernel<HostRunner>(op);
-  }
+  const Kernel* find_kernel(std::string_view op) const override { return cuda::ops::find_kernel<HostRunner>(op); }
+  // The fused updates, as on a GPU.
+  GroupKernel find_group_kernel(std::string_view op) const override { return fuse_ ? cuda::ops::find_group_kernel<HostRunner>(op) : nullptr; }
   int64_t workspace_bytes(const Module& module, const Node& node) const override {
     const NodeTypes types(module, node);
     return cuda::ops::workspace_bytes(node, types.in, types.out, 0);
@@ -134,7 +127,6 @@ class HostCudaBackend final : public Backend {
   Status synchronize(Stream) override { return Status::Ok(); }
 
  private:
-  const Kernel* wrapper_;
   bool fuse_;
 };
 

@@ -68,65 +68,73 @@ struct Scratch64 {
   }
 };
 
-// Node by node: each CUDA kernel call also runs the CPU backend's kernel on the same inputs into
-// outputs of its own, and any float output further than one op's rounding from it is recorded.
+// Node by node (the planned executor's node_check): after each kernel of a step on the backend
+// under test, the CPU backend's kernel runs on host copies of the same inputs into outputs of its
+// own, and any float output further than one op's rounding from the tested one is recorded.
 // Inputs are identical, so this isolates each kernel's error from the step's accumulated one.
 struct NodeCheck {
-  static inline const Module* module = nullptr;
-  static inline std::vector<std::string> mismatches;
-  static inline int64_t nodes = 0;
+  const Module* module = nullptr;
+  std::vector<std::string> mismatches;
+  int64_t nodes = 0;
 
-  // Output k of the CPU kernel run in f64 on the same inputs widened: the exact answer's stand-in
-  // for outputs whose f32 value is ill-conditioned. nullopt when the op has no f64 kernel.
-  static std::optional<Tensor> exact(const KernelContext& ctx, size_t k) {
-    std::vector<Tensor> inputs, outputs;
-    for (const Tensor* t : ctx.inputs) inputs.push_back(t && is_float(t->dtype()) ? t->cast(DType::kF64) : t ? *t : Tensor());
-    for (const Tensor* t : ctx.outputs) outputs.push_back(Tensor::zeros(is_float(t->dtype()) ? DType::kF64 : t->dtype(), t->shape()));
-    KernelContext wide = ctx;
-    wide.inputs.clear();
-    wide.outputs.clear();
-    for (size_t i = 0; i < inputs.size(); ++i) wide.inputs.push_back(ctx.inputs[i] ? &inputs[i] : nullptr);
-    for (Tensor& t : outputs) wide.outputs.push_back(&t);
-    Scratch64 workspace(4 * cpu::cpu_workspace_bytes(*module, ctx.node));  // f64 buffers: at most twice f32's
-    workspace.give(wide);
-    if (!(*cpu::find_kernel(ctx.node.op))(wide).ok()) return std::nullopt;
-    return outputs[k];
+  // `ctx`'s node on the CPU backend: `inputs` (absent where undefined) into fresh outputs of the
+  // given dtypes, in a scratch of the CPU kernel's own size (`scale` times: f64 buffers).
+  Expected<std::vector<Tensor>> cpu_outputs(const KernelContext& ctx, const std::vector<Tensor>& inputs, const std::vector<DType>& dtypes,
+                                            int64_t scale) const {
+    std::vector<Tensor> outputs;
+    for (size_t k = 0; k < ctx.outputs.size(); ++k) outputs.push_back(Tensor::zeros(dtypes[k], ctx.outputs[k]->shape()));
+    KernelContext cpu{ctx.node, {}, {}, ctx.training, ctx.seed, ctx.step};
+    cpu.batch_row_offset = ctx.batch_row_offset;
+    for (const Tensor& t : inputs) cpu.inputs.push_back(t.defined() ? &t : nullptr);
+    for (Tensor& t : outputs) cpu.outputs.push_back(&t);
+    Scratch64 workspace(scale * cpu::cpu_workspace_bytes(*module, ctx.node));
+    workspace.give(cpu);
+    MEMC_RETURN_IF_ERROR((*cpu::find_kernel(ctx.node.op))(cpu));
+    return outputs;
   }
 
-  static Status kernel(KernelContext& ctx) {
-    std::vector<Tensor> ref;
-    for (Tensor* t : ctx.outputs) ref.push_back(Tensor::zeros(t->dtype(), t->shape()));
-    KernelContext cpu_ctx = ctx;
-    cpu_ctx.outputs.clear();
-    for (Tensor& t : ref) cpu_ctx.outputs.push_back(&t);
-    Scratch64 workspace(cpu::cpu_workspace_bytes(*module, ctx.node));
-    workspace.give(cpu_ctx);
-    MEMC_RETURN_IF_ERROR((*cpu::find_kernel(ctx.node.op))(cpu_ctx));
-    MEMC_RETURN_IF_ERROR((*cuda::ops::find_kernel<HostRunner>(ctx.node.op))(ctx));
+  Status operator()(const KernelContext& ctx, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+    std::vector<DType> dtypes;
+    for (const Tensor& t : outputs) dtypes.push_back(t.dtype());
+    MEMC_ASSIGN_OR_RETURN(const std::vector<Tensor> ref, cpu_outputs(ctx, inputs, dtypes, 1));
     ++nodes;
+    // The CPU kernel run in f64 on the inputs widened: the exact answer's stand-in for outputs
+    // whose f32 value is ill-conditioned (made once, where needed; nullopt: no f64 kernel).
+    std::optional<std::optional<std::vector<Tensor>>> exact;
     for (size_t k = 0; k < ref.size(); ++k) {
       const DType t = ref[k].dtype();
       // f32: 1e-4 (an f32 product that cancels is off by more than 1e-5 on both backends); 16-bit:
       // about one rounding; integers exactly.
       const double bound = t == DType::kF32 || t == DType::kF64 ? 1e-4 : is_float(t) ? 1e-2 : 0;
-      const double d = relative_difference(*ctx.outputs[k], ref[k], 1e-30);
+      const double d = relative_difference(outputs[k], ref[k], 1e-30);
       if (!(d > bound)) continue;
-      // An output f32 cannot get to 1e-4 (attention's dq through a -finfo.max mask, where dS
-      // cancels): the GPU kernel passes if it is as near the f64 result as the CPU's, within 2×.
-      if (const std::optional<Tensor> x = is_float(t) ? exact(ctx, k) : std::nullopt) {
-        const double cpu_error = relative_difference(ref[k], *x, 1e-30), gpu_error = relative_difference(*ctx.outputs[k], *x, 1e-30);
-        if (gpu_error <= 2 * cpu_error) continue;
-        mismatches.push_back(str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ", d, " (from f64: CPU ", cpu_error,
-                                     ", GPU kernel ", gpu_error, ")"));
+      const std::string where = str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ", d);
+      if (!is_float(t)) {
+        mismatches.push_back(where);
         continue;
       }
-      mismatches.push_back(str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ", d));
+      // An output f32 cannot get to 1e-4 (attention's dq through a -finfo.max mask, where dS
+      // cancels): the tested kernel passes if it is as near the f64 result as the CPU's, within 2×.
+      if (!exact) {
+        std::vector<Tensor> wide;
+        std::vector<DType> wide_types;
+        for (const Tensor& in : inputs) wide.push_back(in.defined() && is_float(in.dtype()) ? in.cast(DType::kF64) : in);
+        for (DType o : dtypes) wide_types.push_back(is_float(o) ? DType::kF64 : o);
+        auto computed = cpu_outputs(ctx, wide, wide_types, 4);  // f64 buffers: at most twice f32's
+        exact = computed.ok() ? std::optional<std::vector<Tensor>>(std::move(*computed)) : std::nullopt;
+      }
+      if (!*exact) {
+        mismatches.push_back(where);
+        continue;
+      }
+      const Tensor& x = (**exact)[k];
+      const double cpu_error = relative_difference(ref[k], x, 1e-30), tested_error = relative_difference(outputs[k], x, 1e-30);
+      if (tested_error <= 2 * cpu_error) continue;
+      mismatches.push_back(str_cat(where, " (from f64: CPU ", cpu_error, ", tested kernel ", tested_error, ")"));
     }
     return Status::Ok();
   }
 };
-
-constexpr Kernel kCheckedKernel = &NodeCheck::kernel;
 
 struct Case {
   std::string model;
@@ -186,11 +194,14 @@ struct StepResult {
 };
 
 // One training step (dropout on) on `backend`: the loss and every parameter's gradient.
-Expected<StepResult> train_step(Backend& backend, const Module& module, const std::map<std::string, Tensor>& feeds) {
+Expected<StepResult> train_step(Backend& backend, const Module& module, const std::map<std::string, Tensor>& feeds,
+                                NodeCheck* check = nullptr) {
   DeviceMemory memory(backend);
   MEMC_ASSIGN_OR_RETURN(PlannedExecutor exec, PlannedExecutor::create(module, memory));
   for (const auto& [name, t] : feeds) MEMC_RETURN_IF_ERROR(exec.set_argument(name, t));
-  MEMC_RETURN_IF_ERROR(exec.run(ExecOptions{.training = true, .seed = 3, .step = 1, .check_workspace = true}));
+  ExecOptions options{.training = true, .seed = 3, .step = 1, .check_workspace = true};
+  if (check) options.node_check = std::ref(*check);
+  MEMC_RETURN_IF_ERROR(exec.run(options));
   StepResult r;
   MEMC_ASSIGN_OR_RETURN(const Tensor loss, exec.fetch_output(0));
   r.loss = loss.get_as_double(0);
@@ -276,16 +287,29 @@ TEST_P(CudaKernels, OnTheHostMatchTheCpuBackend) {
   expect_matches_cpu(backend, GetParam(), tolerance(GetParam()));
 }
 
-TEST_P(CudaKernels, EachNodeMatchesTheCpuKernel) {
-  const Plan plan = compile_case(GetParam());
-  NodeCheck::module = &plan.train;
-  NodeCheck::mismatches.clear();
-  NodeCheck::nodes = 0;
-  HostCudaBackend backend(&kCheckedKernel);
-  auto step = train_step(backend, plan.train, arguments(plan.train, 17));
+// One step of the case on `backend`, each node checked against the CPU kernel (NodeCheck).
+void expect_each_node_matches_cpu(Backend& backend, const Case& c) {
+  const Plan plan = compile_case(c);
+  NodeCheck check{&plan.train};
+  auto step = train_step(backend, plan.train, arguments(plan.train, 17), &check);
   ASSERT_TRUE(step.ok()) << step.status().message();
-  EXPECT_GT(NodeCheck::nodes, 0);
-  for (const std::string& m : NodeCheck::mismatches) ADD_FAILURE() << m;
+  EXPECT_GT(check.nodes, 0);
+  for (const std::string& m : check.mismatches) ADD_FAILURE() << m;
+  std::printf("[%s] %s %s: %lld nodes checked, %zu outside one op's rounding\n", std::string(backend.name()).c_str(), c.model.c_str(),
+              c.precision.c_str(), static_cast<long long>(check.nodes), check.mismatches.size());
+}
+
+TEST_P(CudaKernels, EachNodeMatchesTheCpuKernel) {
+  HostCudaBackend backend;
+  expect_each_node_matches_cpu(backend, GetParam());
+}
+
+// The same on a card (bench/device_check.sh runs *OnTheGpu*): where a step differs, this names
+// the kernel.
+TEST_P(CudaKernels, OnTheGpuEachNodeMatchesTheCpuKernel) {
+  auto opened = open_backend("cuda:0");
+  if (!opened.ok()) GTEST_SKIP() << "no GPU: " << opened.status().message();
+  expect_each_node_matches_cpu(**opened, GetParam());
 }
 
 TEST_P(CudaKernels, OnTheGpuMatchTheCpuBackend) {
@@ -1572,7 +1596,7 @@ TEST(CudaOptimizers, AGpuPlanFusesItsUpdatesWithTheSameResults) {
     EXPECT_EQ(cpu_updates, 32);
     EXPECT_LT(runs, cpu_runs);  // vit_tiny: 11 against 18
     const auto feeds = arguments(m, 29);
-    HostCudaBackend fusing, one_by_one(nullptr, false);
+    HostCudaBackend fusing, one_by_one(false);
     DeviceMemory a_memory(fusing), b_memory(one_by_one);
     auto a = PlannedExecutor::create(m, a_memory);
     auto b = PlannedExecutor::create(m, b_memory);
