@@ -317,11 +317,12 @@ StepEstimate estimate_step(const Module& train, const DeviceProfile& p, int64_t 
   const HostTraffic traffic = split ? host_traffic(train) : HostTraffic{};
   double comm_total = 0;
   std::unordered_map<ValueId, std::pair<double, double>> in_flight;  // pending value → (compute clock at start, its time)
-  std::string_view previous_op;  // a GPU runs consecutive updates of one op as one launch
+  std::string_view previous_op;  // a GPU runs consecutive updates of one op, and casts, as one launch
   for (NodeId id : train.schedule()) {
     const Node& node = train.node(id);
     // (the elementwise updates: adam8bit and Adafactor launch per node)
-    const bool fused = split && node.op == previous_op && (node.op == "sgd_update" || node.op == "momentum_update" || node.op == "adam_update");
+    const bool fused = split && node.op == previous_op &&
+                       (node.op == "sgd_update" || node.op == "momentum_update" || node.op == "adam_update" || node.op == "cast");
     previous_op = node.op;
     if (split && runs_on_host(train, node)) continue;
     const OpDef* def = registry.find(node.op);

@@ -112,7 +112,7 @@ const Kernel* find_kernel(std::string_view op) {
 }
 
 // Fused multi-tensor updates (ops::fused_updates): consecutive nodes of one update op in one
-// launch (per dtype, per parameter-size chunk).
+// launch (per dtype, per parameter-size chunk); consecutive casts likewise (ops::fused_casts).
 template <class R, class Bodies>
 Status as_group_kernel(std::span<KernelContext> nodes) {
   if (nodes.empty()) return Status::Ok();
@@ -121,7 +121,15 @@ Status as_group_kernel(std::span<KernelContext> nodes) {
 }
 
 template <class R>
+Status as_cast_group(std::span<KernelContext> nodes) {
+  if (nodes.empty()) return Status::Ok();
+  R run(nodes[0]);
+  return fused_casts<R>(nodes, run);
+}
+
+template <class R>
 GroupKernel find_group_kernel(std::string_view op) {
+  if (op == "cast") return as_cast_group<R>;
   if (op == "adam_update") return as_group_kernel<R, AdamBodies>;
   if (op == "sgd_update") return as_group_kernel<R, SgdBodies>;
   if (op == "momentum_update") return as_group_kernel<R, MomentumBodies>;

@@ -336,10 +336,11 @@ Status gather_elements_grad_op(KernelContext& ctx, R& run) {
 }
 
 // ---- elementwise ------------------------------------------------------------------------------
+inline bool is_float_storage(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
 template <class R>
 Status cast_op(KernelContext& ctx, R& run) {
   const Tensor &x = *ctx.inputs[0], &y = *ctx.outputs[0];
-  auto is_float_storage = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
   if (is_float_storage(x.dtype()) && is_float_storage(y.dtype())) {
     return dispatch_float(ctx, x.dtype(), [&]<typename From>() {
       return dispatch_float(ctx, y.dtype(), [&]<typename To>() { return run(CastFloat<From, To>{in<From>(ctx, 0), out<To>(ctx, 0)}, x.numel()); });
@@ -768,6 +769,26 @@ constexpr int multi_parts() {
   return k < 1 ? 1 : (k > 64 ? 64 : k);
 }
 
+// `nodes` as MultiBody launches of at most multi_parts<Body>() parts: part k is part(nodes[k]),
+// over the elements of that node's first output.
+template <class Body, class R, class Part>
+Status run_parts(std::span<KernelContext> nodes, R& run, Part&& part) {
+  constexpr int kParts = multi_parts<Body>();
+  MultiBody<Body, kParts> multi;
+  int64_t total = 0;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    multi.parts[multi.count] = part(nodes[k]);
+    total += nodes[k].outputs[0]->numel();
+    multi.ends[multi.count++] = total;
+    if (multi.count == kParts || k + 1 == nodes.size()) {
+      MEMC_RETURN_IF_ERROR(run(multi, total));
+      multi.count = 0;
+      total = 0;
+    }
+  }
+  return Status::Ok();
+}
+
 // One update op over `nodes` (consecutive in the schedule) in as few launches as the parameter
 // limit allows: each run of nodes with one dtype is cut into MultiBody launches. The same bodies
 // as the per-node kernel, so every element gets the same arithmetic.
@@ -780,20 +801,35 @@ Status fused_updates(std::span<KernelContext> nodes, R& run) {
     while (last < nodes.size() && nodes[last].inputs[0]->dtype() == dtype) ++last;
     MEMC_RETURN_IF_ERROR(dispatch_float(nodes[first], dtype, [&]<typename T>() -> Status {
       using Body = decltype(Bodies().template operator()<T>(nodes[first]));
-      constexpr int kParts = multi_parts<Body>();
-      MultiBody<Body, kParts> multi;
-      int64_t total = 0;
-      for (size_t k = first; k < last; ++k) {
-        multi.parts[multi.count] = Bodies().template operator()<T>(nodes[k]);
-        total += nodes[k].outputs[0]->numel();
-        multi.ends[multi.count++] = total;
-        if (multi.count == kParts || k + 1 == last) {
-          MEMC_RETURN_IF_ERROR(run(multi, total));
-          multi.count = 0;
-          total = 0;
-        }
-      }
-      return Status::Ok();
+      return run_parts<Body>(nodes.subspan(first, last - first), run, [](KernelContext& c) { return Bodies().template operator()<T>(c); });
+    }));
+    first = last;
+  }
+  return Status::Ok();
+}
+
+// Consecutive casts (a mixed-precision step's weight and bias casts before each linear) in as few
+// launches as the parameter limit allows: each run of casts between one pair of float storages is
+// cut into MultiBody launches of cast_op's own CastFloat, so every element converts as alone.
+// Other casts run one by one.
+template <class R>
+Status fused_casts(std::span<KernelContext> nodes, R& run) {
+  auto dtypes = [&](size_t k) { return std::pair(nodes[k].inputs[0]->dtype(), nodes[k].outputs[0]->dtype()); };
+  size_t first = 0;
+  while (first < nodes.size()) {
+    const auto [from, to] = dtypes(first);
+    size_t last = first + 1;
+    while (last < nodes.size() && dtypes(last) == dtypes(first)) ++last;
+    if (!is_float_storage(from) || !is_float_storage(to)) {
+      for (size_t k = first; k < last; ++k) MEMC_RETURN_IF_ERROR(cast_op(nodes[k], run));
+      first = last;
+      continue;
+    }
+    MEMC_RETURN_IF_ERROR(dispatch_float(nodes[first], from, [&]<typename From>() {
+      return dispatch_float(nodes[first], to, [&]<typename To>() -> Status {
+        return run_parts<CastFloat<From, To>>(nodes.subspan(first, last - first), run,
+                                              [](KernelContext& c) { return CastFloat<From, To>{in<From>(c, 0), out<To>(c, 0)}; });
+      });
     }));
     first = last;
   }

@@ -1563,6 +1563,25 @@ TEST(CudaOptimizers, AWidenedGradientIsReadAsItsCast) {
   }
 }
 
+// One step of `m` on the host runner with the group kernels (consecutive updates, casts) and with
+// every node alone: each output the same bits.
+void expect_fused_runs_match_each_node(const Module& m) {
+  const auto feeds = arguments(m, 29);
+  HostCudaBackend fusing, one_by_one(false);
+  DeviceMemory a_memory(fusing), b_memory(one_by_one);
+  auto a = PlannedExecutor::create(m, a_memory);
+  auto b = PlannedExecutor::create(m, b_memory);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (const auto& [name, t] : feeds) ASSERT_TRUE(a->set_argument(name, t).ok() && b->set_argument(name, t).ok()) << name;
+  const ExecOptions run{.training = true, .seed = 3, .step = 1};
+  ASSERT_TRUE(a->run(run).ok());
+  ASSERT_TRUE(b->run(run).ok());
+  for (size_t i = 0; i < m.outputs().size(); ++i) {
+    const Tensor x = *a->fetch_output(i), y = *b->fetch_output(i);
+    ASSERT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0) << m.value(m.outputs()[i]).name;
+  }
+}
+
 // A GPU target's schedule puts consecutive updates together where that costs no memory
 // (Schedule::Options::group_updates), and the executor hands each run to the fused kernel: the
 // step's results are bit-identical to running every update alone.
@@ -1594,21 +1613,9 @@ TEST(CudaOptimizers, AGpuPlanFusesItsUpdatesWithTheSameResults) {
     std::printf("[%s] %d updates in %d fused launches (%d as the CPU target schedules them)\n", optimizer, updates, runs, cpu_runs);
     EXPECT_EQ(updates, 32);
     EXPECT_EQ(cpu_updates, 32);
-    EXPECT_LT(runs, cpu_runs);  // vit_tiny: 11 against 18
-    const auto feeds = arguments(m, 29);
-    HostCudaBackend fusing, one_by_one(false);
-    DeviceMemory a_memory(fusing), b_memory(one_by_one);
-    auto a = PlannedExecutor::create(m, a_memory);
-    auto b = PlannedExecutor::create(m, b_memory);
-    ASSERT_TRUE(a.ok() && b.ok());
-    for (const auto& [name, t] : feeds) ASSERT_TRUE(a->set_argument(name, t).ok() && b->set_argument(name, t).ok()) << name;
-    const ExecOptions run{.training = true, .seed = 3, .step = 1};
-    ASSERT_TRUE(a->run(run).ok());
-    ASSERT_TRUE(b->run(run).ok());
-    for (size_t i = 0; i < m.outputs().size(); ++i) {
-      const Tensor x = *a->fetch_output(i), y = *b->fetch_output(i);
-      ASSERT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0) << optimizer << " " << m.value(m.outputs()[i]).name;
-    }
+    EXPECT_LT(runs, cpu_runs);  // vit_tiny: 15 against 18
+    SCOPED_TRACE(optimizer);
+    expect_fused_runs_match_each_node(m);
   }
 }
 
@@ -1642,6 +1649,79 @@ TEST(CudaGraphs, CapturedAndReplayedStepsMatchTheEagerOne) {
     }
     std::printf("[cuda graphs] %s %s: eager, captured and replayed steps agree\n", c.model.c_str(), c.precision.c_str());
   }
+}
+
+// Consecutive casts as one launch (ops::fused_casts, the executor's group kernel for "cast"): each
+// run between one pair of float storages goes out as MultiBody launches of at most
+// multi_parts parts (165 casts: three), other casts one by one, and every output equals cast_op's
+// alone, bit for bit.
+struct CountingRunner {  // runs each launch's body over its elements, and counts the launches
+  int launches = 0;
+  template <class Body>
+  Status operator()(const Body& body, int64_t n) {
+    ++launches;
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return Status::Ok();
+  }
+};
+
+TEST(CudaCasts, ConsecutiveCastsRunAsFewLaunchesWithTheSameBits) {
+  std::vector<std::pair<DType, DType>> pairs(165, {DType::kF32, DType::kBF16});
+  for (auto p : {std::pair(DType::kBF16, DType::kF32), std::pair(DType::kBF16, DType::kF32), std::pair(DType::kI64, DType::kF32),
+                 std::pair(DType::kF32, DType::kF16)}) {
+    pairs.push_back(p);
+  }
+  Module m;
+  std::mt19937 rng(5);
+  std::vector<Tensor> xs, fused, alone;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const Shape shape = {static_cast<int64_t>(1 + (k * 37) % 300)};
+    const ValueId x = m.add_argument(str_cat("x", k), TensorType{pairs[k].first, shape}, Role::kInput);
+    emit(m, "cast", {x}, make_attrs({{"to", std::string(dtype_name(pairs[k].second))}}));
+    xs.push_back(pairs[k].first == DType::kI64 ? Tensor::zeros(DType::kI64, shape) : testing::random_tensor(pairs[k].first, shape, rng, -1e4, 1e4));
+    for (int64_t i = 0; i < xs.back().numel() && pairs[k].first == DType::kI64; ++i) xs.back().set_from_double(i, static_cast<double>(i * 7919 - 1000));
+    fused.push_back(Tensor::zeros(pairs[k].second, shape));
+    alone.push_back(Tensor::zeros(pairs[k].second, shape));
+  }
+  const std::vector<NodeId> order = m.schedule();
+  ASSERT_EQ(order.size(), pairs.size());
+  std::vector<KernelContext> contexts;
+  for (size_t k = 0; k < order.size(); ++k) contexts.push_back(KernelContext{m.node(order[k]), {&xs[k]}, {&fused[k]}});
+  CountingRunner counting;
+  ASSERT_TRUE(cuda::ops::fused_casts(std::span<KernelContext>(contexts), counting).ok());
+  // 165 f32 → bf16 in launches of multi_parts (64) parts; the two bf16 → f32 in one; i64 and f16 alone
+  constexpr int kParts = cuda::ops::multi_parts<cuda::CastFloat<float, bf16_t>>();
+  EXPECT_EQ(counting.launches, (165 + kParts - 1) / kParts + 3);
+  for (size_t k = 0; k < order.size(); ++k) {
+    KernelContext ctx{m.node(order[k]), {&xs[k]}, {&alone[k]}};
+    CountingRunner one;
+    ASSERT_TRUE(cuda::ops::cast_op(ctx, one).ok());
+    ASSERT_EQ(std::memcmp(fused[k].raw(), alone[k].raw(), alone[k].nbytes()), 0) << "cast " << k;
+  }
+}
+
+// A bf16-mixed GPU plan casts each linear's weight and bias one after the other: the executor
+// runs such runs as one launch, and the step's results are bit-identical to every cast alone.
+TEST(CudaCasts, AMixedPrecisionStepGroupsItsParameterCastsWithTheSameResults) {
+  CompileOptions options;
+  options.batch = 4;
+  options.optimizer.kind = "adamw";
+  options.precision = PrecisionKind::kBf16Mixed;
+  options.target = "h200";
+  const std::string model = source_path("models/vit_tiny.onnx");
+  auto plan = compile_model(model, model + ".plan", options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const Module& m = plan->train;
+  const std::vector<NodeId> order = m.schedule();
+  int casts = 0, runs = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const bool cast = m.node(order[i]).op == "cast";
+    casts += cast;
+    runs += cast && (i == 0 || m.node(order[i - 1]).op != "cast");
+  }
+  std::printf("vit_tiny bf16-mixed (h200): %d casts in %d runs\n", casts, runs);
+  EXPECT_LT(runs, casts);
+  expect_fused_runs_match_each_node(m);
 }
 
 }  // namespace
