@@ -52,42 +52,58 @@ part "1. CUDA backend unit tests"
 want 1 && "$root/bin/cuda_backend_test" --gtest_output="xml:$out/cuda_backend_test.xml" 2>&1 | grep -E "^\[( +OK|  FAILED|  SKIPPED|  PASSED|cuda)|Skipped|no CUDA" | sort -u
 
 part "2. one training step of every committed model, GPU against CPU; a captured and a replayed step against the eager one"
+rm -f "$out/gpu_parity.xml" "$out/device_env"
 want 2 && "$root/bin/cuda_ops_host_test" --gtest_filter='*OnTheGpu*:CudaGraphs.*' --gtest_output="xml:$out/gpu_parity.xml" 2>&1 |
   grep -E "^\[(cuda|  FAILED|  SKIPPED|  PASSED| +OK)|Skipped|no GPU|Failure|Expected|actual" | grep -v "where GetParam"
 
 # Where a whole step on the GPU differs from the CPU's: which optional rewrites make it (the
-# steps' tests compile through ModelCompiler, so MEMC_DISABLE_PASSES reaches them). First every
-# one off; if the failing steps then pass, each is turned back on in turn and stays on where they
-# still pass. The rewrites left off go to $out/disabled_passes, which bench/gpu_speed.sh reads
-# (its timings are then of plans without them, and say so). Each try reruns only the failing
+# steps' tests compile through ModelCompiler, so MEMC_DISABLE_PASSES reaches them), or the group
+# kernels (MEMC_GROUP_KERNELS=0: consecutive updates and casts one launch each). First every
+# switch off; if the failing steps then pass, each is turned back on in turn and stays on where
+# they still pass. What stays off goes to $out/device_env, which bench/gpu_speed.sh sources (its
+# timings are then of plans without it, and its header says so). Each try reruns only the failing
 # steps: seconds.
 if want 2 && [[ $gpu == yes ]]; then
-  failing=$(python3 - "$out/gpu_parity.xml" <<'EOF'
+  if [[ ! -s $out/gpu_parity.xml ]]; then
+    echo "cuda_ops_host_test wrote no results (it crashed?): the steps were not compared"
+  else
+    failing=$(python3 - "$out/gpu_parity.xml" <<'EOF'
 import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    sys.exit(0)
+root = ET.parse(sys.argv[1]).getroot()
 names = [f"{c.get('classname')}.{c.get('name')}" for c in root.iter("testcase") if c.find("failure") is not None]
 print(":".join(n for n in names if ".OnTheGpuMatchTheCpuBackend/" in n or n.startswith("CudaGraphs.")))
 EOF
 )
-  if [[ -n $failing ]]; then
-    rewrites=$(MEMC_DISABLE_PASSES='?' "$memc" compile models/vit_tiny.onnx --batch 2 -o /tmp/none.plan 2>&1 | sed -n 's/.*these are: //p' | tr -d ' ')
-    steps_pass() { MEMC_DISABLE_PASSES=$1 "$root/bin/cuda_ops_host_test" --gtest_filter="$failing" >/tmp/bisect.log 2>&1; }
+  fi
+  if [[ -n ${failing:-} ]]; then
+    rewrites=$(MEMC_DISABLE_PASSES='?' "$memc" compile models/vit_tiny.onnx --batch 2 -o /tmp/none.plan --force 2>&1 | sed -n 's/.*these are: //p' | tr -d ' ')
+    switches="${rewrites:+$rewrites,}group_kernels"
+    # steps_pass LIST: the failing steps pass with LIST's switches off
+    steps_pass() {
+      local passes=",$1,"
+      passes=${passes/,group_kernels,/,}
+      passes=${passes#,}
+      MEMC_DISABLE_PASSES=${passes%,} MEMC_GROUP_KERNELS=$([[ ,$1, == *,group_kernels,* ]] && echo 0 || echo 1) \
+        "$root/bin/cuda_ops_host_test" --gtest_filter="$failing" >/tmp/bisect.log 2>&1
+    }
     echo "steps differing from the CPU: ${failing//:/ }"
-    if [[ -z $rewrites ]]; then
-      echo "no list of optional rewrites from memc: not bisected"
-    elif ! steps_pass "$rewrites"; then
-      echo "with every optional rewrite off ($rewrites) they still differ: a kernel, not a rewrite (the node checks above name it)"
+    [[ -n $rewrites ]] || echo "no list of optional rewrites from memc: the group kernels alone are tried"
+    if ! steps_pass "$switches"; then
+      echo "with every switch off ($switches) they still differ: a kernel (the node checks above name it)"
     else
-      off=$rewrites
-      for r in ${rewrites//,/ }; do
+      off=$switches
+      for r in ${switches//,/ }; do
         trial=$(echo ",$off," | sed "s/,$r,/,/; s/^,//; s/,$//")
         steps_pass "$trial" && off=$trial
       done
-      echo "the steps match the CPU with these rewrites off: ${off:-none (flaky?)}"
-      echo "$off" >"$out/disabled_passes"
+      echo "the steps match the CPU with these off: ${off:-none (flaky?)}"
+      passes=",$off,"
+      passes=${passes/,group_kernels,/,}
+      passes=${passes#,}
+      {
+        echo "export MEMC_DISABLE_PASSES=${passes%,}"
+        [[ ,$off, == *,group_kernels,* ]] && echo "export MEMC_GROUP_KERNELS=0"
+      } >"$out/device_env"
     fi
   fi
 fi

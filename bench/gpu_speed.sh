@@ -70,12 +70,12 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 wheel_libs=$($py -c 'import glob, os, nvidia; print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null)
 export LD_LIBRARY_PATH="$root/lib:${wheel_libs}:$(dirname "$(dirname "$nvcc")")/lib64:${LD_LIBRARY_PATH:-}"
 memc=$root/bin/memc
-# Optional rewrites that bench/device_check.sh found to make a step differ from the CPU's (its
-# $OUT/disabled_passes, in the same call) stay off here too: plans without them, said in the header.
-if [[ -z ${MEMC_DISABLE_PASSES:-} && -s $out/disabled_passes ]]; then
-  export MEMC_DISABLE_PASSES=$(cat "$out/disabled_passes")
-fi
+# What bench/device_check.sh found to make a step differ from the CPU's (its $OUT/device_env, in
+# the same call: MEMC_DISABLE_PASSES, MEMC_GROUP_KERNELS) stays off here too, said in the header.
+# shellcheck disable=SC1091
+[[ -s $out/device_env ]] && source "$out/device_env"
 [[ -n ${MEMC_DISABLE_PASSES:-} ]] && echo "optional rewrites off (MEMC_DISABLE_PASSES): $MEMC_DISABLE_PASSES"
+[[ ${MEMC_GROUP_KERNELS:-1} == 0 ]] && echo "group kernels off (MEMC_GROUP_KERNELS=0)"
 echo "binaries of commit $(cat "$root/COMMIT"); working tree $(git rev-parse HEAD 2>/dev/null || echo '?'); $(date -u +%FT%TZ)"
 gpu=cpu
 if [[ $device == cuda ]]; then
@@ -501,9 +501,9 @@ header=$($py -c 'import json, sys; a = sys.argv[1:]; print(json.dumps({
   "memc": "memc compile --target T --optimizer adamw --lr 1e-3 --epochs 3 [flags]; memc run --epochs STEPS on one batch of data; memc_ms = median of steps 3.. less the copy-in",
   "torch": None, "settings": {"steps": int(a[6]), "warmup": int(a[7]), "runs": int(a[8]), "compile_scope": a[9],
   "compile_timeout_s": int(a[10]), "budget_s": int(a[11]), "elapsed_s": int(a[12]), "tf32": False,
-  "disabled_passes": a[13] or None}}))' \
+  "disabled_passes": a[13] or None, "group_kernels": a[14] != "0"}}))' \
   "$(date -u +%FT%TZ)" "$device" "$gpu" "$(cat "$root/COMMIT")" "$(git rev-parse HEAD 2>/dev/null || echo '?')" "$target" \
-  "$steps" "$warmup" "$runs" "$scope" "$ctimeout" "$budget" "$((SECONDS - t0))" "${MEMC_DISABLE_PASSES:-}")
+  "$steps" "$warmup" "$runs" "$scope" "$ctimeout" "$budget" "$((SECONDS - t0))" "${MEMC_DISABLE_PASSES:-}" "${MEMC_GROUP_KERNELS:-1}")
 $py "$w/report.py" final "$out" "$header"
 # the cost model: measured profile, per category (profile runs) and per step (every memc row)
 $py - "$out" "$w" "$profile" <<'EOF2'

@@ -66,15 +66,6 @@ static Status check_budget(const MemorySummary& m, int64_t budget) {
 ModelCompiler::ModelCompiler(std::string model_path, std::string plan_path)
     : model_path_(std::move(model_path)), plan_path_(std::move(plan_path)) {}
 
-// Attention in the layouts the projections write (passes/attention.h).
-// CPU targets: in 16-bit precisions only. The CPU kernel copies 16-bit operands into f32 scratch
-// anyway, so reading them where the projections wrote them costs nothing and the graph's
-// transposes go (vit_small32 b32 bf16-mixed: 205–209 → 189–196 ms per step). f32 operands it
-// reads in place; gathering them costs more than the transposes save (vit_small32 b32 fp32:
-// 174 → 189 ms) until its block GEMMs take strided operands (bench/journal/2026.md §35).
-// GPU targets: every layout in 16-bit precisions, which cuDNN reads through strides; in fp32 the
-// sequence-first one only, whose heads lie one stride apart for the GEMM path's batched
-// products ([B, T, H, E] would take one batched GEMM per sample).
 // The optional rewrites turned off: the options' and MEMC_DISABLE_PASSES's (a comma list, so a
 // device script, a test binary or the Python package can rule a rewrite out without a flag).
 static std::set<std::string> disabled_passes(const CompileOptions& options) {
@@ -92,6 +83,15 @@ static std::set<std::string> disabled_passes(const CompileOptions& options) {
 
 static bool disabled(const CompileOptions& options, const char* pass) { return disabled_passes(options).contains(pass); }
 
+// Attention in the layouts the projections write (passes/attention.h).
+// CPU targets: in 16-bit precisions only. The CPU kernel copies 16-bit operands into f32 scratch
+// anyway, so reading them where the projections wrote them costs nothing and the graph's
+// transposes go (vit_small32 b32 bf16-mixed: 205–209 → 189–196 ms per step). f32 operands it
+// reads in place; gathering them costs more than the transposes save (vit_small32 b32 fp32:
+// 174 → 189 ms) until its block GEMMs take strided operands (bench/journal/2026.md §35).
+// GPU targets: every layout in 16-bit precisions, which cuDNN reads through strides; in fp32 the
+// sequence-first one only, whose heads lie one stride apart for the GEMM path's batched
+// products ([B, T, H, E] would take one batched GEMM per sample).
 static AttentionLayouts lays_out_attention(const CompileOptions& options) {
   const bool fp32 = options.precision == PrecisionKind::kFp32;
   if (options.default_attention_layout || disabled(options, "attention_layouts")) return AttentionLayouts::kNone;
@@ -378,7 +378,7 @@ Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options)
   const Plan given = plan;
   for (const bool prefetch : {options.prefetch, false}) {
     Schedule::Options schedule;
-    schedule.group_updates = &planning_backend(options.target) != &cpu_backend();
+    schedule.group_updates = &planning_backend(options.target) != &cpu_backend() && !disabled(options, "group_updates");
     schedule.prefetch = prefetch;
     PassPipeline pipeline;  // the schedule pass alone, verified like every other
     pipeline.add(std::make_unique<Schedule>(schedule));

@@ -10,6 +10,14 @@
 
 namespace memc {
 
+// MEMC_GROUP_KERNELS=0 runs every node alone on a backend that fuses consecutive nodes of an op
+// (its group kernels: optimizer updates, casts), so a group kernel suspected on a new device is
+// ruled out without a build (bench/device_check.sh tries it).
+static bool group_kernels_from_env() {
+  const char* v = std::getenv("MEMC_GROUP_KERNELS");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMemory& memory, int64_t planned_workspace_bytes) {
   PlannedExecutor ex;
   ex.module_ = module;
@@ -67,7 +75,7 @@ Expected<PlannedExecutor> PlannedExecutor::create(const Module& module, DeviceMe
     const std::string& op = ex.module_.node(ex.steps_[i].node).op;
     size_t j = i + 1;
     while (j < ex.steps_.size() && ex.module_.node(ex.steps_[j].node).op == op && separate(i, j)) ++j;
-    const GroupKernel group = j - i > 1 ? ex.backend_->find_group_kernel(op) : nullptr;
+    const GroupKernel group = j - i > 1 && group_kernels_from_env() ? ex.backend_->find_group_kernel(op) : nullptr;
     if (group) {
       ex.steps_[i].group = group;
       ex.steps_[i].group_size = static_cast<int>(j - i);
@@ -127,6 +135,8 @@ Status PlannedExecutor::run(const ExecOptions& options) {
   // Check mode: every output a kernel does not share with an input is filled with NaN bytes
   // first, so a kernel that leaves part of its output unwritten shows up as NaN downstream.
   const bool poison = options.check_workspace || poison_outputs_from_env();
+  // A collective's output is written on its communicator's stream, which the checks do not wait on.
+  if (options.node_check && options.comm) return Status::Internal("node checks do not run with collectives");
   const Stream stream = backend_->compute_stream();
   // The run state (Backend::run_state_bytes) leads the workspace: this step's number.
   if (backend_->run_state_bytes()) MEMC_RETURN_IF_ERROR(backend_->copy(workspace_.get(), &options.step, sizeof(options.step)));
@@ -177,14 +187,22 @@ Expected<std::vector<Tensor>> PlannedExecutor::host_copies(const std::vector<Ten
   return host;
 }
 
-// One node under ExecOptions::node_check: its inputs copied to the host before it runs (an
-// in-place kernel overwrites them), the kernel, then the check with its outputs' copies.
-Status PlannedExecutor::run_checked(const Kernel& kernel, KernelContext& ctx, const std::vector<Tensor>& inputs,
-                                    const std::vector<Tensor>& outputs, const ExecOptions& options) const {
-  MEMC_ASSIGN_OR_RETURN(const std::vector<Tensor> before, host_copies(inputs));
-  MEMC_RETURN_IF_ERROR(kernel(ctx));
-  MEMC_ASSIGN_OR_RETURN(const std::vector<Tensor> after, host_copies(outputs));
-  return options.node_check(ctx, before, after);
+// One step under ExecOptions::node_check, a node or a fused run: every member's inputs copied to
+// the host before it runs (an in-place kernel overwrites them), the kernel or the group kernel,
+// then the check of each member with its outputs' copies.
+Status PlannedExecutor::run_checked(const Step& step, std::span<KernelContext> members, const std::vector<std::vector<Tensor>>& inputs,
+                                    const std::vector<std::vector<Tensor>>& outputs, const ExecOptions& options) const {
+  std::vector<std::vector<Tensor>> before;
+  for (size_t g = 0; g < members.size(); ++g) {
+    MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> copies, host_copies(inputs[g]));
+    before.push_back(std::move(copies));
+  }
+  MEMC_RETURN_IF_ERROR(members.size() > 1 ? step.group(members) : (*step.kernel)(members[0]));
+  for (size_t g = 0; g < members.size(); ++g) {
+    MEMC_ASSIGN_OR_RETURN(const std::vector<Tensor> after, host_copies(outputs[g]));
+    MEMC_RETURN_IF_ERROR(options.node_check(members[g], before[g], after));
+  }
+  return Status::Ok();
 }
 
 // Every scheduled kernel, launched on `stream` in order (asynchronous on a device backend).
@@ -192,7 +210,7 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
   const int64_t run_state = backend_->run_state_bytes();
   const Stream copy_stream = backend_->copy_stream();  // transfers' async pairs run there
   const bool timed = op_profile_enabled();  // per-node times: no fused runs
-  const bool checked = static_cast<bool>(options.node_check);  // per-node checks: no fused runs either
+  const bool checked = static_cast<bool>(options.node_check);  // each node (a fused run's each member) checked
   if (timed && options.train_step) begin_profiled_step();
   // Per node of a fused run: its tensors (stable: reserved) and its context.
   std::vector<std::vector<Tensor>> inputs, outputs;
@@ -200,7 +218,7 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
     if (step.skip) continue;  // a view's output is its input's bytes already: nothing to do
-    const size_t count = step.group && !timed && !checked ? static_cast<size_t>(step.group_size) : 1;
+    const size_t count = step.group && !timed ? static_cast<size_t>(step.group_size) : 1;
     if (inputs.size() < count) inputs.resize(count), outputs.resize(count);  // kept: no allocation per node
     for (size_t g = 0; g < count; ++g) inputs[g].clear(), outputs[g].clear();
     contexts.clear();
@@ -225,7 +243,8 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
       ctx.copy_stream = copy_stream.handle;
     }
     if (count > 1) {
-      if (Status st = step.group(std::span<KernelContext>(contexts)); !st.ok()) {
+      const std::span<KernelContext> members(contexts);
+      if (Status st = checked ? run_checked(step, members, inputs, outputs, options) : step.group(members); !st.ok()) {
         return st.with_context(str_cat("memc.", module_.node(step.node).op, " (", count, " nodes fused): "));
       }
       s += count - 1;
@@ -235,7 +254,7 @@ Status PlannedExecutor::launch_kernels(const ExecOptions& options, Stream stream
     KernelContext& ctx = contexts[0];
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const double span_start = timed && options.train_step ? profiled_step_ms() : 0.0;
-    Status st = checked ? run_checked(*step.kernel, ctx, inputs[0], outputs[0], options) : (*step.kernel)(ctx);
+    Status st = checked ? run_checked(step, std::span<KernelContext>(contexts), inputs, outputs, options) : (*step.kernel)(ctx);
     if (timed && st.ok()) {
       if (options.comm) MEMC_RETURN_IF_ERROR(options.comm->settle());  // a done's span holds its wait
       MEMC_RETURN_IF_ERROR(backend_->synchronize(stream));

@@ -8,6 +8,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,8 +79,8 @@ class PlannedExecutor {
   ExecOptions graph_options_;
   Status launch_kernels(const ExecOptions& options, Stream stream, bool poison);
   Expected<std::vector<Tensor>> host_copies(const std::vector<Tensor>& values) const;
-  Status run_checked(const Kernel& kernel, KernelContext& ctx, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-                     const ExecOptions& options) const;
+  Status run_checked(const Step& step, std::span<KernelContext> members, const std::vector<std::vector<Tensor>>& inputs,
+                     const std::vector<std::vector<Tensor>>& outputs, const ExecOptions& options) const;
   Status capture_and_launch(const ExecOptions& options, Stream stream);
 };
 

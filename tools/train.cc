@@ -424,7 +424,7 @@ static std::map<std::string, double> estimated_category_ms(const std::map<std::s
 
 // Per op, what one training step of the plan moves (node_bytes: its inputs and outputs) and
 // computes (node_flops), so each measured op shows the rate it ran at: GB/s for the ops a card's
-// memory bounds, TFLOP/s for the GEMMs. Views move nothing.
+// memory bounds, TFLOP/s for the GEMMs.
 struct OpWork {
   double bytes = 0, flops = 0;
 };
@@ -433,7 +433,8 @@ static std::map<std::string, OpWork> op_work(const Plan& plan) {
   for (NodeId id : plan.train.schedule()) {
     const Node& node = plan.train.node(id);
     const OpDef* def = OpRegistry::get().find(node.op);
-    if (node.op == "constant" || (def && (def->flags & kOpView))) continue;
+    // Views move nothing; a transfer's or collective's time is its enqueue and its wait, not a rate.
+    if (node.op == "constant" || (def && (def->flags & (kOpView | kOpTransfer | kOpCollective)))) continue;
     OpWork& w = by_op[node.op];
     w.bytes += static_cast<double>(node_bytes(plan.train, node));
     w.flops += static_cast<double>(node_flops(plan.train, node));

@@ -48,9 +48,11 @@ double l2_norm(const Tensor& t) {
 
 // ‖a - ref‖₂ / max(‖ref‖₂, floor): the floor keeps gradients that are zero in exact arithmetic
 // (a key projection's bias under softmax) from comparing noise with noise.
-double relative_difference(const Tensor& a, const Tensor& ref, double floor = 0) {
+// `skip_nan`: elements NaN on both sides are left out (where the reference is NaN too).
+double relative_difference(const Tensor& a, const Tensor& ref, double floor = 0, bool skip_nan = false) {
   double diff = 0, norm = 0;
   for (int64_t i = 0; i < ref.numel(); ++i) {
+    if (skip_nan && std::isnan(a.get_as_double(i)) && std::isnan(ref.get_as_double(i))) continue;
     const double r = ref.get_as_double(i), d = a.get_as_double(i) == r ? 0.0 : a.get_as_double(i) - r;  // equal infinities agree
     diff += d * d, norm += r * r;
   }
@@ -106,11 +108,21 @@ struct NodeCheck {
       // f32: 1e-4 (an f32 product that cancels is off by more than 1e-5 on both backends); 16-bit:
       // about one rounding; integers exactly.
       const double bound = t == DType::kF32 || t == DType::kF64 ? 1e-4 : is_float(t) ? 1e-2 : 0;
-      const double d = relative_difference(outputs[k], ref[k], 1e-30);
-      if (!(d > bound)) continue;
-      const std::string where = str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ", d);
+      // A NaN where the CPU has a number (an element the kernel left unwritten reads as the
+      // executor's NaN poison), or a number where it has NaN, is a mismatch however small the rest.
+      int64_t nan_places = 0;
+      for (int64_t i = 0; i < ref[k].numel() && is_float(t); ++i) {
+        nan_places += std::isnan(outputs[k].get_as_double(i)) != std::isnan(ref[k].get_as_double(i));
+      }
+      const std::string where = str_cat("memc.", ctx.node.op, " (", ctx.node.source, ") output ", k, ": ");
+      if (nan_places > 0) {
+        mismatches.push_back(str_cat(where, nan_places, " elements NaN on one side only"));
+        continue;
+      }
+      const double d = relative_difference(outputs[k], ref[k], 1e-30, /*skip_nan=*/true);
+      if (d <= bound) continue;
       if (!is_float(t)) {
-        mismatches.push_back(where);
+        mismatches.push_back(str_cat(where, d));
         continue;
       }
       // An output f32 cannot get to 1e-4 (attention's dq through a -finfo.max mask, where dS
@@ -124,13 +136,13 @@ struct NodeCheck {
         exact = computed.ok() ? std::optional<std::vector<Tensor>>(std::move(*computed)) : std::nullopt;
       }
       if (!*exact) {
-        mismatches.push_back(where);
+        mismatches.push_back(str_cat(where, d));
         continue;
       }
       const Tensor& x = (**exact)[k];
-      const double cpu_error = relative_difference(ref[k], x, 1e-30), tested_error = relative_difference(outputs[k], x, 1e-30);
+      const double cpu_error = relative_difference(ref[k], x, 1e-30, true), tested_error = relative_difference(outputs[k], x, 1e-30, true);
       if (tested_error <= 2 * cpu_error) continue;
-      mismatches.push_back(str_cat(where, " (from f64: CPU ", cpu_error, ", tested kernel ", tested_error, ")"));
+      mismatches.push_back(str_cat(where, d, " (from f64: CPU ", cpu_error, ", tested kernel ", tested_error, ")"));
     }
     return Status::Ok();
   }
