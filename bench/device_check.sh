@@ -78,12 +78,17 @@ EOF
   if [[ -n ${failing:-} ]]; then
     rewrites=$(MEMC_DISABLE_PASSES='?' "$memc" compile models/vit_tiny.onnx --batch 2 -o /tmp/none.plan --force 2>&1 | sed -n 's/.*these are: //p' | tr -d ' ')
     switches="${rewrites:+$rewrites,}group_kernels"
-    # steps_pass LIST: the failing steps pass with LIST's switches off
-    steps_pass() {
+    # passes_of LIST: LIST's rewrites (all but group_kernels); group_kernels_of LIST: its MEMC_GROUP_KERNELS
+    passes_of() {
       local passes=",$1,"
       passes=${passes/,group_kernels,/,}
       passes=${passes#,}
-      MEMC_DISABLE_PASSES=${passes%,} MEMC_GROUP_KERNELS=$([[ ,$1, == *,group_kernels,* ]] && echo 0 || echo 1) \
+      echo "${passes%,}"
+    }
+    group_kernels_of() { [[ ,$1, == *,group_kernels,* ]] && echo 0 || echo 1; }
+    # steps_pass LIST: the failing steps pass with LIST's switches off
+    steps_pass() {
+      MEMC_DISABLE_PASSES=$(passes_of "$1") MEMC_GROUP_KERNELS=$(group_kernels_of "$1") \
         "$root/bin/cuda_ops_host_test" --gtest_filter="$failing" >/tmp/bisect.log 2>&1
     }
     echo "steps differing from the CPU: ${failing//:/ }"
@@ -97,13 +102,7 @@ EOF
         steps_pass "$trial" && off=$trial
       done
       echo "the steps match the CPU with these off: ${off:-none (flaky?)}"
-      passes=",$off,"
-      passes=${passes/,group_kernels,/,}
-      passes=${passes#,}
-      {
-        echo "export MEMC_DISABLE_PASSES=${passes%,}"
-        [[ ,$off, == *,group_kernels,* ]] && echo "export MEMC_GROUP_KERNELS=0"
-      } >"$out/device_env"
+      echo "export MEMC_DISABLE_PASSES=$(passes_of "$off") MEMC_GROUP_KERNELS=$(group_kernels_of "$off")" >"$out/device_env"
     fi
   fi
 fi

@@ -136,13 +136,17 @@ std::vector<std::pair<std::string, std::string>> optional_rewrites() {
   return rewrites;
 }
 
+std::string optional_rewrite_list() {
+  std::string list;
+  for (const auto& [name, description] : optional_rewrites()) list += (list.empty() ? "" : ", ") + name;
+  return list;
+}
+
 Status check_disabled_passes(const std::set<std::string>& names, std::string_view where) {
   const auto rewrites = optional_rewrites();
   for (const std::string& name : names) {
     if (std::any_of(rewrites.begin(), rewrites.end(), [&](const auto& r) { return r.first == name; })) continue;
-    std::string list;
-    for (const auto& r : rewrites) list += (list.empty() ? "" : ", ") + r.first;
-    return Status::BadInput(str_cat(where, ": '", name, "' is not an optional pass; these are: ", list));
+    return Status::BadInput(str_cat(where, ": '", name, "' is not an optional pass; these are: ", optional_rewrite_list()));
   }
   return Status::Ok();
 }

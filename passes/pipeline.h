@@ -106,6 +106,8 @@ std::string ir_dump_point_list();
 // two choices inside other passes ("attention_layouts": the attention pass's operand layouts;
 // "group_updates": the schedule's update groups, one launch each).
 std::vector<std::pair<std::string, std::string>> optional_rewrites();
+// Their names as "patch_gemm, gather_transposes, ...", for help and messages.
+std::string optional_rewrite_list();
 // BadInput naming the first of `names` that optional_rewrites() lacks, and listing them.
 Status check_disabled_passes(const std::set<std::string>& names, std::string_view where);
 

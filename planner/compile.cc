@@ -83,6 +83,9 @@ static std::set<std::string> disabled_passes(const CompileOptions& options) {
 
 static bool disabled(const CompileOptions& options, const char* pass) { return disabled_passes(options).contains(pass); }
 
+// A GPU target: its plans take the GPU rewrites and group their optimizer updates.
+static bool gpu_target(const CompileOptions& options) { return &planning_backend(options.target) != &cpu_backend(); }
+
 // Attention in the layouts the projections write (passes/attention.h).
 // CPU targets: in 16-bit precisions only. The CPU kernel copies 16-bit operands into f32 scratch
 // anyway, so reading them where the projections wrote them costs nothing and the graph's
@@ -95,7 +98,7 @@ static bool disabled(const CompileOptions& options, const char* pass) { return d
 static AttentionLayouts lays_out_attention(const CompileOptions& options) {
   const bool fp32 = options.precision == PrecisionKind::kFp32;
   if (options.default_attention_layout || disabled(options, "attention_layouts")) return AttentionLayouts::kNone;
-  if (&planning_backend(options.target) == &cpu_backend()) return fp32 ? AttentionLayouts::kNone : AttentionLayouts::kAll;
+  if (!gpu_target(options)) return fp32 ? AttentionLayouts::kNone : AttentionLayouts::kAll;
   return fp32 ? AttentionLayouts::kSequenceFirst : AttentionLayouts::kAll;
 }
 
@@ -103,13 +106,13 @@ static AttentionLayouts lays_out_attention(const CompileOptions& options) {
 // im2col and a batched GEMM with a separate bias pass; or where the options ask for it (tests
 // compare it with the convolution on the CPU).
 static bool patch_gemm(const CompileOptions& options) {
-  return (options.patch_gemm || &planning_backend(options.target) != &cpu_backend()) && !disabled(options, "patch_gemm");
+  return (options.patch_gemm || gpu_target(options)) && !disabled(options, "patch_gemm");
 }
 
 // Gathers of a transposed tensor's slices read the tensor itself (passes/split_gathers.h): on
 // GPU targets, or where the options ask for it (tests compare it with the transposes on the CPU).
 static bool gather_transposes(const CompileOptions& options) {
-  return (options.gather_transposes || &planning_backend(options.target) != &cpu_backend()) && !disabled(options, "gather_transposes");
+  return (options.gather_transposes || gpu_target(options)) && !disabled(options, "gather_transposes");
 }
 
 // Import, keep the logits [N, C] as the only output, then the forward pipeline.
@@ -250,7 +253,7 @@ Expected<std::vector<PassReport>> ModelCompiler::train(const CompileOptions& opt
   // final plan's.
   pipeline.reschedule = options.reschedule && (!quiet || schedule_quiet);
   // A GPU target fuses consecutive updates into one launch (Backend::find_group_kernel).
-  const bool gpu = &planning_backend(options.target) != &cpu_backend();
+  const bool gpu = gpu_target(options);
   // Each of the rewrites below may be turned off by name (PipelineOptions::disabled_passes).
   pipeline.disabled_passes = disabled_passes(options);
   pipeline.group_updates = gpu && !pipeline.disabled_passes.contains("group_updates");
@@ -378,7 +381,7 @@ Expected<Plan> ModelCompiler::schedule(Plan plan, const CompileOptions& options)
   const Plan given = plan;
   for (const bool prefetch : {options.prefetch, false}) {
     Schedule::Options schedule;
-    schedule.group_updates = &planning_backend(options.target) != &cpu_backend() && !disabled(options, "group_updates");
+    schedule.group_updates = gpu_target(options) && !disabled(options, "group_updates");
     schedule.prefetch = prefetch;
     PassPipeline pipeline;  // the schedule pass alone, verified like every other
     pipeline.add(std::make_unique<Schedule>(schedule));

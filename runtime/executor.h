@@ -34,8 +34,8 @@ struct ExecOptions {
   const Backend* kernels = nullptr;
   // Planned executor, debug: each node (or fused run) runs synchronized, without a graph, and
   // `node_check` gets each node's context with host copies of its inputs as they were before it
-  // ran and of its outputs after; a failing status stops the run. Not with `comm`. A device's kernels are checked node by
-  // node against the CPU's so (tests/cuda/ops_host_test.cc).
+  // ran and of its outputs after; a failing status stops the run. Not with `comm`. A device's
+  // kernels are checked node by node against the CPU's so (tests/cuda/ops_host_test.cc).
   std::function<Status(const KernelContext& ctx, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs)> node_check;
 };
 

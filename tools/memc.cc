@@ -174,11 +174,9 @@ CLI::App* add_compile_command(CLI::App& app, CompileFlags& f) {
   cmd->add_flag("--print-ir-after-all", c.print_ir_after_all, "Print the IR after each pass (stderr)");
   cmd->add_option("--print-ir-after", c.print_ir_after, "Print the IR after PASS: " + ir_dump_point_list());
   cmd->add_option("--dump-dir", c.dump_dir, "Write the IR after each pass as DIR/NN-pass.mlir");
-  std::string rewrites;
-  for (const auto& [name, description] : optional_rewrites()) rewrites += (rewrites.empty() ? "" : ", ") + name;
   cmd->add_option("--disable-pass", f.disabled_passes,
                   "Turn optional rewrites off (comma list; also MEMC_DISABLE_PASSES): the plan is correct without them, only slower. "
-                  "Optional: " + rewrites)
+                  "Optional: " + optional_rewrite_list())
       ->delimiter(',');
   cmd->add_flag("--print-ir", c.print_ir, "Print the training step's IR");
   cmd->add_flag("--json", c.json, "Print a JSON summary");
