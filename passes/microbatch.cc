@@ -210,9 +210,15 @@ class Accumulator {
   }
 
   // The micro-batch's mean loss weighted by n_i/N, so the weighted losses sum to the batch's mean
-  // (N: the loss's divisor where it has one).
+  // (N: the loss's divisor where it has one). Token labels: the micro-batch's sum over the whole
+  // batch's kept labels, which the micro-batches' losses add up to as well.
   ValueId weighted_loss(ValueId logits, const MicroBatch& mb) {
     const ValueId mb_labels = rows(m_, labels_, mb.first, mb.first + mb.size);
+    if (loss_.kept != kNoValue) {
+      const ValueId loss = cross_entropy(m_, logits, mb_labels, loss_);
+      m_.rename(loss, mb.prefix() + "loss");
+      return loss;
+    }
     Attrs attrs = loss_.attrs();
     attrs.erase("divisor");
     const ValueId loss = emit(m_, "softmax_cross_entropy", {logits, mb_labels}, std::move(attrs));
@@ -302,6 +308,17 @@ Attrs LossRows::attrs() const {
   if (ignore_label) a.set("ignore_index", *ignore_label);
   if (divisor > 0) a.set("divisor", divisor);
   return a;
+}
+
+ValueId cross_entropy(Module& m, ValueId logits, ValueId labels, const LossRows& rows) {
+  if (rows.kept == kNoValue) return emit(m, "softmax_cross_entropy", {logits, labels}, rows.attrs());
+  const TensorType type = m.value(logits).type;
+  const int64_t classes = type.shape.back(), positions = type.numel() / std::max<int64_t>(classes, 1);
+  const ValueId flat_logits = emit(m, "reshape", {logits}, make_attrs({{"shape", Shape{positions, classes}}}));
+  const ValueId flat_labels = emit(m, "reshape", {labels}, make_attrs({{"shape", Shape{positions}}}));
+  const ValueId sum = emit(m, "softmax_cross_entropy", {flat_logits, flat_labels},
+                           make_attrs({{"ignore_index", kIgnoreLabel}, {"divisor", 1.0}}));
+  return emit(m, "div", {sum, rows.kept});
 }
 
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {

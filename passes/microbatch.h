@@ -40,11 +40,24 @@ std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k);
 // How the step's cross-entropy counts its rows (ir/ops/training.cc). By default it is the mean
 // over the batch. A sharded rank divides its sum by its share of the global batch instead, and
 // a rank whose slice is one short ignores the row it pads (passes/shard.h, ShardOptions::batch).
+// Token labels (logits [N, T..., C], labels [N, T...]: a language model) count positions, as
+// PyTorch's cross_entropy does: labels of kIgnoreLabel add nothing, and the sum over the others
+// is divided by `kept`, the count of labels ≥ 0 in the whole batch (every micro-batch's, and
+// every rank's), a value the step computes from the labels.
 struct LossRows {
   double divisor = 0;                   // 0: the batch's rows
   std::optional<int64_t> ignore_label;  // rows with this label add nothing
+  ValueId kept = kNoValue;              // token labels: f32 scalar, the batch's labels ≥ 0
   Attrs attrs() const;  // the cross-entropy's: {ignore_index}, and {divisor} when set
 };
+
+// PyTorch's ignore_index: a position whose label is -100 adds nothing to a token-level loss.
+inline constexpr int64_t kIgnoreLabel = -100;
+
+// The loss of `logits` against `labels` counted as `rows` says: softmax_cross_entropy itself for
+// [N, C] logits; for token labels the positions flattened into rows, their sum over labels that
+// are not kIgnoreLabel, divided by rows.kept.
+ValueId cross_entropy(Module& m, ValueId logits, ValueId labels, const LossRows& rows);
 
 struct AccumulatedStep {
   ValueId loss = kNoValue;    // f32 scalar: the full batch's mean loss

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include "ir/grad.h"
 #include "passes/autodiff.h"
@@ -165,11 +166,12 @@ Expected<StepValues> step_inputs(Module& module, bool loss_scaling) {
   StepValues v;
   v.logits = module.outputs()[0];
   const TensorType logits_type = module.value(v.logits).type;
-  if (logits_type.shape.size() != 2 || !is_float(logits_type.dtype)) {
+  if (logits_type.shape.size() < 2 || !is_float(logits_type.dtype)) {
     return Status::BadInput(str_cat("the first output '", module.value(v.logits).source_name, "' is ", dtype_name(logits_type.dtype), "[",
-                                    shape_str(logits_type.shape), "]; cross-entropy training needs float logits [N, C]"));
+                                    shape_str(logits_type.shape), "]; cross-entropy training needs float logits [N, C] (or [N, T, C])"));
   }
-  v.labels = module.add_argument(kLabelsArg, TensorType{DType::kI64, {logits_type.shape[0]}}, Role::kInput);
+  // One label per row, or per position of token-level logits (logits [N, T..., C] → labels [N, T...]).
+  v.labels = module.add_argument(kLabelsArg, TensorType{DType::kI64, Shape(logits_type.shape.begin(), logits_type.shape.end() - 1)}, Role::kInput);
   for (ValueId a : module.arguments()) {
     if (module.value(a).role == Role::kParam) v.params.push_back(a);
   }
@@ -179,10 +181,27 @@ Expected<StepValues> step_inputs(Module& module, bool loss_scaling) {
   return v;
 }
 
+// The count of the labels ≥ 0 in `labels` (the positions a token-level loss counts), summed
+// over the ranks, and at least 1 (a batch of ignored positions has a zero loss and gradient).
+ValueId kept_labels(Module& m, ValueId labels, const ShardOptions& shard) {
+  const int64_t rank = static_cast<int64_t>(m.value(labels).type.shape.size());
+  std::vector<int64_t> axes(static_cast<size_t>(rank));
+  std::iota(axes.begin(), axes.end(), int64_t{0});
+  const ValueId kept = emit(m, "greater_equal", {labels, m.add_constant(Tensor::zeros(DType::kI64, {}), "label_zero")});
+  const ValueId count = emit(m, "reduce_sum", {emit(m, "cast", {kept}, make_attrs({{"to", std::string(dtype_name(DType::kF32))}}))}, make_attrs({{"axes", axes}, {"keepdims", int64_t{0}}}));
+  Tensor one = Tensor::zeros(DType::kF32, {});
+  one.data<float>()[0] = 1.0f;
+  const ValueId at_least_one = emit(m, "max", {all_reduce_value(m, count, shard), m.add_constant(std::move(one), "one")});
+  m.rename(at_least_one, "kept_labels");
+  return at_least_one;
+}
+
 // A rank's loss: its sum over its real rows divided by the global batch, so the ranks' sum is
 // the global batch's mean loss and the backward seeds each row as one device does (passes/shard.h);
-// a short slice's padding row is ignored.
-LossRows loss_rows(const ShardOptions& shard) {
+// a short slice's padding row is ignored. Token labels: the sum over the kept positions divided
+// by the global batch's count of them (a padding row's labels are all kIgnoreLabel).
+LossRows loss_rows(Module& m, const StepValues& v, const ShardOptions& shard) {
+  if (m.value(v.labels).type.shape.size() > 1) return {.kept = kept_labels(m, v.labels, shard)};
   if (!shard.global_divisor()) return {};
   LossRows rows{.divisor = static_cast<double>(shard.batch)};
   if (shard.uneven()) rows.ignore_label = kPaddingLabel;
@@ -192,9 +211,8 @@ LossRows loss_rows(const ShardOptions& shard) {
 // One batch's loss and gradients: softmax cross-entropy (times the loss scale), autodiff, then
 // `after_autodiff` (remat) on the new forward and backward; zero3 regathers for backward.
 Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodiff& after_autodiff, const ShardOptions& shard) {
-  MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> loss_out,
-                        module.add_node("softmax_cross_entropy", {v.logits, v.labels}, loss_rows(shard).attrs(), "loss"));
-  v.loss = loss_out[0];
+  v.loss = cross_entropy(module, v.logits, v.labels, loss_rows(module, v, shard));
+  module.rename(v.loss, "loss");
   ValueId loss_for_grad = v.loss;
   if (v.scale != kNoValue) {
     loss_for_grad = emit(module, "mul", {v.loss, v.scale});
@@ -325,7 +343,7 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
   };
   const bool flat = shard.flat_params();
   MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale,
-                                                                      loss_rows(shard), flat ? remat_and_regather : remat,
+                                                                      loss_rows(module, v, shard), flat ? remat_and_regather : remat,
                                                                       flat ? gather : ParamBinder()));
   v.loss = acc.loss;
   v.logits_out = acc.logits;

@@ -133,8 +133,9 @@ Expected<ModelCompiler::Forward> ModelCompiler::build_forward(const CompileOptio
   if (instrumentation.after_pass) instrumentation.after_pass("import", forward);
   if (forward.outputs().empty()) return Status::BadInput(model_path_ + ": the model has no outputs");
   const TensorType logits = forward.value(forward.outputs()[0]).type;
-  if (logits.shape.size() != 2) {
-    return Status::BadInput(str_cat(model_path_, ": first output is [", shape_str(logits.shape), "]; training needs logits [N, C]"));
+  if (logits.shape.size() < 2) {
+    return Status::BadInput(str_cat(model_path_, ": first output is [", shape_str(logits.shape),
+                                    "]; training needs logits [N, C] (a class per sample) or [N, T, C] (a class per position)"));
   }
   forward.keep_outputs(1);  // and the buffers' updates (BatchNorm's running statistics in train())
   f.updates_buffers = std::any_of(forward.output_updates().begin(), forward.output_updates().end(), [](ValueId a) { return a != kNoValue; });
@@ -304,7 +305,7 @@ Expected<Plan> ModelCompiler::compile(const CompileOptions& options, bool quiet,
     plan.eval = main->module;
   }
   MEMC_ASSIGN_OR_RETURN(const std::vector<PassReport> reports, train(options, main->module, plan, quiet, schedule_quiet));
-  const int64_t num_classes = main->module.value(main->module.outputs()[0]).type.shape[1];
+  const int64_t num_classes = main->module.value(main->module.outputs()[0]).type.shape.back();  // per row, or per position
   MEMC_RETURN_IF_ERROR(describe_plan(plan, options, num_classes));
   // Prefetching holds up to a unit in flight each way; where that breaks the budget, the plan is
   // scheduled without it (zero3's gathers and streamed units' copies then wait for their place).

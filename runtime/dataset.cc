@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "backends/cpu/kernels.h"
+#include "passes/training_step.h"
 
 namespace memc {
 
@@ -18,14 +19,31 @@ static bool dtype_accepted(DType have, DType want, bool mask) {
   return mask;
 }
 
-// The labels: i64 [N], each within [0, num_classes).
-static Status check_labels(const std::string& where, const Tensor& labels, int64_t num_classes) {
-  if (labels.dtype() != DType::kI64 || labels.rank() != 1) {
-    return Status::BadInput(str_cat(where, ": array 'y' is ", dtype_name(labels.dtype()), "[", shape_str(labels.shape()), "], expected int64 [N]"));
+LabelSpec label_spec(const Module& train, int64_t classes) {
+  LabelSpec spec{.classes = classes};
+  for (ValueId a : train.arguments()) {
+    const Value& v = train.value(a);
+    if (v.role == Role::kInput && v.source_name == kLabelsArg && !v.type.shape.empty()) spec.sample.assign(v.type.shape.begin() + 1, v.type.shape.end());
   }
+  return spec;
+}
+
+// The labels: i64 [N] (or [N, T...] for token labels), each within [0, classes) or, for a
+// position, kIgnoreLabel.
+static Status check_labels(const std::string& where, const Tensor& labels, const LabelSpec& spec) {
+  const Shape sample = labels.rank() > 0 ? Shape(labels.shape().begin() + 1, labels.shape().end()) : Shape{};
+  if (labels.dtype() != DType::kI64 || labels.rank() == 0 || sample != spec.sample) {
+    return Status::BadInput(str_cat(where, ": array 'y' is ", dtype_name(labels.dtype()), "[", shape_str(labels.shape()), "], expected int64 [N",
+                                    spec.tokens() ? ", " + shape_str(spec.sample) : std::string(), "]",
+                                    spec.tokens() ? " (a label per position of the model's logits)" : ""));
+  }
+  const int64_t per_sample = labels.rank() > 0 && labels.shape()[0] > 0 ? labels.numel() / labels.shape()[0] : 1;
   for (int64_t i = 0; i < labels.numel(); ++i) {
     const int64_t l = labels.data<int64_t>()[i];
-    if (l < 0 || l >= num_classes) return Status::BadInput(str_cat(where, ": label y[", i, "] = ", l, " is outside [0, ", num_classes, ")"));
+    if ((l >= 0 && l < spec.classes) || (spec.tokens() && l == kIgnoreLabel)) continue;
+    const std::string at = spec.tokens() ? str_cat("y[", i / per_sample, "] position ", i % per_sample) : str_cat("y[", i, "]");
+    return Status::BadInput(str_cat(where, ": label ", at, " = ", l, " is outside [0, ", spec.classes, ")",
+                                    spec.tokens() ? str_cat(" and is not ", kIgnoreLabel, " (ignored)") : std::string()));
   }
   return Status::Ok();
 }
@@ -59,14 +77,14 @@ static Expected<typename Map::const_iterator> find_input(const std::string& wher
 }
 
 Expected<Dataset> dataset_from_arrays(const std::string& path, const TensorMap& arrays, const std::vector<InputSpec>& specs,
-                                      int64_t num_classes) {
+                                      const LabelSpec& label_spec) {
   Dataset data;
   data.path = path;
   auto labels = arrays.find("y");
   if (labels == arrays.end()) return Status::BadInput(path + ": no array 'y' (int64 labels)");
-  MEMC_RETURN_IF_ERROR(check_labels(path, labels->second, num_classes));
+  MEMC_RETURN_IF_ERROR(check_labels(path, labels->second, label_spec));
   data.labels = labels->second;
-  data.size = data.labels.numel();
+  data.size = data.labels.shape()[0];
   for (const InputSpec& spec : specs) {
     MEMC_ASSIGN_OR_RETURN(auto it, find_input(path, arrays, spec, specs.size()));
     const Tensor& t = it->second;
@@ -79,7 +97,7 @@ Expected<Dataset> dataset_from_arrays(const std::string& path, const TensorMap& 
 }
 
 // A folder of .npy files: labels read now, inputs opened to be read a batch at a time.
-static Expected<Dataset> load_npy_dataset(const std::string& dir, const std::vector<InputSpec>& specs, int64_t num_classes) {
+static Expected<Dataset> load_npy_dataset(const std::string& dir, const std::vector<InputSpec>& specs, const LabelSpec& label_spec) {
   MEMC_ASSIGN_OR_RETURN(const auto files, list_npy_folder(dir));
   Dataset data;
   data.path = dir;
@@ -87,8 +105,8 @@ static Expected<Dataset> load_npy_dataset(const std::string& dir, const std::vec
   if (labels == files.end()) return Status::BadInput(dir + ": no y.npy (int64 labels) or shards y.K.npy");
   MEMC_ASSIGN_OR_RETURN(const std::shared_ptr<const NpyColumn> y, NpyColumn::open(labels->second, "y"));
   MEMC_ASSIGN_OR_RETURN(data.labels, y->read_all());
-  MEMC_RETURN_IF_ERROR(check_labels(dir, data.labels, num_classes));
-  data.size = data.labels.numel();
+  MEMC_RETURN_IF_ERROR(check_labels(dir, data.labels, label_spec));
+  data.size = data.labels.shape()[0];
   for (const InputSpec& spec : specs) {
     MEMC_ASSIGN_OR_RETURN(auto it, find_input(dir, files, spec, specs.size()));
     MEMC_ASSIGN_OR_RETURN(std::shared_ptr<const NpyColumn> column, NpyColumn::open(it->second, it->first));
@@ -98,11 +116,11 @@ static Expected<Dataset> load_npy_dataset(const std::string& dir, const std::vec
   return data;
 }
 
-Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes) {
+Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, const LabelSpec& labels) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return load_npy_dataset(path, specs, num_classes);
+  if (std::filesystem::is_directory(path, ec)) return load_npy_dataset(path, specs, labels);
   MEMC_ASSIGN_OR_RETURN(const TensorMap arrays, read_npz(path));
-  return dataset_from_arrays(path, arrays, specs, num_classes);
+  return dataset_from_arrays(path, arrays, specs, labels);
 }
 
 // Index of the first NaN or ±inf element of a float tensor, or -1. f32 is scanned a block at a
@@ -186,8 +204,13 @@ Expected<std::map<std::string, Tensor>> make_batch(const Dataset& data, const st
     }
     out[spec.name] = t;
   }
-  Tensor labels = Tensor::zeros(DType::kI64, {batch});
-  for (int64_t b = 0; b < batch; ++b) labels.data<int64_t>()[b] = data.labels.data<int64_t>()[order[first + b]];
+  Shape shape = data.labels.shape();
+  shape[0] = batch;
+  Tensor labels = Tensor::zeros(DType::kI64, shape);
+  const int64_t per_sample = labels.numel() / std::max<int64_t>(batch, 1);
+  for (int64_t b = 0; b < batch; ++b) {
+    std::copy_n(data.labels.data<int64_t>() + order[first + b] * per_sample, per_sample, labels.data<int64_t>() + b * per_sample);
+  }
   out[labels_key] = labels;
   return out;
 }

@@ -28,24 +28,37 @@ struct InputSpec {
   TensorType type;   // with the batch as dim 0
 };
 
+// What a plan's labels are: a class per sample, in [0, classes), or for token-level logits a
+// class per position (`sample`: the positions' shape, [T...]), each in [0, classes) or
+// kIgnoreLabel (passes/microbatch.h; PyTorch's ignore_index: a position the loss and the
+// accuracy skip).
+struct LabelSpec {
+  int64_t classes = 0;
+  Shape sample;  // empty: one label per sample
+  bool tokens() const { return !sample.empty(); }
+};
+
+// The labels of a training step `train` (its "labels" argument) over `classes` classes.
+LabelSpec label_spec(const Module& train, int64_t classes);
+
 struct Dataset {
   std::string path;
   std::map<std::string, Tensor> inputs;  // .npz: by graph input name, dim 0 = samples
   // A .npy folder: by graph input name, the file's array, converted to the input's dtype per batch.
   std::map<std::string, std::shared_ptr<const NpyColumn>> streamed;
-  Tensor labels;                         // i64 [samples]
+  Tensor labels;                         // i64 [samples] or, token labels, [samples, T...]
   int64_t size = 0;
 };
 
 // Loads and validates: every model input present with the per-sample shape and a compatible
-// dtype (masks may be float, bool or integer and are converted), labels i64 within
-// [0, num_classes), float arrays finite. Errors name the file, the array and the sample.
+// dtype (masks may be float, bool or integer and are converted), labels i64 of the spec's shape
+// within [0, classes) (or kIgnoreLabel, for positions), float arrays finite. Errors name the file, the array and the sample.
 // `path` is an .npz or a folder of .npy files.
-Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, int64_t num_classes);
+Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, const LabelSpec& labels);
 
 // The same checks on arrays in memory (a caller's batch); `path` names them in messages.
 Expected<Dataset> dataset_from_arrays(const std::string& path, const TensorMap& arrays, const std::vector<InputSpec>& specs,
-                                      int64_t num_classes);
+                                      const LabelSpec& labels);
 
 // Refuses NaN and ±inf in a float array, naming the file, the array and the sample (dim 0).
 Status check_finite(const std::string& path, const std::string& array, const Tensor& t);

@@ -68,14 +68,16 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string& plan_path, c
 }
 
 // `arrays` as a data set of exactly `rows` samples for `specs`, checked as `memc run` checks files.
-static Expected<Dataset> batch_dataset(const TensorMap& arrays, const std::vector<InputSpec>& specs, int64_t rows, int64_t num_classes,
+static Expected<Dataset> batch_dataset(const TensorMap& arrays, const std::vector<InputSpec>& specs, int64_t rows, const LabelSpec& labels,
                                        bool labelled) {
   TensorMap with_labels;  // predict's inputs, with labels the checks ask for (a step's come with its batch)
   if (!labelled) {
     with_labels = arrays;
-    with_labels["y"] = Tensor::zeros(DType::kI64, {rows});
+    Shape shape{rows};
+    shape.insert(shape.end(), labels.sample.begin(), labels.sample.end());
+    with_labels["y"] = Tensor::zeros(DType::kI64, shape);
   }
-  MEMC_ASSIGN_OR_RETURN(Dataset data, dataset_from_arrays("the batch", labelled ? arrays : with_labels, specs, num_classes));
+  MEMC_ASSIGN_OR_RETURN(Dataset data, dataset_from_arrays("the batch", labelled ? arrays : with_labels, specs, labels));
   if (data.size != rows) return Status::BadInput(str_cat("the batch has ", data.size, " samples; the plan's batch is ", rows));
   return data;
 }
@@ -86,7 +88,7 @@ Expected<double> Session::step(const TensorMap& batch) {
     return Status::BadInput(str_cat("the plan's ", s.plan.schedule.kind, " schedule needs its length: give total_steps, or compile with --steps-per-epoch"));
   }
   if (!batch.count("y")) return Status::BadInput("the batch has no 'y' (int64 labels)");
-  MEMC_ASSIGN_OR_RETURN(Dataset data, batch_dataset(batch, s.train_specs, s.plan.batch, s.plan.num_classes, true));
+  MEMC_ASSIGN_OR_RETURN(Dataset data, batch_dataset(batch, s.train_specs, s.plan.batch, label_spec(s.plan.train, s.plan.num_classes), true));
   // The batch is the step's rows in order: its checked arrays are the feeds (copied once, into the arena).
   std::map<std::string, Tensor> feeds = std::move(data.inputs);
   feeds[kLabelsArg] = data.labels;
@@ -100,7 +102,7 @@ Expected<double> Session::step(const TensorMap& batch) {
 
 Expected<Tensor> Session::predict(const TensorMap& inputs) {
   Impl& s = *impl_;
-  MEMC_ASSIGN_OR_RETURN(const Dataset data, batch_dataset(inputs, s.eval_specs, s.plan.batch, s.plan.num_classes, false));
+  MEMC_ASSIGN_OR_RETURN(const Dataset data, batch_dataset(inputs, s.eval_specs, s.plan.batch, label_spec(s.plan.train, s.plan.num_classes), false));
   std::vector<int64_t> order(static_cast<size_t>(s.plan.batch));
   std::iota(order.begin(), order.end(), int64_t{0});
   MEMC_ASSIGN_OR_RETURN(auto feeds, make_batch(data, order, 0, s.plan.batch, s.eval_specs, kLabelsArg));

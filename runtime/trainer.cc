@@ -52,7 +52,8 @@ Tensor f32_scalar(double v) {
   return t;
 }
 
-// Runs the forward module over `data` and returns the fraction of correct argmax predictions.
+// Runs the forward module over `data` and returns the fraction of correct argmax predictions
+// (token labels: of the positions not ignored; `counted` is then the positions').
 // Batches of the evaluation forward's own size: the global batch, or one rank's slice where the
 // export fixes its batch.
 Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset& data, int64_t& counted) {
@@ -72,14 +73,18 @@ Expected<double> evaluate(const Plan& plan, const StateMap& state, const Dataset
     add_state_feeds(plan.eval, state, feeds);
     MEMC_ASSIGN_OR_RETURN(std::vector<Tensor> out, execute(plan.eval, feeds, ExecOptions{.training = false}));
     const Tensor& logits = out[0];
-    const int64_t classes = logits.shape()[1];
+    const int64_t classes = logits.shape().back(), positions = logits.numel() / classes / batch;  // token labels: positions > 0
     for (int64_t b = start - window; b < batch && window + b < data.size; ++b) {
-      int64_t best = 0;
-      for (int64_t c = 1; c < classes; ++c) {
-        if (logits.get_as_double(b * classes + c) > logits.get_as_double(b * classes + best)) best = c;
+      for (int64_t p = 0; p < positions; ++p) {
+        const int64_t label = data.labels.data<int64_t>()[order[window + b] * positions + p], row = b * positions + p;
+        if (label < 0) continue;  // an ignored position
+        int64_t best = 0;
+        for (int64_t c = 1; c < classes; ++c) {
+          if (logits.get_as_double(row * classes + c) > logits.get_as_double(row * classes + best)) best = c;
+        }
+        correct += best == label;
+        ++counted;
       }
-      correct += best == data.labels.data<int64_t>()[order[window + b]];
-      ++counted;
     }
   }
   return counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
@@ -256,13 +261,13 @@ static Expected<RunData> load_run_data(const Plan& plan, const RunOptions& optio
   RunData data;
   data.epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
   if (!options.data.empty()) {
-    MEMC_ASSIGN_OR_RETURN(data.train, load_dataset(options.data, data_inputs(plan.train), plan.num_classes));
+    MEMC_ASSIGN_OR_RETURN(data.train, load_dataset(options.data, data_inputs(plan.train), label_spec(plan.train, plan.num_classes)));
     const int64_t batches = batches_per_epoch(data.train->size, plan.batch);
     data.per_epoch = plan.steps_per_epoch > 0 ? std::min(plan.steps_per_epoch, batches) : batches;
     if (data.per_epoch == 0) return Status::BadInput(str_cat(options.data, ": ", data.train->size, " samples make no batch of ", plan.batch));
   }
   if (!options.eval.empty()) {
-    MEMC_ASSIGN_OR_RETURN(data.eval, load_dataset(options.eval, data_inputs(plan.eval), plan.num_classes));
+    MEMC_ASSIGN_OR_RETURN(data.eval, load_dataset(options.eval, data_inputs(plan.eval), label_spec(plan.train, plan.num_classes)));
     if (data.eval->size == 0) return Status::BadInput(options.eval + ": has 0 samples; nothing to evaluate");
   }
   return data;
@@ -342,8 +347,10 @@ static Expected<std::map<std::string, Tensor>> step_feeds(const TrainContext& ct
   std::vector<int64_t> rows(first, first + slice.rows);
   rows.resize(static_cast<size_t>(ctx.plan.rank_rows()), rows.front());
   MEMC_ASSIGN_OR_RETURN(auto feeds, make_batch(data, rows, 0, ctx.plan.rank_rows(), ctx.specs, kLabelsArg));
-  int64_t* labels = feeds[kLabelsArg].data<int64_t>();
-  std::fill(labels + slice.rows, labels + ctx.plan.rank_rows(), kPaddingLabel);
+  // A padding row's labels: the ignored row's, or every position ignored.
+  Tensor& labels = feeds[kLabelsArg];
+  const int64_t per_row = labels.numel() / ctx.plan.rank_rows();
+  std::fill(labels.data<int64_t>() + slice.rows * per_row, labels.data<int64_t>() + labels.numel(), labels.rank() > 1 ? kIgnoreLabel : kPaddingLabel);
   add_step_scalars(ctx, step, scaler, feeds);
   return feeds;
 }

@@ -26,7 +26,7 @@ std::map<std::string, Tensor> first_step_gradients(const Plan& plan, const std::
     const Value& v = plan.train.value(a);
     if (v.role == Role::kInput && v.source_name != kLabelsArg) specs.push_back({v.source_name, v.type});
   }
-  auto dataset = load_dataset(source_path("data/" + data), specs, plan.num_classes);
+  auto dataset = load_dataset(source_path("data/" + data), specs, label_spec(plan.train, plan.num_classes));
   MEMC_CHECK(dataset.ok(), dataset.status().message());
   std::vector<int64_t> order(static_cast<size_t>(dataset->size));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);

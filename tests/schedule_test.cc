@@ -285,7 +285,7 @@ std::map<std::string, Tensor> step_feeds(const Plan& plan, const RealCase& c) {
     const Value& v = plan.train.value(a);
     if (v.role == Role::kInput && v.source_name != kLabelsArg) specs.push_back({v.source_name, v.type});
   }
-  auto data = load_dataset(source_path("data/" + c.data + ".npz"), specs, plan.num_classes);
+  auto data = load_dataset(source_path("data/" + c.data + ".npz"), specs, label_spec(plan.train, plan.num_classes));
   EXPECT_TRUE(data.ok()) << data.status().message();
   if (!data.ok()) return feeds;
   std::vector<int64_t> order(data->size);

@@ -53,7 +53,7 @@ TEST(Session, StepsTheBatchesOfMemcRunToTheSameLossesAndWeights) {
 
   // The same batches in the same order: epoch 0's permutation of the file, 32 rows at a time.
   const std::vector<InputSpec> specs = {{"x", plan->train.value(plan->train.find_value("x")).type}};
-  auto data = load_dataset(data_path, specs, plan->num_classes);
+  auto data = load_dataset(data_path, specs, label_spec(plan->train, plan->num_classes));
   ASSERT_TRUE(data.ok()) << data.status().message();
   const std::vector<int64_t> order = epoch_order(data->size, 3, 0);
   // memc run's horizon: 1 epoch of the file's 44 batches.

@@ -18,6 +18,7 @@
 #include "frontend/onnx_weights.h"
 #include "ir/printer.h"
 #include "passes/memory_plan.h"
+#include "runtime/dataset.h"
 #include "runtime/file_guard.h"
 #include "runtime/host_memory.h"
 #include "runtime/op_profile.h"
@@ -615,7 +616,11 @@ static void print_run_result(const RunArgs& args, const Plan* plan, const RunRep
     print_op_profile(r.steps, *plan, estimated_ms);
     print_timelines(r.rank_timelines);
   }
-  if (r.accuracy >= 0) std::printf("accuracy %.2f%% on %lld samples of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), args.options.eval.c_str());
+  if (r.accuracy >= 0) {
+    const bool tokens = label_spec(plan->train, plan->num_classes).tokens();  // counted over positions whose label is not -100
+    std::printf("accuracy %.2f%% on %lld %s of %s\n", 100.0 * r.accuracy, static_cast<long long>(r.eval_samples), tokens ? "positions" : "samples",
+                args.options.eval.c_str());
+  }
 }
 
 // The --json report of a run.

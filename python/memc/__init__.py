@@ -489,7 +489,9 @@ class Plan:
         Args:
             x: The inputs, an array or torch tensor of `batch` rows; for a model with several
                 inputs, a tuple of them.
-            y: The integer labels, `batch` of them.
+            y: The integer labels, `batch` of them; for a model whose logits are per position
+                ([batch, T, classes], a language model), [batch, T] of them, -100 where a
+                position is ignored (PyTorch's ``ignore_index``).
 
         Returns:
             The batch's loss before the update.
@@ -506,7 +508,8 @@ class Plan:
             x: One batch of inputs (`batch` rows), or a dict of them by input name.
 
         Returns:
-            The logits, a NumPy array of shape ``[batch, classes]``.
+            The logits, a NumPy array of shape ``[batch, classes]`` (or the model's
+            ``[batch, T, classes]``).
 
         Raises:
             MemcError: A batch of the wrong size, shape or dtype.
@@ -639,7 +642,8 @@ class Plan:
                 `batch` are skipped.
 
         Returns:
-            The fraction of rows whose argmax logit is the label (NaN when no batch was full).
+            The fraction of rows whose argmax logit is the label (NaN when no batch was full);
+            for a token-level model, of the positions whose label is not -100.
         """
         correct = counted = 0
         session = self.session(self._total_steps)
@@ -649,8 +653,9 @@ class Plan:
             if labels.shape[:1] != (session.batch,):
                 continue
             logits = session.predict(arrays)
-            correct += int((logits.argmax(axis=1) == labels).sum())
-            counted += len(labels)
+            kept = labels >= 0  # a language model's ignored positions (-100) are not scored
+            correct += int(((logits.argmax(axis=-1) == labels) & kept).sum())
+            counted += int(kept.sum())
         return correct / counted if counted else float("nan")
 
     def state_dict(self) -> Dict[str, Any]:
