@@ -214,7 +214,7 @@ Status Importer::add_initializers(ImportContext& ctx) {
     if (!shape.ok()) return error(str_cat(what, ": ", shape.status().message()));
     if (ctx.lookup(init.name()) != kNoValue) return error(str_cat(what, " is defined twice"));
     const bool no_data = tensor_proto_has_no_data(init);
-    if (audit_.same_as.count(init.name())) continue;  // a folded copy the first one stands for: below
+    if (audit_.same_as.count(init.name()) || audit_.transposed_of.count(init.name())) continue;  // a folded copy another stands for: below
     if (running_statistics_.count(init.name()) && is_float(*dtype)) {
       const ValueId id = module_.add_argument(init.name(), TensorType{*dtype, *shape}, Role::kBuffer);
       ctx.define(init.name(), id);
@@ -260,6 +260,17 @@ Status Importer::add_initializers(ImportContext& ctx) {
     tied.push_back(first);
   }
   if (!tied.empty()) module_.metadata().set("tied_copies", tied);
+  // Each tied folded transpose reads the transpose of the tensor trained for its parameter;
+  // `memc export` writes it back so (metadata "tied_transposes": copy, parameter, ...).
+  std::vector<std::string> transposed;
+  for (const auto& [copy, original] : audit_.transposed_of) {
+    auto t = ctx.transpose(ctx.lookup(original), {1, 0});
+    if (!t.ok()) return error(str_cat("initializer '", copy, "': ", t.status().message()));
+    ctx.define(copy, *t);
+    transposed.push_back(copy);
+    transposed.push_back(original);
+  }
+  if (!transposed.empty()) module_.metadata().set("tied_transposes", transposed);
   return Status::Ok();
 }
 

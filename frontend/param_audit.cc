@@ -224,6 +224,53 @@ void tie_folded_copies(const onnx::ModelProto& model, const std::string& base_di
   }
 }
 
+// The copy's values are the original's transposed, element for element (2-D, one dtype).
+bool equals_transposed(const Tensor& copy, const Tensor& original) {
+  if (copy.rank() != 2 || original.rank() != 2 || copy.dtype() != original.dtype() || copy.shape()[0] != original.shape()[1] ||
+      copy.shape()[1] != original.shape()[0]) {
+    return false;
+  }
+  const int64_t rows = copy.shape()[0], cols = copy.shape()[1];
+  const size_t size = dtype_size(copy.dtype());
+  const auto* a = static_cast<const char*>(copy.raw());
+  const auto* b = static_cast<const char*>(original.raw());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      if (std::memcmp(a + (i * cols + j) * size, b + (j * rows + i) * size, size) != 0) return false;
+    }
+  }
+  return true;
+}
+
+// A folded transpose of a parameter that the graph also reads under the parameter's own name
+// (the dynamo exporter's optimizer folds a tied output projection's transpose and keeps the
+// embedding): where the values agree (a skeleton has none to check), the copy reads the
+// parameter's transpose, so the parameter trains as one tensor, as the module ties it.
+template <class Report>
+void tie_folded_transposes(const onnx::ModelProto& model, const std::set<std::string>& weights, const std::string& base_dir,
+                           ParamAudit& audit, Report&& report) {
+  std::map<std::string, const onnx::TensorProto*> by_name;
+  for (const auto& init : model.graph().initializer()) by_name[init.name()] = &init;
+  for (const auto& [name, from] : audit.folded_from) {
+    const auto original = by_name.find(from);
+    if (audit.same_as.count(name) || original == by_name.end() || !weights.count(from)) continue;
+    const onnx::TensorProto& copy = *by_name.at(name);
+    const bool transposed_layout = copy.data_type() == original->second->data_type() && copy.dims_size() == 2 &&
+                                   original->second->dims_size() == 2 && copy.dims(0) == original->second->dims(1) &&
+                                   copy.dims(1) == original->second->dims(0);
+    if (!transposed_layout) continue;
+    if (!tensor_proto_has_no_data(copy) && !tensor_proto_has_no_data(*original->second)) {
+      const Expected<Tensor> a = tensor_from_proto(copy, base_dir), b = tensor_from_proto(*original->second, base_dir);
+      if (!a.ok() || !b.ok() || !equals_transposed(*a, *b)) continue;
+    }
+    audit.transposed_of[name] = from;
+    const std::string superseded = "initializer '" + name + "' [";  // "memc trains it as '<copy>'" no longer holds
+    std::erase_if(audit.findings, [&](const std::string& line) { return line.rfind(superseded, 0) == 0; });
+    report(str_cat("initializer '", name, "' [", copy.dims(0), "x", copy.dims(1), "] is the exporter's folded transpose of parameter '", from,
+                   "', which the graph also reads (tied weights): memc trains them as one tensor, '", from, "', as the model ties them"));
+  }
+}
+
 // The dynamo exporter's optimizer fuses a BatchNorm into the Conv (or Linear) before it: the
 // node keeps the BatchNorm's FX node, and the weight and bias it reads, under the layer's own
 // names, hold the layer scaled by the BatchNorm's statistics. Training them trains another
@@ -402,6 +449,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
   }
   report_fused_batch_norms(nodes, report);
   tie_folded_copies(model, base_dir, audit, report);
+  tie_folded_transposes(model, weights, base_dir, audit, report);
   if (print_warnings) {
     for (const std::string& line : audit.findings) warn_once(file + ": " + line);
   }

@@ -24,6 +24,10 @@ struct ParamAudit {
   // Folded copies of one parameter with one layout and equal values → the first of them, which
   // memc trains for all (the export folded a shared weight once per use: ALBERT's layers).
   std::map<std::string, std::string> same_as;
+  // A folded transpose whose parameter the graph also reads as an initializer of its own, with
+  // equal values transposed → that initializer: the copy reads its transpose, so the two train as
+  // one tensor (a tied embedding and output projection: GPT-2's wte and lm_head, BERT's MLM decoder).
+  std::map<std::string, std::string> transposed_of;
   // One line per finding, in graph order (also printed as warnings).
   std::vector<std::string> findings;
 };

@@ -100,6 +100,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsVsPyTorch,
                                            GradModel{"bigbird_sparse_t215", 64}, GradModel{"bigbird_full_t215", 32},
                                            GradModel{"distilbert_t215", 32}, GradModel{"distilbert_ts_t215", 32}, GradModel{"bert_t215", 32}, GradModel{"roberta_t215", 32},
                                            GradModel{"gpt2_t215", 32},  // causal mask, runtime GatherND
+                                           // language models: logits [4, 32, 64], labels per position (-100: ignored), tied embeddings
+                                           GradModel{"gpt2_lm_t215", 32}, GradModel{"bert_mlm_t215", 32}, GradModel{"gpt2_lm_ts_t215", 32},
                                            GradModel{"vit_tiny_dynamo_t215", -1}, GradModel{"vit_tiny_dynamo_t215_tied", -1},
                                            // GroupNorm, AvgPool (padded, ceil mode), MaxPool (2-D padded, 1-D), Hardswish, Hardsigmoid
                                            GradModel{"pool_net_t215", -1}, GradModel{"pool_net_ts_t215", -1},

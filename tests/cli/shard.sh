@@ -250,6 +250,22 @@ for c in "2 zero1 none 8" "2 zero3 none 8" "4 zero3 params 8" "1 none params 8" 
   ranks "$1" $MEMC run "$TMP/g.plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g.npz" >/dev/null 2>"$TMP/err" || { fail "dump $c: $(tail -2 "$TMP/err")"; continue; }
   out=$(python3 -c "$GRADS" "$one" "$TMP/g.npz" 2>&1) && pass "--dump-grads, $1 rank(s) $2 offload $3 batch $4 ${5:-adamw} = one device: $out" || fail "--dump-grads $c: $out"
 done
+# A language model (models/gpt2_lm_ts_t215.onnx: logits and labels per position, -100 ignored,
+# a tied embedding): each rank divides its sum by the global batch's kept positions (one
+# all_reduce), and a short slice's padding row is all ignored positions.
+LM="models/gpt2_lm_ts_t215.onnx --seq 32 --lr 2e-3"
+for b in 8 10; do
+  $MEMC compile $LM --batch $b -o "$TMP/lm1.plan" --force >/dev/null 2>"$TMP/err" || fail "compile lm b$b: $(cat "$TMP/err")"
+  $MEMC run "$TMP/lm1.plan" --data data/lm_test.npz --steps 1 --quiet --dump-grads "$TMP/lm1-b$b.npz" >/dev/null 2>"$TMP/err" || fail "lm dump b$b: $(cat "$TMP/err")"
+done
+for c in "4 zero2 10 1" "2 zero3 8 2"; do
+  set -- $c
+  $MEMC compile $LM --batch "$3" --micro-batches "$4" --devices "$1" --shard "$2" -o "$TMP/lm.plan" --force >/dev/null 2>"$TMP/err" \
+    || { fail "compile lm $c: $(cat "$TMP/err")"; continue; }
+  rm -f "$TMP/lm.npz"
+  ranks "$1" $MEMC run "$TMP/lm.plan" --data data/lm_test.npz --steps 1 --quiet --dump-grads "$TMP/lm.npz" >/dev/null 2>"$TMP/err" || { fail "lm dump $c: $(tail -2 "$TMP/err")"; continue; }
+  out=$(python3 -c "$GRADS" "$TMP/lm1-b$3.npz" "$TMP/lm.npz" 2>&1) && pass "language model, $1 ranks $2 batch $3 micro-batches $4 = one device: $out" || fail "lm $c: $out"
+done
 # The text model (token embeddings, attention mask input).
 MODEL=text_encoder TAG=-text DATA="--data data/text_train.npz" COMMON="$COMMON --seq 32"
 one_device fp32 adamw

@@ -178,7 +178,8 @@ Plan compile_case(const Case& c) {
 
 constexpr double kLr = 1024;  // large, so w' - w is the gradient's bits, not the weight's
 
-// Seeded arguments: integer inputs (token ids, token types, labels: 0 or 1; masks mostly 1),
+// Seeded arguments: integer inputs (token ids, token types, labels: 0 or 1, a language model's
+// -100 at every fifth position; masks mostly 1),
 // parameters in [-0.1, 0.1], float inputs in [-1, 1], the learning rate kLr.
 std::map<std::string, Tensor> arguments(const Module& module, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -193,7 +194,10 @@ std::map<std::string, Tensor> arguments(const Module& module, uint32_t seed) {
       t = testing::random_tensor(v.type.dtype, v.type.shape, rng, -amplitude, amplitude);
     } else {
       const bool mask = v.name.find("mask") != std::string::npos;
-      for (int64_t i = 0; i < t.numel(); ++i) t.set_from_double(i, static_cast<double>(mask ? (i % 5 != 4) : (i * 7 + seed) % 2));
+      const bool positions = v.name == kLabelsArg && v.type.shape.size() > 1;  // a language model's: every fifth ignored
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        t.set_from_double(i, positions && i % 5 == 2 ? -100.0 : static_cast<double>(mask ? (i % 5 != 4) : (i * 7 + seed) % 2));
+      }
     }
     feeds[v.name] = std::move(t);
   }
@@ -282,6 +286,9 @@ const Case kCases[] = {
     {"models/roberta_t215.onnx", 4, "fp32"},
     {"models/bigbird_full.onnx", 2, "fp32", 32},
     {"models/bigbird_sparse.onnx", 4, "fp32"},
+    // Language models: a loss per position (labels -100 ignored), tied embeddings.
+    {"models/gpt2_lm_t215.onnx", 4, "fp32"},
+    {"models/bert_mlm_t215.onnx", 4, "bf16-mixed"},
     // Offload's transfers: async pairs (copy_to_host_start/_done …), the update in host memory,
     // and streamed parameters prefetched one unit ahead.
     {"models/vit_tiny.onnx", 4, "fp32", -1, OffloadLevel::kOptimizer},
