@@ -505,7 +505,8 @@ class Plan:
         """Runs the forward pass with the current weights.
 
         Args:
-            x: One batch of inputs (`batch` rows), or a dict of them by input name.
+            x: One batch of inputs (`batch` rows); for a model with several inputs, a tuple of
+                them (as `step` takes them), or a dict of them by input name.
 
         Returns:
             The logits, a NumPy array of shape ``[batch, classes]`` (or the model's
@@ -514,7 +515,14 @@ class Plan:
         Raises:
             MemcError: A batch of the wrong size, shape or dtype.
         """
-        inputs = x if isinstance(x, Mapping) else {self._input_names[0]: x}
+        if isinstance(x, Mapping):
+            inputs = x
+        elif len(self._input_names) > 1:  # a tuple, as step takes it
+            if not isinstance(x, (tuple, list)) or len(x) != len(self._input_names):
+                raise MemcError(f"memc: the model has {len(self._input_names)} inputs; give a tuple of them or a dict by name")
+            inputs = dict(zip(self._input_names, x))
+        else:
+            inputs = {self._input_names[0]: x}
         return self.session(self._total_steps).predict({k: _numpy(v) for k, v in inputs.items()})
 
     def fit(self, train: Any, eval: Any = None, epochs: int = 1, checkpoint: Optional[str] = None, resume: bool = False,

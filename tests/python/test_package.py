@@ -233,6 +233,47 @@ def test_torch_module_trains_as_pytorch_does_and_loads_back():
         assert np.abs(restored(xs[0]).numpy() - plan.predict(xs[0])).max() <= 1e-6
 
 
+def test_a_language_model_trains_per_position_with_its_tied_embedding():
+    """GPT-2's logits [N, T, V] against next-token labels, -100 ignored: three AdamW steps equal
+    PyTorch's, and the tied embedding comes back under both of its names."""
+    transformers = pytest.importorskip("transformers")
+    data = np.load(os.path.join(os.path.dirname(__file__), "..", "..", "data", "lm_test.npz"))
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                                             embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+            self.gpt2 = transformers.GPT2LMHeadModel(config)
+
+        def forward(self, input_ids, attention_mask):
+            return self.gpt2(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    torch.manual_seed(0)
+    module = LM()
+    batches = [tuple(torch.from_numpy(data[k][8 * s:8 * s + 8]) for k in ("input_ids", "attention_mask", "y")) for s in range(3)]
+    plan = memc.compile(module, batches[0][:2], optimizer="adamw", lr=1e-3)
+    reference = copy.deepcopy(module)
+    optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    for ids, mask, y in batches:
+        loss = plan.step((ids, mask), y)
+        optimizer.zero_grad()
+        torch_loss = torch.nn.functional.cross_entropy(reference(ids, mask).reshape(-1, 64), y.reshape(-1), ignore_index=-100)
+        torch_loss.backward()
+        optimizer.step()
+        assert abs(loss - torch_loss.item()) <= 1e-5 * abs(torch_loss.item())
+    state = plan.state_dict()
+    assert torch.equal(state["gpt2.lm_head.weight"], state["gpt2.transformer.wte.weight"])
+    for name in ("gpt2.transformer.wte.weight", "gpt2.transformer.h.1.mlp.c_fc.weight"):
+        theirs = reference.state_dict()[name]
+        assert ((state[name] - theirs).abs().max() / theirs.abs().max()).item() <= 1e-5, name
+    # Accuracy counts the labelled positions only.
+    ids, mask, y = batches[0]
+    predicted = plan.predict((ids, mask)).argmax(-1)
+    kept = y.numpy() >= 0
+    assert plan.accuracy([batches[0]]) == pytest.approx((predicted == y.numpy())[kept].mean())
+
+
 def test_a_parameter_the_output_does_not_use_is_left_as_pytorch_leaves_it():
     """A mask token read only when a mask is given (Dinov2's): the exporters drop it, PyTorch
     gives it no gradient, and memc leaves it as it is instead of refusing the module."""
