@@ -9,9 +9,10 @@ its name, dims and type, no data; compile and inspect need no weights, `memc run
   (Brown et al. 2020, table 2.1), pre-norm blocks with biases, GPT-2's parameter names and
   Conv1D layout ([in, out] weights), token embedding tied to the output projection.
   Input `input_ids` int64 [batch, seq] (seq ≤ 2048, `memc compile --seq`); the causal mask is
-  computed from seq (Range, Greater, Where). Output `logits` [batch, 50257]: the next token after
-  the last position, through the tied embedding. memc trains per-sample labels, so the loss is
-  one next-token prediction per sequence; the model states (what ZeRO shards) are GPT-3 6.7B's.
+  computed from seq (Range, Greater, Where). Output `logits` [batch, seq, 50257]: every
+  position's next token through the tied embedding, so memc trains it as a language model is
+  trained (a label per position), with the logits' activations and gradients of real training;
+  the model states (what ZeRO shards) are GPT-3 6.7B's.
 
 Parameters: 6,658,404,352 (checked below). Needs the onnx package only.
 Usage: python models/export_gpt_skeleton.py [--layers 32] [--out models/gpt_6b7_skeleton.onnx]"""
@@ -86,12 +87,11 @@ def build(layers=32, d=4096, heads=32, mlp=16384, vocab=50257, positions=2048):
                        op("Add", [op("Erf", [op("Div", [x, const(math.sqrt(2.0), np.float32)])]), const(1.0, np.float32)])])
         h = op("Add", [h, linear(x, f"{p}.mlp.c_proj", mlp, d)])
     h = layer_norm(h, "transformer.ln_f")
-    last = op("Reshape", [op("Slice", [h, const([-1]), const([np.iinfo(np.int64).max]), const([1])]), const([-1, d])])
-    nodes.append(helper.make_node("MatMul", [last, op("Transpose", [wte], perm=[1, 0])], ["logits"]))
+    nodes.append(helper.make_node("MatMul", [h, op("Transpose", [wte], perm=[1, 0])], ["logits"]))
     graph = helper.make_graph(
         nodes, "gpt_6b7",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", vocab])], inits)
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="memc export_gpt_skeleton.py")
     return model, params[0]
 
