@@ -75,6 +75,7 @@ CASES = [  # model, batch, seq (None = image model), data for memc run
     ("vit_small32", 32, None, None),           # written by torch_train_step.py --write-data
     ("text_encoder", 32, 32, "data/text_train.npz"),
     ("bigbird_full", 32, 32, "data/text_train.npz"),
+    ("gpt2_lm_ts_t215", 32, 32, "data/lm_test.npz"),  # a language model: a label per position, tied embedding
 ]
 FRAG_BATCHES = {"vit_tiny": (32, 64), "vit_small32": (32, 64), "text_encoder": (32, 64),
                 "bigbird_full": (32, 64), "bigbird_sparse": (4,),
@@ -113,6 +114,16 @@ def build_torch(name, batch, seq):
         inputs = (torch.from_numpy(d["input_ids"][idx, :seq].copy()),
                   torch.from_numpy(d["attention_mask"][idx, :seq].copy()))
         y = torch.from_numpy(d["y"][idx])
+    elif name == "gpt2_lm_ts_t215":
+        import export_lm_t215 as L
+        model = L.build_gpt2_lm()
+        E.make_unique_(model, seed=107)            # the exported weights (models/export_lm_t215.py)
+        model = L.E.Logits(model)
+        d = np.load(os.path.join(ROOT, "data", "lm_test.npz"))
+        idx = np.arange(batch) % d["y"].shape[0]
+        inputs = (torch.from_numpy(d["input_ids"][idx, :seq].copy()),
+                  torch.from_numpy(d["attention_mask"][idx, :seq].copy()))
+        y = torch.from_numpy(d["y"][idx, :seq].copy())
     else:
         raise SystemExit(f"unknown model {name}")
     E.set_dropout(model, 0.0)
@@ -153,7 +164,8 @@ def torch_peak(name, batch, seq, optimizer):
 
     def step():
         with record_function("phase:forward"):
-            loss = F.cross_entropy(logits_of(model(*inputs)), y)
+            logits = logits_of(model(*inputs))   # a language model's [N, T, C]: PyTorch's per-position loss
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
         with record_function("phase:backward"):
             loss.backward()
         with record_function("phase:optimizer"):

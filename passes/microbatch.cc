@@ -11,8 +11,8 @@
 namespace memc {
 namespace {
 
-ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}) {
-  auto out = m.add_node(op, std::move(inputs), std::move(attrs), "micro-batch");
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}, const std::string& source = "micro-batch") {
+  auto out = m.add_node(op, std::move(inputs), std::move(attrs), source);
   MEMC_CHECK(out.ok(), out.status().message());
   return (*out)[0];
 }
@@ -311,14 +311,14 @@ Attrs LossRows::attrs() const {
 }
 
 ValueId cross_entropy(Module& m, ValueId logits, ValueId labels, const LossRows& rows) {
-  if (rows.kept == kNoValue) return emit(m, "softmax_cross_entropy", {logits, labels}, rows.attrs());
+  if (rows.kept == kNoValue) return emit(m, "softmax_cross_entropy", {logits, labels}, rows.attrs(), "loss");
   const TensorType type = m.value(logits).type;
   const int64_t classes = type.shape.back(), positions = type.numel() / std::max<int64_t>(classes, 1);
-  const ValueId flat_logits = emit(m, "reshape", {logits}, make_attrs({{"shape", Shape{positions, classes}}}));
-  const ValueId flat_labels = emit(m, "reshape", {labels}, make_attrs({{"shape", Shape{positions}}}));
+  const ValueId flat_logits = emit(m, "reshape", {logits}, make_attrs({{"shape", Shape{positions, classes}}}), "loss");
+  const ValueId flat_labels = emit(m, "reshape", {labels}, make_attrs({{"shape", Shape{positions}}}), "loss");
   const ValueId sum = emit(m, "softmax_cross_entropy", {flat_logits, flat_labels},
-                           make_attrs({{"ignore_index", kIgnoreLabel}, {"divisor", 1.0}}));
-  return emit(m, "div", {sum, rows.kept});
+                           make_attrs({{"ignore_index", kIgnoreLabel}, {"divisor", 1.0}}), "loss");
+  return emit(m, "div", {sum, rows.kept}, {}, "loss");
 }
 
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int64_t k) {
