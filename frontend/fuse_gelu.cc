@@ -1,6 +1,14 @@
 // erf-GELU: x·0.5·(1 + erf(x/√2)) in any association and operand order (also x·Φ(x) with
 // Φ = 0.5·(1+erf(x/√2)), and erf(x·(1/√2))) → gelu {approximate = "none"}.
+// tanh-GELU: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as the modelling code of GPT-2, GPT-Neo,
+// GPT-J and Bloom writes it in its own association (HF's NewGELUActivation, FastGELUActivation,
+// bloom_gelu) → gelu {approximate = "tanh"}: the ops between x and the result, scalar
+// constants and mul, add, sub, div, pow and one tanh, are recognized by the function they
+// compute, evaluated at sample points, not by their order.
 #include <cmath>
+#include <functional>
+#include <map>
+#include <set>
 
 #include "frontend/fusion.h"
 #include "frontend/fusion_util.h"
@@ -20,11 +28,92 @@ class GeluFusion : public FusionPass {
       if (m.node(id).dead || m.node(id).op != "erf") continue;
       fused += try_fuse(m, id) ? 1 : 0;
     }
+    for (NodeId id : m.schedule()) {
+      if (m.node(id).dead || m.node(id).op != "tanh") continue;
+      fused += try_fuse_tanh(m, id) ? 1 : 0;
+    }
     log(1, str_cat("fusion gelu: ", fused, " fused"));
     return fused > 0;
   }
 
  private:
+  // The one non-constant value the expression `v` reads through `ops` (and scalar constants),
+  // or kNoValue; `nodes` collects the nodes on the way.
+  static ValueId single_variable(const Module& m, ValueId v, const std::set<std::string>& ops, std::set<NodeId>& nodes) {
+    if (constant_value(m, v)) return kNoValue;
+    const Node* p = producer(m, v);
+    if (!p || !ops.count(p->op)) return v;
+    nodes.insert(p->id);
+    ValueId x = kNoValue;
+    for (ValueId in : p->inputs) {
+      if (constant_value(m, in)) continue;
+      const ValueId leaf = single_variable(m, in, ops, nodes);
+      if (leaf == kNoValue || (x != kNoValue && leaf != x)) return kNoValue;
+      x = leaf;
+    }
+    return x;
+  }
+
+  // `v` at x = `at`, through the nodes of single_variable (NaN where an op is not one of them).
+  static double evaluate(const Module& m, ValueId v, ValueId x, double at) {
+    if (v == x) return at;
+    if (auto c = constant_value(m, v)) return *c;
+    const Node* p = producer(m, v);
+    if (!p) return NAN;
+    const double a = evaluate(m, p->inputs[0], x, at);
+    if (p->op == "tanh") return std::tanh(a);
+    if (p->inputs.size() != 2) return NAN;
+    const double b = evaluate(m, p->inputs[1], x, at);
+    if (p->op == "add") return a + b;
+    if (p->op == "sub") return a - b;
+    if (p->op == "mul") return a * b;
+    if (p->op == "div") return a / b;
+    if (p->op == "pow") return std::pow(a, b);
+    return NAN;
+  }
+
+  // Every node of `nodes` but `root` is read only inside `nodes` (so the fused op replaces them all).
+  static bool closed(const Module& m, const std::vector<std::vector<NodeId>>& users, const std::set<NodeId>& nodes, NodeId root) {
+    for (NodeId n : nodes) {
+      if (n == root) continue;
+      for (ValueId out : m.node(n).outputs) {
+        if (is_output(m, out)) return false;
+        for (NodeId u : users[out])
+          if (!nodes.count(u)) return false;
+      }
+    }
+    return true;
+  }
+
+  bool try_fuse_tanh(Module& m, NodeId tanh_id) {
+    static const std::set<std::string> kOps = {"mul", "add", "sub", "div", "pow", "tanh"};
+    const auto users = m.users();
+    auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
+    // The result is at most three single-reader arithmetic steps after the tanh (1 + t, then
+    // the products with x and 0.5).
+    ValueId v = m.node(tanh_id).outputs[0];
+    for (int step = 0; step < 3; ++step) {
+      const Node* next = only_reader(m, users, v);
+      if (!next || !kOps.count(next->op) || next->op == "tanh") return false;
+      v = next->outputs[0];
+      std::set<NodeId> nodes;
+      const ValueId x = single_variable(m, v, kOps, nodes);
+      if (x == kNoValue || !nodes.count(tanh_id) || m.value(v).type != m.value(x).type || !is_float(m.value(x).type.dtype)) continue;
+      bool same = true;
+      for (double at : {-4.0, -1.7, -0.6, -0.05, 0.3, 1.1, 2.9}) same = same && std::fabs(evaluate(m, v, x, at) - gelu(at)) <= 1e-6 * (1 + std::fabs(gelu(at)));
+      if (!same || !closed(m, users, nodes, next->id)) continue;
+      Attrs attrs;
+      attrs.set("approximate", std::string("tanh"));
+      const NodeId root_id = next->id;
+      auto outs = add_before(m, root_id, "gelu", {x}, std::move(attrs), m.node(root_id).source);
+      if (outs.empty()) return false;
+      m.replace_all_uses(v, outs[0]);
+      m.node(root_id).dead = true;
+      return true;
+    }
+    return false;
+  }
+
   // x for erf(x/√2) or erf(x·(1/√2)).
   static ValueId erf_argument(const Module& m, const Node& erf) {
     const Node* scale = producer(m, erf.inputs[0]);

@@ -62,6 +62,75 @@ TEST(FrontendFusion, ErfGeluInEveryOrder) {
   check_fusion(b, "gelu", 3, {{"x", random({2, 8}, 1)}});
 }
 
+// The tanh approximation as GPT-2 (NewGELUActivation), FastGELUActivation and Bloom write it.
+TEST(FrontendFusion, TanhGeluInTheModelsAssociations) {
+  OnnxBuilder b;
+  b.input("x", {2, 8}).output("y1").output("y2").output("y3");
+  b.scalar("half", 0.5).scalar("one", 1).scalar("three", 3).scalar("k", 0.044715).scalar("c", std::sqrt(2 / M_PI)).scalar("c8", 0.79788456);
+  // GPT-2: 0.5·x · (1 + tanh(c·(x + k·x³)))
+  b.node("Mul", {"half", "x"}, {"a"});
+  b.node("Pow", {"x", "three"}, {"x3"});
+  b.node("Mul", {"k", "x3"}, {"kx3"});
+  b.node("Add", {"x", "kx3"}, {"in"});
+  b.node("Mul", {"c", "in"}, {"u"});
+  b.node("Tanh", {"u"}, {"t"});
+  b.node("Add", {"one", "t"}, {"p"});
+  b.node("Mul", {"a", "p"}, {"y1"});
+  // FastGELU: 0.5·x · (1 + tanh(x·c·(1 + k·x·x)))
+  b.node("Mul", {"half", "x"}, {"a2"});
+  b.node("Mul", {"x", "c"}, {"xc"});
+  b.node("Mul", {"k", "x"}, {"kx"});
+  b.node("Mul", {"kx", "x"}, {"kxx"});
+  b.node("Add", {"one", "kxx"}, {"q"});
+  b.node("Mul", {"xc", "q"}, {"u2"});
+  b.node("Tanh", {"u2"}, {"t2"});
+  b.node("Add", {"one", "t2"}, {"p2"});
+  b.node("Mul", {"a2", "p2"}, {"y2"});
+  // Bloom: x·0.5·(1 + tanh(0.79788456·x·(1 + k·x·x)))  (c to 8 digits)
+  b.node("Mul", {"c8", "x"}, {"cx"});
+  b.node("Mul", {"k", "x"}, {"kx3b"});
+  b.node("Mul", {"kx3b", "x"}, {"kxxb"});
+  b.node("Add", {"one", "kxxb"}, {"qb"});
+  b.node("Mul", {"cx", "qb"}, {"u3"});
+  b.node("Tanh", {"u3"}, {"t3"});
+  b.node("Add", {"one", "t3"}, {"p3"});
+  b.node("Mul", {"x", "half"}, {"xh"});
+  b.node("Mul", {"xh", "p3"}, {"y3"});
+  check_fusion(b, "gelu", 3, {{"x", random({2, 8}, 4)}});
+  auto fused = b.import();
+  ASSERT_TRUE(fused.ok());
+  for (const Node& n : fused->nodes()) {
+    if (!n.dead && n.op == "gelu") EXPECT_EQ(n.attrs.get_string("approximate", ""), "tanh");
+  }
+}
+
+// Another function, or an intermediate read elsewhere, stays as it is.
+TEST(FrontendFusion, TanhGeluNeedsTheFunctionAndItsOwnIntermediates) {
+  OnnxBuilder b;
+  b.input("x", {2, 8}).output("y1").output("y2").output("t2");
+  b.scalar("half", 0.5).scalar("one", 1).scalar("three", 3).scalar("k", 0.05).scalar("k0", 0.044715).scalar("c", std::sqrt(2 / M_PI));
+  b.node("Mul", {"half", "x"}, {"a"});
+  b.node("Pow", {"x", "three"}, {"x3"});
+  b.node("Mul", {"k", "x3"}, {"kx3"});  // 0.05, not 0.044715
+  b.node("Add", {"x", "kx3"}, {"in"});
+  b.node("Mul", {"c", "in"}, {"u"});
+  b.node("Tanh", {"u"}, {"t"});
+  b.node("Add", {"one", "t"}, {"p"});
+  b.node("Mul", {"a", "p"}, {"y1"});
+  b.node("Mul", {"half", "x"}, {"a2"});
+  b.node("Pow", {"x", "three"}, {"x3b"});
+  b.node("Mul", {"k0", "x3b"}, {"kx3b"});
+  b.node("Add", {"x", "kx3b"}, {"in2"});
+  b.node("Mul", {"c", "in2"}, {"u2"});
+  b.node("Tanh", {"u2"}, {"t2"});  // also a graph output
+  b.node("Add", {"one", "t2"}, {"p2"});
+  b.node("Mul", {"a2", "p2"}, {"y2"});
+  auto m = b.import();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(testing::count_op(*m, "gelu"), 0);
+  EXPECT_EQ(testing::count_op(*m, "tanh"), 2);
+}
+
 TEST(FrontendFusion, LayerNormReduceMeanForm) {
   OnnxBuilder b(13);
   b.input("x", {2, 3, 8}).output("y");
