@@ -5,6 +5,7 @@
 // bloom_gelu) → gelu {approximate = "tanh"}: the ops between x and the result, scalar
 // constants and mul, add, sub, div, pow and one tanh, are recognized by the function they
 // compute, evaluated at sample points, not by their order.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -39,15 +40,16 @@ class GeluFusion : public FusionPass {
  private:
   // The one non-constant value the expression `v` reads through `ops` (and scalar constants),
   // or kNoValue; `nodes` collects the nodes on the way.
-  static ValueId single_variable(const Module& m, ValueId v, const std::set<std::string>& ops, std::set<NodeId>& nodes) {
+  // The walk stops at `stop` (the candidate x, which may itself be an add: a linear's bias).
+  static ValueId single_variable(const Module& m, ValueId v, const std::set<std::string>& ops, std::set<NodeId>& nodes, ValueId stop) {
     if (constant_value(m, v)) return kNoValue;
     const Node* p = producer(m, v);
-    if (!p || !ops.count(p->op)) return v;
+    if (v == stop || !p || !ops.count(p->op)) return v;
     nodes.insert(p->id);
     ValueId x = kNoValue;
     for (ValueId in : p->inputs) {
       if (constant_value(m, in)) continue;
-      const ValueId leaf = single_variable(m, in, ops, nodes);
+      const ValueId leaf = single_variable(m, in, ops, nodes, stop);
       if (leaf == kNoValue || (x != kNoValue && leaf != x)) return kNoValue;
       x = leaf;
     }
@@ -96,12 +98,27 @@ class GeluFusion : public FusionPass {
       const Node* next = only_reader(m, users, v);
       if (!next || !kOps.count(next->op) || next->op == "tanh") return false;
       v = next->outputs[0];
+      // x: the values the arithmetic reaches, nearest first (the walk to each stops there).
+      std::set<NodeId> reached;
+      single_variable(m, v, kOps, reached, kNoValue);
+      std::vector<ValueId> candidates;
+      for (NodeId n : reached) {
+        for (ValueId in : m.node(n).inputs)
+          if (!constant_value(m, in) && std::find(candidates.begin(), candidates.end(), in) == candidates.end()) candidates.push_back(in);
+      }
+      ValueId x = kNoValue;
       std::set<NodeId> nodes;
-      const ValueId x = single_variable(m, v, kOps, nodes);
-      if (x == kNoValue || !nodes.count(tanh_id) || m.value(v).type != m.value(x).type || !is_float(m.value(x).type.dtype)) continue;
-      bool same = true;
-      for (double at : {-4.0, -1.7, -0.6, -0.05, 0.3, 1.1, 2.9}) same = same && std::fabs(evaluate(m, v, x, at) - gelu(at)) <= 1e-6 * (1 + std::fabs(gelu(at)));
-      if (!same || !closed(m, users, nodes, next->id)) continue;
+      for (ValueId c : candidates) {
+        nodes.clear();
+        if (single_variable(m, v, kOps, nodes, c) != c || !nodes.count(tanh_id) || m.value(v).type != m.value(c).type || !is_float(m.value(c).type.dtype)) continue;
+        bool same = true;
+        for (double at : {-4.0, -1.7, -0.6, -0.05, 0.3, 1.1, 2.9}) same = same && std::fabs(evaluate(m, v, c, at) - gelu(at)) <= 1e-6 * (1 + std::fabs(gelu(at)));
+        if (same && closed(m, users, nodes, next->id)) {
+          x = c;
+          break;
+        }
+      }
+      if (x == kNoValue) continue;
       Attrs attrs;
       attrs.set("approximate", std::string("tanh"));
       const NodeId root_id = next->id;

@@ -96,7 +96,19 @@ TEST(FrontendFusion, TanhGeluInTheModelsAssociations) {
   b.node("Add", {"one", "t3"}, {"p3"});
   b.node("Mul", {"x", "half"}, {"xh"});
   b.node("Mul", {"xh", "p3"}, {"y3"});
-  check_fusion(b, "gelu", 3, {{"x", random({2, 8}, 4)}});
+  // GPT-2's form on a linear's output, the bias added last (an add the walk must stop at)
+  b.init("bias", random({8}, 5));
+  b.node("Add", {"x", "bias"}, {"z"});
+  b.node("Mul", {"half", "z"}, {"a4"});
+  b.node("Pow", {"z", "three"}, {"z3"});
+  b.node("Mul", {"k", "z3"}, {"kz3"});
+  b.node("Add", {"z", "kz3"}, {"in4"});
+  b.node("Mul", {"c", "in4"}, {"u4"});
+  b.node("Tanh", {"u4"}, {"t4"});
+  b.node("Add", {"one", "t4"}, {"p4"});
+  b.node("Mul", {"a4", "p4"}, {"y4"});
+  b.output("y4");
+  check_fusion(b, "gelu", 4, {{"x", random({2, 8}, 4)}});
   auto fused = b.import();
   ASSERT_TRUE(fused.ok());
   for (const Node& n : fused->nodes()) {
