@@ -110,9 +110,12 @@ class GeluFusion : public FusionPass {
       std::set<NodeId> nodes;
       for (ValueId c : candidates) {
         nodes.clear();
-        if (single_variable(m, v, kOps, nodes, c) != c || !nodes.count(tanh_id) || m.value(v).type != m.value(c).type || !is_float(m.value(c).type.dtype)) continue;
+        const TensorType& type = m.value(c).type;
+        if (single_variable(m, v, kOps, nodes, c) != c || !nodes.count(tanh_id) || m.value(v).type != type || !is_float(type.dtype)) continue;
         bool same = true;
-        for (double at : {-4.0, -1.7, -0.6, -0.05, 0.3, 1.1, 2.9}) same = same && std::fabs(evaluate(m, v, c, at) - gelu(at)) <= 1e-6 * (1 + std::fabs(gelu(at)));
+        for (double at : {-4.0, -1.7, -0.6, -0.05, 0.3, 1.1, 2.9}) {
+          same = same && std::fabs(evaluate(m, v, c, at) - gelu(at)) <= 1e-6 * (1 + std::fabs(gelu(at)));
+        }
         if (same && closed(m, users, nodes, next->id)) {
           x = c;
           break;

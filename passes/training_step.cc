@@ -188,7 +188,8 @@ ValueId kept_labels(Module& m, ValueId labels, const ShardOptions& shard) {
   std::vector<int64_t> axes(static_cast<size_t>(rank));
   std::iota(axes.begin(), axes.end(), int64_t{0});
   const ValueId kept = emit(m, "greater_equal", {labels, m.add_constant(Tensor::zeros(DType::kI64, {}), "label_zero")});
-  const ValueId count = emit(m, "reduce_sum", {emit(m, "cast", {kept}, make_attrs({{"to", std::string(dtype_name(DType::kF32))}}))}, make_attrs({{"axes", axes}, {"keepdims", int64_t{0}}}));
+  const ValueId as_f32 = emit(m, "cast", {kept}, make_attrs({{"to", std::string(dtype_name(DType::kF32))}}));
+  const ValueId count = emit(m, "reduce_sum", {as_f32}, make_attrs({{"axes", axes}, {"keepdims", int64_t{0}}}));
   Tensor one = Tensor::zeros(DType::kF32, {});
   one.data<float>()[0] = 1.0f;
   const ValueId at_least_one = emit(m, "max", {all_reduce_value(m, count, shard), m.add_constant(std::move(one), "one")});
