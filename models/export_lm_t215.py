@@ -261,12 +261,17 @@ def write_lm_refs(name, path, model, inputs4, labels4, dropout_nodes=False):
     assert eval_diff <= 1e-6, (name, eval_diff)
 
 
-def do_lm(name, model, seed, labels_fn):
+def prepared(name, model, seed, labels_fn):
+    """The perturbed model wrapped to return its logits, the batch-4 inputs, their labels and
+    the file to write."""
     make_unique_(model, seed=seed)
-    wrapped = E.Logits(model)
     inputs, _ = text_inputs_fn("text_test.npz")(0, 4)
     labels = torch.from_numpy(labels_fn(inputs[0].numpy(), inputs[1].numpy()))
-    p = os.path.join(MODELS, f"{name}.onnx")
+    return E.Logits(model), inputs, labels, os.path.join(MODELS, f"{name}.onnx")
+
+
+def do_lm(name, model, seed, labels_fn):
+    wrapped, inputs, labels, p = prepared(name, model, seed, labels_fn)
     wrapped.eval()
     E.export_dynamo_default(wrapped, inputs, p)
     om = E.summarize(name, p)
@@ -279,11 +284,7 @@ def do_lm_ts(name, model, seed, labels_fn):
     """The TorchScript exporter in TRAINING mode with a dynamic batch: the tied embedding stays one
     initializer (Gather, and a Transpose node for the LM head), and memc can compile it at any
     batch (micro-batches, ranks with uneven slices: tests/cli/shard.sh)."""
-    make_unique_(model, seed=seed)
-    wrapped = E.Logits(model)
-    inputs, _ = text_inputs_fn("text_test.npz")(0, 4)
-    labels = torch.from_numpy(labels_fn(inputs[0].numpy(), inputs[1].numpy()))
-    p = os.path.join(MODELS, f"{name}.onnx")
+    wrapped, inputs, labels, p = prepared(name, model, seed, labels_fn)
     wrapped.train()
     batch = {0: "batch"}
     torch.onnx.export(wrapped, inputs, p, input_names=INPUT_NAMES, output_names=["logits"], opset_version=17,
