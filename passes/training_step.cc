@@ -433,11 +433,13 @@ Status TrainingStep::build(Module& module) {
   const UpdateScalars scalars{.lr = module.add_argument(kLrArg, TensorType{DType::kF32, {}}, Role::kScalar),
                               .step = module.add_argument(kStepArg, TensorType{DType::kF32, {}}, Role::kScalar),
                               .skip = skip};
-  if (skip != kNoValue) {
-    module.set_outputs({v.loss, v.logits_out, skip});
-  } else {
-    module.set_outputs({v.loss, v.logits_out});
-  }
+  // A language model's logits ([N, T, V], the largest activation at its head) are not returned:
+  // nothing reads them after the step, and a micro-batched step would hold every micro-batch's
+  // until the end to concatenate them. A classifier's [N, C] are.
+  std::vector<ValueId> outputs{v.loss};
+  if (module.value(v.labels).type.shape.size() == 1) outputs.push_back(v.logits_out);
+  if (skip != kNoValue) outputs.push_back(skip);
+  module.set_outputs(outputs);
   for (const BufferUpdate& u : buffer_updates) module.add_update(u.buffer, u.next);
   for (size_t i = 0; i < targets.size(); ++i) {
     const bool whole = !shard_.active() || flat || shard_.replicate_states;  // the target is an argument: updated in place

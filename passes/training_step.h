@@ -1,11 +1,14 @@
-// Turns a forward Module (outputs[0] = logits [N, C]) into one training step:
-//   loss = softmax_cross_entropy(logits, labels)            labels: new i64 [N] input
+// Turns a forward Module (outputs[0] = logits [N, C], or a language model's [N, T..., C]) into
+// one training step:
+//   loss = softmax_cross_entropy(logits, labels)            labels: new i64 [N] (or [N, T...]) input
 //   grads = autodiff(loss, params)                          Role::kGrad
 //   [global-norm clipping]                                  coef = min(1, max_norm/(‖g‖+1e-6))
 //   params', states' = optimizer updates                    written back via Module::add_update
-// Outputs afterwards: loss (f32 scalar, unscaled), logits, [found_inf under loss scaling], then the updates. lr and step are runtime
-// scalar arguments ("lr", "step"); optimizer states are Role::kOptimizerState arguments that
-// start at zero. Run after import, before every memory pass.
+// Token labels count positions (passes/microbatch.h, LossRows). Outputs afterwards: loss (f32
+// scalar, unscaled), a classifier's logits (not a language model's), [found_inf under loss
+// scaling], then the updates. lr and step are runtime scalar arguments ("lr", "step");
+// optimizer states are Role::kOptimizerState arguments that start at zero. Run after import,
+// before every memory pass.
 #pragma once
 #include <string>
 

@@ -151,6 +151,14 @@ TEST(TokenLoss, MicroBatchesDivideByTheWholeBatchsKeptPositions) {
   }
 }
 
+// Nothing reads a language model's logits after the step: it does not return them, so they die
+// with the loss's gradient (a classifier's [N, C] are returned).
+TEST(TokenLoss, TheStepDoesNotReturnTheLogits) {
+  const Plan plan = compile_token_model(2);
+  for (ValueId out : plan.train.outputs()) EXPECT_NE(plan.train.value(out).type.shape, (Shape{kBatch, kSeq, kVocab}));
+  EXPECT_EQ(plan.train.value(plan.train.outputs()[0]).type.shape, Shape{});
+}
+
 TEST(TokenLoss, ABatchOfIgnoredPositionsHasAZeroLossAndGradient) {
   const auto got = gradients(compile_token_model(1), token_batch(true));
   EXPECT_EQ(got.at("loss").get_as_double(0), 0.0);
