@@ -28,6 +28,12 @@ LabelSpec label_spec(const Module& train, int64_t classes) {
   return spec;
 }
 
+// Integer labels as i64 (a tokenizer's int32 ids, uint8 classes); others as they are, for
+// check_labels to refuse.
+static Tensor as_i64(const Tensor& labels) {
+  return is_integer(labels.dtype()) && labels.dtype() != DType::kI64 ? labels.cast(DType::kI64) : labels;
+}
+
 // The labels: i64 [N] (or [N, T...] for token labels), each within [0, classes) or, for a
 // position, kIgnoreLabel.
 static Status check_labels(const std::string& where, const Tensor& labels, const LabelSpec& spec) {
@@ -82,8 +88,8 @@ Expected<Dataset> dataset_from_arrays(const std::string& path, const TensorMap& 
   data.path = path;
   auto labels = arrays.find("y");
   if (labels == arrays.end()) return Status::BadInput(path + ": no array 'y' (int64 labels)");
-  MEMC_RETURN_IF_ERROR(check_labels(path, labels->second, label_spec));
-  data.labels = labels->second;
+  data.labels = as_i64(labels->second);
+  MEMC_RETURN_IF_ERROR(check_labels(path, data.labels, label_spec));
   data.size = data.labels.shape()[0];
   for (const InputSpec& spec : specs) {
     MEMC_ASSIGN_OR_RETURN(auto it, find_input(path, arrays, spec, specs.size()));
@@ -104,7 +110,8 @@ static Expected<Dataset> load_npy_dataset(const std::string& dir, const std::vec
   auto labels = files.find("y");
   if (labels == files.end()) return Status::BadInput(dir + ": no y.npy (int64 labels) or shards y.K.npy");
   MEMC_ASSIGN_OR_RETURN(const std::shared_ptr<const NpyColumn> y, NpyColumn::open(labels->second, "y"));
-  MEMC_ASSIGN_OR_RETURN(data.labels, y->read_all());
+  MEMC_ASSIGN_OR_RETURN(const Tensor y_all, y->read_all());
+  data.labels = as_i64(y_all);
   MEMC_RETURN_IF_ERROR(check_labels(dir, data.labels, label_spec));
   data.size = data.labels.shape()[0];
   for (const InputSpec& spec : specs) {

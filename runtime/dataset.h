@@ -51,8 +51,9 @@ struct Dataset {
 };
 
 // Loads and validates: every model input present with the per-sample shape and a compatible
-// dtype (masks may be float, bool or integer and are converted), labels i64 of the spec's shape
-// within [0, classes) (or kIgnoreLabel, for positions), float arrays finite. Errors name the file, the array and the sample.
+// dtype (masks may be float, bool or integer and are converted), labels of the spec's shape
+// (any integer dtype, read as i64) within [0, classes) (or kIgnoreLabel, for positions), float
+// arrays finite. Errors name the file, the array and the sample.
 // `path` is an .npz or a folder of .npy files.
 Expected<Dataset> load_dataset(const std::string& path, const std::vector<InputSpec>& specs, const LabelSpec& labels);
 

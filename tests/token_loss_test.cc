@@ -175,6 +175,14 @@ TEST(TokenLoss, DataNeedsALabelPerPositionWithinTheVocabularyOrIgnored) {
   ASSERT_TRUE(data.ok()) << data.status().message();
   EXPECT_EQ(data->size, kBatch);
 
+  // A tokenizer's int32 ids as labels are read as int64.
+  TensorMap narrow = arrays;
+  narrow["y"] = arrays.at("y").cast(DType::kI32);
+  auto from_i32 = dataset_from_arrays("lm.npz", narrow, inputs, spec);
+  ASSERT_TRUE(from_i32.ok()) << from_i32.status().message();
+  EXPECT_EQ(from_i32->labels.dtype(), DType::kI64);
+  EXPECT_EQ(from_i32->labels.get_as_double(1), arrays.at("y").get_as_double(1));
+
   TensorMap per_sample = arrays;
   per_sample["y"] = Tensor::zeros(DType::kI64, {kBatch});
   auto wrong_shape = dataset_from_arrays("lm.npz", per_sample, inputs, spec);
