@@ -226,20 +226,9 @@ void tie_folded_copies(const onnx::ModelProto& model, const std::string& base_di
 
 // The copy's values are the original's transposed, element for element (2-D, one dtype).
 bool equals_transposed(const Tensor& copy, const Tensor& original) {
-  if (copy.rank() != 2 || original.rank() != 2 || copy.dtype() != original.dtype() || copy.shape()[0] != original.shape()[1] ||
-      copy.shape()[1] != original.shape()[0]) {
-    return false;
-  }
-  const int64_t rows = copy.shape()[0], cols = copy.shape()[1];
-  const size_t size = dtype_size(copy.dtype());
-  const auto* a = static_cast<const char*>(copy.raw());
-  const auto* b = static_cast<const char*>(original.raw());
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      if (std::memcmp(a + (i * cols + j) * size, b + (j * rows + i) * size, size) != 0) return false;
-    }
-  }
-  return true;
+  if (original.rank() != 2 || copy.dtype() != original.dtype()) return false;
+  const Tensor t = transpose_2d(original);
+  return copy.shape() == t.shape() && std::memcmp(copy.raw(), t.raw(), t.nbytes()) == 0;
 }
 
 // A folded transpose of a parameter that the graph also reads under the parameter's own name
@@ -359,6 +348,18 @@ Tensor first_row(const Tensor& t) {
   Tensor row = Tensor::zeros(t.dtype(), shape);
   if (row.nbytes()) std::memcpy(row.raw(), t.raw(), row.nbytes());
   return row;
+}
+
+Tensor transpose_2d(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  Tensor out = Tensor::zeros(t.dtype(), {cols, rows});
+  const size_t size = dtype_size(t.dtype());
+  const auto* in = static_cast<const char*>(t.raw());
+  auto* to = static_cast<char*>(out.raw());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) std::memcpy(to + (j * rows + i) * size, in + (i * cols + j) * size, size);
+  }
+  return out;
 }
 
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,

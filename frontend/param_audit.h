@@ -77,5 +77,8 @@ std::string fx_target(const onnx::NodeProto& n);
 
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);
+// A 2-D tensor transposed, any dtype: a tied folded transpose's value (ParamAudit::transposed_of)
+// from its parameter's.
+Tensor transpose_2d(const Tensor& t);
 
 }  // namespace memc

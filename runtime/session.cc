@@ -19,6 +19,7 @@ struct Session::Impl {
   LossScaling scaling;
   Scaler scaler;
   std::vector<InputSpec> train_specs, eval_specs;
+  LabelSpec labels;  // what the step's labels are (a class per sample, or per position)
   int64_t horizon = 0, steps = 0;
   double last_step_ms = 0;  // the last step's run, without the batch's checks and copy
   std::unique_ptr<TrainContext> ctx;
@@ -61,6 +62,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string& plan_path, c
   MEMC_ASSIGN_OR_RETURN(impl->scaler, initial_scaler(impl->scaling, impl->options, Position{}));
   impl->train_specs = data_inputs(plan.train);
   impl->eval_specs = data_inputs(plan.eval);
+  impl->labels = label_spec(plan.train, plan.num_classes);
   impl->ctx.reset(new TrainContext{.plan = impl->plan, .options = impl->options, .exec = *impl->exec, .state = impl->state,
                                    .backend = *impl->backend, .comm = nullptr, .kernel_comm = nullptr, .rank = 0, .epochs = 1,
                                    .per_epoch = impl->horizon, .scaling = impl->scaling, .specs = impl->train_specs, .tty = false});
@@ -88,7 +90,7 @@ Expected<double> Session::step(const TensorMap& batch) {
     return Status::BadInput(str_cat("the plan's ", s.plan.schedule.kind, " schedule needs its length: give total_steps, or compile with --steps-per-epoch"));
   }
   if (!batch.count("y")) return Status::BadInput("the batch has no 'y' (int64 labels)");
-  MEMC_ASSIGN_OR_RETURN(Dataset data, batch_dataset(batch, s.train_specs, s.plan.batch, label_spec(s.plan.train, s.plan.num_classes), true));
+  MEMC_ASSIGN_OR_RETURN(Dataset data, batch_dataset(batch, s.train_specs, s.plan.batch, s.labels, true));
   // The batch is the step's rows in order: its checked arrays are the feeds (copied once, into the arena).
   std::map<std::string, Tensor> feeds = std::move(data.inputs);
   feeds[kLabelsArg] = data.labels;
@@ -102,7 +104,7 @@ Expected<double> Session::step(const TensorMap& batch) {
 
 Expected<Tensor> Session::predict(const TensorMap& inputs) {
   Impl& s = *impl_;
-  MEMC_ASSIGN_OR_RETURN(const Dataset data, batch_dataset(inputs, s.eval_specs, s.plan.batch, label_spec(s.plan.train, s.plan.num_classes), false));
+  MEMC_ASSIGN_OR_RETURN(const Dataset data, batch_dataset(inputs, s.eval_specs, s.plan.batch, s.labels, false));
   std::vector<int64_t> order(static_cast<size_t>(s.plan.batch));
   std::iota(order.begin(), order.end(), int64_t{0});
   MEMC_ASSIGN_OR_RETURN(auto feeds, make_batch(data, order, 0, s.plan.batch, s.eval_specs, kLabelsArg));

@@ -260,14 +260,15 @@ struct RunData {
 static Expected<RunData> load_run_data(const Plan& plan, const RunOptions& options) {
   RunData data;
   data.epochs = options.epochs >= 0 ? options.epochs : plan.epochs;
+  const LabelSpec labels = label_spec(plan.train, plan.num_classes);
   if (!options.data.empty()) {
-    MEMC_ASSIGN_OR_RETURN(data.train, load_dataset(options.data, data_inputs(plan.train), label_spec(plan.train, plan.num_classes)));
+    MEMC_ASSIGN_OR_RETURN(data.train, load_dataset(options.data, data_inputs(plan.train), labels));
     const int64_t batches = batches_per_epoch(data.train->size, plan.batch);
     data.per_epoch = plan.steps_per_epoch > 0 ? std::min(plan.steps_per_epoch, batches) : batches;
     if (data.per_epoch == 0) return Status::BadInput(str_cat(options.data, ": ", data.train->size, " samples make no batch of ", plan.batch));
   }
   if (!options.eval.empty()) {
-    MEMC_ASSIGN_OR_RETURN(data.eval, load_dataset(options.eval, data_inputs(plan.eval), label_spec(plan.train, plan.num_classes)));
+    MEMC_ASSIGN_OR_RETURN(data.eval, load_dataset(options.eval, data_inputs(plan.eval), labels));
     if (data.eval->size == 0) return Status::BadInput(options.eval + ": has 0 samples; nothing to evaluate");
   }
   return data;

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frontend/onnx_weights.h"
+#include "frontend/param_audit.h"
 #include "ir/printer.h"
 #include "passes/memory_plan.h"
 #include "runtime/dataset.h"
@@ -700,19 +700,6 @@ static int run_ranked(const RunArgs& args_in, const Plan& plan_in, comm::Communi
   return 0;
 }
 
-// A 2-D tensor transposed (any dtype).
-static Tensor transpose_2d(const Tensor& t) {
-  const int64_t rows = t.shape()[0], cols = t.shape()[1];
-  Tensor out = Tensor::zeros(t.dtype(), {cols, rows});
-  const size_t size = dtype_size(t.dtype());
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      std::memcpy(static_cast<char*>(out.raw()) + (j * rows + i) * size, static_cast<const char*>(t.raw()) + (i * cols + j) * size, size);
-    }
-  }
-  return out;
-}
-
 int run_export(const ExportArgs& args) {
   Expected<Plan> plan = read_plan(args.plan);
   if (!plan.ok()) return report(plan.status());
@@ -735,20 +722,13 @@ int run_export(const ExportArgs& args) {
     }
     weights[v.source_name] = it->second;
   }
-  // A folded copy tied to another (frontend/param_audit.h) is written with the trained tensor.
-  if (const Attr* tied = plan->eval.metadata().find("tied_copies")) {
-    if (const auto* names = std::get_if<std::vector<std::string>>(tied)) {
-      for (size_t i = 0; i + 1 < names->size(); i += 2) {
-        if (auto it = weights.find((*names)[i + 1]); it != weights.end()) weights[(*names)[i]] = it->second;
-      }
-    }
-  }
-  // A folded transpose tied to its parameter is written as the trained tensor transposed.
-  if (const Attr* tied = plan->eval.metadata().find("tied_transposes")) {
-    if (const auto* names = std::get_if<std::vector<std::string>>(tied)) {
-      for (size_t i = 0; i + 1 < names->size(); i += 2) {
-        if (auto it = weights.find((*names)[i + 1]); it != weights.end()) weights[(*names)[i]] = transpose_2d(it->second);
-      }
+  // A folded copy tied to a trained tensor (frontend/param_audit.h) is written with that tensor,
+  // transposed for a folded transpose ("tied_copies", "tied_transposes": copy, trained, ...).
+  for (const auto& [key, transposed] : {std::pair{"tied_copies", false}, std::pair{"tied_transposes", true}}) {
+    const Attr* tied = plan->eval.metadata().find(key);
+    const auto* names = tied ? std::get_if<std::vector<std::string>>(tied) : nullptr;
+    for (size_t i = 0; names && i + 1 < names->size(); i += 2) {
+      if (auto it = weights.find((*names)[i + 1]); it != weights.end()) weights[(*names)[i]] = transposed ? transpose_2d(it->second) : it->second;
     }
   }
   const std::string model = resolve_model_path(args.plan, *plan);

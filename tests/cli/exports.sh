@@ -58,6 +58,19 @@ d = json.load(open(sys.argv[1]))
 assert any("initializer '"'"'expand'"'"' [4x1x32] is a batch-expanded copy" in x for x in d["param_findings"]), d["param_findings"]
 ' "$TMP/v.json" && pass "trained class token exported as [4,1,32] with equal rows" || fail "exported class token"
 
+# A tied embedding whose transpose the exporter folded (GPT-2's lm_head): trained as one tensor
+# and written back under both names, the copy transposed, so the import's audit ties them again
+# (it compares the values; a stale copy would train apart as 'val_248' in its own layout).
+$MEMC compile models/gpt2_lm_t215.onnx --batch 4 --seq 32 --lr 1e-2 -o "$TMP/g.plan" >/dev/null 2>&1 || fail "compile gpt2 lm"
+$MEMC run "$TMP/g.plan" --data data/lm_test.npz --steps 3 --quiet --checkpoint "$TMP/gck" >/dev/null 2>"$TMP/err" || fail "run gpt2 lm: $(cat "$TMP/err")"
+$MEMC export "$TMP/g.plan" --weights "$TMP/gck" -o "$TMP/g_trained.onnx" >/dev/null 2>"$TMP/err" || fail "export gpt2 lm: $(cat "$TMP/err")"
+$MEMC inspect "$TMP/g_trained.onnx" --json >"$TMP/g.json" 2>"$TMP/err" || fail "inspect exported lm: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))["param_findings"]
+assert any("'"'"'val_248'"'"' [32x64] is the exporter'"'"'s folded transpose of parameter '"'"'inner.lm_head.weight'"'"', which the graph also reads (tied weights)" in x for x in f), f
+' "$TMP/g.json" && pass "trained tied embedding exported with its folded transpose equal to it, transposed" || fail "exported tied transpose"
+
 # infer at another batch than the export's: one line.
 npz_py '
 d = read_npz(sys.argv[1])
