@@ -24,10 +24,10 @@ std::vector<bool> forward_reach(const Module& m, const std::vector<NodeId>& orde
   return reach;
 }
 
-// Values the loss depends on.
-std::vector<bool> backward_reach(const Module& m, const std::vector<NodeId>& order, ValueId loss) {
+// Values some seed depends on.
+std::vector<bool> backward_reach(const Module& m, const std::vector<NodeId>& order, const std::vector<Autodiff::Seed>& seeds) {
   std::vector<bool> reach(m.values().size(), false);
-  reach[loss] = true;
+  for (const Autodiff::Seed& s : seeds) reach[s.value] = true;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Node& node = m.node(*it);
     bool any = false;
@@ -44,12 +44,8 @@ std::vector<bool> backward_reach(const Module& m, const std::vector<NodeId>& ord
 // reaching a value from several uses are summed in the order they arrive.
 class GradientTable {
  public:
-  GradientTable(Module& module, ValueId loss) : m_(module), grad_(module.values().size(), kNoValue) {
-    // d loss / d loss = 1, of the loss's type.
-    const TensorType& t = module.value(loss).type;
-    Tensor one = Tensor::zeros(t.dtype, t.shape);
-    for (int64_t i = 0; i < one.numel(); ++i) one.set_from_double(i, 1.0);
-    grad_[loss] = module.add_constant(std::move(one), "dloss");
+  GradientTable(Module& module, const std::vector<Autodiff::Seed>& seeds) : m_(module), grad_(module.values().size(), kNoValue) {
+    for (const Autodiff::Seed& s : seeds) accumulate(s.value, s.grad);
   }
 
   ValueId operator[](ValueId v) const { return grad_[v]; }
@@ -69,11 +65,11 @@ class GradientTable {
   std::vector<ValueId> grad_;
 };
 
-// Values on a path from `wrt` to the loss: the only ones whose gradients are emitted.
+// Values on a path from `wrt` to a seed: the only ones whose gradients are emitted.
 class ActiveValues {
  public:
-  ActiveValues(const Module& m, const std::vector<NodeId>& order, ValueId loss, const std::vector<ValueId>& wrt)
-      : from_wrt_(forward_reach(m, order, wrt)), to_loss_(backward_reach(m, order, loss)) {}
+  ActiveValues(const Module& m, const std::vector<NodeId>& order, const std::vector<Autodiff::Seed>& seeds, const std::vector<ValueId>& wrt)
+      : from_wrt_(forward_reach(m, order, wrt)), to_loss_(backward_reach(m, order, seeds)) {}
   bool operator()(ValueId v) const { return v != kNoValue && from_wrt_[v] && to_loss_[v]; }
 
  private:
@@ -154,10 +150,28 @@ std::vector<ValueId> gradients_of(Module& module, const std::vector<ValueId>& wr
 
 }  // namespace
 
+Autodiff::Seed Autodiff::unit_seed(Module& module, ValueId loss) {
+  // d loss / d loss = 1, of the loss's type.
+  const TensorType& t = module.value(loss).type;
+  Tensor one = Tensor::zeros(t.dtype, t.shape);
+  for (int64_t i = 0; i < one.numel(); ++i) one.set_from_double(i, 1.0);
+  return {loss, module.add_constant(std::move(one), "dloss")};
+}
+
 Expected<std::vector<ValueId>> Autodiff::run(Module& module, ValueId loss, const std::vector<ValueId>& wrt) {
+  return run(module, {unit_seed(module, loss)}, wrt);
+}
+
+Expected<std::vector<ValueId>> Autodiff::run(Module& module, const std::vector<Seed>& seeds, const std::vector<ValueId>& wrt) {
+  for (const Seed& s : seeds) {
+    if (module.value(s.grad).type != module.value(s.value).type) {
+      return Status::Internal(str_cat("autodiff: the seed of %", module.value(s.value).name, " is ", type_str(module.value(s.grad).type),
+                                      ", not its type ", type_str(module.value(s.value).type)));
+    }
+  }
   const std::vector<NodeId> order = module.schedule();
-  const ActiveValues active(module, order, loss, wrt);
-  GradientTable grads(module, loss);
+  const ActiveValues active(module, order, seeds, wrt);
+  GradientTable grads(module, seeds);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Node node = module.node(*it);  // copy: emitting nodes may reallocate
     MEMC_RETURN_IF_ERROR(differentiate(module, node, active, grads));

@@ -7,6 +7,7 @@
 #include "ir/grad.h"
 #include "ir/op_registry.h"
 #include "passes/autodiff.h"
+#include "passes/loss_chunks.h"
 
 namespace memc {
 namespace {
@@ -122,10 +123,11 @@ class Accumulator {
     const std::vector<ValueId> outs = inline_forward(m_, f, args, mb.prefix());
     sink_to_first_reader(bound);
     offset_random_draws(m_, forward_begin, mb.first, mb.size);
-    const ValueId loss = weighted_loss(outs[0], mb);
-    const ValueId for_grad = scale_ == kNoValue ? loss : emit(m_, "mul", {loss, scale_});
+    MEMC_ASSIGN_OR_RETURN(const LossStart start, weighted_loss(outs[0], mb));
+    const ValueId loss = start.loss;
+    step_.loss_chunks = start.chunks;
     const auto backward_begin = static_cast<NodeId>(m_.nodes().size());
-    MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(m_, for_grad, params_));
+    MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(m_, start.seeds, params_));
     if (after_autodiff) {
       MEMC_RETURN_IF_ERROR(after_autodiff(m_, forward_begin, backward_begin, static_cast<NodeId>(m_.nodes().size())));
     }
@@ -212,12 +214,13 @@ class Accumulator {
   // The micro-batch's mean loss weighted by n_i/N, so the weighted losses sum to the batch's mean
   // (N: the loss's divisor where it has one). Token labels: the micro-batch's sum over the whole
   // batch's kept labels, which the micro-batches' losses add up to as well.
-  ValueId weighted_loss(ValueId logits, const MicroBatch& mb) {
+  // Returns it with what autodiff starts from (passes/loss_chunks.h).
+  Expected<LossStart> weighted_loss(ValueId logits, const MicroBatch& mb) {
     const ValueId mb_labels = rows(m_, labels_, mb.first, mb.first + mb.size);
     if (loss_.kept != kNoValue) {
-      const ValueId loss = cross_entropy(m_, logits, mb_labels, loss_);
-      m_.rename(loss, mb.prefix() + "loss");
-      return loss;
+      MEMC_ASSIGN_OR_RETURN(LossStart start, differentiable_loss(m_, logits, mb_labels, loss_, scale_));
+      m_.rename(start.loss, mb.prefix() + "loss");
+      return start;
     }
     Attrs attrs = loss_.attrs();
     attrs.erase("divisor");
@@ -228,7 +231,8 @@ class Accumulator {
     w.data<float>()[0] = static_cast<float>(weight);
     const ValueId weighted = emit(m_, "mul", {loss, m_.add_constant(std::move(w), "mb_weight")});
     m_.rename(weighted, mb.prefix() + "loss");
-    return weighted;
+    const ValueId for_grad = scale_ == kNoValue ? weighted : emit(m_, "mul", {weighted, scale_});
+    return LossStart{.loss = weighted, .seeds = {Autodiff::unit_seed(m_, for_grad)}};
   }
 
   // Adds each gradient into its running sum (the first micro-batch's gradient starts it).

@@ -48,6 +48,7 @@ struct LossRows {
   double divisor = 0;                   // 0: the batch's rows
   std::optional<int64_t> ignore_label;  // rows with this label add nothing
   ValueId kept = kNoValue;              // token labels: f32 scalar, the batch's labels ≥ 0
+  int64_t chunks = 1;                   // token labels: the head's chunks (passes/loss_chunks.h; 0: auto)
   Attrs attrs() const;  // the cross-entropy's: {ignore_index}, and {divisor} when set
 };
 
@@ -63,6 +64,7 @@ struct AccumulatedStep {
   ValueId loss = kNoValue;    // f32 scalar: the full batch's mean loss
   ValueId logits = kNoValue;  // [N, C]: the micro-batches' logits concatenated
   std::vector<ValueId> grads;  // d(loss·scale)/d param, in the order of `params`
+  int64_t loss_chunks = 1;     // each micro-batch's head chunks (passes/loss_chunks.h)
 };
 
 // Called after each micro-batch's autodiff with its node ranges: forward [forward_begin,

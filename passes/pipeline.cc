@@ -73,7 +73,7 @@ const std::vector<PassInfo>& registered_passes() {
        [](O o) -> std::unique_ptr<Pass> {
          ShardOptions shard = o.shard;
          shard.stream_params = o.offload == OffloadLevel::kParams;
-         return std::make_unique<TrainingStep>(o.optimizer, MicroBatching{.k = o.micro_batches, .forward = o.forward}, o.remat, shard);
+         return std::make_unique<TrainingStep>(o.optimizer, MicroBatching{.k = o.micro_batches, .forward = o.forward, .loss_chunks = o.loss_chunks}, o.remat, shard);
        }},
       {"concat_gather_grads", "gather gradients that fill every slice of an axis become one concat (GPU targets)",
        PassStage::kTraining, [](O o) { return o.concat_gather_grads; },

@@ -43,6 +43,9 @@ struct PipelineOptions {
   OptimizerOptions optimizer;
   int64_t micro_batches = 1;  // k > 1: gradient accumulation over k micro-batches (passes/microbatch.h)
   ForwardFactory forward;     // the forward at a micro-batch's size (set by the planner)
+  // A language model's head and loss in chunks of positions (passes/loss_chunks.h; --loss-chunks):
+  // 1 none, 0 auto, K > 1 that many.
+  int64_t loss_chunks = 1;
   RematOptions remat;         // policy "none" by default
   ShardOptions shard;         // --devices N --shard zero1|zero2|zero3
   OffloadLevel offload = OffloadLevel::kNone;

@@ -6,6 +6,7 @@
 
 #include "ir/grad.h"
 #include "passes/autodiff.h"
+#include "passes/loss_chunks.h"
 #include "passes/optimizers.h"
 #include "passes/shard.h"
 #include "support/size.h"
@@ -115,6 +116,7 @@ struct StepValues {
   UnitGroups groups;                    // sharded or streamed: the units' parameters, from the forward
   std::vector<ShardUnit> units;         // zero3: from shard_parameters; zero1/2: shard_gradients
   ValueId loss = kNoValue, logits_out = kNoValue;
+  int64_t loss_chunks = 1;              // the head's chunks, as differentiable_loss chose
   std::vector<ValueId> grads;           // one per params entry
 };
 
@@ -201,26 +203,25 @@ ValueId kept_labels(Module& m, ValueId labels, const ShardOptions& shard) {
 // the global batch's mean loss and the backward seeds each row as one device does (passes/shard.h);
 // a short slice's padding row is ignored. Token labels: the sum over the kept positions divided
 // by the global batch's count of them (a padding row's labels are all kIgnoreLabel).
-LossRows loss_rows(Module& m, const StepValues& v, const ShardOptions& shard) {
-  if (m.value(v.labels).type.shape.size() > 1) return {.kept = kept_labels(m, v.labels, shard)};
-  if (!shard.global_divisor()) return {};
-  LossRows rows{.divisor = static_cast<double>(shard.batch)};
+LossRows loss_rows(Module& m, const StepValues& v, const ShardOptions& shard, int64_t loss_chunks) {
+  if (m.value(v.labels).type.shape.size() > 1) return {.kept = kept_labels(m, v.labels, shard), .chunks = loss_chunks};
+  if (!shard.global_divisor()) return {.chunks = loss_chunks};
+  LossRows rows{.divisor = static_cast<double>(shard.batch), .chunks = loss_chunks};
   if (shard.uneven()) rows.ignore_label = kPaddingLabel;
   return rows;
 }
 
 // One batch's loss and gradients: softmax cross-entropy (times the loss scale), autodiff, then
 // `after_autodiff` (remat) on the new forward and backward; zero3 regathers for backward.
-Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodiff& after_autodiff, const ShardOptions& shard) {
-  v.loss = cross_entropy(module, v.logits, v.labels, loss_rows(module, v, shard));
+Status differentiate_one_batch(Module& module, StepValues& v, const AfterAutodiff& after_autodiff, const ShardOptions& shard,
+                               int64_t loss_chunks) {
+  MEMC_ASSIGN_OR_RETURN(const LossStart start,
+                        differentiable_loss(module, v.logits, v.labels, loss_rows(module, v, shard, loss_chunks), v.scale));
+  v.loss = start.loss;
+  v.loss_chunks = start.chunks;
   module.rename(v.loss, "loss");
-  ValueId loss_for_grad = v.loss;
-  if (v.scale != kNoValue) {
-    loss_for_grad = emit(module, "mul", {v.loss, v.scale});
-    module.rename(loss_for_grad, "scaled_loss");
-  }
   const auto backward_begin = static_cast<NodeId>(module.nodes().size());
-  MEMC_ASSIGN_OR_RETURN(v.grads, Autodiff().run(module, loss_for_grad, v.params));
+  MEMC_ASSIGN_OR_RETURN(v.grads, Autodiff().run(module, start.seeds, v.params));
   MEMC_RETURN_IF_ERROR(after_autodiff(module, 0, backward_begin, static_cast<NodeId>(module.nodes().size())));
   if (shard.flat_params()) MEMC_RETURN_IF_ERROR(regather_for_backward(module, v.units, backward_begin, shard));
   return Status::Ok();
@@ -313,7 +314,7 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
     merge_remat_report(report, r);
     return Status::Ok();
   };
-  if (micro.k == 1) return differentiate_one_batch(module, v, remat, shard);
+  if (micro.k == 1) return differentiate_one_batch(module, v, remat, shard, micro.loss_chunks);
   for (NodeId n : module.schedule()) module.node(n).dead = true;  // each micro-batch brings its own copy
   // zero3 and streaming: each micro-batch gathers every unit again (each chain right before its
   // first reader: passes/microbatch.h), and its backward regathers. Each micro-batch's chains
@@ -344,10 +345,11 @@ Status differentiate(Module& module, StepValues& v, const MicroBatching& micro, 
   };
   const bool flat = shard.flat_params();
   MEMC_ASSIGN_OR_RETURN(AccumulatedStep acc, accumulate_micro_batches(module, micro.forward, micro.k, v.labels, v.params, v.scale,
-                                                                      loss_rows(module, v, shard), flat ? remat_and_regather : remat,
+                                                                      loss_rows(module, v, shard, micro.loss_chunks), flat ? remat_and_regather : remat,
                                                                       flat ? gather : ParamBinder()));
   v.loss = acc.loss;
   v.logits_out = acc.logits;
+  v.loss_chunks = acc.loss_chunks;
   v.grads = std::move(acc.grads);
   return Status::Ok();
 }
@@ -372,6 +374,11 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
                                    batch % micro_.k ? "-" + std::to_string(batch / micro_.k + 1) : std::string(),
                                    " samples; gradients accumulated in the parameters' dtype"));
   }
+  if (loss_chunks_ > 1) {
+    report.lines.push_back(str_cat("loss_chunks: the head and its loss in ", loss_chunks_, " chunks of positions per ",
+                                   micro_.k > 1 ? "micro-batch" : "batch", ", differentiated as each chunk's loss is computed"));
+  }
+  report.set("loss_chunks", loss_chunks_);
   const RematReport& r = remat_report_;
   if (remat_.policy != RematPolicy::kNone) {
     report.lines.push_back(str_cat("remat ", describe_remat(remat_), ": ", r.segments, " segments; activations read by backward ",
@@ -411,6 +418,10 @@ Status TrainingStep::build(Module& module) {
   }
   MEMC_ASSIGN_OR_RETURN(const std::vector<BufferUpdate> buffer_updates, forward_buffer_updates(module, micro_.k, shard_));
   MEMC_ASSIGN_OR_RETURN(StepValues v, step_inputs(module, options_.loss_scaling));
+  if (micro_.loss_chunks > 1 && module.value(v.labels).type.shape.size() == 1) {
+    return Status::BadInput(str_cat("--loss-chunks ", micro_.loss_chunks, ": the logits '", module.value(v.logits).source_name, "' are ",
+                                    type_str(module.value(v.logits).type), ", one row per sample; chunks split a language model's positions (logits [N, T, V])"));
+  }
   // zero3 and streaming: the parameters become per-unit flat arguments (shards, or host units),
   // gathered or streamed before use; autodiff differentiates them (passes/shard.h).
   const bool flat = shard_.flat_params();
@@ -426,6 +437,7 @@ Status TrainingStep::build(Module& module) {
     MEMC_ASSIGN_OR_RETURN(v.units, shard_parameters(module, v.params, v.groups, shard_));
   }
   MEMC_RETURN_IF_ERROR(differentiate(module, v, micro_, remat_, shard_, remat_report_));
+  loss_chunks_ = v.loss_chunks;
   if (flat) prefetch_across_passes(module);
   module.rename(v.loss, "loss");
   MEMC_ASSIGN_OR_RETURN(std::vector<UpdateTarget> targets, update_targets(module, v, shard_, micro_.k));
@@ -457,6 +469,7 @@ Status TrainingStep::build(Module& module) {
 void TrainingStep::record_metadata(Module& module) const {
   module.metadata().set("memc.optimizer", options_.kind);
   if (options_.loss_scaling) module.metadata().set("memc.loss_scaling", int64_t{1});
+  if (loss_chunks_ > 1) module.metadata().set("memc.loss_chunks", loss_chunks_);
   if (remat_.policy != RematPolicy::kNone) {
     module.metadata().set("memc.remat_recomputed_nodes", int64_t{remat_report_.recomputed_nodes});
     module.metadata().set("memc.remat_recompute_flops", remat_report_.recompute_flops);

@@ -41,6 +41,9 @@ struct OptimizerOptions {
 struct MicroBatching {
   int64_t k = 1;
   ForwardFactory forward;
+  // A language model's head and loss in chunks of positions (passes/loss_chunks.h): 1 none,
+  // 0 auto (auto_loss_chunks), K > 1 that many (at most the positions).
+  int64_t loss_chunks = 1;
 };
 
 class TrainingStep : public Pass {
@@ -65,6 +68,7 @@ class TrainingStep : public Pass {
   ShardOptions shard_;
   RematReport remat_report_;
   int64_t units_ = 0;  // shard units built
+  int64_t loss_chunks_ = 1;  // the head's chunks built (passes/loss_chunks.h)
   std::string units_description_;  // how they were found
 };
 

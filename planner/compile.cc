@@ -1,5 +1,7 @@
 #include "planner/compile.h"
 
+#include "passes/loss_chunks.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -184,6 +186,11 @@ Expected<bool> ModelCompiler::updates_buffers(const CompileOptions& options) {
   return f->updates_buffers;
 }
 
+Expected<int64_t> ModelCompiler::auto_loss_chunks(const CompileOptions& options) {
+  MEMC_ASSIGN_OR_RETURN(const Forward* f, forward(options, options.rank_batch()));
+  return f->module.outputs().empty() ? int64_t{1} : memc::auto_loss_chunks(f->module, f->module.outputs()[0]);
+}
+
 Expected<DeviceProfile> target_profile(const CompileOptions& options) {
   MEMC_ASSIGN_OR_RETURN(DeviceProfile profile, device_profile(options.target));
   if (!options.interconnect.empty()) MEMC_RETURN_IF_ERROR(set_interconnect(profile, options.interconnect, options.gpus_per_node));
@@ -351,6 +358,7 @@ Status ModelCompiler::describe_plan(Plan& plan, const CompileOptions& options, i
   plan.decisions.attention = std::string(attention_kernel_name(options.attention));
   plan.decisions.offload = std::string(offload_level_name(options.offload));
   plan.decisions.shard = static_cast<int64_t>(options.shard.stage);
+  plan.decisions.loss_chunks = plan.train.metadata().get_int("memc.loss_chunks", 1);
   plan.devices = options.shard.devices;
   plan.budget_bytes = options.budget_bytes;
   return measure_step(plan, options);

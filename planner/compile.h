@@ -76,6 +76,8 @@ class ModelCompiler {
   // Whether the forward updates buffers (a BatchNorm exported in train()): each micro-batch
   // would normalize with its own statistics, so the search keeps one.
   Expected<bool> updates_buffers(const CompileOptions& options);
+  // The head chunks --loss-chunks auto takes for the forward at the rank's batch (passes/loss_chunks.h).
+  Expected<int64_t> auto_loss_chunks(const CompileOptions& options);
 
  private:
   struct Forward {

@@ -26,6 +26,7 @@ struct Decisions {
   int64_t shard = 0;  // ShardStage: 0 none, 1 zero1, 2 zero2, 3 zero3
   std::string offload = "none";
   std::string attention = "tiled";
+  int64_t loss_chunks = 1;  // a language model's head in chunks (passes/loss_chunks.h)
 };
 
 // What memory planning predicts for the device (per rank), recomputed identically at load.

@@ -17,20 +17,28 @@ std::string Candidate::label() const {
   s += ", remat " + describe_remat(remat);
   s += str_cat(", ", attention_kernel_name(attention), " attention");
   if (offload != OffloadLevel::kNone) s += str_cat(", offload ", offload_level_name(offload));
+  if (loss_chunks != 1) s += loss_chunks == 0 ? std::string(", loss in chunks") : str_cat(", loss in ", loss_chunks, " chunks");
   if (devices > 1) s += str_cat(", ", shard_stage_name(shard), " over ", devices, " devices");
   return s;
 }
 
 namespace {
 
+// An attention kernel, offload level and loss chunking tried together.
+struct Variant {
+  AttentionKernel attention;
+  OffloadLevel offload;
+  int64_t loss_chunks = 1;
+};
+
 class Searcher {
  public:
   Searcher(ModelCompiler& compiler, const CompileOptions& base, int64_t budget) : compiler_(compiler), base_(base), budget_(budget) {}
 
   // Compiles (memoized) and records a candidate.
-  Expected<Candidate> evaluate(PrecisionKind precision, int64_t k, const RematOptions& remat, AttentionKernel attention,
-                               OffloadLevel offload) {
-    Candidate c{precision, k, remat, attention, offload};
+  Expected<Candidate> evaluate(PrecisionKind precision, int64_t k, const RematOptions& remat, const Variant& v) {
+    Candidate c{precision, k, remat, v.attention, v.offload};
+    c.loss_chunks = v.loss_chunks;
     c.shard = base_.shard.stage;
     c.devices = base_.shard.devices;
     const std::string key = c.label();
@@ -71,6 +79,7 @@ class Searcher {
     o.remat = c.remat;
     o.attention = c.attention;
     o.offload = c.offload;
+    o.loss_chunks = c.loss_chunks;
     o.after_pass = nullptr;
     return o;
   }
@@ -78,11 +87,10 @@ class Searcher {
   // The largest remat limit (least recompute) whose plan fits `budget`; nullopt if none does.
   // The search goes no lower than per-block checkpointing (one extra forward): below it the
   // binomial schedules recompute each block many times, and more micro-batches are cheaper.
-  Expected<std::optional<Candidate>> fit_remat(PrecisionKind p, int64_t k, AttentionKernel a, OffloadLevel off,
-                                               int64_t budget, int64_t activation_bytes) {
+  Expected<std::optional<Candidate>> fit_remat(PrecisionKind p, int64_t k, const Variant& var, int64_t budget, int64_t activation_bytes) {
     RematOptions r = base_.remat;  // keeps the user's pins
     r.policy = RematPolicy::kBlocks;
-    MEMC_ASSIGN_OR_RETURN(Candidate least, evaluate(p, k, r, a, off));
+    MEMC_ASSIGN_OR_RETURN(Candidate least, evaluate(p, k, r, var));
     if (least.peak_bytes > budget) return std::optional<Candidate>();
     // Binary search for the largest limit that fits, between 1/16 of the activations and all
     // of them, to 1/64 of the activations.
@@ -93,7 +101,7 @@ class Searcher {
     while (hi - lo > resolution) {
       const int64_t mid = lo + (hi - lo) / 2;
       r.limit_bytes = mid;
-      MEMC_ASSIGN_OR_RETURN(Candidate c, evaluate(p, k, r, a, off));
+      MEMC_ASSIGN_OR_RETURN(Candidate c, evaluate(p, k, r, var));
       if (c.peak_bytes <= budget) {
         lo = mid;
         if (c.step_ms < best->step_ms) best = c;
@@ -139,11 +147,6 @@ class Searcher {
   int compiles_ = 0;
 };
 
-// An attention kernel and offload level tried together.
-struct Variant {
-  AttentionKernel attention;
-  OffloadLevel offload;
-};
 
 // What the search ranges over; each axis pinned to the base options when the user gave it.
 struct SearchAxes {
@@ -185,7 +188,15 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
   // a step).
   const std::vector<OffloadLevel> levels = space.offload ? std::vector<OffloadLevel>{OffloadLevel::kNone, OffloadLevel::kOptimizer, OffloadLevel::kParams}
                                                          : std::vector<OffloadLevel>{base.offload};
-  for (OffloadLevel off : levels) axes.variants.push_back({space.attention ? AttentionKernel::kTiled : base.attention, off});
+  // A language model's head in chunks (passes/loss_chunks.h) costs a few sums of the head's
+  // weight gradient: tried right after the plan without it, and kept under every offload level.
+  const AttentionKernel attention = space.attention ? AttentionKernel::kTiled : base.attention;
+  int64_t chunks = base.loss_chunks;
+  if (space.loss_chunks) {
+    MEMC_ASSIGN_OR_RETURN(chunks, compiler.auto_loss_chunks(base));
+  }
+  if (chunks != base.loss_chunks) axes.variants.push_back({attention, levels.front(), base.loss_chunks});
+  for (OffloadLevel off : levels) axes.variants.push_back({attention, off, chunks});
   axes.no_remat = space.remat ? RematOptions{} : base.remat;
   axes.least_remat = base.remat;
   if (space.remat) axes.least_remat.policy = RematPolicy::kBlocks;
@@ -204,7 +215,7 @@ Expected<Candidate> compute_floor(Searcher& s, const SearchAxes& axes) {
     for (PrecisionKind p : axes.precisions) {
       int64_t previous = std::numeric_limits<int64_t>::max();
       for (int64_t k : axes.ks) {
-        MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.least_remat, least.attention, least.offload));
+        MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.least_remat, least));
         if (c.peak_bytes >= previous) break;  // more micro-batches stopped saving memory
         previous = c.peak_bytes;
       }
@@ -249,7 +260,7 @@ Status refuse_hopeless_budget(Searcher& s, const SearchAxes& axes, const Compile
   const Variant& least = axes.variants.back();
   bool hopeless = true;
   for (PrecisionKind p : axes.precisions) {  // each compiled: the floor and the Pareto front see them all
-    MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, axes.ks.front(), axes.least_remat, least.attention, least.offload));
+    MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, axes.ks.front(), axes.least_remat, least));
     if (c.peak_bytes / 4 <= budget / 3) hopeless = false;
   }
   if (!hopeless) return Status::Ok();
@@ -268,7 +279,7 @@ Expected<std::optional<Candidate>> fastest_fitting(Searcher& s, const SearchAxes
   std::vector<Start> order;
   for (PrecisionKind p : axes.precisions) {
     for (size_t v = 0; v < axes.variants.size(); ++v) {
-      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, axes.ks.front(), axes.no_remat, axes.variants[v].attention, axes.variants[v].offload));
+      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, axes.ks.front(), axes.no_remat, axes.variants[v]));
       order.push_back({c, v});
     }
   }
@@ -285,21 +296,21 @@ Expected<std::optional<Candidate>> fastest_fitting(Searcher& s, const SearchAxes
     const PrecisionKind p = start.plain.precision;
     const Variant& var = axes.variants[start.variant];
     for (int64_t k : axes.ks) {
-      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.no_remat, var.attention, var.offload));
+      MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, axes.no_remat, var));
       if (best && c.step_ms >= best->step_ms) break;  // larger k is slower still
       if (c.peak_bytes <= budget) {
         best = c;
         break;
       }
       if (!space.remat) continue;
-      MEMC_ASSIGN_OR_RETURN(auto fitted, s.fit_remat(p, k, var.attention, var.offload, budget, c.activation_bytes));
+      MEMC_ASSIGN_OR_RETURN(auto fitted, s.fit_remat(p, k, var, budget, c.activation_bytes));
       if (fitted && (!best || fitted->step_ms < best->step_ms)) best = fitted;
       // More micro-batches shrink activations only: once the least-remat plan's other bytes
       // (its peak less the activations' own peak; with k > 1 they include the gradient
       // accumulators) exceed the budget, no larger count fits (ViT-L/16 at 1 GB skipped 5 s
       // of 8- and 16-micro-batch compiles this way).
       if (!fitted && k > 1) {
-        MEMC_ASSIGN_OR_RETURN(const Candidate least, s.evaluate(p, k, axes.least_remat, var.attention, var.offload));
+        MEMC_ASSIGN_OR_RETURN(const Candidate least, s.evaluate(p, k, axes.least_remat, var));
         if (least.peak_bytes - least.activation_bytes > budget) break;
       }
     }
@@ -314,30 +325,35 @@ Expected<std::vector<Candidate>> technique_ladder(Searcher& s, const SearchAxes&
   PrecisionKind p = axes.precisions.front();
   int64_t k = axes.ks.front();
   RematOptions r = axes.no_remat;
-  const AttentionKernel a = axes.variants.front().attention;
-  OffloadLevel off = axes.variants.front().offload;
-  MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, r, a, off));
+  Variant var = axes.variants.front();
+  MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, k, r, var));
   ladder.push_back(c);
   if (space.precision && axes.precisions.size() > 1) {
     p = profile.bf16 ? PrecisionKind::kBf16Mixed : axes.precisions[1];
-    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, var));
+    ladder.push_back(c);
+  }
+  if (axes.variants.back().loss_chunks != var.loss_chunks) {  // a language model's head in chunks
+    var.loss_chunks = axes.variants.back().loss_chunks;
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, var));
     ladder.push_back(c);
   }
   if (space.micro_batches && axes.ks.size() > 1 && base.rank_batch() >= 4) {
     k = std::min<int64_t>(std::max<int64_t>(4, best.micro_batches), axes.ks.back());
-    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, var));
     ladder.push_back(c);
   }
   if (space.remat) {
     r = RematOptions{.policy = RematPolicy::kBlocks};
-    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, var));
     ladder.push_back(c);
   }
   if (space.offload) {
-    off = OffloadLevel::kOptimizer;
-    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, off));
+    var.offload = OffloadLevel::kOptimizer;
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, var));
     ladder.push_back(c);
-    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, a, OffloadLevel::kParams));
+    var.offload = OffloadLevel::kParams;
+    MEMC_ASSIGN_OR_RETURN(c, s.evaluate(p, k, r, var));
     if (c.step_ms < std::numeric_limits<double>::infinity()) ladder.push_back(c);
   }
   return ladder;

@@ -28,6 +28,7 @@ struct SearchSpace {  // true: the search chooses; false: pinned to the base opt
   bool remat = true;
   bool attention = true;
   bool offload = true;
+  bool loss_chunks = true;  // a language model's head in chunks (passes/loss_chunks.h), where auto finds some
   // Also compile the technique ladder (--explain, --json show it); it never changes the choice.
   bool ladder = true;
 };
@@ -38,6 +39,7 @@ struct Candidate {
   RematOptions remat;
   AttentionKernel attention = AttentionKernel::kTiled;
   OffloadLevel offload = OffloadLevel::kNone;
+  int64_t loss_chunks = 1;  // passes/loss_chunks.h
   int64_t peak_bytes = 0;
   double step_ms = 0;
   std::string largest;  // the largest category at the peak

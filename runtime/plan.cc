@@ -131,7 +131,7 @@ Status write_plan(const std::string& path, const Plan& plan_in) {
                     {"total_steps", plan.schedule.total_steps}, {"min_lr", plan.schedule.min_lr}}},
       {"decisions", {{"precision", plan.decisions.precision}, {"micro_batches", plan.decisions.micro_batches},
                      {"remat", plan.decisions.remat}, {"shard", plan.decisions.shard}, {"offload", plan.decisions.offload},
-                     {"attention", plan.decisions.attention}}},
+                     {"attention", plan.decisions.attention}, {"loss_chunks", plan.decisions.loss_chunks}}},
       {"estimate", {{"target", plan.target}, {"step_ms", plan.estimated_step_ms}, {"comm_ms", plan.estimated_comm_ms},
                     {"comm_exposed_ms", plan.estimated_comm_exposed_ms}, {"interconnect", plan.interconnect}}},
       {"budget_bytes", plan.budget_bytes},
@@ -302,6 +302,7 @@ Status read_planner_fields(const json& doc, const std::string& path, Plan& plan)
   MEMC_RETURN_IF_ERROR(get(dec, "shard", plan.decisions.shard, dw));
   MEMC_RETURN_IF_ERROR(get(dec, "offload", plan.decisions.offload, dw));
   if (dec.contains("attention")) MEMC_RETURN_IF_ERROR(get(dec, "attention", plan.decisions.attention, dw));
+  if (dec.contains("loss_chunks")) MEMC_RETURN_IF_ERROR(get(dec, "loss_chunks", plan.decisions.loss_chunks, dw));
   if (const json& est = doc.value("estimate", json::object()); !est.empty()) {
     MEMC_RETURN_IF_ERROR(get(est, "target", plan.target, path + ": estimate"));
     MEMC_RETURN_IF_ERROR(get(est, "step_ms", plan.estimated_step_ms, path + ": estimate"));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -89,7 +90,7 @@ void add_infer_command(CLI::App& app, InferArgs& infer) {
 struct CompileFlags {
   CompileArgs args;
   double weight_decay = -1;  // -1: the optimizer's default
-  std::string precision = "fp32", attention = "tiled", offload = "none", remat = "none", shard = "none";
+  std::string precision = "fp32", attention = "tiled", offload = "none", remat = "none", shard = "none", loss_chunks = "none";
   int64_t threads = 0, devices = 1;
   bool no_dropout = false;
   std::vector<std::string> disabled_passes;
@@ -138,6 +139,9 @@ void add_memory_flags(CLI::App* cmd, CompileFlags& f) {
   cmd->add_flag("--explain", c.explain, "Show the technique ladder and the Pareto front of (peak, step time)");
   cmd->add_option("--micro-batches", c.options.micro_batches, "Split each batch into K micro-batches and accumulate gradients (default 1)")
       ->check(kPositive);
+  cmd->add_option("--loss-chunks", f.loss_chunks,
+                  "A language model's head and loss in chunks of positions, each differentiated as it is computed, so one chunk's "
+                  "logits are live at a time: none (default) | K | auto (about ⌈vocabulary / 4·width⌉; with --budget: searched unless given)");
   cmd->add_option("--attention", f.attention, "tiled (default: memory-efficient attention, the score matrix never stored) | naive (as exported)")
       ->check(CLI::IsMember({"tiled", "naive"}));
   cmd->add_option("--offload", f.offload,
@@ -184,6 +188,16 @@ CLI::App* add_compile_command(CLI::App& app, CompileFlags& f) {
   return cmd;
 }
 
+// --loss-chunks: none → 1, auto → 0, K ≥ 1 → K.
+Expected<int64_t> parse_loss_chunks(const std::string& text) {
+  if (text == "none") return int64_t{1};
+  if (text == "auto") return int64_t{0};
+  char* end = nullptr;
+  const long long k = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || k < 1) return Status::BadInput("--loss-chunks '" + text + "': expected none, auto or a count ≥ 1");
+  return static_cast<int64_t>(k);
+}
+
 // The spelled flags as CompileOptions and the search space: with --budget, each decision not
 // given on the command line (or given as auto) is searched.
 Status finish_compile_flags(CompileFlags& f, const CLI::App* cmd) {
@@ -198,7 +212,9 @@ Status finish_compile_flags(CompileFlags& f, const CLI::App* cmd) {
   c.search.remat = f.remat == "auto" || (budget && cmd->count("--remat") == 0);
   c.search.attention = budget && cmd->count("--attention") == 0;
   c.search.offload = f.offload == "auto" || (budget && cmd->count("--offload") == 0);
+  c.search.loss_chunks = budget && cmd->count("--loss-chunks") == 0;
   c.auto_requested = f.offload == "auto" || f.precision == "auto" || f.remat == "auto";
+  MEMC_ASSIGN_OR_RETURN(c.options.loss_chunks, parse_loss_chunks(f.loss_chunks));
   MEMC_ASSIGN_OR_RETURN(c.options.precision, parse_precision(f.precision == "auto" ? "fp32" : f.precision));
   MEMC_ASSIGN_OR_RETURN(c.options.attention, parse_attention_kernel(f.attention));
   MEMC_ASSIGN_OR_RETURN(c.options.offload, parse_offload_level(f.offload == "auto" ? "none" : f.offload));

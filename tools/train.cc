@@ -47,7 +47,8 @@ using json = nlohmann::json;
 
 json decisions_json(const Decisions& d) {
   return {{"precision", d.precision}, {"micro_batches", d.micro_batches}, {"remat", d.remat},
-          {"shard", d.shard},         {"offload", d.offload},             {"attention", d.attention}};
+          {"shard", d.shard},         {"offload", d.offload},             {"attention", d.attention},
+          {"loss_chunks", d.loss_chunks}};
 }
 
 int64_t count_params(const Module& m, int64_t* bytes) {
@@ -141,10 +142,11 @@ void print_summary(const json& s) {
   const int64_t devices = s.value("devices", int64_t{1});
   const std::string shard = devices > 1 ? str_cat(shard_stage_name(static_cast<ShardStage>(d["shard"].get<int64_t>())), " over ", devices, " devices")
                                         : std::string("none");
-  std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %s, offload %s, attention %s\n",
+  const int64_t chunks = d.value("loss_chunks", int64_t{1});
+  std::printf("decisions  precision %s, micro-batches %lld, remat %s, shard %s, offload %s, attention %s%s\n",
               d["precision"].get<std::string>().c_str(), static_cast<long long>(d["micro_batches"].get<int64_t>()),
-              d["remat"].get<std::string>().c_str(), shard.c_str(),
-              d["offload"].get<std::string>().c_str(), d["attention"].get<std::string>().c_str());
+              d["remat"].get<std::string>().c_str(), shard.c_str(), d["offload"].get<std::string>().c_str(),
+              d["attention"].get<std::string>().c_str(), chunks > 1 ? str_cat(", loss in ", chunks, " chunks").c_str() : "");
   std::printf("estimate   %.1f ms per step on %s (planner/cost_model.h)\n", s["estimated_step_ms"].get<double>(),
               s["target"].get<std::string>().c_str());
   if (devices > 1) {
@@ -281,6 +283,7 @@ json candidate_json(const Candidate& c, const CompileOptions& options, const Sea
               {"remat", describe_remat(c.remat)},
               {"attention", attention_kernel_name(c.attention)},
               {"offload", offload_level_name(c.offload)},
+              {"loss_chunks", c.loss_chunks},
               {"shard", shard_stage_name(c.shard)},
               {"devices", c.devices},
               {"planned_peak_bytes", c.peak_bytes},

@@ -375,7 +375,7 @@ class Plan:
 
     @property
     def decisions(self) -> Dict[str, Any]:
-        """What the plan chose: precision, micro_batches, remat, offload, attention, shard."""
+        """What the plan chose: precision, micro_batches, remat, offload, attention, shard, loss_chunks."""
         return dict(self.summary.get("decisions", {}))
 
     @property

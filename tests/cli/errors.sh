@@ -15,6 +15,9 @@ expect_error 2 "--batch" -- $MEMC inspect $M --batch 0
 expect_error 2 "--batch" -- $MEMC inspect $M --batch abc
 expect_error 2 "--input" -- $MEMC infer $M -o $OUT
 expect_error 2 "MODEL" -- $MEMC inspect
+expect_error 2 "--loss-chunks 'many': expected none, auto or a count ≥ 1" -- $MEMC compile $M --batch 4 --loss-chunks many -o "$TMP/x.plan"
+expect_error 2 "--loss-chunks '0'" -- $MEMC compile $M --batch 4 --loss-chunks 0 -o "$TMP/x.plan"
+expect_error 2 "--loss-chunks 2: the logits '" -- $MEMC compile $M --batch 4 --loss-chunks 2 -o "$TMP/x.plan"
 
 # Model files.
 expect_error 2 "/nonexistent/m.onnx" -- $MEMC inspect /nonexistent/m.onnx

@@ -258,13 +258,15 @@ for b in 8 10; do
   $MEMC compile $LM --batch $b -o "$TMP/lm1.plan" --force >/dev/null 2>"$TMP/err" || fail "compile lm b$b: $(cat "$TMP/err")"
   $MEMC run "$TMP/lm1.plan" --data data/lm_test.npz --steps 1 --quiet --dump-grads "$TMP/lm1-b$b.npz" >/dev/null 2>"$TMP/err" || fail "lm dump b$b: $(cat "$TMP/err")"
 done
-for c in "4 zero2 10 1" "2 zero3 8 2"; do
+# The last case chunks the head and loss (--loss-chunks 3): each rank's chunks scale their
+# gradients by the global count, and the head's weight is zero3's gathered copy.
+for c in "4 zero2 10 1" "2 zero3 8 2" "4 zero3 10 1 3"; do
   set -- $c
-  $MEMC compile $LM --batch "$3" --micro-batches "$4" --devices "$1" --shard "$2" -o "$TMP/lm.plan" --force >/dev/null 2>"$TMP/err" \
+  $MEMC compile $LM --batch "$3" --micro-batches "$4" --devices "$1" --shard "$2" --loss-chunks "${5:-none}" -o "$TMP/lm.plan" --force >/dev/null 2>"$TMP/err" \
     || { fail "compile lm $c: $(cat "$TMP/err")"; continue; }
   rm -f "$TMP/lm.npz"
   ranks "$1" $MEMC run "$TMP/lm.plan" --data data/lm_test.npz --steps 1 --quiet --dump-grads "$TMP/lm.npz" >/dev/null 2>"$TMP/err" || { fail "lm dump $c: $(tail -2 "$TMP/err")"; continue; }
-  out=$(python3 -c "$GRADS" "$TMP/lm1-b$3.npz" "$TMP/lm.npz" 2>&1) && pass "language model, $1 ranks $2 batch $3 micro-batches $4 = one device: $out" || fail "lm $c: $out"
+  out=$(python3 -c "$GRADS" "$TMP/lm1-b$3.npz" "$TMP/lm.npz" 2>&1) && pass "language model, $1 ranks $2 batch $3 micro-batches $4 loss chunks ${5:-none} = one device: $out" || fail "lm $c: $out"
 done
 # The text model (token embeddings, attention mask input).
 MODEL=text_encoder TAG=-text DATA="--data data/text_train.npz" COMMON="$COMMON --seq 32"

@@ -154,10 +154,12 @@ struct Case {
   std::string precision;
   int64_t seq = -1;  // for exports with a dynamic sequence length
   OffloadLevel offload = OffloadLevel::kNone;  // transfers as async pairs on the copy stream
+  int64_t loss_chunks = 1;  // a language model's head in chunks (passes/loss_chunks.h)
 };
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.model << " " << c.precision << " batch " << c.batch;
   if (c.offload != OffloadLevel::kNone) *os << " offload " << offload_level_name(c.offload);
+  if (c.loss_chunks != 1) *os << " loss chunks " << c.loss_chunks;
 }
 
 // Plain SGD, so one step's update is the gradient itself: w' = w - lr·g. Compiled for a GPU
@@ -170,6 +172,7 @@ Plan compile_case(const Case& c) {
   options.precision = *parse_precision(c.precision);
   options.seq = c.seq;
   options.offload = c.offload;
+  options.loss_chunks = c.loss_chunks;
   const std::string model = source_path(c.model);
   auto plan = compile_model(model, model + ".plan", options);
   EXPECT_TRUE(plan.ok()) << plan.status().message();
@@ -289,6 +292,9 @@ const Case kCases[] = {
     // Language models: a loss per position (labels -100 ignored), tied embeddings.
     {"models/gpt2_lm_t215.onnx", 4, "fp32"},
     {"models/bert_mlm_t215.onnx", 4, "bf16-mixed"},
+    // … with the head and loss in 3 chunks: slices, each chunk's loss gradient in the forward, f32 sums.
+    {"models/gpt2_lm_t215.onnx", 4, "fp32", -1, OffloadLevel::kNone, 3},
+    {"models/bert_mlm_t215.onnx", 4, "bf16-mixed", -1, OffloadLevel::kNone, 3},
     // Offload's transfers: async pairs (copy_to_host_start/_done …), the update in host memory,
     // and streamed parameters prefetched one unit ahead.
     {"models/vit_tiny.onnx", 4, "fp32", -1, OffloadLevel::kOptimizer},
@@ -350,6 +356,7 @@ TEST(CudaOpTable, CoversTheCommittedModelsOps) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaKernels, ::testing::ValuesIn(kCases), [](const auto& info) {
   std::string name = info.param.model.substr(7, info.param.model.find('.') - 7) + "_" + info.param.precision;
   if (info.param.offload != OffloadLevel::kNone) name += str_cat("_offload_", offload_level_name(info.param.offload));
+  if (info.param.loss_chunks != 1) name += str_cat("_loss_chunks_", info.param.loss_chunks);
   for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });

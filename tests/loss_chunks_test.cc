@@ -1,0 +1,220 @@
+// The loss_chunks memory pass (passes/loss_chunks.h): a language model's head and loss in K
+// chunks of positions, each differentiated as it is computed. Against the same step unchunked
+// on the committed language models (tied embeddings split by the exporter or not, a decoder
+// bias): the loss and every gradient equal up to summation order, with micro-batches, loss
+// scaling and bf16-mixed too, and planned = measured. On a model whose logits dominate, the peak
+// falls by about the logits and their gradient, and the budget search chooses the chunks before
+// micro-batches or remat.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "passes/loss_chunks.h"
+#include "planner/search.h"
+#include "runtime/npz.h"
+#include "runtime/trainer.h"
+#include "tests/frontend_onnx_builder.h"
+#include "tests/pass_compare.h"
+#include "tests/test_util.h"
+
+namespace memc {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::count_op;
+
+CompileOptions lm_options(int64_t chunks, const std::string& precision = "fp32", int64_t micro_batches = 1) {
+  CompileOptions o;
+  o.batch = 4;
+  o.seq = 32;
+  o.precision = *parse_precision(precision);
+  o.micro_batches = micro_batches;
+  o.loss_chunks = chunks;
+  o.optimizer.kind = "adamw";
+  return o;
+}
+
+struct Case {
+  std::string model, precision;
+  int64_t chunks, micro_batches;
+  double tolerance;  // loss and each gradient, relative
+};
+
+class LossChunksVsWholeLoss : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LossChunksVsWholeLoss, LossGradientsAndPeak) {
+  const Case& c = GetParam();
+  const Plan whole = testing::compile_committed(c.model, lm_options(1, c.precision, c.micro_batches));
+  const Plan chunked = testing::compile_committed(c.model, lm_options(c.chunks, c.precision, c.micro_batches));
+  EXPECT_EQ(chunked.decisions.loss_chunks, c.chunks);
+  EXPECT_EQ(whole.decisions.loss_chunks, 1);
+  // One softmax cross-entropy (and its gradient) per chunk of each micro-batch.
+  EXPECT_EQ(count_op(chunked.train, "softmax_cross_entropy"), c.chunks * c.micro_batches);
+  EXPECT_EQ(count_op(chunked.train, "softmax_cross_entropy_grad"), c.chunks * c.micro_batches);
+  const auto want = testing::first_step_gradients(whole, "lm_test.npz");
+  const auto got = testing::first_step_gradients(chunked, "lm_test.npz");
+  const testing::GradientDiff diff = testing::compare_gradients(got, want);
+  std::printf("[loss chunks] %s %s K=%lld k=%lld: loss rel %.2e, grads rel L2 %.2e (worst %s %.2e); planned %lld vs %lld\n", c.model.c_str(),
+              c.precision.c_str(), static_cast<long long>(c.chunks), static_cast<long long>(c.micro_batches), diff.loss_rel, diff.grad_rel_l2,
+              diff.worst_param.c_str(), diff.worst_param_rel, static_cast<long long>(chunked.memory.predicted_peak_bytes),
+              static_cast<long long>(whole.memory.predicted_peak_bytes));
+  EXPECT_EQ(diff.missing, "");
+  EXPECT_LE(diff.loss_rel, c.tolerance);
+  EXPECT_LE(diff.worst_param_rel, c.tolerance);
+  EXPECT_EQ(testing::measured_peak(chunked, "lm_test.npz", 2), chunked.memory.predicted_peak_bytes);
+}
+
+// K = 3 does not divide the 128 positions (43, 43, 42); fp16-mixed scales the loss, so each
+// chunk's gradient carries loss_scale / kept.
+INSTANTIATE_TEST_SUITE_P(Models, LossChunksVsWholeLoss,
+                         ::testing::Values(Case{"gpt2_lm_t215", "fp32", 3, 1, 1e-6}, Case{"gpt2_lm_ts_t215", "fp32", 4, 1, 1e-6},
+                                           Case{"bert_mlm_t215", "fp32", 3, 1, 1e-6}, Case{"gpt2_lm_ts_t215", "fp32", 3, 2, 1e-6},
+                                           Case{"bert_mlm_t215", "bf16-mixed", 4, 1, 2e-2}, Case{"gpt2_lm_ts_t215", "fp16-mixed", 2, 1, 2e-3}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string precision = info.param.precision;
+                           std::replace(precision.begin(), precision.end(), '-', '_');
+                           return info.param.model + "_" + precision + "_K" + std::to_string(info.param.chunks) + "_k" +
+                                  std::to_string(info.param.micro_batches);
+                         });
+
+// The check can fail: a chunk whose gradient is not scaled by 1/kept (the whole batch's count)
+// gives gradients far from the unchunked step's.
+TEST(LossChunks, EachChunksGradientIsScaledByTheWholeBatchsCount) {
+  const Plan whole = testing::compile_committed("gpt2_lm_t215", lm_options(1));
+  Plan chunked = testing::compile_committed("gpt2_lm_t215", lm_options(3));
+  int rewired = 0;
+  for (NodeId n : chunked.train.schedule()) {
+    Node& node = chunked.train.node(n);
+    if (node.op != "softmax_cross_entropy_grad") continue;
+    const NodeId scale = chunked.train.value(node.inputs[0]).producer;  // div(1, kept)
+    ASSERT_NE(scale, kNoNode);
+    node.inputs[0] = chunked.train.node(scale).inputs[0];  // the 1 alone
+    ++rewired;
+  }
+  EXPECT_EQ(rewired, 3);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(chunked, "lm_test.npz"),
+                                               testing::first_step_gradients(whole, "lm_test.npz"));
+  EXPECT_GT(diff.worst_param_rel, 1.0);
+}
+
+// ids [4, 32] → Gather(E [V, 16]) → MatMul(W [16, V]) → logits [4, 32, V] with V = 4096: the
+// logits (2 MiB in f32) and their gradient dominate the step.
+constexpr int64_t kVocab = 4096, kDim = 16, kBatch = 4, kSeq = 32;
+
+Tensor weight(const Shape& shape, double phase) {
+  Tensor t = Tensor::zeros(DType::kF32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set_from_double(i, 0.05 * std::sin(1.7 * static_cast<double>(i) + phase));
+  return t;
+}
+
+std::string wide_head_model() {
+  testing::OnnxBuilder b;
+  b.input("ids", {-1, -1}, onnx::TensorProto::INT64).init("E", weight({kVocab, kDim}, 0.3)).init("W", weight({kDim, kVocab}, 1.1));
+  b.node("Gather", {"E", "ids"}, {"h"});
+  b.node("MatMul", {"h", "W"}, {"logits"});
+  b.output("logits");
+  const std::string path = (fs::temp_directory_path() / "memc_wide_head.onnx").string();
+  std::ofstream(path, std::ios::binary) << b.bytes();
+  return path;
+}
+
+// 8 rows of ids and labels (every fifth position ignored).
+std::string wide_head_data() {
+  Tensor ids = Tensor::zeros(DType::kI64, {8, kSeq}), y = Tensor::zeros(DType::kI64, {8, kSeq});
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    ids.data<int64_t>()[i] = (37 * i + 5) % kVocab;
+    y.data<int64_t>()[i] = i % 5 == 0 ? -100 : (53 * i + 11) % kVocab;
+  }
+  const std::string path = (fs::temp_directory_path() / "memc_wide_head.npz").string();
+  MEMC_CHECK(write_npz(path, {{"ids", ids}, {"y", y}}).ok());
+  return path;
+}
+
+CompileOptions wide_options(int64_t chunks) {
+  CompileOptions o;
+  o.batch = kBatch;
+  o.seq = kSeq;
+  o.loss_chunks = chunks;
+  o.optimizer.kind = "sgd";
+  return o;
+}
+
+Plan compile_wide(const CompileOptions& options) {
+  const std::string model = wide_head_model();
+  auto plan = compile_model(model, model + ".plan", options);
+  MEMC_CHECK(plan.ok(), plan.status().message());
+  plan->model_path = model;
+  return std::move(plan).value();
+}
+
+int64_t measured(const Plan& plan) {
+  auto report = run_plan("", plan, RunOptions{.data = wide_head_data(), .steps = 2, .seed = 0, .quiet = true});
+  EXPECT_TRUE(report.ok()) << report.status().message();
+  return report.ok() ? report->measured_peak_bytes : -1;
+}
+
+TEST(LossChunks, AWideHeadsPeakFallsByItsLogits) {
+  const int64_t logits = kBatch * kSeq * kVocab * 4;
+  const Plan whole = compile_wide(wide_options(1));
+  const Plan chunked = compile_wide(wide_options(8));
+  const int64_t before = whole.memory.predicted_peak_bytes, after = chunked.memory.predicted_peak_bytes;
+  std::printf("[loss chunks] V %lld: planned %lld → %lld bytes with 8 chunks (logits %lld)\n", static_cast<long long>(kVocab),
+              static_cast<long long>(before), static_cast<long long>(after), static_cast<long long>(logits));
+  // The logits and dlogits of the whole batch were live together; now one chunk's of each.
+  EXPECT_GE(before - after, logits * 3 / 2);
+  EXPECT_EQ(measured(chunked), after);
+  EXPECT_EQ(measured(whole), before);
+  // auto: ⌈4096 / (4·16)⌉ = 64 chunks of 2 positions.
+  EXPECT_EQ(compile_wide(wide_options(0)).decisions.loss_chunks, 64);
+}
+
+// With a budget between the chunked and the whole plan's peaks, the search picks the chunks:
+// they fit without the micro-batches or remat that would also fit, and cost less time.
+TEST(LossChunks, TheBudgetSearchChoosesChunks) {
+  const std::string model = wide_head_model();
+  ModelCompiler compiler(model, model + ".plan");
+  const Plan whole = compile_wide(wide_options(1));
+  const Plan chunked = compile_wide(wide_options(0));
+  EXPECT_GT(chunked.decisions.loss_chunks, 1);
+  CompileOptions base = wide_options(1);
+  base.budget_bytes = (whole.memory.predicted_peak_bytes + chunked.memory.predicted_peak_bytes) / 2;
+  auto found = search_plan(compiler, base, SearchSpace{.precision = false, .attention = false, .offload = false});
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  std::printf("[loss chunks] budget %lld: %s, peak %lld\n", static_cast<long long>(base.budget_bytes), found->best.label().c_str(),
+              static_cast<long long>(found->best.peak_bytes));
+  EXPECT_GT(found->best.loss_chunks, 1);
+  EXPECT_EQ(found->best.micro_batches, 1);
+  EXPECT_EQ(found->best.remat.policy, RematPolicy::kNone);
+  EXPECT_LE(found->best.peak_bytes, base.budget_bytes);
+  bool ladder_rung = false;
+  for (const Candidate& c : found->ladder) ladder_rung |= c.loss_chunks > 1 && c.micro_batches == 1;
+  EXPECT_TRUE(ladder_rung);
+}
+
+// Logits that no linear layer computes have no head to chunk: an explicit count is refused in
+// one line, auto leaves the loss whole.
+TEST(LossChunks, LogitsWithoutAHeadAreRefusedWhenChunksAreAskedFor) {
+  testing::OnnxBuilder b;
+  b.input("ids", {-1, -1}, onnx::TensorProto::INT64).init("E", weight({64, 64}, 0.3));
+  b.node("Gather", {"E", "ids"}, {"logits"});
+  b.output("logits");
+  const std::string path = (fs::temp_directory_path() / "memc_gather_logits.onnx").string();
+  std::ofstream(path, std::ios::binary) << b.bytes();
+  CompileOptions o = wide_options(4);
+  auto refused = compile_model(path, path + ".plan", o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().kind(), ErrorKind::kBadInput);
+  EXPECT_NE(refused.status().message().find("--loss-chunks 4: the logits 'logits' have no head to chunk: memc.gather"), std::string::npos)
+      << refused.status().message();
+  o.loss_chunks = 0;
+  auto whole = compile_model(path, path + ".plan", o);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(whole->decisions.loss_chunks, 1);
+}
+
+}  // namespace
+}  // namespace memc
