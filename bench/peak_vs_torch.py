@@ -143,10 +143,14 @@ def storage_bytes(tensors):
 
 
 def torch_peak(name, batch, seq, optimizer):
+    return torch_peak_of(*build_torch(name, batch, seq), optimizer)
+
+
+def torch_peak_of(model, inputs, y, optimizer):
+    """PyTorch's step peak (the method above) for a built model, its inputs and labels."""
     import torch
     import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
-    model, inputs, y = build_torch(name, batch, seq)
     torch.use_deterministic_algorithms(False)
     torch.set_num_threads(1)
     if optimizer == "adamw":

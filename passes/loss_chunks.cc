@@ -207,7 +207,11 @@ int64_t auto_loss_chunks(const Module& m, ValueId logits) {
   if (!head) return 1;
   const int64_t width = m.value(m.node(head->matmul).inputs[0]).type.shape.back();
   const int64_t vocab = type.shape.back(), positions = type.numel() / std::max<int64_t>(vocab, 1);
-  const int64_t chunks = std::min(positions, (vocab + 4 * width - 1) / std::max<int64_t>(4 * width, 1));
+  // A chunk's logits no smaller than the head's weight (the f32 sum of its gradient is live
+  // anyway, and each further chunk adds one more pass over it) nor than four times x.
+  const int64_t by_weight = (positions + width - 1) / std::max<int64_t>(width, 1);
+  const int64_t by_input = (vocab + 4 * width - 1) / std::max<int64_t>(4 * width, 1);
+  const int64_t chunks = std::min({positions, by_weight, by_input});
   return chunks >= 2 ? chunks : 1;
 }
 

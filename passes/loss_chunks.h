@@ -40,9 +40,10 @@ struct LossStart {
 Expected<LossStart> differentiable_loss(Module& m, ValueId logits, ValueId labels, const LossRows& rows, ValueId scale);
 
 // The chunks `--loss-chunks auto` takes for a forward whose first output is `logits`: token
-// logits [N, T..., V] from a head of width E chunk so that a chunk's logits are about four
-// times x's size, min(positions, ⌈V / 4E⌉); 1 (none) for a classifier's [N, C], a head that is
-// not found, or fewer than 2 chunks.
+// logits [R positions, V] from a head of width E chunk so that a chunk's logits are no smaller
+// than the head's weight [V, E] (whose f32 gradient sum is live anyway, and which each further
+// chunk passes over once more) nor than four times x: min(⌈R / E⌉, ⌈V / 4E⌉); 1 (none) for a
+// classifier's [N, C], a head that is not found, or fewer than 2 chunks.
 int64_t auto_loss_chunks(const Module& m, ValueId logits);
 
 }  // namespace memc

@@ -168,8 +168,8 @@ TEST(LossChunks, AWideHeadsPeakFallsByItsLogits) {
   EXPECT_GE(before - after, logits * 3 / 2);
   EXPECT_EQ(measured(chunked), after);
   EXPECT_EQ(measured(whole), before);
-  // auto: ⌈4096 / (4·16)⌉ = 64 chunks of 2 positions.
-  EXPECT_EQ(compile_wide(wide_options(0)).decisions.loss_chunks, 64);
+  // auto: min(⌈128 positions / width 16⌉, ⌈4096 / (4·16)⌉) = 8 chunks of 16 positions.
+  EXPECT_EQ(compile_wide(wide_options(0)).decisions.loss_chunks, 8);
 }
 
 // With a budget between the chunked and the whole plan's peaks, the search picks the chunks:

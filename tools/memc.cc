@@ -141,7 +141,8 @@ void add_memory_flags(CLI::App* cmd, CompileFlags& f) {
       ->check(kPositive);
   cmd->add_option("--loss-chunks", f.loss_chunks,
                   "A language model's head and loss in chunks of positions, each differentiated as it is computed, so one chunk's "
-                  "logits are live at a time: none (default) | K | auto (about ⌈vocabulary / 4·width⌉; with --budget: searched unless given)");
+                  "logits are live at a time: none (default) | K | auto (a chunk's logits about the size of the head's weight; with --budget: "
+                  "searched unless given)");
   cmd->add_option("--attention", f.attention, "tiled (default: memory-efficient attention, the score matrix never stored) | naive (as exported)")
       ->check(CLI::IsMember({"tiled", "naive"}));
   cmd->add_option("--offload", f.offload,

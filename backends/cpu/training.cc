@@ -53,7 +53,66 @@ Status check_labels(const Tensor& labels, int64_t classes, const CrossEntropyRow
   return Status::Ok();
 }
 
-// loss = (1/N) Σ_n [logsumexp(z_n) - z_n[label_n]], over rows not ignored
+// Max and f64 sum of n floats in 16 and 8 lanes: a fixed association (the result does not depend
+// on threads) that the compiler can vectorize, where one running value is latency-bound.
+inline float lane_max(const float* x, int64_t n) {
+  float lane[16];
+  std::fill(lane, lane + 16, -INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) lane[j] = lane[j] < x[i + j] ? x[i + j] : lane[j];
+  }
+  for (; i < n; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
+  float m = lane[0];
+  for (int j = 1; j < 16; ++j) m = m < lane[j] ? lane[j] : m;
+  return m;
+}
+
+inline double lane_sum(const float* x, int64_t n) {
+  double lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += x[i + j];
+  }
+  for (; i < n; ++i) lane[0] += x[i];
+  double sum = 0;
+  for (int j = 0; j < 8; ++j) sum += lane[j];
+  return sum;
+}
+
+// A row's max and Σ exp(z - max) in f32 compute: exp in vectors (vector_math.h), the sum in f64
+// lanes. f64 rows keep f64 throughout.
+template <typename T>
+std::pair<double, double> row_max_and_sum(const T* row, int64_t classes) {
+  using C = typename Compute<T>::type;
+  if constexpr (std::is_same_v<C, float>) {
+    float v[kVectorChunk], m = -INFINITY;
+    for (int64_t c0 = 0; c0 < classes; c0 += kVectorChunk) {
+      const int64_t len = std::min(kVectorChunk, classes - c0);
+      for (int64_t j = 0; j < len; ++j) v[j] = load(row[c0 + j]);
+      m = std::max(m, lane_max(v, len));
+    }
+    double sum = 0;
+    for (int64_t c0 = 0; c0 < classes; c0 += kVectorChunk) {
+      const int64_t len = std::min(kVectorChunk, classes - c0);
+      for (int64_t j = 0; j < len; ++j) v[j] = load(row[c0 + j]) - m;
+      exp_in_place(v, len);
+      sum += lane_sum(v, len);
+    }
+    return {static_cast<double>(m), sum};
+  } else {
+    C m = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) m = std::max(m, load(row[c]));
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(load(row[c]) - m);
+    return {static_cast<double>(m), sum};
+  }
+}
+
+// Rows a parallel region takes at a time: their losses are summed in row order after it.
+constexpr int64_t kLossRowBlock = 1024;
+
+// loss = (1/N) Σ_n [logsumexp(z_n) - z_n[label_n]], over rows not ignored; rows in parallel.
 Status softmax_cross_entropy_kernel(KernelContext& ctx) {
   const Tensor &logits = *ctx.inputs[0], &labels = *ctx.inputs[1];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
@@ -61,21 +120,27 @@ Status softmax_cross_entropy_kernel(KernelContext& ctx) {
   MEMC_RETURN_IF_ERROR(check_labels(labels, classes, loss_rows));
   return dispatch_float(ctx, logits.dtype(), [&]<typename T>() {
     const T* z = logits.data<T>();  // [N, C]
-    double total = 0;
-    for (int64_t n = 0; n < rows; ++n) {
-      if (loss_rows.ignored(labels.data<int64_t>()[n])) continue;
-      const T* row = z + n * classes;
-      double m = -INFINITY;
-      for (int64_t c = 0; c < classes; ++c) m = std::max(m, static_cast<double>(load(row[c])));
-      double sum = 0;
-      for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(load(row[c])) - m);
-      total += m + std::log(sum) - static_cast<double>(load(row[labels.data<int64_t>()[n]]));
+    const int64_t* label = labels.data<int64_t>();
+    double total = 0, row_loss[kLossRowBlock];
+    for (int64_t b0 = 0; b0 < rows; b0 += kLossRowBlock) {
+      const int64_t block = std::min(kLossRowBlock, rows - b0);
+      parallel_ranges(block, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(classes, 1)), INT64_MAX,
+                      [&](int64_t, int64_t begin, int64_t end) {
+                        for (int64_t i = begin; i < end; ++i) {
+                          const int64_t n = b0 + i;
+                          row_loss[i] = 0;
+                          if (loss_rows.ignored(label[n])) continue;
+                          const auto [m, sum] = row_max_and_sum(z + n * classes, classes);
+                          row_loss[i] = m + std::log(sum) - static_cast<double>(load(z[n * classes + label[n]]));
+                        }
+                      });
+      for (int64_t i = 0; i < block; ++i) total += row_loss[i];
     }
     ctx.outputs[0]->set_from_double(0, total / loss_rows.divisor);  // f32 or f64
   });
 }
 
-// dz = dloss·(softmax(z) - onehot(label))/N, zero on ignored rows
+// dz = dloss·(softmax(z) - onehot(label))/N, zero on ignored rows; rows in parallel.
 Status softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
   const Tensor &dloss = *ctx.inputs[0], &logits = *ctx.inputs[1], &labels = *ctx.inputs[2];
   const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
@@ -86,22 +151,43 @@ Status softmax_cross_entropy_grad_kernel(KernelContext& ctx) {
     using C = typename Compute<T>::type;
     const T* z = logits.data<T>();       // [N, C]
     T* dz = ctx.outputs[0]->data<T>();   // [N, C]
-    for (int64_t n = 0; n < rows; ++n) {
-      if (loss_rows.ignored(labels.data<int64_t>()[n])) {
-        std::fill(dz + n * classes, dz + (n + 1) * classes, store<T, C>(C(0)));
-        continue;
+    const int64_t* label = labels.data<int64_t>();
+    parallel_ranges(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(classes, 1)), INT64_MAX,
+                    [&](int64_t, int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        T* out = dz + n * classes;
+        if (loss_rows.ignored(label[n])) {
+          std::fill(out, out + classes, store<T, C>(C(0)));
+          continue;
+        }
+        const T* row = z + n * classes;
+        if constexpr (std::is_same_v<T, float>) {  // exp once, into dz, then scaled there
+          const float m = lane_max(row, classes);
+          for (int64_t c = 0; c < classes; ++c) out[c] = row[c] - m;
+          exp_in_place(out, classes);
+          const double sum = lane_sum(out, classes);
+          const float factor = static_cast<float>(scale / sum);
+          for (int64_t c = 0; c < classes; ++c) out[c] *= factor;
+          out[label[n]] -= static_cast<float>(scale);
+          continue;
+        }
+        const auto [m, sum] = row_max_and_sum(row, classes);
+        const C factor = static_cast<C>(scale / sum), s = static_cast<C>(scale);
+        if constexpr (std::is_same_v<C, float>) {
+          float v[kVectorChunk];
+          for (int64_t c0 = 0; c0 < classes; c0 += kVectorChunk) {
+            const int64_t len = std::min(kVectorChunk, classes - c0);
+            for (int64_t j = 0; j < len; ++j) v[j] = load(row[c0 + j]) - static_cast<float>(m);
+            exp_in_place(v, len);
+            for (int64_t j = 0; j < len; ++j) out[c0 + j] = store<T, C>(factor * v[j] - (c0 + j == label[n] ? s : C(0)));
+          }
+        } else {
+          for (int64_t c = 0; c < classes; ++c) {
+            out[c] = store<T, C>(factor * std::exp(load(row[c]) - static_cast<C>(m)) - (c == label[n] ? s : C(0)));
+          }
+        }
       }
-      const T* row = z + n * classes;
-      C m = -INFINITY;
-      for (int64_t c = 0; c < classes; ++c) m = std::max(m, load(row[c]));
-      C sum = 0;
-      for (int64_t c = 0; c < classes; ++c) sum += std::exp(load(row[c]) - m);
-      const int64_t label = labels.data<int64_t>()[n];
-      for (int64_t c = 0; c < classes; ++c) {
-        const C p = std::exp(load(row[c]) - m) / sum;
-        dz[n * classes + c] = store<T, C>(static_cast<C>(scale) * (p - (c == label ? C(1) : C(0))));
-      }
-    }
+    });
   });
 }
 
