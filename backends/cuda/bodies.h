@@ -968,8 +968,11 @@ struct SumInto {
 };
 
 // ---- loss -------------------------------------------------------------------------------------
-// Softmax cross-entropy of one row in f64 (the CPU's precision): logsumexp(z) - z[label], 0 on an
-// ignored row. A label outside [0, C) gives NaN, so a bad label shows in the loss.
+// Softmax cross-entropy of one row: logsumexp(z) - z[label], exp in f32 and the sum in f64 (the
+// CPU kernel's precision), 0 on an ignored row. A label outside [0, C) gives NaN, so a bad label
+// shows in the loss. operator() is one thread's row (the host runner's); a device takes a warp
+// per row (backends/cuda/kernels.cu) through the same pieces: a language model's rows hold
+// 50,257 classes.
 template <typename T>
 struct CrossEntropyRow {
   const T* logits;
@@ -978,22 +981,31 @@ struct CrossEntropyRow {
   int64_t classes;
   bool has_ignore;
   int64_t ignore;
-  MEMC_HD void operator()(int64_t n) const {
+  MEMC_HD int64_t cols() const { return classes; }
+  MEMC_HD float logit(int64_t n, int64_t c) const { return ld(logits + n * classes, c); }
+  // Writes the loss of a row with nothing to compute (ignored: 0; a label outside: NaN).
+  MEMC_HD bool settled(int64_t n) const {
     const int64_t label = labels[n];
     if (has_ignore && label == ignore) {
       row_loss[n] = 0;
-      return;
+      return true;
     }
     if (label < 0 || label >= classes) {
       row_loss[n] = NAN;
-      return;
+      return true;
     }
-    const T* row = logits + n * classes;
-    double m = -INFINITY;
-    for (int64_t c = 0; c < classes; ++c) m = fmax(m, static_cast<double>(ld(row, c)));
+    return false;
+  }
+  MEMC_HD void finish(int64_t n, float m, double sum) const {
+    row_loss[n] = static_cast<double>(m) + std::log(sum) - static_cast<double>(logit(n, labels[n]));
+  }
+  MEMC_HD void operator()(int64_t n) const {
+    if (settled(n)) return;
+    float m = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) m = fmaxf(m, logit(n, c));
     double sum = 0;
-    for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(ld(row, c)) - m);
-    row_loss[n] = m + std::log(sum) - static_cast<double>(ld(row, label));
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(logit(n, c) - m);
+    finish(n, m, sum);
   }
 };
 
@@ -1011,7 +1023,8 @@ struct CrossEntropySum {
   }
 };
 
-// dz = dloss·(softmax(z) - onehot(label))/divisor per row, zero on ignored rows.
+// dz = dloss·(softmax(z) - onehot(label))/divisor per row, zero on ignored rows. As
+// CrossEntropyRow: a thread's row here, a warp's on a device, through the same pieces.
 template <typename T>
 struct CrossEntropyGradRow {
   const void* dloss;
@@ -1023,20 +1036,25 @@ struct CrossEntropyGradRow {
   bool has_ignore;
   int64_t ignore;
   double divisor;
+  MEMC_HD int64_t cols() const { return classes; }
+  MEMC_HD bool ignored(int64_t n) const { return has_ignore && labels[n] == ignore; }
+  MEMC_HD float logit(int64_t n, int64_t c) const { return ld(logits + n * classes, c); }
+  MEMC_HD float scale() const { return static_cast<float>(ld_double(dloss, dloss_dtype, 0) / divisor); }
+  MEMC_HD void store_zero(int64_t n, int64_t c) const { st(dz + n * classes, c, 0.f); }
+  MEMC_HD void store(int64_t n, int64_t c, float m, float sum, float scale) const {
+    st(dz + n * classes, c, scale * (std::exp(logit(n, c) - m) / sum - (c == labels[n] ? 1.f : 0.f)));
+  }
   MEMC_HD void operator()(int64_t n) const {
-    const int64_t label = labels[n];
-    const T* row = logits + n * classes;
-    T* out = dz + n * classes;
-    if (has_ignore && label == ignore) {
-      for (int64_t c = 0; c < classes; ++c) st(out, c, 0.f);
+    if (ignored(n)) {
+      for (int64_t c = 0; c < classes; ++c) store_zero(n, c);
       return;
     }
-    const float scale = static_cast<float>(ld_double(dloss, dloss_dtype, 0) / divisor);
     float m = -INFINITY;
-    for (int64_t c = 0; c < classes; ++c) m = fmaxf(m, ld(row, c));
+    for (int64_t c = 0; c < classes; ++c) m = fmaxf(m, logit(n, c));
     float sum = 0;
-    for (int64_t c = 0; c < classes; ++c) sum += std::exp(ld(row, c) - m);
-    for (int64_t c = 0; c < classes; ++c) st(out, c, scale * (std::exp(ld(row, c) - m) / sum - (c == label ? 1.f : 0.f)));
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(logit(n, c) - m);
+    const float s = scale();
+    for (int64_t c = 0; c < classes; ++c) store(n, c, m, sum, s);
   }
 };
 

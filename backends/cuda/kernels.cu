@@ -124,6 +124,44 @@ __global__ void layernorm_grad_rows(LayernormGradRow<T> body, int64_t rows) {
     if (lane == 0) body.stats[2 * r] = mean, body.stats[2 * r + 1] = inv;
   }
 }
+// A language model's cross-entropy rows, a warp each (50,257 classes in GPT-2's): the body's
+// pieces in the body's order, the max and sums reduced across the warp.
+template <typename T>
+__global__ void cross_entropy_rows(CrossEntropyRow<T> body, int64_t rows) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp), cols = body.cols();
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows; r += warps) {
+    bool settled = false;
+    if (lane == 0) settled = body.settled(r);
+    if (__shfl_sync(0xffffffffu, settled, 0)) continue;
+    float m = -INFINITY;
+    for (int64_t c = lane; c < cols; c += kWarp) m = fmaxf(m, body.logit(r, c));
+    m = warp_max(m);
+    double sum = 0;
+    for (int64_t c = lane; c < cols; c += kWarp) sum += expf(body.logit(r, c) - m);
+    sum = warp_sum(sum);
+    if (lane == 0) body.finish(r, m, sum);
+  }
+}
+template <typename T>
+__global__ void cross_entropy_grad_rows(CrossEntropyGradRow<T> body, int64_t rows) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp), cols = body.cols();
+  const float scale = body.scale();
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / kWarp) + threadIdx.x / kWarp; r < rows; r += warps) {
+    if (body.ignored(r)) {
+      for (int64_t c = lane; c < cols; c += kWarp) body.store_zero(r, c);
+      continue;
+    }
+    float m = -INFINITY;
+    for (int64_t c = lane; c < cols; c += kWarp) m = fmaxf(m, body.logit(r, c));
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int64_t c = lane; c < cols; c += kWarp) sum += expf(body.logit(r, c) - m);
+    sum = warp_sum(sum);
+    for (int64_t c = lane; c < cols; c += kWarp) body.store(r, c, m, sum, scale);
+  }
+}
 unsigned row_blocks(int64_t rows) {
   const int64_t per_block = kRowThreads / kWarp;
   return static_cast<unsigned>(std::min<int64_t>((rows + per_block - 1) / per_block, int64_t{1} << 20));
@@ -204,6 +242,18 @@ struct DeviceRunner {
     if (rows <= 0) return Status::Ok();
     layernorm_grad_rows<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);
     return check_launch(cudaGetLastError(), "kernel launch (layernorm gradient)");
+  }
+  template <typename T>
+  Status operator()(const CrossEntropyRow<T>& body, int64_t rows) {
+    if (rows <= 0) return Status::Ok();
+    cross_entropy_rows<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);
+    return check_launch(cudaGetLastError(), "kernel launch (cross-entropy)");
+  }
+  template <typename T>
+  Status operator()(const CrossEntropyGradRow<T>& body, int64_t rows) {
+    if (rows <= 0) return Status::Ok();
+    cross_entropy_grad_rows<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(body, rows);
+    return check_launch(cudaGetLastError(), "kernel launch (cross-entropy gradient)");
   }
   Status operator()(const ScoreSoftmax& body, int64_t rows) {
     if (rows <= 0) return Status::Ok();

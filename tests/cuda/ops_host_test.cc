@@ -868,6 +868,66 @@ LayoutModules layout_modules(AttentionLayout layout, DType dtype, const Shape& b
 
 // Planned and run whole (the plan sizes each path's scratch) on the CUDA kernels' host runner:
 // the same bits in either layout.
+// A language model's loss rows: [R, 50257] logits (a warp per row on a card), labels with an
+// ignored row, the loss and its gradient against the CPU kernels (f32 exp in vectors, f64 sums).
+struct CrossEntropyCase {
+  Module module;
+  std::map<std::string, Tensor> feeds;
+};
+CrossEntropyCase cross_entropy_case(DType dtype) {
+  constexpr int64_t kRows = 5, kVocab = 50257;
+  CrossEntropyCase c;
+  Module& m = c.module;
+  const ValueId logits = m.add_argument("logits", TensorType{dtype, {kRows, kVocab}}, Role::kInput);
+  const ValueId labels = m.add_argument("labels", TensorType{DType::kI64, {kRows}}, Role::kInput);
+  const ValueId dloss = m.add_argument("dloss", TensorType{DType::kF32, {}}, Role::kInput);
+  const Attrs attrs = make_attrs({{"ignore_index", int64_t{-100}}, {"divisor", 3.0}});
+  const ValueId loss = emit(m, "softmax_cross_entropy", {logits, labels}, attrs);
+  const ValueId dz = emit(m, "softmax_cross_entropy_grad", {dloss, logits, labels}, attrs);
+  m.set_outputs({loss, dz});
+  std::mt19937 rng(29);
+  c.feeds["logits"] = testing::random_tensor(dtype, {kRows, kVocab}, rng, -8, 8);
+  Tensor l = Tensor::zeros(DType::kI64, {kRows});
+  const int64_t picks[kRows] = {7, -100, 50256, 0, 31337};
+  for (int64_t i = 0; i < kRows; ++i) l.data<int64_t>()[i] = picks[i];
+  c.feeds["labels"] = l;
+  Tensor d = Tensor::zeros(DType::kF32, {});
+  d.data<float>()[0] = 0.75f;
+  c.feeds["dloss"] = d;
+  return c;
+}
+
+void expect_cross_entropy_matches_cpu(Backend& backend) {
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const CrossEntropyCase c = cross_entropy_case(dtype);
+    DeviceMemory cpu_memory;
+    auto ref = PlannedExecutor::create(c.module, cpu_memory);
+    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    for (const auto& [name, t] : c.feeds) ASSERT_TRUE(ref->set_argument(name, t).ok());
+    ASSERT_TRUE(ref->run(ExecOptions{}).ok());
+    const std::vector<Tensor> got = run_planned(backend, c.module, c.feeds);
+    ASSERT_EQ(got.size(), 2u);
+    const Tensor want_loss = *ref->fetch_output(0), want_dz = *ref->fetch_output(1);
+    EXPECT_NEAR(got[0].get_as_double(0), want_loss.get_as_double(0), 1e-6 * std::fabs(want_loss.get_as_double(0)));
+    double worst = 0;
+    for (int64_t i = 0; i < want_dz.numel(); ++i) worst = std::max(worst, std::fabs(got[1].get_as_double(i) - want_dz.get_as_double(i)));
+    EXPECT_LE(worst, dtype == DType::kF32 ? 1e-7 : 2e-3) << "dz";  // scale 0.25: bf16 rounds dz's largest values by 1e-3
+    for (int64_t c2 = 0; c2 < 50257; ++c2) ASSERT_EQ(got[1].get_as_double(50257 + c2), 0.0) << "the ignored row";
+  }
+}
+
+TEST(CudaCrossEntropy, AVocabularyWideRowMatchesTheCpuKernels) {
+  HostCudaBackend backend;
+  expect_cross_entropy_matches_cpu(backend);
+}
+
+TEST(CudaCrossEntropy, OnTheGpuAVocabularyWideRowMatchesTheCpuKernels) {
+  auto gpu = open_backend("cuda:0");
+  if (!gpu.ok()) GTEST_SKIP() << "no GPU: " << gpu.status().message();
+  expect_cross_entropy_matches_cpu(**gpu);
+}
+
 TEST(CudaAttention, APlannedStepInEitherLayoutGivesTheSameBits) {
   HostCudaBackend host;
   for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
