@@ -4,6 +4,7 @@ loss and against PyTorch, side by side on the same weights, data and optimizer, 
 
     python bench/lm_head_chunks.py                       # GPT-2 (2 layers, width 256, V 50257), b4 x T256
     python bench/lm_head_chunks.py --layers 2 --embd 256 --batch 4 --seq 256 --json out.json
+    python bench/lm_head_chunks.py --plans                # GPT-2 small's dims, b8 x 1024, planned for an H200
 
 The python needs torch and transformers (e.g. the python.package test's venv, or a venv made as
 tests/python/run.sh makes it). The model is transformers' GPT2LMHeadModel with GPT-2's
@@ -24,7 +25,6 @@ and its first step's gradients, to which memc's are compared (max over parameter
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -85,7 +85,8 @@ def memc(args, model, npz, tmp, chunks):
     g = dict(np.load(grads))
     return {"command": " ".join(["build/memc"] + cmd[1:]).replace(tmp + "/", ""), "planned_peak_bytes": c["predicted_peak_bytes"],
             "measured_peak_bytes": r["measured_peak_bytes"], "loss_chunks": c["decisions"].get("loss_chunks", 1),
-            "breakdown": c["breakdown"], "step_ms": r.get("loop_step_ms", r["step_ms"]), "losses": r["losses"]}, g
+            "breakdown": c["breakdown"], "step_ms": r.get("loop_step_ms", r["step_ms"]), "losses": r["losses"],
+            "kernels": {k: r["host_memory"].get(k) for k in ("gemm_library", "vector_math", "vector_loops")}}, g
 
 
 def torch_side(args, model, ids, y):
@@ -128,6 +129,49 @@ def worst_relative(memc_grads, torch_grads):
     return worst, name
 
 
+def plans(args):
+    """GPT-2 small's dimensions (models/export_gpt_skeleton.py's graph: 12 layers, width 768, 12
+    heads, V 50257, 124M parameters) at batch 8 x 1,024 planned for an H200: the peak and the cost
+    model's step with the whole loss and with the chunks, and what the budget search picks."""
+    import export_gpt_skeleton as G
+    import onnx
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model, count = G.build(layers=12, d=768, heads=12, mlp=3072, vocab=50257, positions=1024)
+        path = os.path.join(tmp, "gpt2_small_skeleton.onnx")
+        onnx.save_model(model, path)
+        for precision in ("fp32", "bf16-mixed"):
+            for chunks in ("none", "auto"):
+                cmd = [MEMC, "compile", path, "--batch", "8", "--seq", "1024", "--target", "h200", "--precision", precision,
+                       "--loss-chunks", chunks, "--json", "-o", os.path.join(tmp, "p.plan"), "--force"]
+                c = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+                rows.append({"precision": precision, "loss_chunks": c["decisions"].get("loss_chunks", 1),
+                             "planned_peak_bytes": c["predicted_peak_bytes"], "estimated_step_ms": c["estimated_step_ms"],
+                             "breakdown": c["breakdown"], "command": " ".join(["build/memc"] + cmd[1:]).replace(tmp + "/", "")})
+        whole = next(r for r in rows if r["precision"] == "bf16-mixed" and r["loss_chunks"] == 1)
+        budget = whole["planned_peak_bytes"] - 2 * 10**9
+        searched = {}
+        for pin in ([], ["--loss-chunks", "none"]):
+            cmd = [MEMC, "compile", path, "--batch", "8", "--seq", "1024", "--target", "h200", "--budget", str(budget), "--json",
+                   "-o", os.path.join(tmp, "s.plan"), "--force"] + pin
+            c = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            searched["pinned none" if pin else "free"] = {"decisions": c["decisions"], "planned_peak_bytes": c["predicted_peak_bytes"],
+                                                          "estimated_step_ms": c["estimated_step_ms"]}
+    print(f"\nGPT-2 small dims ({count:,} parameters), batch 8 x 1,024, AdamW, planned for an H200 (--target h200)\n")
+    print("| precision | loss | planned peak | activations at the peak | estimated step |")
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
+        loss = "whole" if r["loss_chunks"] == 1 else f"{r['loss_chunks']} chunks"
+        print(f"| {r['precision']} | {loss} | {r['planned_peak_bytes'] / 1e9:.2f} GB | {r['breakdown'].get('activations', 0) / 1e9:.2f} GB "
+              f"| {r['estimated_step_ms']:.1f} ms |")
+    print(f"\n--budget {budget} (2 GB under the whole bf16-mixed plan):")
+    for k, v in searched.items():
+        d = v["decisions"]
+        print(f"  {k}: {d['precision']}, {d['micro_batches']} micro-batch(es), remat {d['remat']}, loss chunks {d.get('loss_chunks', 1)}: "
+              f"{v['planned_peak_bytes'] / 1e9:.2f} GB, {v['estimated_step_ms']:.1f} ms")
+    return {"plans": rows, "budget": budget, "searched": searched}
+
+
 def mib(b):
     return f"{b / 2**20:.1f} MiB"
 
@@ -141,9 +185,15 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--plans", action="store_true", help="only GPT-2 small's plans for an H200 (no run, no torch)")
     args = ap.parse_args()
+    if args.plans:
+        out = plans(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return
     import torch
-    subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cpu_info.py")], check=False)
     with tempfile.TemporaryDirectory() as tmp:
         model = build(args)
         model.eval()
@@ -158,8 +208,11 @@ def main():
         t, torch_grads = torch_side(args, model, ids, y)
     for chunks, r in rows.items():
         r["grad_rel_vs_torch"], r["worst_param"] = worst_relative(r.pop("grads"), torch_grads)
+    from cpu_info import cpu_model
+    kernels = rows["none"]["kernels"]
     print(f"\nGPT-2 LM ({args.layers} layers, width {args.embd}, vocabulary {args.vocab}), batch {args.batch} x {args.seq} positions, "
-          f"AdamW, CPU ({platform.processor() or platform.machine()}), torch {t['version']}\n")
+          f"AdamW, one thread, {cpu_model()}; memc's kernels: {kernels['gemm_library']}, exp {kernels['vector_math']}, "
+          f"loops {kernels['vector_loops']}; torch {t['version']}\n")
     print("| | planned peak | measured peak | step (ms) | first-step gradients vs PyTorch |")
     print("|---|---:|---:|---:|---:|")
     for chunks, r in rows.items():
