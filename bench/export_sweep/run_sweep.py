@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs $MEMC (default build/memc) over every export in $SWEEP_OUT (made by export_all.py):
 inspect, compile (batch 4, seq 16), infer (logits vs PyTorch), run 5 steps with --dump-grads
-(first-step loss and gradients vs PyTorch). Writes out/<name>.memc.json and results.json."""
+(first-step loss and gradients vs PyTorch). Writes out/<name>.memc.json and results.json.
+$MEMC_COMPILE_FLAGS (split on spaces) is added to the training compile, e.g. "--loss-chunks 3"."""
 import glob
 import json
 import os
@@ -70,7 +71,7 @@ def one(meta):
     res["memc_trains_unmapped_nonbuffer"] = [n for n in trainable if n not in mapped and n not in buffers]
     res["mapped_not_trained_by_memc"] = sorted(mapped - set(trainable)) if trainable else None
     plan = base + ".plan"
-    cmd = [MEMC, "compile", onnx_f] + shape + ["-o", plan, "--force", "--threads", "1"]
+    cmd = [MEMC, "compile", onnx_f] + shape + ["-o", plan, "--force", "--threads", "1"] + os.environ.get("MEMC_COMPILE_FLAGS", "").split()
     if freeze:
         cmd += ["--freeze", ",".join(freeze)]
     res["compile"] = sh(cmd)
