@@ -233,9 +233,11 @@ def test_torch_module_trains_as_pytorch_does_and_loads_back():
         assert np.abs(restored(xs[0]).numpy() - plan.predict(xs[0])).max() <= 1e-6
 
 
-def test_a_language_model_trains_per_position_with_its_tied_embedding():
+@pytest.mark.parametrize("loss_chunks", ["none", "3"])
+def test_a_language_model_trains_per_position_with_its_tied_embedding(loss_chunks):
     """GPT-2's logits [N, T, V] against next-token labels, -100 ignored: three AdamW steps equal
-    PyTorch's, and the tied embedding comes back under both of its names."""
+    PyTorch's, and the tied embedding comes back under both of its names; also with the head and
+    loss in 3 chunks of positions (loss_chunks="3", the CLI's --loss-chunks 3)."""
     transformers = pytest.importorskip("transformers")
     data = np.load(os.path.join(os.path.dirname(__file__), "..", "..", "data", "lm_test.npz"))
 
@@ -252,7 +254,8 @@ def test_a_language_model_trains_per_position_with_its_tied_embedding():
     torch.manual_seed(0)
     module = LM()
     batches = [tuple(torch.from_numpy(data[k][8 * s:8 * s + 8]) for k in ("input_ids", "attention_mask", "y")) for s in range(3)]
-    plan = memc.compile(module, batches[0][:2], optimizer="adamw", lr=1e-3)
+    plan = memc.compile(module, batches[0][:2], optimizer="adamw", lr=1e-3, loss_chunks=loss_chunks)
+    assert plan.decisions["loss_chunks"] == (1 if loss_chunks == "none" else 3)
     reference = copy.deepcopy(module)
     optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-3)
     for ids, mask, y in batches:
