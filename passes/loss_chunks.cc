@@ -37,8 +37,9 @@ ValueId reshape(Module& m, ValueId v, Shape shape) {
 
 // The head before a language model's logits: `matmul` (a linear, or a matmul by a 2-D weight)
 // reads x [N, T..., E] as its first input, and `chain` (in order) carries its result to the
-// logits with the same elements: elementwise ops whose other inputs are single values, casts,
-// and reshapes. Each chain link names which input carries the head's values.
+// logits with the same elements: elementwise ops whose other inputs are the same for every row
+// and untrained (a softcap's divisor, a final logits bias buffer), casts, and reshapes. Each
+// chain link names which input carries the head's values.
 struct Head {
   struct Link {
     NodeId node = kNoNode;
@@ -48,15 +49,43 @@ struct Head {
   std::vector<Link> chain;
 };
 
-// Where node's values come from: the one input of `elements` elements, when every other input
-// is a single value; -1 otherwise.
-int data_input(const Module& m, const Node& node, int64_t elements) {
+// Whether v is computed from a trained parameter (its gradient would be wanted).
+bool reaches_param(const Module& m, ValueId v) {
+  std::vector<ValueId> stack{v};
+  std::vector<bool> seen(m.values().size(), false);
+  while (!stack.empty()) {
+    const ValueId u = stack.back();
+    stack.pop_back();
+    if (u == kNoValue || seen[u]) continue;
+    seen[u] = true;
+    if (m.value(u).role == Role::kParam) return true;
+    if (m.value(u).producer != kNoNode) {
+      for (ValueId in : m.node(m.value(u).producer).inputs) stack.push_back(in);
+    }
+  }
+  return false;
+}
+
+// Where node's values come from: the one input of the logits' `type`, when every other input is
+// the same for every row (a single value, or one value per class: [..., 1, V]) and untrained;
+// -1 otherwise, with `why`.
+int data_input(const Module& m, const Node& node, const TensorType& type, std::string& why) {
   int data = -1;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     const ValueId v = node.inputs[i];
-    if (v == kNoValue || m.value(v).type.numel() == 1) continue;
-    if (data >= 0 || m.value(v).type.numel() != elements) return -1;
-    data = static_cast<int>(i);
+    if (v == kNoValue) continue;
+    const TensorType& t = m.value(v).type;
+    if (t.numel() == type.numel() && data < 0) {
+      data = static_cast<int>(i);
+      continue;
+    }
+    const bool per_row = t.numel() == 1 || (!t.shape.empty() && t.shape.back() == type.shape.back() && t.numel() == type.shape.back());
+    if (!per_row) return -1;
+    if (reaches_param(m, v)) {
+      why = str_cat("memc.", node.op, "'s operand '", m.value(v).source_name.empty() ? m.value(v).name : m.value(v).source_name,
+                    "' between the head's linear layer and them is trained");
+      return -2;
+    }
   }
   return data;
 }
@@ -88,9 +117,9 @@ std::optional<Head> find_head(const Module& m, ValueId logits, std::string& why)
     const OpDef* def = node.def;
     const bool link = node.outputs.size() == 1 &&
                       ((def && (def->flags & kOpElementwise) && !(def->flags & kOpRandom)) || node.op == "cast" || node.op == "reshape");
-    const int data = link ? data_input(m, node, type.numel()) : -1;
+    const int data = link ? data_input(m, node, type, why) : -1;
     if (data < 0) {
-      why = str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", " stands between the head's linear layer and them");
+      if (data == -1) why = str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", " stands between the head's linear layer and them");
       return std::nullopt;
     }
     head.chain.push_back({p, static_cast<size_t>(data)});
@@ -111,6 +140,11 @@ std::vector<NodeId> emit_chunk(Module& m, const Head& head, ValueId x_rows) {
     if (node.op == "reshape") continue;  // the chunk stays [r, V]
     inputs = node.inputs;
     inputs[link.data] = y;
+    for (size_t i = 0; i < inputs.size(); ++i) {  // the same for every row: [numel], so it broadcasts over the chunk's [r, V]
+      if (i != link.data && inputs[i] != kNoValue && m.value(inputs[i]).type.shape.size() > 1) {
+        inputs[i] = reshape(m, inputs[i], {m.value(inputs[i]).type.numel()});
+      }
+    }
     y = emit(m, node.op, inputs, node.attrs);
     nodes.push_back(m.value(y).producer);
   }

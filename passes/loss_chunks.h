@@ -12,8 +12,8 @@
 // chunks' (in f32, cast back once to their dtype).
 //
 // The head is the last linear (or matmul by a 2-D weight) before the logits, with any chain of
-// elementwise ops and casts after it whose other inputs are single values (a logit softcap's
-// division, tanh and product). One chunk's logits and dlogits are live at a time, so the head's
+// elementwise ops, casts and reshapes after it whose other inputs are the same for every row
+// and untrained (a logit softcap's division, tanh and product; BART's final_logits_bias buffer). One chunk's logits and dlogits are live at a time, so the head's
 // share of the peak falls by about K; what is added is K - 1 sums of the weight's gradient.
 // Exact up to summation order: the loss is the sum of the chunks' sums divided by the count, and
 // dW the sum of the chunks' products.

@@ -379,6 +379,7 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
                                    micro_.k > 1 ? "micro-batch" : "batch", ", differentiated as each chunk's loss is computed"));
   }
   report.set("loss_chunks", loss_chunks_);
+  if (!dropped_.empty()) report.lines.push_back("training_step: nodes the step does not read dropped: " + dropped_);
   const RematReport& r = remat_report_;
   if (remat_.policy != RematPolicy::kNone) {
     report.lines.push_back(str_cat("remat ", describe_remat(remat_), ": ", r.segments, " segments; activations read by backward ",
@@ -460,6 +461,17 @@ Status TrainingStep::build(Module& module) {
   }
   if (shard_.active() || flat) record_shard_layout(module, v.units, shard_);
   units_ = static_cast<int64_t>(shard_.replicate_states ? v.groups.members.size() : v.units.size());
+  // What the step no longer reads goes: a language model's logits, which a chunked loss
+  // recomputes per chunk and micro-batches would concatenate for nothing.
+  std::map<std::string, int> live_ops;
+  for (NodeId n : module.schedule()) ++live_ops[module.node(n).op];
+  if (module.eliminate_dead_nodes() > 0) {
+    for (NodeId n : module.schedule()) --live_ops[module.node(n).op];
+    for (const auto& [op, count] : live_ops) {
+      if (count > 0) dropped_ += str_cat(dropped_.empty() ? "" : ", ", count, " ", op);
+    }
+    module.compact();
+  }
   record_metadata(module);
   return Status::Ok();
 }

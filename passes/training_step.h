@@ -69,6 +69,7 @@ class TrainingStep : public Pass {
   RematReport remat_report_;
   int64_t units_ = 0;  // shard units built
   int64_t loss_chunks_ = 1;  // the head's chunks built (passes/loss_chunks.h)
+  std::string dropped_;      // "2 concat, 1 linear": nodes built that the step does not read
   std::string units_description_;  // how they were found
 };
 

@@ -195,6 +195,63 @@ TEST(LossChunks, TheBudgetSearchChoosesChunks) {
   EXPECT_TRUE(ladder_rung);
 }
 
+// Gemma's logit softcap (÷ 30, tanh, × 30) and BART's final_logits_bias buffer after the head:
+// each operand is the same for every row ([1, 1, 1] and [1, 1, V]) and untrained (--freeze), so
+// the chain runs per chunk; chunked equals whole. Trained, the bias is refused in one line.
+std::string softcapped_head_model() {
+  testing::OnnxBuilder b;
+  b.input("ids", {-1, -1}, onnx::TensorProto::INT64).init("E", weight({256, kDim}, 0.3)).init("W", weight({kDim, 256}, 1.1));
+  Tensor cap = Tensor::zeros(DType::kF32, {1, 1, 1});
+  cap.set_from_double(0, 0.03);  // the logits here are ~0.02: a small cap so tanh bends them
+  b.init("cap", cap).init("fb", weight({1, 1, 256}, 2.3));
+  b.node("Gather", {"E", "ids"}, {"h"});
+  b.node("MatMul", {"h", "W"}, {"raw"});
+  b.node("Div", {"raw", "cap"}, {"scaled"});
+  b.node("Tanh", {"scaled"}, {"bent"});
+  b.node("Mul", {"bent", "cap"}, {"capped"});
+  b.node("Add", {"capped", "fb"}, {"logits"});
+  b.output("logits");
+  const std::string path = (fs::temp_directory_path() / "memc_softcapped_head.onnx").string();
+  std::ofstream(path, std::ios::binary) << b.bytes();
+  return path;
+}
+
+TEST(LossChunks, ASoftcapAndAFinalBiasAfterTheHeadRunPerChunk) {
+  const std::string model = softcapped_head_model();
+  auto compile = [&](int64_t chunks, std::vector<std::string> frozen) {
+    CompileOptions o = wide_options(chunks);
+    o.frozen = std::move(frozen);
+    return compile_model(model, model + ".plan", o);
+  };
+  auto whole = compile(1, {"cap", "fb"});
+  auto chunked = compile(5, {"cap", "fb"});
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  ASSERT_TRUE(chunked.ok()) << chunked.status().message();
+  EXPECT_EQ(count_op(chunked->train, "tanh"), 5);
+  Tensor ids = Tensor::zeros(DType::kI64, {kBatch, kSeq}), labels = Tensor::zeros(DType::kI64, {kBatch, kSeq});
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    ids.data<int64_t>()[i] = (37 * i + 5) % 256;
+    labels.data<int64_t>()[i] = i % 7 == 0 ? -100 : (53 * i + 11) % 256;
+  }
+  const std::map<std::string, Tensor> batch{{"ids", ids}, {kLabelsArg, labels}};
+  auto gradients = [&](const Plan& plan) {
+    auto state = initial_state(model, plan);
+    MEMC_CHECK(state.ok(), state.status().message());
+    auto g = compute_gradients(plan, *state, batch, 0, 1);
+    MEMC_CHECK(g.ok(), g.status().message());
+    return std::move(g).value();
+  };
+  const testing::GradientDiff diff = testing::compare_gradients(gradients(*chunked), gradients(*whole));
+  EXPECT_EQ(diff.missing, "");
+  EXPECT_LE(diff.loss_rel, 1e-6);
+  EXPECT_LE(diff.worst_param_rel, 1e-6) << diff.worst_param;
+  auto trained_bias = compile(5, {"cap"});
+  ASSERT_FALSE(trained_bias.ok());
+  EXPECT_NE(trained_bias.status().message().find("have no head to chunk: memc.add's operand 'fb' between the head's linear layer and them is trained"),
+            std::string::npos)
+      << trained_bias.status().message();
+}
+
 // Logits that no linear layer computes have no head to chunk: an explicit count is refused in
 // one line, auto leaves the loss whole.
 TEST(LossChunks, LogitsWithoutAHeadAreRefusedWhenChunksAreAskedFor) {

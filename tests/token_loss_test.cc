@@ -157,6 +157,8 @@ TEST(TokenLoss, TheStepDoesNotReturnTheLogits) {
   const Plan plan = compile_token_model(2);
   for (ValueId out : plan.train.outputs()) EXPECT_NE(plan.train.value(out).type.shape, (Shape{kBatch, kSeq, kVocab}));
   EXPECT_EQ(plan.train.value(plan.train.outputs()[0]).type.shape, Shape{});
+  // Nor does it concatenate the micro-batches' logits for nothing (it did, holding each to the end).
+  EXPECT_EQ(testing::count_op(plan.train, "concat"), 0);
 }
 
 TEST(TokenLoss, ABatchOfIgnoredPositionsHasAZeroLossAndGradient) {
