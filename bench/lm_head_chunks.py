@@ -15,10 +15,10 @@ models/export_models.py's make_unique_ so the exporter keeps each its own). The 
 (y[:, t] = ids[:, t + 1], -100 at the last position).
 
 memc: `memc compile MODEL --batch B --seq T --optimizer adamw --no-dropout --loss-chunks none|auto`,
-then `memc run PLAN --steps 3` (measured peak, time per step over steps 2-3) and
+then `memc run PLAN --epochs 8` (one batch an epoch: measured peak, loop time per step) and
 `--dump-grads` (the first step's gradients). PyTorch: the same module in train(), AdamW with the
 same settings, F.cross_entropy(..., ignore_index=-100); its peak by bench/peak_vs_torch.py's
-method (every CPU allocator event of one step, after a warm-up step), its step time over 3 steps,
+method (every CPU allocator event of one step, after a warm-up step), its median step of 2-8,
 and its first step's gradients, to which memc's are compared (max over parameters of
 ‖g − g_torch‖ / ‖g_torch‖). One intra-op thread on both sides.
 """
@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "models"))
 warnings.filterwarnings("ignore")
 MEMC = os.path.join(ROOT, "build", "memc")
+STEPS = 8  # timed: memc's loop time per step after the first; PyTorch's median of steps 2-8
 
 
 
@@ -78,7 +79,7 @@ def memc(args, model, npz, tmp, chunks):
            "--no-dropout", "--loss-chunks", chunks, "--json", "-o", plan, "--force"]
     c = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     report, grads = os.path.join(tmp, f"lm_{chunks}.json"), os.path.join(tmp, f"lm_{chunks}.grads.npz")
-    subprocess.run([MEMC, "run", plan, "--data", npz, "--epochs", "3", "--quiet", "--threads", "1", "--json", report,
+    subprocess.run([MEMC, "run", plan, "--data", npz, "--epochs", str(STEPS), "--quiet", "--threads", "1", "--json", report,
                     "--dump-grads", grads, "--force"], check=True, capture_output=True, text=True)
     with open(report) as f:
         r = json.load(f)
@@ -104,7 +105,7 @@ def torch_side(args, model, ids, y):
     timed = copy.deepcopy(model)
     opt = torch.optim.AdamW(timed.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     times = []
-    for _ in range(3):
+    for _ in range(STEPS):
         start = time.perf_counter()
         logits = timed(*inputs)
         F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100).backward()
@@ -112,7 +113,7 @@ def torch_side(args, model, ids, y):
         opt.zero_grad(set_to_none=True)
         times.append(1e3 * (time.perf_counter() - start))
     peak = P.torch_peak_of(copy.deepcopy(model), inputs, labels, "adamw")
-    return {"peak_bytes": peak["torch_peak_bytes"], "peak_phase": peak["torch_peak_phase"], "step_ms": sum(times[1:]) / 2,
+    return {"peak_bytes": peak["torch_peak_bytes"], "peak_phase": peak["torch_peak_phase"], "step_ms": sorted(times[1:])[len(times[1:]) // 2],
             "version": torch.__version__}, grads
 
 
