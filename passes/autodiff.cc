@@ -69,11 +69,11 @@ class GradientTable {
 class ActiveValues {
  public:
   ActiveValues(const Module& m, const std::vector<NodeId>& order, const std::vector<Autodiff::Seed>& seeds, const std::vector<ValueId>& wrt)
-      : from_wrt_(forward_reach(m, order, wrt)), to_loss_(backward_reach(m, order, seeds)) {}
-  bool operator()(ValueId v) const { return v != kNoValue && from_wrt_[v] && to_loss_[v]; }
+      : from_wrt_(forward_reach(m, order, wrt)), to_seed_(backward_reach(m, order, seeds)) {}
+  bool operator()(ValueId v) const { return v != kNoValue && from_wrt_[v] && to_seed_[v]; }
 
  private:
-  std::vector<bool> from_wrt_, to_loss_;
+  std::vector<bool> from_wrt_, to_seed_;
 };
 
 // Emits the gradient rule of `node` for the inputs that need one and adds what it returns into

@@ -68,7 +68,7 @@ bool reaches_param(const Module& m, ValueId v) {
 
 // Where node's values come from: the one input of the logits' `type`, when every other input is
 // the same for every row (a single value, or one value per class: [..., 1, V]) and untrained;
-// -1 otherwise, with `why`.
+// -1 when there is none, -2 (with `why`) when such an input is trained.
 int data_input(const Module& m, const Node& node, const TensorType& type, std::string& why) {
   int data = -1;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -115,8 +115,9 @@ std::optional<Head> find_head(const Module& m, ValueId logits, std::string& why)
       return head;
     }
     const OpDef* def = node.def;
-    const bool link = node.outputs.size() == 1 &&
-                      ((def && (def->flags & kOpElementwise) && !(def->flags & kOpRandom)) || node.op == "cast" || node.op == "reshape");
+    const bool differentiable = def && def->grad && !(def->flags & (kOpRandom | kOpNoGradient));
+    const bool link = node.outputs.size() == 1 && differentiable &&
+                      ((def->flags & kOpElementwise) || node.op == "cast" || node.op == "reshape");
     const int data = link ? data_input(m, node, type, why) : -1;
     if (data < 0) {
       if (data == -1) why = str_cat("memc.", node.op, node.source.empty() ? "" : " (" + node.source + ")", " stands between the head's linear layer and them");
@@ -165,6 +166,17 @@ ValueId add_f32(Module& m, ValueId sum, ValueId g) {
   return sum == kNoValue ? wide : emit(m, "add", {sum, wide});
 }
 
+// The seed of a weight (or bias) from its chunks' f32 sum: under a mixed precision the head
+// reads a 16-bit cast of an f32 parameter, and the sum seeds that f32 value itself, so it is
+// not rounded to 16 bits and widened again; otherwise the weight, with the sum cast to its dtype.
+Autodiff::Seed sum_seed(Module& m, ValueId weight, ValueId sum) {
+  const NodeId p = m.value(weight).producer;
+  if (p != kNoNode && m.node(p).op == "cast" && m.value(m.node(p).inputs[0]).type.dtype == DType::kF32) {
+    return {m.node(p).inputs[0], sum};
+  }
+  return {weight, cast(m, sum, m.value(weight).type.dtype)};
+}
+
 // The loss over `rows` chunks of `head`, and the seeds of its inputs (see the header).
 Expected<LossStart> chunked_loss(Module& m, const Head& head, ValueId labels, const LossRows& rows, ValueId scale, int64_t chunks) {
   const Node matmul = m.node(head.matmul);
@@ -196,6 +208,7 @@ Expected<LossStart> chunked_loss(Module& m, const Head& head, ValueId labels, co
       needs[data] = true;
       MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> grads, input_grads(m, nodes[i], dy, needs));
       dy = grads[data];
+      if (dy == kNoValue) return Status::BadInput(str_cat("--loss-chunks: memc.", node.op, " after the head passes no gradient"));
     }
     MEMC_ASSIGN_OR_RETURN(const std::vector<ValueId> grads, input_grads(m, nodes[0], dy, {true, true, bias}));
     dx.push_back(grads[0]);
@@ -205,8 +218,8 @@ Expected<LossStart> chunked_loss(Module& m, const Head& head, ValueId labels, co
   LossStart start{.loss = emit(m, "div", {total, rows.kept}), .chunks = static_cast<int64_t>(sizes.size())};
   const ValueId all_dx = dx.size() == 1 ? dx[0] : emit(m, "concat", dx, make_attrs({{"axis", int64_t{0}}}));
   start.seeds.push_back({x, reshape(m, all_dx, x_shape)});
-  start.seeds.push_back({matmul.inputs[1], cast(m, dw, m.value(matmul.inputs[1]).type.dtype)});
-  if (bias) start.seeds.push_back({matmul.inputs[2], cast(m, db, m.value(matmul.inputs[2]).type.dtype)});
+  start.seeds.push_back(sum_seed(m, matmul.inputs[1], dw));
+  if (bias) start.seeds.push_back(sum_seed(m, matmul.inputs[2], db));
   return start;
 }
 
@@ -215,7 +228,9 @@ Expected<LossStart> chunked_loss(Module& m, const Head& head, ValueId labels, co
 Expected<LossStart> differentiable_loss(Module& m, ValueId logits, ValueId labels, const LossRows& rows, ValueId scale) {
   const bool token = rows.kept != kNoValue;
   const int64_t chunks = token && rows.chunks == 0 ? auto_loss_chunks(m, logits) : rows.chunks;
-  if (token && chunks > 1) {
+  const TensorType& type = m.value(logits).type;
+  const int64_t positions = type.numel() / std::max<int64_t>(type.shape.back(), 1);
+  if (token && chunks > 1 && positions > 1) {  // one position: nothing to chunk
     std::string why;
     const std::optional<Head> head = find_head(m, logits, why);
     if (head) return chunked_loss(m, *head, labels, rows, scale, chunks);
@@ -243,7 +258,7 @@ int64_t auto_loss_chunks(const Module& m, ValueId logits) {
   const int64_t vocab = type.shape.back(), positions = type.numel() / std::max<int64_t>(vocab, 1);
   // A chunk's logits no smaller than the head's weight (the f32 sum of its gradient is live
   // anyway, and each further chunk adds one more pass over it) nor than four times x.
-  const int64_t by_weight = (positions + width - 1) / std::max<int64_t>(width, 1);
+  const int64_t by_weight = positions / std::max<int64_t>(width, 1);
   const int64_t by_input = (vocab + 4 * width - 1) / std::max<int64_t>(4 * width, 1);
   const int64_t chunks = std::min({positions, by_weight, by_input});
   return chunks >= 2 ? chunks : 1;

@@ -9,14 +9,17 @@
 // are computed before the next chunk's logits exist (Liger's fused linear cross-entropy, with
 // memc's own ops). What autodiff then starts from is not the loss but the head's inputs, seeded
 // with their gradients: x with the chunks' dx in order, the weight and bias with the sums of the
-// chunks' (in f32, cast back once to their dtype).
+// chunks' (summed in f32; under a mixed precision they seed the f32 parameter the head's 16-bit
+// copy is cast from, else they are cast once to the weight's dtype).
 //
 // The head is the last linear (or matmul by a 2-D weight) before the logits, with any chain of
 // elementwise ops, casts and reshapes after it whose other inputs are the same for every row
-// and untrained (a logit softcap's division, tanh and product; BART's final_logits_bias buffer). One chunk's logits and dlogits are live at a time, so the head's
-// share of the peak falls by about K; what is added is K - 1 sums of the weight's gradient.
-// Exact up to summation order: the loss is the sum of the chunks' sums divided by the count, and
-// dW the sum of the chunks' products.
+// and untrained (a logit softcap's division, tanh and product; BART's final_logits_bias buffer).
+// One chunk's logits and dlogits are live at a time, so the head's share of the peak falls by
+// about K; what is added is K - 1 sums of the weight's gradient.
+// Exact up to summation order in f32: the loss is the sum of the chunks' sums divided by the
+// count, and dW the sum of the chunks' products. A 16-bit head rounds each chunk's dW to 16 bits
+// (its GEMM's output) where the whole loss rounds the total once.
 #pragma once
 #include <vector>
 
@@ -42,7 +45,7 @@ Expected<LossStart> differentiable_loss(Module& m, ValueId logits, ValueId label
 // The chunks `--loss-chunks auto` takes for a forward whose first output is `logits`: token
 // logits [R positions, V] from a head of width E chunk so that a chunk's logits are no smaller
 // than the head's weight [V, E] (whose f32 gradient sum is live anyway, and which each further
-// chunk passes over once more) nor than four times x: min(⌈R / E⌉, ⌈V / 4E⌉); 1 (none) for a
+// chunk passes over once more) nor than four times x: min(⌊R / E⌋, ⌈V / 4E⌉); 1 (none) for a
 // classifier's [N, C], a head that is not found, or fewer than 2 chunks.
 int64_t auto_loss_chunks(const Module& m, ValueId logits);
 

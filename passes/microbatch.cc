@@ -125,7 +125,7 @@ class Accumulator {
     offset_random_draws(m_, forward_begin, mb.first, mb.size);
     MEMC_ASSIGN_OR_RETURN(const LossStart start, weighted_loss(outs[0], mb));
     const ValueId loss = start.loss;
-    step_.loss_chunks = start.chunks;
+    step_.loss_chunks = std::max(step_.loss_chunks, start.chunks);
     const auto backward_begin = static_cast<NodeId>(m_.nodes().size());
     MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(m_, start.seeds, params_));
     if (after_autodiff) {

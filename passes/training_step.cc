@@ -463,6 +463,7 @@ Status TrainingStep::build(Module& module) {
   units_ = static_cast<int64_t>(shard_.replicate_states ? v.groups.members.size() : v.units.size());
   // What the step no longer reads goes: a language model's logits, which a chunked loss
   // recomputes per chunk and micro-batches would concatenate for nothing.
+  dropped_.clear();
   std::map<std::string, int> live_ops;
   for (NodeId n : module.schedule()) ++live_ops[module.node(n).op];
   if (module.eliminate_dead_nodes() > 0) {

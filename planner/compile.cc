@@ -1,7 +1,5 @@
 #include "planner/compile.h"
 
-#include "passes/loss_chunks.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +8,7 @@
 #include <string_view>
 
 #include "backends/backend.h"
+#include "passes/loss_chunks.h"
 #include "passes/memory_plan.h"
 #include "passes/schedule.h"
 #include "support/log.h"

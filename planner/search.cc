@@ -147,7 +147,6 @@ class Searcher {
   int compiles_ = 0;
 };
 
-
 // What the search ranges over; each axis pinned to the base options when the user gave it.
 struct SearchAxes {
   std::vector<PrecisionKind> precisions;
@@ -191,9 +190,11 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
   // A language model's head in chunks (passes/loss_chunks.h) costs a few sums of the head's
   // weight gradient: tried right after the plan without it, and kept under every offload level.
   const AttentionKernel attention = space.attention ? AttentionKernel::kTiled : base.attention;
+  // auto (0): each micro-batch count chunks its own positions.
   int64_t chunks = base.loss_chunks;
   if (space.loss_chunks) {
-    MEMC_ASSIGN_OR_RETURN(chunks, compiler.auto_loss_chunks(base));
+    MEMC_ASSIGN_OR_RETURN(const int64_t whole_batch, compiler.auto_loss_chunks(base));
+    if (whole_batch > 1) chunks = 0;
   }
   if (chunks != base.loss_chunks) axes.variants.push_back({attention, levels.front(), base.loss_chunks});
   for (OffloadLevel off : levels) axes.variants.push_back({attention, off, chunks});
@@ -208,7 +209,8 @@ Expected<SearchAxes> search_axes(ModelCompiler& compiler, const CompileOptions& 
 // f32 gradient accumulators cost some — and everything compiled on the way, scheduled.
 Expected<Candidate> compute_floor(Searcher& s, const SearchAxes& axes) {
   // The last variant offloads the most; where it cannot run (streaming on zero1/zero2), the
-  // one before it (the optimizer state offloaded) is tried too.
+  // one before it (the optimizer state offloaded, or with the offload pinned, the same level
+  // without loss chunks) is tried too.
   const size_t from = axes.variants.size() > 1 && axes.variants.back().offload == OffloadLevel::kParams ? axes.variants.size() - 2 : axes.variants.size() - 1;
   for (size_t v = from; v < axes.variants.size(); ++v) {
     const Variant& least = axes.variants[v];
@@ -240,7 +242,7 @@ Expected<Candidate> compute_floor(Searcher& s, const SearchAxes& axes) {
 
 // The budget error below the floor: names the least peak and what dominates it.
 Status floor_error(const Candidate& floor, const CompileOptions& base, const SearchSpace& space) {
-  const bool pinned = !(space.precision || space.micro_batches || space.remat || space.attention || space.offload);
+  const bool pinned = !(space.precision || space.micro_batches || space.remat || space.attention || space.offload || space.loss_chunks);
   if (pinned) {
     return Status::Budget(str_cat("budget ", format_size(base.budget_bytes), " (", base.budget_bytes, " bytes) is below the peak of the pinned plan (",
                                   floor.label(), "): ", format_size(floor.peak_bytes), " (", floor.peak_bytes, " bytes); largest at the peak: ",

@@ -73,7 +73,7 @@ TEST_P(LossChunksVsWholeLoss, LossGradientsAndPeak) {
 INSTANTIATE_TEST_SUITE_P(Models, LossChunksVsWholeLoss,
                          ::testing::Values(Case{"gpt2_lm_t215", "fp32", 3, 1, 1e-6}, Case{"gpt2_lm_ts_t215", "fp32", 4, 1, 1e-6},
                                            Case{"bert_mlm_t215", "fp32", 3, 1, 1e-6}, Case{"gpt2_lm_ts_t215", "fp32", 3, 2, 1e-6},
-                                           Case{"bert_mlm_t215", "bf16-mixed", 4, 1, 2e-2}, Case{"gpt2_lm_ts_t215", "fp16-mixed", 2, 1, 2e-3}),
+                                           Case{"bert_mlm_t215", "bf16-mixed", 4, 1, 5e-3}, Case{"gpt2_lm_ts_t215", "fp16-mixed", 2, 1, 1e-3}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string precision = info.param.precision;
                            std::replace(precision.begin(), precision.end(), '-', '_');
@@ -186,12 +186,12 @@ TEST(LossChunks, TheBudgetSearchChoosesChunks) {
   ASSERT_TRUE(found.ok()) << found.status().message();
   std::printf("[loss chunks] budget %lld: %s, peak %lld\n", static_cast<long long>(base.budget_bytes), found->best.label().c_str(),
               static_cast<long long>(found->best.peak_bytes));
-  EXPECT_GT(found->best.loss_chunks, 1);
+  EXPECT_EQ(found->best.loss_chunks, 0);  // auto: each micro-batch count chunks its own positions
   EXPECT_EQ(found->best.micro_batches, 1);
   EXPECT_EQ(found->best.remat.policy, RematPolicy::kNone);
   EXPECT_LE(found->best.peak_bytes, base.budget_bytes);
   bool ladder_rung = false;
-  for (const Candidate& c : found->ladder) ladder_rung |= c.loss_chunks > 1 && c.micro_batches == 1;
+  for (const Candidate& c : found->ladder) ladder_rung |= c.loss_chunks == 0 && c.micro_batches == 1;
   EXPECT_TRUE(ladder_rung);
 }
 

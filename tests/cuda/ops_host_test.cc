@@ -866,8 +866,6 @@ LayoutModules layout_modules(AttentionLayout layout, DType dtype, const Shape& b
   return c;
 }
 
-// Planned and run whole (the plan sizes each path's scratch) on the CUDA kernels' host runner:
-// the same bits in either layout.
 // A language model's loss rows: [R, 50257] logits (a warp per row on a card), labels with an
 // ignored row, the loss and its gradient against the CPU kernels (f32 exp in vectors, f64 sums).
 struct CrossEntropyCase {
@@ -928,6 +926,8 @@ TEST(CudaCrossEntropy, OnTheGpuAVocabularyWideRowMatchesTheCpuKernels) {
   expect_cross_entropy_matches_cpu(**gpu);
 }
 
+// Planned and run whole (the plan sizes each path's scratch) on the CUDA kernels' host runner:
+// the same bits in either layout.
 TEST(CudaAttention, APlannedStepInEitherLayoutGivesTheSameBits) {
   HostCudaBackend host;
   for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
