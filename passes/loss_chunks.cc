@@ -223,17 +223,28 @@ Expected<LossStart> chunked_loss(Module& m, const Head& head, ValueId labels, co
   return start;
 }
 
+// The chunks `auto` takes for logits of `type` from `head` (auto_loss_chunks, in the header).
+int64_t auto_chunks(const Module& m, const TensorType& type, const Head& head) {
+  const int64_t width = m.value(m.node(head.matmul).inputs[0]).type.shape.back();
+  const int64_t vocab = type.shape.back(), positions = type.numel() / std::max<int64_t>(vocab, 1);
+  // A chunk's logits no smaller than the head's weight (the f32 sum of its gradient is live
+  // anyway, and each further chunk adds one more pass over it) nor than four times x.
+  const int64_t by_weight = positions / std::max<int64_t>(width, 1);
+  const int64_t by_input = (vocab + 4 * width - 1) / std::max<int64_t>(4 * width, 1);
+  const int64_t chunks = std::min({positions, by_weight, by_input});
+  return chunks >= 2 ? chunks : 1;
+}
+
 }  // namespace
 
 Expected<LossStart> differentiable_loss(Module& m, ValueId logits, ValueId labels, const LossRows& rows, ValueId scale) {
-  const bool token = rows.kept != kNoValue;
-  const int64_t chunks = token && rows.chunks == 0 ? auto_loss_chunks(m, logits) : rows.chunks;
   const TensorType& type = m.value(logits).type;
   const int64_t positions = type.numel() / std::max<int64_t>(type.shape.back(), 1);
-  if (token && chunks > 1 && positions > 1) {  // one position: nothing to chunk
+  if (rows.kept != kNoValue && rows.chunks != 1 && positions > 1) {  // token labels; one position: nothing to chunk
     std::string why;
     const std::optional<Head> head = find_head(m, logits, why);
-    if (head) return chunked_loss(m, *head, labels, rows, scale, chunks);
+    const int64_t chunks = !head ? 1 : rows.chunks == 0 ? auto_chunks(m, type, *head) : rows.chunks;
+    if (chunks > 1) return chunked_loss(m, *head, labels, rows, scale, chunks);
     if (rows.chunks > 1) {
       return Status::BadInput(str_cat("--loss-chunks ", rows.chunks, ": the logits '", m.value(logits).source_name, "' have no head to chunk: ", why));
     }
@@ -253,15 +264,7 @@ int64_t auto_loss_chunks(const Module& m, ValueId logits) {
   if (type.shape.size() < 3) return 1;  // a classifier's [N, C]
   std::string why;
   const std::optional<Head> head = find_head(m, logits, why);
-  if (!head) return 1;
-  const int64_t width = m.value(m.node(head->matmul).inputs[0]).type.shape.back();
-  const int64_t vocab = type.shape.back(), positions = type.numel() / std::max<int64_t>(vocab, 1);
-  // A chunk's logits no smaller than the head's weight (the f32 sum of its gradient is live
-  // anyway, and each further chunk adds one more pass over it) nor than four times x.
-  const int64_t by_weight = positions / std::max<int64_t>(width, 1);
-  const int64_t by_input = (vocab + 4 * width - 1) / std::max<int64_t>(4 * width, 1);
-  const int64_t chunks = std::min({positions, by_weight, by_input});
-  return chunks >= 2 ? chunks : 1;
+  return head ? auto_chunks(m, type, *head) : 1;
 }
 
 }  // namespace memc
