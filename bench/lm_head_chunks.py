@@ -23,6 +23,7 @@ and its first step's gradients, to which memc's are compared (max over parameter
 ‖g − g_torch‖ / ‖g_torch‖). One intra-op thread on both sides.
 """
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -142,14 +143,14 @@ def plans(args):
         path = os.path.join(tmp, "gpt2_small_skeleton.onnx")
         onnx.save_model(model, path)
         for precision in ("fp32", "bf16-mixed"):
-            for chunks in ("none", "auto"):
+            for remat, chunks in itertools.product(("none", "blocks"), ("none", "auto")):
                 cmd = [MEMC, "compile", path, "--batch", "8", "--seq", "1024", "--target", "h200", "--precision", precision,
-                       "--loss-chunks", chunks, "--json", "-o", os.path.join(tmp, "p.plan"), "--force"]
+                       "--remat", remat, "--loss-chunks", chunks, "--json", "-o", os.path.join(tmp, "p.plan"), "--force"]
                 c = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-                rows.append({"precision": precision, "loss_chunks": c["decisions"].get("loss_chunks", 1),
+                rows.append({"precision": precision, "remat": remat, "loss_chunks": c["decisions"].get("loss_chunks", 1),
                              "planned_peak_bytes": c["predicted_peak_bytes"], "estimated_step_ms": c["estimated_step_ms"],
                              "breakdown": c["breakdown"], "command": " ".join(["build/memc"] + cmd[1:]).replace(tmp + "/", "")})
-        whole = next(r for r in rows if r["precision"] == "bf16-mixed" and r["loss_chunks"] == 1)
+        whole = next(r for r in rows if r["precision"] == "bf16-mixed" and r["remat"] == "none" and r["loss_chunks"] == 1)
         budget = whole["planned_peak_bytes"] - 2 * 10**9
         searched = {}
         for pin in ([], ["--loss-chunks", "none"]):
@@ -159,11 +160,11 @@ def plans(args):
             searched["pinned none" if pin else "free"] = {"decisions": c["decisions"], "planned_peak_bytes": c["predicted_peak_bytes"],
                                                           "estimated_step_ms": c["estimated_step_ms"]}
     print(f"\nGPT-2 small dims ({count:,} parameters), batch 8 x 1,024, AdamW, planned for an H200 (--target h200)\n")
-    print("| precision | loss | planned peak | activations at the peak | estimated step |")
-    print("|---|---|---:|---:|---:|")
+    print("| precision | remat | loss | planned peak | activations at the peak | estimated step |")
+    print("|---|---|---|---:|---:|---:|")
     for r in rows:
         loss = "whole" if r["loss_chunks"] == 1 else f"{r['loss_chunks']} chunks"
-        print(f"| {r['precision']} | {loss} | {r['planned_peak_bytes'] / 1e9:.2f} GB | {r['breakdown'].get('activations', 0) / 1e9:.2f} GB "
+        print(f"| {r['precision']} | {r['remat']} | {loss} | {r['planned_peak_bytes'] / 1e9:.2f} GB | {r['breakdown'].get('activations', 0) / 1e9:.2f} GB "
               f"| {r['estimated_step_ms']:.1f} ms |")
     print(f"\n--budget {budget} (2 GB under the whole bf16-mixed plan):")
     for k, v in searched.items():

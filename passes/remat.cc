@@ -450,28 +450,83 @@ Chain chain_of(const Module& m, const Analysis& a) {
   return chain;
 }
 
-// Per-block checkpointing: keep x at every change of transformer block; recompute each block,
-// recording it whole, in one pass from its input (the last block: the originals).
-std::vector<ChainAction> block_actions(const Module& m, const Analysis& a) {
+// The blocks' keys by segment, from a key per forward node ("" outside blocks). A segment
+// belongs to the block of its first node inside one. A cut rarely falls on a block's edge (one
+// block's ln_2 and the next one's ln_1 share a segment); comparing edge nodes alone saw no change
+// of block on torchvision's ViT and recomputed the whole encoder after the head, holding every
+// tape again (a higher peak than no remat). Segments outside any block after one (the head)
+// join it, so the last block is not recomputed. Empty: no node is in a block.
+template <typename KeyOf>
+std::vector<std::string> segment_keys(const Analysis& a, KeyOf key_of) {
   const int n = static_cast<int>(a.segments.size());
-  // A segment belongs to the block of its first node inside one. A cut rarely falls on a
-  // block's edge (one block's ln_2 and the next one's ln_1 share a segment); comparing edge
-  // nodes alone saw no change of block on torchvision's ViT and recomputed the whole encoder
-  // after the head, holding every tape again (a higher peak than no remat). Segments outside
-  // any block after one (the head) join it, so the last block is not recomputed.
   std::vector<std::string> keys(n);
+  bool any = false;
   for (int s = 0; s < n; ++s) {
     for (NodeId id : a.segments[s]) {
-      if (!(keys[s] = block_key(m.node(id).source)).empty()) break;
+      if (!(keys[s] = key_of(id)).empty()) break;
     }
+    any = any || !keys[s].empty();
     if (keys[s].empty() && s > 0) keys[s] = keys[s - 1];
   }
+  return any ? keys : std::vector<std::string>{};
+}
+
+// Blocks from the graph itself, for exports whose node names carry no module path (a graph
+// written node by node, names an optimizer replaced): a transformer emits the same ops in the
+// same order once per layer. The unit is the run of p forward nodes whose ops repeat back to
+// back over the most nodes (the shortest such p), and each repetition is a block. Nodes before
+// the run are outside blocks (the embedding); after it, the head. Empty: no unit repeats.
+std::vector<std::string> repeated_block_keys(const Module& m, const Analysis& a) {
+  const int n = static_cast<int>(a.forward.size());
+  std::vector<int> op(n);
+  std::unordered_map<std::string, int> ids;
+  std::unordered_map<NodeId, int> position;
+  for (int i = 0; i < n; ++i) {
+    op[i] = ids.emplace(m.node(a.forward[i]).op, static_cast<int>(ids.size())).first->second;
+    position[a.forward[i]] = i;
+  }
+  // run[i]: how many nodes from i on have the op of the node p later; a unit starting at
+  // `start` repeats (run[start] + p) / p times. O(n²) over all p.
+  int best_cover = 0, best_p = 0, best_start = 0;
+  std::vector<int> run(n + 1);
+  for (int p = 2; 2 * p <= n; ++p) {
+    run[n - p] = 0;
+    for (int i = n - p; i-- > 0;) run[i] = op[i] == op[i + p] ? run[i + 1] + 1 : 0;
+    for (int start = 0; start + 2 * p <= n; ++start) {
+      const int k = (run[start] + p) / p;
+      if (k >= 2 && k * p > best_cover) best_cover = k * p, best_p = p, best_start = start;
+    }
+  }
+  if (best_cover == 0) return {};
+  log(2, str_cat("remat: a unit of ", best_p, " forward nodes repeats ", best_cover / best_p, " times from node ", best_start, " of ", n));
+  return segment_keys(a, [&](NodeId id) {
+    const int i = position.at(id) - best_start;
+    return i >= 0 && i < best_cover ? str_cat("#", i / best_p) : std::string();
+  });
+}
+
+// The blocks' keys by segment: from node names, else from the graph's repetition; `how` says
+// which ("" where neither finds blocks: the whole forward is one block).
+std::vector<std::string> block_keys(const Module& m, const Analysis& a, std::string& how) {
+  std::vector<std::string> keys = segment_keys(a, [&](NodeId id) { return block_key(m.node(id).source); });
+  how = "module paths in node names";
+  if (keys.empty()) keys = repeated_block_keys(m, a), how = "the forward's repetition";
+  if (keys.empty()) keys.assign(a.segments.size(), ""), how.clear();
+  return keys;
+}
+
+// Per-block checkpointing: keep x at every change of transformer block; recompute each block,
+// recording it whole, in one pass from its input (the last block: the originals).
+std::vector<ChainAction> block_actions(const Module& m, const Analysis& a, RematReport& report) {
+  const int n = static_cast<int>(a.segments.size());
+  const std::vector<std::string> keys = block_keys(m, a, report.blocks_found_by);
   std::vector<int> starts = {0};
   for (int s = 1; s < n; ++s) {
     if (keys[s] != keys[s - 1]) starts.push_back(s);
   }
   starts.push_back(n);
   const size_t groups = starts.size() - 1;
+  report.blocks = static_cast<int>(groups) - (keys.empty() || keys[0].empty() ? 1 : 0);  // the group before the first block aside
   std::vector<ChainAction> actions;
   for (size_t g = 0; g + 1 < groups; ++g) {
     for (int s = starts[g]; s < starts[g + 1]; ++s) actions.push_back({ChainAction::kAdvance, s});
@@ -727,7 +782,7 @@ class Materializer {
 // (whose table size goes to the report).
 Expected<std::vector<ChainAction>> choose_actions(const RematOptions& options, const Module& m, const Analysis& a, const Chain& chain,
                                                   RematReport& report) {
-  if (options.policy == RematPolicy::kBlocks) return block_actions(m, a);
+  if (options.policy == RematPolicy::kBlocks) return block_actions(m, a, report);
   ChainSolution solution = solve_chain(chain, options.limit_bytes);
   report.dp_table_bytes = solution.table_bytes;
   if (solution.cost < 0) {

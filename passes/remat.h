@@ -53,6 +53,8 @@ struct RematReport {
   int recomputed_nodes = 0;     // clone nodes added
   int64_t recompute_flops = 0;  // FLOPs of the clones
   int unresolved_pins = 0;      // pinned names that match no forward value
+  int blocks = 0;               // policy blocks: the transformer blocks found (0: the forward is one group)
+  std::string blocks_found_by;  // policy blocks: how ("module paths in node names", …; "": none found)
   // A limit is met when held_tape_bytes is within it. The solver never holds less than the
   // largest single segment's tape (recorded right before its backward), so a smaller limit is
   // answered with the least it can do and reported here instead of refused.

@@ -302,6 +302,15 @@ void merge_remat_report(RematReport& total, const RematReport& r) {
   total.unresolved_pins = r.unresolved_pins;
   total.limit_met = total.limit_met && r.limit_met;
   total.dp_table_bytes = std::max(total.dp_table_bytes, r.dp_table_bytes);
+  total.blocks = r.blocks;
+  total.blocks_found_by = r.blocks_found_by;
+}
+
+// "; 12 blocks (module paths in node names)" for --remat blocks; "" for a limit.
+std::string blocks_found(const RematOptions& options, const RematReport& r) {
+  if (options.policy != RematPolicy::kBlocks) return "";
+  if (r.blocks == 0) return "; no transformer blocks found (no layer path in node names, no repeated run of ops): nothing to checkpoint";
+  return str_cat("; ", r.blocks, " blocks (", r.blocks_found_by, ")");
 }
 
 // The loss and gradients of the whole batch, in one pass or accumulated over micro-batches,
@@ -384,7 +393,7 @@ PassReport TrainingStep::report(int64_t rank_batch) const {
   if (remat_.policy != RematPolicy::kNone) {
     report.lines.push_back(str_cat("remat ", describe_remat(remat_), ": ", r.segments, " segments; activations read by backward ",
                                    format_size(r.tape_bytes), ", tapes held at once ", format_size(r.held_tape_bytes), "; ", r.recomputed_nodes,
-                                   " nodes recomputed (", r.recompute_flops, " FLOP)",
+                                   " nodes recomputed (", r.recompute_flops, " FLOP)", blocks_found(remat_, r),
                                    r.dp_table_bytes > 0 ? str_cat("; solver table ", format_size(r.dp_table_bytes)) : std::string()));
     if (r.unresolved_pins > 0) report.warnings.push_back(str_cat("--remat: ", r.unresolved_pins, " pinned name(s) match no forward value"));
   }

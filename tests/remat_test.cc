@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 
 #include "ir/grad.h"
+#include "onnx/onnx_pb.h"
 #include "passes/autodiff.h"
 #include "passes/memory_plan.h"
 #include "passes/remat.h"
@@ -298,8 +300,7 @@ TEST(RematSegments, ASkipOverAFewLayersIsAnActivationAndALongerOneIsKept) {
 // --remat blocks finds a transformer block by the module path exporters write into node names
 // (torchvision "encoder/layers/encoder_layer_3", Hugging Face BERT "encoder/layer.3", GPT-2
 // "h.3", timm "blocks.3"). Each of 4 layers is a block here: blocks 0..2 are recomputed once
-// from their inputs (3 extra tanh) and the last runs once. Without such names the whole
-// forward is one block: nothing is recomputed.
+// from their inputs (3 extra tanh) and the last runs once.
 TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
   const int n = 4;
   for (const std::string source : {"/encoder/layers/encoder_layer_", "/bert/encoder/layer.", "/transformer/h.", "/blocks."}) {
@@ -307,14 +308,35 @@ TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
     auto report = remat(chain, {.policy = RematPolicy::kBlocks});
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_EQ(count_op(chain.m, "tanh"), 2 * n - 1) << source;
+    EXPECT_EQ(report->blocks, n) << source;
+    EXPECT_EQ(report->blocks_found_by, "module paths in node names") << source;
   }
+}
+
+// Without a layer path in the node names (a graph written node by node, names an optimizer
+// replaced: models/export_gpt_skeleton.py's), the blocks are the unit of forward ops that repeats.
+// Layers 0..2 of 4 are the same 5 ops; the last one also computes the loss, so it differs and
+// joins layer 2's block, which runs once: layers 0 and 1 are recomputed (2 extra tanh), bit for
+// bit. Two layers are two different runs of ops: nothing repeats, nothing is recomputed, and the
+// report says no blocks were found.
+TEST(RematBlocks, WithoutModulePathsTheBlocksAreTheRepeatedOps) {
   for (const std::string source : {"", "/encoder/mlp_", "/stage"}) {
-    IrChain chain = build_layers(n, {.source = source});
+    IrChain chain = build_layers(4, {.source = source});
+    const std::vector<Tensor> want = run_all(build_layers(4, {.source = source}).m);
     auto report = remat(chain, {.policy = RematPolicy::kBlocks});
     ASSERT_TRUE(report.ok()) << report.status().message();
-    EXPECT_EQ(report->recomputed_nodes, 0) << source;
-    EXPECT_EQ(count_op(chain.m, "tanh"), n) << source;
+    EXPECT_EQ(report->blocks, 3) << source;  // layers 0, 1 and 2 + 3
+    EXPECT_EQ(report->blocks_found_by, "the forward's repetition") << source;
+    EXPECT_EQ(count_op(chain.m, "tanh"), 4 + 2) << source;
+    EXPECT_TRUE(bit_identical(run_all(chain.m), want)) << source;
   }
+  IrChain two = build_layers(2, {});
+  auto report = remat(two, {.policy = RematPolicy::kBlocks});
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->recomputed_nodes, 0);
+  EXPECT_EQ(report->blocks, 0);
+  EXPECT_EQ(report->blocks_found_by, "");
+  EXPECT_EQ(count_op(two.m, "tanh"), 2);
 }
 
 TEST(ParseRemat, Spellings) {
@@ -410,6 +432,38 @@ TEST(RematVitTiny, BlocksAndSomeLimitPlanBelowNoRemat) {
 
 // A limit below what the solver can hold (the largest segment's tape) is answered with the
 // least it can do and reported as not met; a generous one is met.
+// vit_tiny with every node name cleared (what an optimizer that renames nodes leaves): the
+// blocks come from the forward's repetition: the same 37 nodes recomputed and the same peak as
+// the named export's plan, the first step's gradients bit for bit those without remat (dropout
+// on), and measured peak = planned.
+TEST(RematVitTiny, BlocksOfAnExportWithoutNodeNamesTrainBitIdentically) {
+  onnx::ModelProto model;
+  std::ifstream in(testing::source_path("models/vit_tiny.onnx"), std::ios::binary);
+  ASSERT_TRUE(in && model.ParseFromIstream(&in));
+  for (onnx::NodeProto& node : *model.mutable_graph()->mutable_node()) node.clear_name();
+  const std::string path = ::testing::TempDir() + "/vit_tiny_unnamed.onnx";
+  std::ofstream out(path, std::ios::binary);
+  ASSERT_TRUE(model.SerializeToOstream(&out));
+  out.close();
+  const Case c{"vit_tiny", "digits_train.npz", 16, -1};
+  Expected<Plan> base = compile_model(path, path + ".base.plan", options_for(c, {}));
+  Expected<Plan> blocks = compile_model(path, path + ".plan", options_for(c, {.policy = RematPolicy::kBlocks}));
+  ASSERT_TRUE(base.ok() && blocks.ok()) << (base.ok() ? blocks.status().message() : base.status().message());
+  base->model_path = blocks->model_path = path;
+  const Plan named = testing::compile_committed(c.model, options_for(c, {.policy = RematPolicy::kBlocks}));
+  const int64_t recomputed = blocks->train.metadata().get_int("memc.remat_recomputed_nodes", 0);
+  std::printf("[remat] vit_tiny without node names, blocks: %lld nodes recomputed (named: %lld), planned peak %lld (no remat %lld, named %lld)\n",
+              static_cast<long long>(recomputed), static_cast<long long>(named.train.metadata().get_int("memc.remat_recomputed_nodes", 0)),
+              static_cast<long long>(blocks->memory.predicted_peak_bytes), static_cast<long long>(base->memory.predicted_peak_bytes),
+              static_cast<long long>(named.memory.predicted_peak_bytes));
+  EXPECT_EQ(recomputed, named.train.metadata().get_int("memc.remat_recomputed_nodes", 0));
+  EXPECT_EQ(blocks->memory.predicted_peak_bytes, named.memory.predicted_peak_bytes);
+  EXPECT_LT(blocks->memory.predicted_peak_bytes, base->memory.predicted_peak_bytes);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(*blocks, c.data), testing::first_step_gradients(*base, c.data));
+  EXPECT_TRUE(diff.bit_identical);
+  EXPECT_EQ(testing::measured_peak(*blocks, c.data, 1), blocks->memory.predicted_peak_bytes);
+}
+
 TEST(RematVitTiny, UnmetLimitIsReported) {
   CompileOptions o;
   o.batch = 8;
