@@ -5,31 +5,18 @@
 
 #include "ir/grad.h"
 #include "ir/op_registry.h"
+#include "passes/emit.h"
 #include "support/size.h"
 
 namespace memc {
 namespace {
 
+constexpr std::string_view kSource = "loss chunks";
 ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}) {
-  auto out = m.add_node(op, std::move(inputs), std::move(attrs), "loss chunks");
-  MEMC_CHECK(out.ok(), out.status().message());
-  return (*out)[0];
+  return emit_node(m, kSource, op, std::move(inputs), std::move(attrs));
 }
-
-ValueId cast(Module& m, ValueId v, DType to) {
-  return m.value(v).type.dtype == to ? v : emit(m, "cast", {v}, make_attrs({{"to", std::string(dtype_name(to))}}));
-}
-
-ValueId f32_scalar(Module& m, double v) {
-  Tensor t = Tensor::zeros(DType::kF32, {});
-  t.data<float>()[0] = static_cast<float>(v);
-  return m.add_constant(std::move(t), "c");
-}
-
-ValueId rows_of(Module& m, ValueId v, int64_t begin, int64_t end) {
-  return emit(m, "slice", {v}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{begin}},
-                                           {"ends", std::vector<int64_t>{end}}, {"steps", std::vector<int64_t>{1}}}));
-}
+ValueId cast(Module& m, ValueId v, DType to) { return emit_cast(m, kSource, v, to); }
+ValueId rows_of(Module& m, ValueId v, int64_t begin, int64_t end) { return emit_rows(m, kSource, v, begin, end); }
 
 ValueId reshape(Module& m, ValueId v, Shape shape) {
   return m.value(v).type.shape == shape ? v : emit(m, "reshape", {v}, make_attrs({{"shape", std::move(shape)}}));

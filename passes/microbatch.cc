@@ -7,25 +7,18 @@
 #include "ir/grad.h"
 #include "ir/op_registry.h"
 #include "passes/autodiff.h"
+#include "passes/emit.h"
 #include "passes/loss_chunks.h"
 
 namespace memc {
 namespace {
 
-ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}, const std::string& source = "micro-batch") {
-  auto out = m.add_node(op, std::move(inputs), std::move(attrs), source);
-  MEMC_CHECK(out.ok(), out.status().message());
-  return (*out)[0];
+constexpr std::string_view kSource = "micro-batch";
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}, std::string_view source = kSource) {
+  return emit_node(m, source, op, std::move(inputs), std::move(attrs));
 }
-
-ValueId rows(Module& m, ValueId v, int64_t begin, int64_t end) {
-  return emit(m, "slice", {v}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{begin}},
-                                           {"ends", std::vector<int64_t>{end}}, {"steps", std::vector<int64_t>{1}}}));
-}
-
-ValueId cast(Module& m, ValueId v, DType to) {
-  return m.value(v).type.dtype == to ? v : emit(m, "cast", {v}, make_attrs({{"to", std::string(dtype_name(to))}}));
-}
+ValueId rows(Module& m, ValueId v, int64_t begin, int64_t end) { return emit_rows(m, kSource, v, begin, end); }
+ValueId cast(Module& m, ValueId v, DType to) { return emit_cast(m, kSource, v, to); }
 
 // Copies the nodes of `src` into `dst`; src argument i reads `args[i]`. Returns src's outputs.
 // Names get a "mb<i>." prefix so every copy stays readable in dumps.
@@ -227,9 +220,7 @@ class Accumulator {
     const ValueId loss = emit(m_, "softmax_cross_entropy", {logits, mb_labels}, std::move(attrs));
     const double batch = loss_.divisor > 0 ? loss_.divisor : static_cast<double>(m_.value(labels_).type.shape[0]);
     const double weight = static_cast<double>(mb.size) / batch;
-    Tensor w = Tensor::zeros(DType::kF32, {});
-    w.data<float>()[0] = static_cast<float>(weight);
-    const ValueId weighted = emit(m_, "mul", {loss, m_.add_constant(std::move(w), "mb_weight")});
+    const ValueId weighted = emit(m_, "mul", {loss, f32_scalar(m_, weight, "mb_weight")});
     m_.rename(weighted, mb.prefix() + "loss");
     const ValueId for_grad = scale_ == kNoValue ? weighted : emit(m_, "mul", {weighted, scale_});
     return LossStart{.loss = weighted, .seeds = {Autodiff::unit_seed(m_, for_grad)}};

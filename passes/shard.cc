@@ -6,6 +6,7 @@
 
 #include "ir/grad.h"
 #include "ir/op_registry.h"
+#include "passes/emit.h"
 #include "passes/microbatch.h"
 #include "passes/shard_units.h"
 
@@ -13,9 +14,7 @@ namespace memc {
 namespace {
 
 ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}) {
-  auto out = m.add_node(op, std::move(inputs), std::move(attrs), "shard");
-  MEMC_CHECK(out.ok(), out.status().message());
-  return (*out)[0];
+  return emit_node(m, "shard", op, std::move(inputs), std::move(attrs));
 }
 
 Attrs group(const ShardOptions& o) { return make_attrs({{"ranks", o.devices}}); }
@@ -466,9 +465,7 @@ namespace {
 // Elements [offset, offset + numel of `t`) of a flat buffer, shaped as `t`.
 ValueId unflatten(Module& m, ValueId flat, int64_t offset, TensorType t) {  // t by value: emit() grows the value table
   const int64_t n = t.numel();
-  const ValueId part = emit(m, "slice", {flat}, make_attrs({{"axes", std::vector<int64_t>{0}}, {"starts", std::vector<int64_t>{offset}},
-                                                           {"ends", std::vector<int64_t>{offset + n}}, {"steps", std::vector<int64_t>{1}}}));
-  return emit(m, "reshape", {part}, make_attrs({{"shape", t.shape}}));
+  return emit(m, "reshape", {emit_rows(m, "shard", flat, offset, offset + n)}, make_attrs({{"shape", t.shape}}));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "ir/grad.h"
 #include "passes/autodiff.h"
+#include "passes/emit.h"
 #include "passes/loss_chunks.h"
 #include "passes/optimizers.h"
 #include "passes/shard.h"
@@ -14,25 +15,17 @@
 namespace memc {
 namespace {
 
-ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}, int outputs = -1) {
-  auto out = m.add_node(op, std::move(inputs), std::move(attrs), "training step", outputs);
-  MEMC_CHECK(out.ok(), out.status().message());
-  return (*out)[0];
+ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}) {
+  return emit_node(m, "training step", op, std::move(inputs), std::move(attrs));
 }
-
-ValueId f32_scalar(Module& m, double v) {
-  Tensor t = Tensor::zeros(DType::kF32, {});
-  t.data<float>()[0] = static_cast<float>(v);
-  return m.add_constant(std::move(t), "c");
-}
+ValueId cast(Module& m, ValueId v, DType to) { return emit_cast(m, "training step", v, to); }
 
 // coef = min(1, max_norm / (√Σ‖g‖² + 1e-6)), applied to every gradient (torch's clip_grad_norm_).
 // Σ‖g‖² in f32 over `grads`, and over ranks when they hold blocks of the gradients.
 ValueId sum_of_squares(Module& m, const std::vector<ValueId>& grads, const ShardOptions& shard) {
   ValueId total = kNoValue;
   for (ValueId g : grads) {
-    ValueId g32 = m.value(g).type.dtype == DType::kF32 ? g : emit(m, "cast", {g}, make_attrs({{"to", std::string("f32")}}));
-    ValueId sq = emit(m, "reduce_sum_square", {g32}, make_attrs({{"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}}));
+    ValueId sq = emit(m, "reduce_sum_square", {cast(m, g, DType::kF32)}, make_attrs({{"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}}));
     total = total == kNoValue ? sq : emit(m, "add", {total, sq});
   }
   return all_reduce_value(m, total, shard);
@@ -43,17 +36,11 @@ std::vector<ValueId> clip_by_global_norm(Module& m, const std::vector<ValueId>& 
   ValueId coef = emit(m, "min", {f32_scalar(m, 1.0), emit(m, "div", {f32_scalar(m, max_norm), emit(m, "add", {norm, f32_scalar(m, 1e-6)})})});
   std::vector<ValueId> clipped;
   for (ValueId g : grads) {
-    const DType t = m.value(g).type.dtype;
-    ValueId c = t == DType::kF32 ? coef : emit(m, "cast", {coef}, make_attrs({{"to", std::string(dtype_name(t))}}));
-    ValueId out = emit(m, "mul", {g, c});
+    ValueId out = emit(m, "mul", {g, cast(m, coef, m.value(g).type.dtype)});
     m.value(out).role = Role::kGrad;
     clipped.push_back(out);
   }
   return clipped;
-}
-
-ValueId to_f32(Module& m, ValueId v) {
-  return m.value(v).type.dtype == DType::kF32 ? v : emit(m, "cast", {v}, make_attrs({{"to", std::string("f32")}}));
 }
 
 // Gradients of loss·scale times 1/scale, in f32 and back in each gradient's dtype.
@@ -64,8 +51,7 @@ std::vector<ValueId> unscale(Module& m, const std::vector<ValueId>& grads, Value
     const DType t = m.value(g).type.dtype;
     const std::string name = m.value(g).name;
     m.rename(g, "scaled_" + name);
-    ValueId u = emit(m, "mul", {to_f32(m, g), inv});
-    if (t != DType::kF32) u = emit(m, "cast", {u}, make_attrs({{"to", std::string(dtype_name(t))}}));
+    const ValueId u = cast(m, emit(m, "mul", {cast(m, g, DType::kF32), inv}), t);
     m.value(u).role = Role::kGrad;
     m.rename(u, name);  // "grad.<param>": what compute_gradients reads
     out.push_back(u);
@@ -77,7 +63,7 @@ std::vector<ValueId> unscale(Module& m, const std::vector<ValueId>& grads, Value
 ValueId found_inf(Module& m, const std::vector<ValueId>& grads, const ShardOptions& shard) {
   const ValueId total = sum_of_squares(m, grads, shard);
   const ValueId finite = emit(m, "equal", {emit(m, "sub", {total, total}), f32_scalar(m, 0.0)});
-  return emit(m, "sub", {f32_scalar(m, 1.0), emit(m, "cast", {finite}, make_attrs({{"to", std::string("f32")}}))});
+  return emit(m, "sub", {f32_scalar(m, 1.0), cast(m, finite, DType::kF32)});
 }
 
 // What one optimizer update acts on: a parameter, or (sharded) this rank's block of a unit.
@@ -190,11 +176,8 @@ ValueId kept_labels(Module& m, ValueId labels, const ShardOptions& shard) {
   std::vector<int64_t> axes(static_cast<size_t>(rank));
   std::iota(axes.begin(), axes.end(), int64_t{0});
   const ValueId kept = emit(m, "greater_equal", {labels, m.add_constant(Tensor::zeros(DType::kI64, {}), "label_zero")});
-  const ValueId as_f32 = emit(m, "cast", {kept}, make_attrs({{"to", std::string(dtype_name(DType::kF32))}}));
-  const ValueId count = emit(m, "reduce_sum", {as_f32}, make_attrs({{"axes", axes}, {"keepdims", int64_t{0}}}));
-  Tensor one = Tensor::zeros(DType::kF32, {});
-  one.data<float>()[0] = 1.0f;
-  const ValueId at_least_one = emit(m, "max", {all_reduce_value(m, count, shard), m.add_constant(std::move(one), "one")});
+  const ValueId count = emit(m, "reduce_sum", {cast(m, kept, DType::kF32)}, make_attrs({{"axes", axes}, {"keepdims", int64_t{0}}}));
+  const ValueId at_least_one = emit(m, "max", {all_reduce_value(m, count, shard), f32_scalar(m, 1.0, "one")});
   m.rename(at_least_one, "kept_labels");
   return at_least_one;
 }

@@ -82,7 +82,9 @@ TEST_P(PatchGemmForward, EqualsTheConvolution) {
   EXPECT_EQ(testing::count_op(patched, "linear"), c.rewritten ? 1 : 0);
   // Tokens: the linear's output is the model's output; the conv's layout is never made.
   EXPECT_EQ(report->get("transposes_cancelled"), c.rewritten && c.tokens ? 1 : 0);
-  if (c.rewritten && c.tokens) EXPECT_EQ(testing::count_op(patched, "transpose"), 1);  // the patches' only
+  if (c.rewritten && c.tokens) {
+    EXPECT_EQ(testing::count_op(patched, "transpose"), 1);  // the patches' only
+  }
   const std::map<std::string, Tensor> feeds = {{"x", testing::random_tensor(DType::kF32, c.x, rng)}};
   auto want = execute(conv, feeds);
   auto got = execute(patched, feeds);

@@ -275,7 +275,9 @@ TEST_P(OffloadVsNone, BitIdenticalAfterTenStepsAndPredictedDeviceDrop) {
     device_weights += arg != kNoValue && off.train.value(arg).role == Role::kParam && off.train.value(arg).space == MemSpace::kDevice;
   }
   EXPECT_EQ(to_device, device_weights);
-  if (GetParam() == "fp32") EXPECT_EQ(to_device, updates);
+  if (GetParam() == "fp32") {
+    EXPECT_EQ(to_device, updates);
+  }
   const int64_t staging = host.arena_bytes - host.persistent_bytes;
   for (ValueId a : none.train.arguments()) grads += none.train.value(a).role == Role::kParam ? none.train.value(a).type.bytes() : 0;
   EXPECT_GT(staging, 0);
