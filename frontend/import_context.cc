@@ -5,6 +5,7 @@
 
 #include "frontend/fold.h"
 #include "frontend/onnx_tensor.h"
+#include "frontend/param_audit.h"
 #include "ir/op_registry.h"
 
 namespace memc {
@@ -35,7 +36,10 @@ ValueId ImportContext::scalar(double v, DType dtype) {
 void ImportContext::begin_node(const onnx::NodeProto* node, int index) {
   node_ = node;
   node_index_ = index;
-  source_ = str_cat(node->name().empty() ? str_cat("#", index) : node->name(), " (", node->op_type(), ")");
+  // The dynamo exporter's node names say nothing of where a node is ("node_linear_3"); its
+  // metadata names the module, which -v, errors and remat's blocks (passes/remat.cc) read.
+  const std::string scope = module_scope(*node);
+  source_ = str_cat(node->name().empty() ? str_cat("#", index) : node->name(), " (", node->op_type(), ")", scope.empty() ? "" : " in " + scope);
 }
 
 Status ImportContext::error(const std::string& msg) const {

@@ -86,6 +86,15 @@ std::vector<std::string> quoted_names(const std::string& list) {
   return names;
 }
 
+}  // namespace
+
+std::string module_scope(const onnx::NodeProto& n) {
+  const std::vector<std::string> scopes = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
+  return scopes.size() >= 2 ? scopes[scopes.size() - 2] : "";
+}
+
+namespace {
+
 bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 // The parameter a Linear's folded weight came from: the FX node reads it as "%p_<module path

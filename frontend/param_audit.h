@@ -70,6 +70,9 @@ std::map<std::string, std::string> folded_constants(const std::map<std::string, 
 // A node's metadata_props entry (the dynamo exporter's pkg.torch.onnx.fx_node, name_scopes);
 // "" when absent.
 std::string node_metadata(const onnx::NodeProto& n, const std::string& key);
+// The innermost module a dynamo-exported node belongs to ("encoder.layers.encoder_layer_0.mlp",
+// from pkg.torch.onnx.name_scopes, whose last entry is the FX node's own name); "" without it.
+std::string module_scope(const onnx::NodeProto& n);
 
 // The aten op a dynamo-exported node came from, as its FX node names it
 // ("_native_batch_norm_legit_functional.default"); "" when the metadata does not say.

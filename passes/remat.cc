@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "ir/op_registry.h"
+#include "passes/repetition.h"
 #include "support/log.h"
 #include "support/size.h"
 
@@ -191,14 +192,15 @@ double node_cost(const Module& m, const Node& n) {
   return static_cast<double>(node_flops(m, n)) + bytes;
 }
 
-// "/encoder/layers/encoder_layer_3/..." → "encoder_layer_3"-style block key; "" outside blocks.
-// Exporters name each node after its module path, and a transformer's blocks are a numbered
-// list in it (torchvision "layers/encoder_layer_3", Hugging Face BERT "layer.3", GPT-2 "h.3",
-// timm "blocks.3"); the graph alone does not say where a block ends (test:
-// RematBlocks.BlocksAreTheModulePathsInNodeNames). Known slack: "h" is not anchored to a path
-// component, so "branch_1" reads as block "h_1".
+// "/encoder/layers/encoder_layer_3/..." → "layers/encoder_layer_3"-style block key; "" outside
+// blocks. Exporters name each node after its module path (TorchScript's node names; the dynamo
+// exporter's metadata, which the importer appends: "node_linear_3 (Gemm) in
+// encoder.layers.encoder_layer_0.mlp"), and a transformer's blocks are a numbered list in it
+// (torchvision "layers/encoder_layer_3", Hugging Face BERT "layer.3", GPT-2 "h.3", timm
+// "blocks.3"). The list's name starts a path component, so neither the dynamo exporter's
+// "node_layer_norm_1" nor "branch_1" reads as a block (test: RematBlocks.BlocksAreTheModulePathsInNodeNames).
 std::string block_key(const std::string& source) {
-  static const std::regex re(R"(((?:layers?|blocks?|h)[._/][A-Za-z_]*\d+))");
+  static const std::regex re(R"((?:^|[/. ])((?:layers?|blocks?|h)[._/][A-Za-z_]*\d+))");
   std::smatch m;
   if (std::regex_search(source, m, re)) return m.str(1);
   return "";
@@ -485,23 +487,12 @@ std::vector<std::string> repeated_block_keys(const Module& m, const Analysis& a)
     op[i] = ids.emplace(m.node(a.forward[i]).op, static_cast<int>(ids.size())).first->second;
     position[a.forward[i]] = i;
   }
-  // run[i]: how many nodes from i on have the op of the node p later; a unit starting at
-  // `start` repeats (run[start] + p) / p times. O(n²) over all p.
-  int best_cover = 0, best_p = 0, best_start = 0;
-  std::vector<int> run(n + 1);
-  for (int p = 2; 2 * p <= n; ++p) {
-    run[n - p] = 0;
-    for (int i = n - p; i-- > 0;) run[i] = op[i] == op[i + p] ? run[i + 1] + 1 : 0;
-    for (int start = 0; start + 2 * p <= n; ++start) {
-      const int k = (run[start] + p) / p;
-      if (k >= 2 && k * p > best_cover) best_cover = k * p, best_p = p, best_start = start;
-    }
-  }
-  if (best_cover == 0) return {};
-  log(2, str_cat("remat: a unit of ", best_p, " forward nodes repeats ", best_cover / best_p, " times from node ", best_start, " of ", n));
+  const Repetition run = longest_run(op, 2);
+  if (run.repeats == 0) return {};
+  log(2, str_cat("remat: a unit of ", run.period, " forward nodes repeats ", run.repeats, " times from node ", run.start, " of ", n));
   return segment_keys(a, [&](NodeId id) {
-    const int i = position.at(id) - best_start;
-    return i >= 0 && i < best_cover ? str_cat("#", i / best_p) : std::string();
+    const int i = position.at(id) - static_cast<int>(run.start);
+    return i >= 0 && i < static_cast<int>(run.covered()) ? str_cat("#", i / static_cast<int>(run.period)) : std::string();
   });
 }
 

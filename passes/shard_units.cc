@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "passes/repetition.h"
+
 namespace memc {
 namespace {
 
@@ -57,30 +59,6 @@ std::vector<int> segments(const Module& m, const Walk& w, const std::vector<std:
   return segment;
 }
 
-// The repetition: `period` consecutive signatures from `start`, `repeats` times in a row.
-struct Run {
-  size_t start = 0, period = 0, repeats = 0;
-  size_t covered() const { return period * repeats; }
-};
-
-template <typename Signature>
-Run longest_run(const std::vector<Signature>& sigs) {
-  Run best;
-  const size_t n = sigs.size();
-  for (size_t period = 1; period <= n / 2; ++period) {
-    for (size_t start = 0; start + 2 * period <= n; ++start) {
-      size_t repeats = 1;
-      while (start + (repeats + 1) * period <= n &&
-             std::equal(sigs.begin() + start, sigs.begin() + start + period, sigs.begin() + start + repeats * period)) {
-        ++repeats;
-      }
-      const Run run{start, period, repeats};
-      if (repeats >= 2 && run.covered() > best.covered()) best = run;  // ties keep the shorter period, then the earlier start
-    }
-  }
-  return best;
-}
-
 // Splits a unit by dtype (a unit is one flat buffer), each part in argument order.
 void add_unit(const Module& m, const std::vector<ValueId>& params, std::vector<size_t> members, StructuralUnits& out) {
   std::sort(members.begin(), members.end());
@@ -127,7 +105,7 @@ StructuralUnits find_structural_units(const Module& m, const std::vector<ValueId
     sigs.emplace_back();
     for (size_t i : read) sigs.back().push_back({m.value(params[i]).type.dtype, m.value(params[i]).type.shape});
   }
-  const Run run = longest_run(sigs);
+  const Repetition run = longest_run(sigs);
   StructuralUnits out;
   if (run.repeats < 2) return out;
   auto gather = [&](size_t from, size_t to) {

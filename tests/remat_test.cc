@@ -299,11 +299,13 @@ TEST(RematSegments, ASkipOverAFewLayersIsAnActivationAndALongerOneIsKept) {
 
 // --remat blocks finds a transformer block by the module path exporters write into node names
 // (torchvision "encoder/layers/encoder_layer_3", Hugging Face BERT "encoder/layer.3", GPT-2
-// "h.3", timm "blocks.3"). Each of 4 layers is a block here: blocks 0..2 are recomputed once
-// from their inputs (3 extra tanh) and the last runs once.
+// "h.3", timm "blocks.3"; the dynamo exporter's metadata, which the importer appends after " in ").
+// Each of 4 layers is a block here: blocks 0..2 are recomputed once from their inputs (3 extra
+// tanh) and the last runs once.
 TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
   const int n = 4;
-  for (const std::string source : {"/encoder/layers/encoder_layer_", "/bert/encoder/layer.", "/transformer/h.", "/blocks."}) {
+  for (const std::string source : {"/encoder/layers/encoder_layer_", "/bert/encoder/layer.", "/transformer/h.", "/blocks.",
+                                   "node_linear_1 (Gemm) in encoder.layers.encoder_layer_", "node_add (Add) in h."}) {
     IrChain chain = build_layers(n, {.source = source});
     auto report = remat(chain, {.policy = RematPolicy::kBlocks});
     ASSERT_TRUE(report.ok()) << report.status().message();
@@ -314,13 +316,14 @@ TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
 }
 
 // Without a layer path in the node names (a graph written node by node, names an optimizer
-// replaced: models/export_gpt_skeleton.py's), the blocks are the unit of forward ops that repeats.
+// replaced: models/export_gpt_skeleton.py's; "node_layer_norm_1" and "branch_1" are not paths of
+// blocks), the blocks are the unit of forward ops that repeats.
 // Layers 0..2 of 4 are the same 5 ops; the last one also computes the loss, so it differs and
 // joins layer 2's block, which runs once: layers 0 and 1 are recomputed (2 extra tanh), bit for
 // bit. Two layers are two different runs of ops: nothing repeats, nothing is recomputed, and the
 // report says no blocks were found.
 TEST(RematBlocks, WithoutModulePathsTheBlocksAreTheRepeatedOps) {
-  for (const std::string source : {"", "/encoder/mlp_", "/stage"}) {
+  for (const std::string source : {"", "/encoder/mlp_", "/stage", "node_layer_norm_", "/branch_"}) {
     IrChain chain = build_layers(4, {.source = source});
     const std::vector<Tensor> want = run_all(build_layers(4, {.source = source}).m);
     auto report = remat(chain, {.policy = RematPolicy::kBlocks});

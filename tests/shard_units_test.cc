@@ -6,6 +6,7 @@
 #include <set>
 
 #include "frontend/onnx_import.h"
+#include "passes/repetition.h"
 #include "passes/shard.h"
 #include "passes/shard_units.h"
 #include "test_util.h"
@@ -43,6 +44,25 @@ void expect_partition(const Imported& x, const StructuralUnits& u) {
     for (size_t i : unit) ++seen[i];
   }
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << x.m.value(x.params[i]).source_name;
+}
+
+// The repetition both shard units and remat's blocks read (passes/repetition.h), against runs
+// worked out by hand: the run that covers most wins, ties go to the shorter period, then the
+// earlier start; min_period skips shorter units.
+TEST(LongestRun, CoversMostThenShortestPeriodThenEarliest) {
+  auto run = [](const std::string& s, size_t min_period = 1) {
+    const Repetition r = longest_run(std::vector<char>(s.begin(), s.end()), min_period);
+    return std::vector<size_t>{r.start, r.period, r.repeats};
+  };
+  EXPECT_EQ(run("eababab h"), (std::vector<size_t>{1, 2, 3}));   // an embedding, 3 blocks of 2, a head
+  EXPECT_EQ(run("xaaay"), (std::vector<size_t>{1, 1, 3}));
+  EXPECT_EQ(run("abcabcab"), (std::vector<size_t>{0, 3, 2}));    // 6 covered, not "cab" ×2 from 2 (later)
+  EXPECT_EQ(run("abab"), (std::vector<size_t>{0, 2, 2}));
+  EXPECT_EQ(run("aaaa"), (std::vector<size_t>{0, 1, 4}));        // 4 covered by period 1 and by 2: the shorter
+  EXPECT_EQ(run("aaaa", 2), (std::vector<size_t>{0, 2, 2}));
+  EXPECT_EQ(run("abcd"), (std::vector<size_t>{0, 0, 0}));        // nothing repeats
+  EXPECT_EQ(run(""), (std::vector<size_t>{0, 0, 0}));
+  EXPECT_EQ(run("xabcabcabcaby"), (std::vector<size_t>{1, 3, 3}));
 }
 
 TEST(ShardUnits, VitBlocksEmbeddingAndHeadFromStructure) {
