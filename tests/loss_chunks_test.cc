@@ -117,7 +117,7 @@ std::string wide_head_model() {
   b.node("Gather", {"E", "ids"}, {"h"});
   b.node("MatMul", {"h", "W"}, {"logits"});
   b.output("logits");
-  const std::string path = (fs::temp_directory_path() / "memc_wide_head.onnx").string();
+  const std::string path = testing::scratch_path("wide_head.onnx");
   std::ofstream(path, std::ios::binary) << b.bytes();
   return path;
 }
@@ -129,7 +129,7 @@ std::string wide_head_data() {
     ids.data<int64_t>()[i] = (37 * i + 5) % kVocab;
     y.data<int64_t>()[i] = i % 5 == 0 ? -100 : (53 * i + 11) % kVocab;
   }
-  const std::string path = (fs::temp_directory_path() / "memc_wide_head.npz").string();
+  const std::string path = testing::scratch_path("wide_head.npz");
   MEMC_CHECK(write_npz(path, {{"ids", ids}, {"y", y}}).ok());
   return path;
 }
@@ -211,7 +211,7 @@ std::string softcapped_head_model() {
   b.node("Mul", {"bent", "cap"}, {"capped"});
   b.node("Add", {"capped", "fb"}, {"logits"});
   b.output("logits");
-  const std::string path = (fs::temp_directory_path() / "memc_softcapped_head.onnx").string();
+  const std::string path = testing::scratch_path("softcapped_head.onnx");
   std::ofstream(path, std::ios::binary) << b.bytes();
   return path;
 }
@@ -259,7 +259,7 @@ TEST(LossChunks, LogitsWithoutAHeadAreRefusedWhenChunksAreAskedFor) {
   b.input("ids", {-1, -1}, onnx::TensorProto::INT64).init("E", weight({64, 64}, 0.3));
   b.node("Gather", {"E", "ids"}, {"logits"});
   b.output("logits");
-  const std::string path = (fs::temp_directory_path() / "memc_gather_logits.onnx").string();
+  const std::string path = testing::scratch_path("gather_logits.onnx");
   std::ofstream(path, std::ios::binary) << b.bytes();
   CompileOptions o = wide_options(4);
   auto refused = compile_model(path, path + ".plan", o);

@@ -40,7 +40,7 @@ TEST(CostModel, ProfilesAndFiles) {
     EXPECT_GE(p->low_flops, p->name == "cpu" ? 0 : p->f32_flops);  // tensor cores
   }
   EXPECT_FALSE(device_profile("tpu9").ok());
-  const std::string path = (fs::temp_directory_path() / "memc_profile_test.json").string();
+  const std::string path = testing::scratch_path("profile_test.json");
   DeviceProfile p = *device_profile("h100");
   p.name = "mine";
   p.f32_flops = 1.5e12;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -11,6 +13,10 @@
 namespace memc::testing {
 
 std::string source_path(const std::string& relative) { return std::string(MEMC_SOURCE_DIR) + "/" + relative; }
+
+std::string scratch_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("memc_" + std::to_string(getpid()) + "_" + name)).string();
+}
 
 Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo, double hi) {
   Tensor t = Tensor::zeros(dtype, shape);

@@ -35,7 +35,7 @@ std::string token_model() {
   b.node("Gather", {"E", "ids"}, {"h"});
   b.node("MatMul", {"h", "W"}, {"logits"});
   b.output("logits");
-  const std::string path = (fs::temp_directory_path() / "memc_token_model.onnx").string();
+  const std::string path = testing::scratch_path("token_model.onnx");
   std::ofstream(path, std::ios::binary) << b.bytes();
   return path;
 }
