@@ -14,6 +14,8 @@
 #include <set>
 #include <string>
 
+#include "backends/cpu/onednn_matmul.h"
+#include "backends/cpu/vector_math.h"
 #include "backends/cuda_module.h"
 #include "passes/optimizers.h"
 #include "passes/pipeline.h"
@@ -276,7 +278,8 @@ void add_export_command(CLI::App& app, ExportArgs& export_args) {
   cmd->add_flag("--force", export_args.force, kForceHelp);
 }
 
-// memc --version: what was built, loading none of it (the CUDA module is only looked for).
+// memc --version: what was built, loading none of it (the CUDA module is only looked for), and
+// the CPU kernels this machine runs (from CPUID; oneDNN's as ONEDNN_MAX_CPU_ISA allows).
 std::string version_line() {
   const std::string module = cuda::module_path();
   return str_cat("memc ", MEMC_VERSION, " (CPU backend; MPI ranks: ",
@@ -285,7 +288,9 @@ std::string version_line() {
 #else
                  "no",
 #endif
-                 "; CUDA module: ", module, std::filesystem::exists(module) ? ", opened on the first GPU run)" : ", absent)");
+                 "; CUDA module: ", module, std::filesystem::exists(module) ? ", opened on the first GPU run)" : ", absent)",
+                 "\nCPU kernels here: memc's loops ", cpu::vector_loops_isa(), ", exp/erf/tanh ", cpu::vector_math_isa(), ", oneDNN ",
+                 cpu::onednn_isa());
 }
 
 // Parses the command line; returns the exit code when parsing already ended the run (help,

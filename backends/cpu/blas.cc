@@ -46,7 +46,12 @@ void batched_naive_gemm(T* c, const T* a, const T* b, const GemmShape& s) {
 // when transposed, so the innermost loop is a contiguous c_row += a_ip · b_row that the
 // compiler vectorizes (16 wide with AVX-512, 8 with AVX2; no FMA, so every clone rounds as the
 // plain loop does).
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), optimize("tree-vectorize"))) void small_sgemm(float* c, const float* a, const float* b,
+#ifdef MEMC_VECTOR_ISA_CAP_V3
+#define MEMC_SMALL_GEMM_CLONES target_clones("avx2", "default")
+#else
+#define MEMC_SMALL_GEMM_CLONES target_clones("arch=x86-64-v4", "avx2", "default")
+#endif
+__attribute__((MEMC_SMALL_GEMM_CLONES, optimize("tree-vectorize"))) void small_sgemm(float* c, const float* a, const float* b,
                                                                    const GemmShape& s) {  // c: [m, n]
   float packed[32 * 32 * 32];
   const float* b_rows = b;

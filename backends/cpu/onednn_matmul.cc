@@ -160,6 +160,8 @@ bool onednn_runs_in_scratchpad(GemmShape s, GemmType type) {
   return cached(s, type).scratchpad_only;
 }
 
+const char* onednn_isa() { return isa_name(dnnl::get_effective_cpu_isa()); }
+
 bool cpu_has_bf16_dot() {
   static const bool has = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
   return has;
@@ -287,7 +289,7 @@ std::string onednn_description() {
                               ? "f32 GEMMs oneDNN brgemm"
                               : "f32 GEMMs OpenBLAS (oneDNN's gemm driver here allocates per call)";
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", ISA " +
-         isa_name(dnnl::get_effective_cpu_isa()) + ", " + f32 + ", bf16 GEMMs " + bf16;
+         onednn_isa() + ", " + f32 + ", bf16 GEMMs " + bf16;
 }
 
 void set_onednn_threads(int threads) { omp_set_num_threads(threads); }

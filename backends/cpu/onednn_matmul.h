@@ -16,6 +16,8 @@ namespace memc::cpu {
 // c[batch][m, n] (+)= op(a)[batch][m, k] · op(b)[batch][k, n]; see GemmShape.
 void onednn_gemm(GemmType type, void* c, const void* a, const void* b, const GemmShape& s, void* scratchpad);
 
+// oneDNN's effective ISA ("avx512_core_bf16", "avx2"...): the CPU's, or less under ONEDNN_MAX_CPU_ISA.
+const char* onednn_isa();
 // Whether the CPU itself reports bf16 dot products (avx512_bf16 or amx_bf16), read from CPUID.
 bool cpu_has_bf16_dot();
 // Whether oneDNN can run bf16 GEMMs natively here: the CPU reports bf16 dot products and

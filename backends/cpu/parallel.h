@@ -26,7 +26,10 @@ inline constexpr int64_t kElementwiseGrain = 1 << 15;
 // target_clones: an ifunc resolver), so the loops GCC vectorizes use the widest vectors the CPU
 // has (vector_loops_isa() names the one taken). The build keeps a*b + c unfused
 // (-ffp-contract=off), so every clone computes the same bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+// A build configured with MEMC_VECTOR_ISA_CAP=x86-64-v3 leaves the AVX-512 clone out (CMakeLists.txt).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && defined(MEMC_VECTOR_ISA_CAP_V3)
+#define MEMC_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define MEMC_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MEMC_VECTOR_CLONES

@@ -134,13 +134,19 @@ void exp_in_place(float* x, int64_t n, int lanes) { map<exp4, exp8, exp16>(x, n,
 void erf_in_place(float* x, int64_t n, int lanes) { map<_ZGVbN4v_erff, _ZGVdN8v_erff, _ZGVeN16v_erff>(x, n, lanes); }
 void tanh_in_place(float* x, int64_t n, int lanes) { map<_ZGVbN4v_tanhf, _ZGVdN8v_tanhf, _ZGVeN16v_tanhf>(x, n, lanes); }
 
+#ifdef MEMC_VECTOR_ISA_CAP_V3
+constexpr bool kAvx512Built = false;  // a build as an AVX2-only CPU runs (CMakeLists.txt)
+#else
+constexpr bool kAvx512Built = true;
+#endif
+
 int vector_lanes() {
-  static const int lanes = __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 4;
+  static const int lanes = kAvx512Built && __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 4;
   return lanes;
 }
 
 const char* vector_loops_isa() {  // the same test GCC's target_clones resolver makes
-  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
+  if (kAvx512Built && __builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
   if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2 + FMA)";
   return "x86-64 (SSE2)";
 }
