@@ -197,10 +197,11 @@ double node_cost(const Module& m, const Node& n) {
 // exporter's metadata, which the importer appends: "node_linear_3 (Gemm) in
 // encoder.layers.encoder_layer_0.mlp"), and a transformer's blocks are a numbered list in it
 // (torchvision "layers/encoder_layer_3", Hugging Face BERT "layer.3", GPT-2 "h.3", timm
-// "blocks.3"). The list's name starts a path component, so neither the dynamo exporter's
+// "blocks.3", CLIP "resblocks.3", DiT "transformer_blocks.3"). The list's name starts a path
+// component, so neither the dynamo exporter's
 // "node_layer_norm_1" nor "branch_1" reads as a block (test: RematBlocks.BlocksAreTheModulePathsInNodeNames).
 std::string block_key(const std::string& source) {
-  static const std::regex re(R"((?:^|[/. ])((?:layers?|blocks?|h)[._/][A-Za-z_]*\d+))");
+  static const std::regex re(R"((?:^|[/. ])((?:layers?|(?:res|transformer_)?blocks?|h)[._/][A-Za-z_]*\d+))");
   std::smatch m;
   if (std::regex_search(source, m, re)) return m.str(1);
   return "";
@@ -457,27 +458,31 @@ Chain chain_of(const Module& m, const Analysis& a) {
 // block's ln_2 and the next one's ln_1 share a segment); comparing edge nodes alone saw no change
 // of block on torchvision's ViT and recomputed the whole encoder after the head, holding every
 // tape again (a higher peak than no remat). Segments outside any block after one (the head)
-// join it, so the last block is not recomputed. Empty: no node is in a block.
+// join it, so the last block is not recomputed. Empty: fewer than two blocks among the segments
+// (a stray name such as a hand-written "h_2", or a repeated run no cut divides, checkpoints nothing).
 template <typename KeyOf>
 std::vector<std::string> segment_keys(const Analysis& a, KeyOf key_of) {
   const int n = static_cast<int>(a.segments.size());
   std::vector<std::string> keys(n);
-  bool any = false;
+  std::unordered_set<std::string> blocks;
   for (int s = 0; s < n; ++s) {
     for (NodeId id : a.segments[s]) {
       if (!(keys[s] = key_of(id)).empty()) break;
     }
-    any = any || !keys[s].empty();
+    if (!keys[s].empty()) blocks.insert(keys[s]);
     if (keys[s].empty() && s > 0) keys[s] = keys[s - 1];
   }
-  return any ? keys : std::vector<std::string>{};
+  return blocks.size() >= 2 ? keys : std::vector<std::string>{};
 }
 
 // Blocks from the graph itself, for exports whose node names carry no module path (a graph
 // written node by node, names an optimizer replaced): a transformer emits the same ops in the
 // same order once per layer. The unit is the run of p forward nodes whose ops repeat back to
 // back over the most nodes (the shortest such p), and each repetition is a block. Nodes before
-// the run are outside blocks (the embedding); after it, the head. Empty: no unit repeats.
+// the run are outside blocks (the embedding); after it, the head. A run that no segment cut
+// divides into two blocks is not the layers (a language model's loss chunks repeat too, with
+// the head's input live across them all): its nodes are set apart and the next run is tried.
+// Empty: no unit repeats that way.
 std::vector<std::string> repeated_block_keys(const Module& m, const Analysis& a) {
   const int n = static_cast<int>(a.forward.size());
   std::vector<int> op(n);
@@ -487,13 +492,20 @@ std::vector<std::string> repeated_block_keys(const Module& m, const Analysis& a)
     op[i] = ids.emplace(m.node(a.forward[i]).op, static_cast<int>(ids.size())).first->second;
     position[a.forward[i]] = i;
   }
-  const Repetition run = longest_run(op, 2);
-  if (run.repeats == 0) return {};
-  log(2, str_cat("remat: a unit of ", run.period, " forward nodes repeats ", run.repeats, " times from node ", run.start, " of ", n));
-  return segment_keys(a, [&](NodeId id) {
-    const int i = position.at(id) - static_cast<int>(run.start);
-    return i >= 0 && i < static_cast<int>(run.covered()) ? str_cat("#", i / static_cast<int>(run.period)) : std::string();
-  });
+  int unique = -1;  // set-apart nodes: each its own op, so no run crosses them
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const Repetition run = longest_run(op, 2);
+    if (run.repeats == 0) return {};
+    std::vector<std::string> keys = segment_keys(a, [&](NodeId id) {
+      const int i = position.at(id) - static_cast<int>(run.start);
+      return i >= 0 && i < static_cast<int>(run.covered()) ? str_cat("#", i / static_cast<int>(run.period)) : std::string();
+    });
+    log(2, str_cat("remat: a unit of ", run.period, " forward nodes repeats ", run.repeats, " times from node ", run.start, " of ", n,
+                   keys.empty() ? ": no cut divides it, set apart" : ""));
+    if (!keys.empty()) return keys;
+    for (size_t i = run.start; i < run.start + run.covered(); ++i) op[i] = unique--;
+  }
+  return {};
 }
 
 // The blocks' keys by segment: from node names, else from the graph's repetition; `how` says

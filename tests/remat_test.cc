@@ -433,40 +433,80 @@ TEST(RematVitTiny, BlocksAndSomeLimitPlanBelowNoRemat) {
   EXPECT_LT(lowest, none.memory.predicted_peak_bytes);
 }
 
-// A limit below what the solver can hold (the largest segment's tape) is answered with the
-// least it can do and reported as not met; a generous one is met.
-// vit_tiny with every node name cleared (what an optimizer that renames nodes leaves): the
-// blocks come from the forward's repetition: the same 37 nodes recomputed and the same peak as
-// the named export's plan, the first step's gradients bit for bit those without remat (dropout
-// on), and measured peak = planned.
-TEST(RematVitTiny, BlocksOfAnExportWithoutNodeNamesTrainBitIdentically) {
-  onnx::ModelProto model;
-  std::ifstream in(testing::source_path("models/vit_tiny.onnx"), std::ios::binary);
-  ASSERT_TRUE(in && model.ParseFromIstream(&in));
-  for (onnx::NodeProto& node : *model.mutable_graph()->mutable_node()) node.clear_name();
-  const std::string path = ::testing::TempDir() + "/vit_tiny_unnamed.onnx";
+// `model` (under models/) with every node name cleared, and the dynamo exporter's metadata with
+// them, at a scratch path of this process: what an optimizer that renames nodes leaves.
+std::string without_node_names(const std::string& model) {
+  onnx::ModelProto proto;
+  std::ifstream in(testing::source_path("models/" + model + ".onnx"), std::ios::binary);
+  MEMC_CHECK(in && proto.ParseFromIstream(&in), "cannot read ", model);
+  for (onnx::NodeProto& node : *proto.mutable_graph()->mutable_node()) {
+    node.clear_name();
+    node.GetReflection()->MutableUnknownFields(&node)->Clear();  // metadata_props (field 9)
+  }
+  const std::string path = testing::scratch_path(model + "_unnamed.onnx");
   std::ofstream out(path, std::ios::binary);
-  ASSERT_TRUE(model.SerializeToOstream(&out));
-  out.close();
-  const Case c{"vit_tiny", "digits_train.npz", 16, -1};
-  Expected<Plan> base = compile_model(path, path + ".base.plan", options_for(c, {}));
-  Expected<Plan> blocks = compile_model(path, path + ".plan", options_for(c, {.policy = RematPolicy::kBlocks}));
-  ASSERT_TRUE(base.ok() && blocks.ok()) << (base.ok() ? blocks.status().message() : base.status().message());
-  base->model_path = blocks->model_path = path;
-  const Plan named = testing::compile_committed(c.model, options_for(c, {.policy = RematPolicy::kBlocks}));
-  const int64_t recomputed = blocks->train.metadata().get_int("memc.remat_recomputed_nodes", 0);
-  std::printf("[remat] vit_tiny without node names, blocks: %lld nodes recomputed (named: %lld), planned peak %lld (no remat %lld, named %lld)\n",
-              static_cast<long long>(recomputed), static_cast<long long>(named.train.metadata().get_int("memc.remat_recomputed_nodes", 0)),
-              static_cast<long long>(blocks->memory.predicted_peak_bytes), static_cast<long long>(base->memory.predicted_peak_bytes),
-              static_cast<long long>(named.memory.predicted_peak_bytes));
-  EXPECT_EQ(recomputed, named.train.metadata().get_int("memc.remat_recomputed_nodes", 0));
-  EXPECT_EQ(blocks->memory.predicted_peak_bytes, named.memory.predicted_peak_bytes);
-  EXPECT_LT(blocks->memory.predicted_peak_bytes, base->memory.predicted_peak_bytes);
-  const auto diff = testing::compare_gradients(testing::first_step_gradients(*blocks, c.data), testing::first_step_gradients(*base, c.data));
-  EXPECT_TRUE(diff.bit_identical);
-  EXPECT_EQ(testing::measured_peak(*blocks, c.data, 1), blocks->memory.predicted_peak_bytes);
+  MEMC_CHECK(proto.SerializeToOstream(&out), "cannot write ", path);
+  return path;
 }
 
+Plan compile_unnamed(const std::string& path, const CompileOptions& options) {
+  Expected<Plan> plan = compile_model(path, path + ".plan", options);
+  MEMC_CHECK(plan.ok(), plan.status().message());
+  plan->model_path = path;
+  return std::move(plan).value();
+}
+
+int64_t recomputed_nodes(const Plan& plan) { return plan.train.metadata().get_int("memc.remat_recomputed_nodes", 0); }
+
+// vit_tiny with every node name cleared: the blocks come from the forward's repetition: the same
+// 37 nodes recomputed and the same peak as the named export's plan, the first step's gradients
+// bit for bit those without remat (dropout on), and measured peak = planned.
+TEST(RematVitTiny, BlocksOfAnExportWithoutNodeNamesTrainBitIdentically) {
+  const std::string path = without_node_names("vit_tiny");
+  const Case c{"vit_tiny", "digits_train.npz", 16, -1};
+  const Plan base = compile_unnamed(path, options_for(c, {}));
+  const Plan blocks = compile_unnamed(path, options_for(c, {.policy = RematPolicy::kBlocks}));
+  const Plan named = testing::compile_committed(c.model, options_for(c, {.policy = RematPolicy::kBlocks}));
+  std::printf("[remat] vit_tiny without node names, blocks: %lld nodes recomputed (named: %lld), planned peak %lld (no remat %lld, named %lld)\n",
+              static_cast<long long>(recomputed_nodes(blocks)), static_cast<long long>(recomputed_nodes(named)),
+              static_cast<long long>(blocks.memory.predicted_peak_bytes), static_cast<long long>(base.memory.predicted_peak_bytes),
+              static_cast<long long>(named.memory.predicted_peak_bytes));
+  EXPECT_EQ(recomputed_nodes(blocks), recomputed_nodes(named));
+  EXPECT_EQ(blocks.memory.predicted_peak_bytes, named.memory.predicted_peak_bytes);
+  EXPECT_LT(blocks.memory.predicted_peak_bytes, base.memory.predicted_peak_bytes);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(blocks, c.data), testing::first_step_gradients(base, c.data));
+  EXPECT_TRUE(diff.bit_identical);
+  EXPECT_EQ(testing::measured_peak(blocks, c.data, 1), blocks.memory.predicted_peak_bytes);
+}
+
+// A language model in 16 loss chunks, its node names cleared: the chunks' nodes repeat too, 15
+// times over more nodes than the two layers, but no segment cut divides them (the head's input
+// is live across all of them), so they are set apart and the layers are the blocks: the plan
+// equals the named export's, and trains as the one without remat, bit for bit.
+TEST(RematBlocks, ALanguageModelsLossChunksAreNotItsBlocks) {
+  const std::string path = without_node_names("gpt2_lm_ts_t215");
+  CompileOptions o;
+  o.batch = 4;
+  o.seq = 32;
+  o.loss_chunks = 16;
+  o.optimizer.kind = "adamw";
+  const Plan base = compile_unnamed(path, o);
+  o.remat.policy = RematPolicy::kBlocks;
+  const Plan blocks = compile_unnamed(path, o);
+  const Plan named = testing::compile_committed("gpt2_lm_ts_t215", o);
+  std::printf("[remat] gpt2_lm_ts without node names, 16 loss chunks, blocks: %lld nodes recomputed (named: %lld), planned peak %lld (no remat %lld)\n",
+              static_cast<long long>(recomputed_nodes(blocks)), static_cast<long long>(recomputed_nodes(named)),
+              static_cast<long long>(blocks.memory.predicted_peak_bytes), static_cast<long long>(base.memory.predicted_peak_bytes));
+  EXPECT_GT(recomputed_nodes(blocks), 0);
+  EXPECT_EQ(recomputed_nodes(blocks), recomputed_nodes(named));
+  EXPECT_EQ(blocks.memory.predicted_peak_bytes, named.memory.predicted_peak_bytes);
+  const auto diff = testing::compare_gradients(testing::first_step_gradients(blocks, "lm_test.npz"), testing::first_step_gradients(base, "lm_test.npz"));
+  EXPECT_TRUE(diff.bit_identical);
+  EXPECT_EQ(testing::measured_peak(blocks, "lm_test.npz", 1), blocks.memory.predicted_peak_bytes);
+}
+
+// A limit below what the solver can hold (the largest segment's tape) is answered with the
+// least it can do and reported as not met; a generous one is met.
 TEST(RematVitTiny, UnmetLimitIsReported) {
   CompileOptions o;
   o.batch = 8;

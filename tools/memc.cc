@@ -338,7 +338,7 @@ int run_main(int argc, char** argv, const CliHooks& hooks) {
   int verbose = 0;
   app.add_flag("-v,--verbose", verbose, "More output: -v summary, -vv each decision, -vvv IR");
   app.footer("Exit codes: 0 ok, 2 bad input, 3 budget cannot be met, 1 internal error.");
-  app.set_version_flag("--version", version_line());
+  app.set_version_flag("--version", std::function<std::string()>(version_line));
   InspectArgs inspect;
   InferArgs infer;
   CompileFlags compile;
