@@ -192,19 +192,32 @@ double node_cost(const Module& m, const Node& n) {
   return static_cast<double>(node_flops(m, n)) + bytes;
 }
 
-// "/encoder/layers/encoder_layer_3/..." → "layers/encoder_layer_3"-style block key; "" outside
-// blocks. Exporters name each node after its module path (TorchScript's node names; the dynamo
-// exporter's metadata, which the importer appends: "node_linear_3 (Gemm) in
-// encoder.layers.encoder_layer_0.mlp"), and a transformer's blocks are a numbered list in it
-// (torchvision "layers/encoder_layer_3", Hugging Face BERT "layer.3", GPT-2 "h.3", timm
-// "blocks.3", CLIP "resblocks.3", DiT "transformer_blocks.3"). The list's name starts a path
-// component, so neither the dynamo exporter's
-// "node_layer_norm_1" nor "branch_1" reads as a block (test: RematBlocks.BlocksAreTheModulePathsInNodeNames).
+// "/encoder/layers/encoder_layer_3/attention/MatMul" → "/encoder/layers/encoder_layer_3": the
+// node's block, as the path up to the block's entry in the list; "" outside blocks. Exporters name
+// each node after its module path (TorchScript's node names; the dynamo exporter's metadata,
+// which the importer appends: "node_linear_3 (Gemm) in encoder.layers.encoder_layer_0.mlp"), and a
+// transformer's blocks are a numbered list in it (torchvision "layers/encoder_layer_3", Hugging
+// Face BERT "layer.3", GPT-2 "h.3", timm "blocks.3", CLIP "resblocks.3", DiT
+// "transformer_blocks.3"). The list's name starts a path component, so neither the dynamo
+// exporter's "node_layer_norm_1" nor "branch_1" reads as a block. Where lists nest, the block is
+// the outer one (T5's "block.0.layer.1", a block's sublayers, is block 0), unless a list of
+// layers holds a list of blocks: Swin's "layers.0.blocks.1" (a stage's blocks, each checkpointed
+// as PyTorch's Swin checkpoints them) is block 1 of stage 0. Tests: RematBlocks.BlocksAreTheModulePathsInNodeNames,
+// RematBlocks.NestedListsAreBlocksAsPyTorchCheckpointsThem.
 std::string block_key(const std::string& source) {
-  static const std::regex re(R"((?:^|[/. ])((?:layers?|(?:res|transformer_)?blocks?|h)[._/][A-Za-z_]*\d+))");
-  std::smatch m;
-  if (std::regex_search(source, m, re)) return m.str(1);
-  return "";
+  static const std::regex re(R"((?:^|[/. ])((layers?|(?:res|transformer_)?blocks?|h)[._/][A-Za-z_]*\d+))");
+  std::string key;
+  bool in_blocks = false;  // the key's list is named for blocks, not layers
+  for (auto it = std::sregex_iterator(source.begin(), source.end(), re); it != std::sregex_iterator(); ++it) {
+    const bool blocks = (*it)[2].str().rfind("layer", 0) != 0;
+    if (!key.empty() && (in_blocks || !blocks)) continue;
+    const size_t end = static_cast<size_t>(it->position(1) + it->length(1));
+    const size_t space = source.rfind(' ', end - 1);
+    const size_t path = space == std::string::npos ? 0 : space + 1;
+    key = source.substr(path, end - path);
+    in_blocks = blocks;
+  }
+  return key;
 }
 
 // The node ids of one micro-batch's forward (including the loss) and backward.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "ir/grad.h"
@@ -206,17 +207,20 @@ TEST(RematOnIrChain, ManySegmentsMergeToKeepTheSolverTableBounded) {
 //           expand(h)·w: one value read across the whole forward, as a BERT attention mask
 //   skip    layer skip + span also adds layer skip's Σ_k (a skip connection over span layers)
 //   source  each node of layer i is named source + i + "/op", as exporters name module paths
+//   path    if set, each node of layer i is named path(i) + "/op" instead
 struct LayerOptions {
   bool mask = false;
   int skip = -1, span = 1;
   std::string source;
+  std::function<std::string(int)> path;
 };
 
 IrChain build_layers(int n, const LayerOptions& o) {
   IrChain c;
   Module& m = c.m;
   auto node = [&](int layer, const std::string& op, std::vector<ValueId> in, Attrs a = {}) {
-    auto out = m.add_node(op, std::move(in), std::move(a), o.source.empty() ? "" : o.source + std::to_string(layer) + "/" + op);
+    const std::string prefix = o.path ? o.path(layer) : o.source.empty() ? "" : o.source + std::to_string(layer);
+    auto out = m.add_node(op, std::move(in), std::move(a), prefix.empty() ? "" : prefix + "/" + op);
     MEMC_CHECK(out.ok(), out.status().message());
     return (*out)[0];
   };
@@ -312,6 +316,35 @@ TEST(RematBlocks, BlocksAreTheModulePathsInNodeNames) {
     EXPECT_EQ(count_op(chain.m, "tanh"), 2 * n - 1) << source;
     EXPECT_EQ(report->blocks, n) << source;
     EXPECT_EQ(report->blocks_found_by, "module paths in node names") << source;
+  }
+}
+
+// Lists of modules nest. Swin's stages are "layers" whose "blocks" PyTorch checkpoints one by
+// one: 6 layers as stages of 2 and 4 blocks are 6 blocks (5 recomputed), not 2 stages; the same
+// block index in two stages is two blocks. T5's "block.B/layer.L" are a block's sublayers: 4
+// layers as 2 blocks of 2 sublayers are 2 blocks (1 recomputed, 2 extra tanh), as the dynamo
+// scope spells them too.
+TEST(RematBlocks, NestedListsAreBlocksAsPyTorchCheckpointsThem) {
+  struct Case {
+    int layers;
+    std::function<std::string(int)> path;
+    int blocks;
+  };
+  const std::vector<Case> cases = {
+      {6, [](int i) { return str_cat("/swin/encoder/layers.", i < 2 ? 0 : 1, "/blocks.", i < 2 ? i : i - 2); }, 6},
+      {6, [](int i) { return str_cat("node_add (Add) in swin.encoder.layers.", i < 2 ? 0 : 1, ".blocks.", i < 2 ? i : i - 2, ".mlp"); }, 6},
+      {4, [](int i) { return str_cat("/encoder/block.", i / 2, "/layer.", i % 2); }, 2},
+      {4, [](int i) { return str_cat("node_mul (Mul) in encoder.block.", i / 2, ".layer.", i % 2, ".DenseReluDense"); }, 2},
+  };
+  for (const Case& c : cases) {
+    IrChain chain = build_layers(c.layers, {.path = c.path});
+    const std::vector<Tensor> want = run_all(build_layers(c.layers, {.path = c.path}).m);
+    auto report = remat(chain, {.policy = RematPolicy::kBlocks});
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_EQ(report->blocks, c.blocks) << c.path(0);
+    EXPECT_EQ(report->blocks_found_by, "module paths in node names") << c.path(0);
+    EXPECT_EQ(count_op(chain.m, "tanh"), c.layers + c.layers / c.blocks * (c.blocks - 1)) << c.path(0);
+    EXPECT_TRUE(bit_identical(run_all(chain.m), want)) << c.path(0);
   }
 }
 
