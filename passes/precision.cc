@@ -141,8 +141,17 @@ Status make_mixed(Module& m, DType low, PrecisionReport& report) {
       if (v == kNoValue || m.value(v).type.dtype == *want || !is_f32_or(m.value(v).type.dtype, low)) continue;
       auto [it, fresh] = casts.try_emplace({v, *want}, kNoValue);
       if (fresh) {
-        MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> out,
-                              m.add_node("cast", {v}, make_attrs({{"to", std::string(dtype_name(*want))}}), "precision"));
+        // An f32 constant becomes a 16-bit constant, clamped as in *-true (a mask's
+        // finfo(f32).min cast at run time is -inf, and a fully masked row's softmax NaN).
+        const NodeId producer = m.value(v).producer;
+        const Tensor* constant = producer != kNoNode && m.node(producer).op == "constant" ? m.node(producer).attrs.get_tensor("value") : nullptr;
+        std::vector<ValueId> out;
+        if (constant && constant->dtype() == DType::kF32 && *want == low) {
+          out = {m.add_constant(narrow_constant(*constant, low), "")};
+          m.node(m.value(out[0]).producer).source = "precision";
+        } else {
+          MEMC_ASSIGN_OR_RETURN(out, m.add_node("cast", {v}, make_attrs({{"to", std::string(dtype_name(*want))}}), "precision"));
+        }
         it->second = out[0];
         m.rename(out[0], m.value(v).name + "." + std::string(dtype_name(*want)));
         order.push_back(m.value(out[0]).producer);

@@ -419,13 +419,20 @@ void update_scaler(Scaler& scaler, bool skip, int64_t growth_interval) {
   if (++scaler.clean_steps >= growth_interval) scaler.scale *= 2.0, scaler.clean_steps = 0;
 }
 
+// The precisions a diverged run may try instead: wider ones than `precision`.
+static std::string other_precisions(const std::string& precision) {
+  if (precision == "fp32") return "";
+  if (precision == "bf16-mixed") return ", or --precision fp32";
+  return ", or --precision bf16-mixed or fp32";
+}
+
 // A non-finite loss ends training (going on only spreads NaN into every weight): the report says why.
 static void mark_diverged(const TrainContext& ctx, int64_t step, double loss, RunReport& report) {
   const Plan& plan = ctx.plan;
   report.status = "diverged";
   report.error = str_cat("step ", step, ": training diverged, the loss is ", std::isnan(loss) ? "NaN" : (loss > 0 ? "+inf" : "-inf"),
                          " (precision ", plan.decisions.precision, ", lr ", learning_rate(plan.schedule, step, ctx.horizon()),
-                         "; try a lower --lr", plan.decisions.precision == "fp32" ? "" : ", or bf16-mixed or fp32",
+                         "; try a lower --lr", other_precisions(plan.decisions.precision),
                          "); no checkpoint was written for this step");
   report.diverged_step = step;
 }

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/precision.h"
 #include "planner/compile.h"
 #include "runtime/dataset.h"
+#include "runtime/executor.h"
 #include "runtime/trainer.h"
 #include "tests/pass_compare.h"
 #include "tests/test_util.h"
@@ -86,6 +88,54 @@ TEST(PrecisionPass, Fp16MixedIsBf16MixedWithF16AndUnknownModesAreRefused) {
   auto fp32 = fp32_pass.run(*fresh);
   ASSERT_TRUE(fp32.ok());
   EXPECT_FALSE(fp32->changed);
+}
+
+// Exporters mask attention scores with a constant torch.finfo(f32).min (Hugging Face's
+// masked_fill, a Where in ONNX). Under a mixed precision the scores are 16-bit, and a run-time
+// cast of that constant is -inf: a row masked whole (a padded query) is all -inf, and its softmax
+// NaN (DeBERTa-v2's bf16-mixed steps diverged so). The constant becomes 16-bit at compile time,
+// clamped to the finite range, as PyTorch's finfo(bf16).min: the masked row is uniform.
+constexpr const char* kMaskFixture = R"(func.func @main(%x: tensor<4x8xf32> {memc.role = "input", memc.name = "x"}, %m: tensor<4x8xi1> {memc.role = "input", memc.name = "m"}, %w: tensor<8x8xf32> {memc.role = "param", memc.name = "w"}) -> (tensor<4x8xf32>) {
+  %0 = "memc.linear"(%x, %w) {transpose_w = 1 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %c = "memc.constant"() {value = dense<"0xFFFF7FFF"> : tensor<f32>} : () -> tensor<f32>
+  %1 = "memc.where"(%m, %c, %0) : (tensor<4x8xi1>, tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %2 = "memc.softmax"(%1) {axis = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  "func.return"(%2) : (tensor<4x8xf32>) -> ()
+}
+)";
+
+TEST(PrecisionPass, AMaskOfF32MinIsTheLowTypesMinNotInfinity) {
+  for (const PrecisionKind kind : {PrecisionKind::kBf16Mixed, PrecisionKind::kFp16Mixed, PrecisionKind::kBf16True}) {
+    auto m = parse_module(kMaskFixture);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    Precision pass({.mode = kind});
+    ASSERT_TRUE(pass.run(*m).ok());
+    ASSERT_TRUE(verify(*m).ok()) << verify(*m).message();
+    const DType low = kind == PrecisionKind::kFp16Mixed ? DType::kF16 : DType::kBF16;
+    // The where reads a 16-bit constant, not a cast of the f32 one.
+    const Node& where = m->node(m->value(m->node(m->value(m->outputs()[0]).producer).inputs[0]).producer);
+    const Node* select = &where;
+    while (select->op != "where") select = &m->node(m->value(select->inputs[0]).producer);
+    const Node& fill = m->node(m->value(select->inputs[1]).producer);
+    ASSERT_EQ(fill.op, "constant") << precision_name(kind);
+    EXPECT_EQ(m->value(select->inputs[1]).type.dtype, low) << precision_name(kind);
+    const float min = fill.attrs.get_tensor("value")->cast(DType::kF32).data<float>()[0];
+    EXPECT_EQ(min, low == DType::kF16 ? -65504.0f : -bf16_to_f32(0x7F7F)) << precision_name(kind);
+
+    std::map<std::string, Tensor> feeds;
+    feeds.emplace("x", Tensor::zeros(m->value(m->find_value("x")).type.dtype, {4, 8}));  // bf16 under *-true
+    feeds.emplace("w", Tensor::zeros(m->value(m->find_value("w")).type.dtype, {8, 8}));
+    Tensor mask = Tensor::zeros(DType::kBool, {4, 8});
+    for (int j = 0; j < 8; ++j) mask.data<bool>()[j] = true;  // row 0 masked whole
+    mask.data<bool>()[8] = true;                                // row 1: one position
+    feeds.emplace("m", std::move(mask));
+    auto out = execute(*m, feeds);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const Tensor y = (*out)[0].cast(DType::kF32);
+    for (int j = 0; j < 8; ++j) EXPECT_FLOAT_EQ(y.data<float>()[j], 1.0f / 8) << precision_name(kind) << " row 0, column " << j;
+    EXPECT_EQ(y.data<float>()[8], 0.0f) << precision_name(kind);
+    EXPECT_NEAR(y.data<float>()[9], 1.0f / 7, 1e-3) << precision_name(kind);  // bf16-true: softmax in bf16
+  }
 }
 
 struct Case {

@@ -2,7 +2,8 @@
 """Budget-search sweep over the exports in $SWEEP_OUT (made by models_lm.py or export_all.py).
 
     SWEEP_OUT=/tmp/bsweep_lm MEMC=$PWD/build/memc build/python-test-venv/bin/python \
-        bench/export_sweep/budget_sweep.py [--only NAME ...] [--shard I/N] [--fractions 0.6 0.35] [--no-fp32-pin]
+        bench/export_sweep/budget_sweep.py [--only NAME ...] [--shard I/N] [--fractions 0.6 0.35 0.15 0.08] [--fp32-pin 0.35 0.15]
+    SWEEP_OUT=/tmp/bsweep_lm build/python-test-venv/bin/python bench/export_sweep/budget_sweep.py --torch-bf16
     SWEEP_OUT=/tmp/bsweep_lm build/python-test-venv/bin/python bench/export_sweep/budget_sweep.py --table
 
 Does memc's main job hold on today's exports: pick a plan under --budget, train it correctly, and
@@ -14,11 +15,12 @@ measure the peak it planned? For every export:
     are recomputed on it from the same seeds (the export's own 4 x 16 loss is checked first, so
     the rebuilt model is the exported one);
   - `compile` without a budget (--json: the planned peak P) and `run` (the baseline, fraction 1.0);
-  - `compile --budget f*P` for each fraction (the search), and with --precision fp32 pinned at the
-    smallest fraction (fp32 micro-batches, remat and offload must stay exact); each plan is run for
+  - `compile --budget f*P` for each fraction (the search), and with --precision fp32 pinned at some
+    (fp32 micro-batches, remat and offload must stay exact); each plan is run for
     2 steps with --dump-grads and --json: measured peak == planned peak, first-step loss and every
     gradient against PyTorch (run_sweep.py's measure; tolerance 1e-4 loss / 1e-3 grads in fp32,
-    the documented 1e-3 / 2e-2 under bf16/fp16-mixed);
+    the documented 1e-3 / 2e-2 under bf16/fp16-mixed; --torch-bf16 then adds PyTorch autocast-bf16's own
+    error on the same batch, since bf16 rounding alone exceeds 2e-2 on these tiny random models);
   - exit 3 must be one line naming the smallest reachable peak (above the budget) or a reason.
 Writes <base>.budget.json per export and, with --table, budget_results.json and a table.
 """
@@ -271,6 +273,7 @@ def dec_str(d):
 
 
 def one(meta, seed, fractions, fp32_pin):
+    """fp32_pin: the fractions also compiled with --precision fp32 pinned."""
     base = f"{meta['model']}_{meta['exporter']}"
     onnx_f = base + ".onnx"
     res = {"model": meta["model"], "exporter": meta["exporter"], "dynamic": meta.get("dynamic"),
@@ -315,8 +318,7 @@ def one(meta, seed, fractions, fp32_pin):
     run_case(c, f"{base}.b{b}t{t}.f100.plan", dfile, rfile, tl, mp, c["compile_json"], c["compile"]["warnings"])
     c["verdict"], c["why"] = verdict(c, None)
     todo = [(f, []) for f in fractions]
-    if fp32_pin:
-        todo.append((min(fractions), ["--precision", "fp32"]))
+    todo += [(f, ["--precision", "fp32"]) for f in fp32_pin]
     for f, pin in todo:
         budget = int(f * P)
         tag = f"f{int(round(f * 100)):03d}" + ("_fp32" if pin else "")
@@ -405,8 +407,8 @@ def table():
     for f in sorted(glob.glob(os.path.join(OUT, "*.budget.json"))):
         r = json.load(open(f))
         allres.append(r)
-    json.dump(allres, open(os.path.join(OUT, "budget_results.json"), "w"), indent=1, default=str)
-    hdr = f"{'model':17s} {'exporter':12s} {'shape':6s} {'frac':9s} {'decisions':58s} {'budget':>9s} {'planned':>9s} {'measured':>9s} {'loss err':>8s} {'grad err':>8s} verdict"
+    hdr = (f"{'model':17s} {'exporter':12s} {'shape':6s} {'frac':9s} {'decisions':58s} {'budget':>9s} {'planned':>9s} "
+           f"{'measured':>9s} {'loss err':>8s} {'grad err':>8s} {'/torchbf16':>10s} verdict")
     print(hdr)
     print("-" * len(hdr))
     counts = {}
@@ -418,25 +420,33 @@ def table():
             cj = c.get("compile_json") or {}
             fr = f"{c['fraction']:.2f}" + ("/fp32" if c.get("pin") else "")
             v = c.get("verdict")
+            # bf16-mixed over the documented 2e-2 only: within PyTorch autocast-bf16's own error on this batch?
+            if (v == "FAIL" and c.get("why") and all(w.startswith("grad worst") and "(bf16-mixed)" in w for w in c["why"])
+                    and c.get("bf16_ratio") is not None and c["bf16_ratio"] <= 1.5 and c["bf16_tensor_ratio"][3] <= 3.0):
+                v = "PASS~bf16"
+                c["verdict_vs_torch_bf16"] = v
             key = ("baseline " if c["fraction"] == 1.0 else "budget ") + v
             counts[key] = counts.get(key, 0) + 1
             le = c.get("loss_rel")
             gw = c.get("grad_worst")
+            br = f"{c['bf16_ratio']:.2f}x" if c.get("bf16_ratio") else "-"
             dec = dec_str(cj.get("decisions")) if c["compile"]["rc"] == 0 else (c.get("refusal") or "")[:58]
             print(f"{r['model']:17s} {r['exporter']:12s} {'x'.join(map(str, r.get('shape', []))):6s} {fr:9s} {dec[:58]:58s} "
                   f"{str(c.get('budget') or '-'):>9s} {str(cj.get('predicted_peak_bytes', '-')):>9s} "
                   f"{str(c.get('measured_peak', '-')):>9s} {(f'{le:.1e}' if le is not None else '-'):>8s} "
-                  f"{(f'{gw[1]:.1e}' if gw else '-'):>8s} {v}{(': ' + '; '.join(c['why'])) if c.get('why') else ''}")
+                  f"{(f'{gw[1]:.1e}' if gw else '-'):>8s} {br:>10s} {v}{(': ' + '; '.join(c['why'])) if c.get('why') else ''}")
     print()
     print("counts:", json.dumps(counts, sort_keys=True))
+    json.dump(allres, open(os.path.join(OUT, "budget_results.json"), "w"), indent=1, default=str)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--shard", default="0/1")
-    ap.add_argument("--fractions", nargs="*", type=float, default=[0.6, 0.35])
-    ap.add_argument("--no-fp32-pin", action="store_true")
+    ap.add_argument("--fractions", nargs="*", type=float, default=[0.6, 0.35, 0.15, 0.08])
+    ap.add_argument("--fp32-pin", nargs="*", type=float, default=[0.35, 0.15],
+                    help="fractions also compiled with --precision fp32 pinned (fp32 micro-batches/remat/offload stay exact)")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--torch-bf16", action="store_true", help="add PyTorch autocast-bf16's own error to each <base>.budget.json")
     a = ap.parse_args()
@@ -476,7 +486,7 @@ def main():
                    "export_failed": meta.get("export_errors") or meta.get("error"), "cases": []}
         else:
             try:
-                res = one(meta, 10 + idx[meta["model"]], a.fractions, not a.no_fp32_pin)
+                res = one(meta, 10 + idx[meta["model"]], a.fractions, a.fp32_pin)
             except Exception as e:
                 import traceback
                 res = {"model": meta["model"], "exporter": meta["exporter"], "cases": [],
