@@ -359,8 +359,10 @@ psi=304326632
   || fail "ViT-L/16 on 4 devices: zero3 $z3, zero2 $z2 bytes"
 [ -n "$edge" ] && [ "$edge" -le 1000000000 ] && pass "ViT-L/16 on 4 devices, zero3 + remat blocks + offload optimizer: $edge bytes <= 1.0 GB" \
   || fail "ViT-L/16 edge plan: $edge bytes"
-# On one device the weights do not fit 1.0 GB at all (1.22 GB of f32 parameters): streamed from
-# the host, one unit at a time, they do; the search finds it under --budget 1GB.
+# On one device the f32 weights alone (1.22 GB) do not fit 1.0 GB: streamed from the host, one
+# unit at a time, they do. Under --budget 1GB the search finds a faster plan still: the optimizer
+# (and the f32 masters) on the host, and checkpoints finer than the blocks (remat under a limit
+# holds less than per-block checkpointing here: 929 MiB against 1.0 GiB).
 LARGE="models/vit_l_16_skeleton.onnx --batch 16 --optimizer adamw --precision bf16-mixed --target h200"
 one=$(peak_of --offload params --remat blocks)
 [ -n "$one" ] && [ "$one" -le 1000000000 ] && pass "ViT-L/16 on 1 device, offload params + remat blocks: $one bytes <= 1.0 GB" \
@@ -369,9 +371,9 @@ one=$(peak_of --offload params --remat blocks)
 python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert s["decisions"]["offload"] == "params" and s["predicted_peak_bytes"] <= 10**9, (s["decisions"], s["predicted_peak_bytes"])
+assert s["decisions"]["offload"] in ("optimizer", "params") and s["predicted_peak_bytes"] <= 10**9, (s["decisions"], s["predicted_peak_bytes"])
 print("%s, %d bytes, search %.1f s" % (s["search"]["chosen"]["decisions"], s["predicted_peak_bytes"], s["search"]["search_seconds"]))' "$TMP/l.json" >"$TMP/out" 2>&1 \
-  && pass "ViT-L/16 --budget 1GB on one device streams the parameters: $(cat "$TMP/out")" || fail "ViT-L/16 search at 1 GB: $(cat "$TMP/out")"
+  && pass "ViT-L/16 --budget 1GB on one device offloads: $(cat "$TMP/out")" || fail "ViT-L/16 search at 1 GB: $(cat "$TMP/out")"
 
 # Prefetch: zero3's gathers are async pairs; on ViT-L/16 (4 × h200) the schedule keeps each
 # unit's start a unit ahead of its done, with GEMMs of the unit before in between, forward and
