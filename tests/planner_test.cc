@@ -215,6 +215,40 @@ TEST(Search, PinsAreKeptAndTheFloorIsNamed) {
   EXPECT_LE(*largest_bytes, peak) << m;
 }
 
+// Per-block checkpointing is not the least memory on vit_tiny at b16: the floor is a plan with
+// finer checkpoints (a remat limit) below the per-block plan of the same other settings, budgets
+// between the two are met, and the floor's own peak is a budget the search meets.
+TEST(Search, BelowPerBlockCheckpointingFinerCheckpointsMeetTheBudget) {
+  const std::string path = testing::source_path("models/vit_tiny.onnx");
+  auto search = [&](int64_t budget) {
+    ModelCompiler compiler(path, path + ".plan");
+    CompileOptions o = vit_options(16);
+    o.budget_bytes = budget;
+    return search_plan(compiler, o, SearchSpace{});
+  };
+  auto refused = search(10'000);
+  ASSERT_FALSE(refused.ok());
+  const std::string& m = refused.status().message();
+  const size_t peak_at = m.find(" bytes) with ");
+  ASSERT_NE(peak_at, std::string::npos) << m;
+  const int64_t floor = std::stoll(m.substr(m.rfind('(', peak_at) + 1, peak_at - m.rfind('(', peak_at) - 1));
+  // The floor's settings with per-block checkpointing instead.
+  auto at_floor = search(floor);
+  ASSERT_TRUE(at_floor.ok()) << at_floor.status().message();
+  EXPECT_LE(at_floor->best.peak_bytes, floor);
+  CompileOptions blocks = at_floor->chosen;
+  ASSERT_EQ(blocks.remat.policy, RematPolicy::kLimit) << m;
+  blocks.remat.policy = RematPolicy::kBlocks;
+  blocks.budget_bytes = 0;
+  const int64_t per_block = testing::compile_committed("vit_tiny", blocks).memory.predicted_peak_bytes;
+  std::printf("[planner] vit_tiny b16 floor %lld B (%s), the same with remat blocks %lld B\n", static_cast<long long>(floor),
+              at_floor->best.label().c_str(), static_cast<long long>(per_block));
+  EXPECT_LT(floor, per_block);
+  auto between = search((floor + per_block) / 2);
+  ASSERT_TRUE(between.ok()) << between.status().message();
+  EXPECT_LE(between->best.peak_bytes, (floor + per_block) / 2);
+}
+
 // Offload: the same training to the bit, and the device keeps what the pass says it keeps.
 class OffloadVsNone : public ::testing::TestWithParam<std::string> {};
 
