@@ -86,7 +86,6 @@ def make_reference(meta, b, t, seed):
     """Writes <base>.b{b}t{t}.data.npz and .ref.npz (grad/<initializer> as export_all.do_one maps them,
     param_grad/<parameter> for every parameter). Returns (data file, ref file, info)."""
     import onnx
-    from onnx import numpy_helper
     name, base = meta["model"], f"{meta['model']}_{meta['exporter']}"
     inner, model = rebuild(name, seed)
     info = {}
@@ -102,19 +101,8 @@ def make_reference(meta, b, t, seed):
     m = onnx.load(os.path.join(OUT, base + ".onnx"))
     mapping, _, _ = E.match(m, model)
     ref = {"loss": np.array(loss, np.float32), "labels": y}
-    inits = {i.name: i for i in m.graph.initializer}
-    for init, hits in mapping.items():
-        shape = numpy_helper.to_array(inits[init]).shape
-        acc = None
-        for pname, tr in hits:  # as export_all.do_one
-            g = grads[pname]
-            if tr.startswith("S"):
-                off = int(tr[1:])
-                g = g.reshape(-1)[off:off + int(np.prod(shape))].reshape(shape)
-            else:
-                g = g.t() if tr == "T" else (g.reshape(shape) if tr == "R" else g)
-            acc = g.clone() if acc is None else acc + g
-        ref["grad/" + init] = acc.numpy().astype(np.float32)
+    for init, g in E.initializer_grads(m, mapping, grads).items():
+        ref["grad/" + init] = g.astype(np.float32)
     for p, g in grads.items():
         ref["param_grad/" + p] = g.numpy().astype(np.float32)
     info["n_mapped"] = len(mapping)
@@ -136,18 +124,7 @@ def compare(gfile, rfile, compile_warnings, mp):
     g = np.load(os.path.join(OUT, gfile))
     ref = np.load(os.path.join(OUT, rfile))
     out = {}
-    per, shape_mm, missing = {}, {}, []
-    for k in ref.files:
-        if not k.startswith("grad/"):
-            continue
-        n = k[5:]
-        if n not in g.files:
-            missing.append(n)
-            continue
-        if g[n].shape != ref[k].shape:
-            shape_mm[n] = f"shape {g[n].shape} vs {ref[k].shape}"
-            continue
-        per[n] = (g[n], ref[k])
+    per, shape_mm, missing = R.grad_pairs(g, ref)
     strip = lambda p: p[:-2] if p.endswith("^T") else p.replace("(reshaped)", "")
     dumped = set(mp) - set(missing)
     merged = [x for x in missing if mp.get(x) and all(any(strip(p) in map(strip, mp[k]) for k in dumped) for p in mp[x])]
@@ -342,8 +319,6 @@ def torch_bf16(res):
     grads are: the error bf16 itself makes here. Adds res["torch_bf16"] and, per bf16-mixed case,
     "bf16_ratio" (memc's worst error over PyTorch's worst) and "bf16_tensor_ratio" (the largest per-tensor ratio)."""
     import onnx
-    from onnx import numpy_helper
-    meta = json.load(open(os.path.join(OUT, f"{res['model']}_{res['exporter']}.meta.json")))
     b, t = res["shape"]
     base = f"{res['model']}_{res['exporter']}"
     seed = 10 + model_index()[res["model"]]
@@ -361,20 +336,7 @@ def torch_bf16(res):
     E.seed_all(0)
     _, model32 = rebuild(res["model"], seed)  # the fp32 weights for the value-based map
     mapping, _, _ = E.match(m, model32)
-    inits = {i.name: i for i in m.graph.initializer}
-    mine = {}
-    for init, hits in mapping.items():
-        shape = numpy_helper.to_array(inits[init]).shape
-        acc = None
-        for pname, tr in hits:
-            g = grads[pname]
-            if tr.startswith("S"):
-                off = int(tr[1:])
-                g = g.reshape(-1)[off:off + int(np.prod(shape))].reshape(shape)
-            else:
-                g = g.t() if tr == "T" else (g.reshape(shape) if tr == "R" else g)
-            acc = g.clone() if acc is None else acc + g
-        mine[init] = acc.numpy()
+    mine = E.initializer_grads(m, mapping, grads)
     keys = [k[5:] for k in ref.files if k.startswith("grad/") and k[5:] in mine]
     gmax = max(float(np.abs(ref["grad/" + k]).max()) for k in keys)
     errs = {k: float(np.abs(mine[k] - ref["grad/" + k]).max() / max(float(np.abs(ref["grad/" + k]).max()), 1e-4 * gmax))
@@ -403,7 +365,7 @@ def torch_bf16(res):
 
 # ----------------------------------------------------------------------------- table
 def table():
-    rows, allres = [], []
+    allres = []
     for f in sorted(glob.glob(os.path.join(OUT, "*.budget.json"))):
         r = json.load(open(f))
         allres.append(r)

@@ -238,6 +238,27 @@ def match(m, model):
     return mapping, non_param_float, [n for n in params if n not in used]
 
 
+def initializer_grads(m, mapping, grads):
+    """Each initializer's gradient from PyTorch's parameter gradients `grads`, by match()'s
+    mapping: a transposed (T), reshaped (R) or sliced (S<offset>) parameter, summed where several
+    parameters feed one initializer."""
+    shapes = {i.name: numpy_helper.to_array(i).shape for i in m.graph.initializer}
+    out = {}
+    for init, hits in mapping.items():
+        shape = shapes[init]
+        acc = None
+        for pname, tr in hits:
+            g = grads[pname]
+            if tr.startswith("S"):
+                off = int(tr[1:])
+                g = g.reshape(-1)[off:off + int(np.prod(shape))].reshape(shape)
+            else:
+                g = g.t() if tr == "T" else (g.reshape(shape) if tr == "R" else g)
+            acc = g.clone() if acc is None else acc + g
+        out[init] = acc.numpy()
+    return out
+
+
 def torch_ref(model, feeds, y, names):
     model.eval()
     model.zero_grad(set_to_none=True)
@@ -315,18 +336,8 @@ def do_one(name, ctor, kind, exporter, seed):
     except Exception as e:
         meta["ort_vs_torch"] = f"ort unavailable/failed: {type(e).__name__}: {str(e)[:200]}"
     ref = {"labels": y, "logits": logits.astype(np.float32), "loss": np.array(loss, np.float32)}
-    for init, hits in mapping.items():
-        shape = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == init)).shape
-        acc = None
-        for pname, tr in hits:
-            g = grads[pname]
-            if tr.startswith("S"):
-                off = int(tr[1:])
-                g = g.reshape(-1)[off:off + int(np.prod(shape))].reshape(shape)
-            else:
-                g = g.t() if tr == "T" else (g.reshape(shape) if tr == "R" else g)
-            acc = g.clone() if acc is None else acc + g
-        ref["grad/" + init] = acc.numpy().astype(np.float32)
+    for init, g in initializer_grads(m, mapping, grads).items():
+        ref["grad/" + init] = g.astype(np.float32)
     # a second shape (batch 3, seq 12) for the dynamic axes
     if kind == "text":
         feeds2, y2 = text_batch(pad, seed + 500, b=3, t=12, lens=(12, 9, 7))

@@ -33,6 +33,24 @@ def sh(cmd, timeout=TIMEOUT):
             "warnings": [l for l in se.splitlines() if l.startswith("memc: warning:")][:50]}
 
 
+def grad_pairs(g, ref):
+    """memc's dumped gradients `g` beside the reference's "grad/<initializer>" arrays: the pairs
+    {name: (memc, reference)}, the shape mismatches {name: "shape … vs …"}, and the names memc did
+    not dump."""
+    pairs, shape_mm, missing = {}, {}, []
+    for k in ref.files:
+        if not k.startswith("grad/"):
+            continue
+        n = k[5:]
+        if n not in g.files:
+            missing.append(n)
+        elif g[n].shape != ref[k].shape:
+            shape_mm[n] = f"shape {g[n].shape} vs {ref[k].shape}"
+        else:
+            pairs[n] = (g[n], ref[k])
+    return pairs, shape_mm, missing
+
+
 def bad_contract(r):
     rc = r["rc"]
     flags = []
@@ -98,19 +116,9 @@ def one(meta):
             res["losses"] = rep.get("losses")
             res["run_status"] = rep.get("status")
             g = np.load(os.path.join(OUT, gfile))
-            per = {}
-            missing = []
-            for k in ref.files:
-                if not k.startswith("grad/"):
-                    continue
-                n = k[5:]
-                if n not in g.files:
-                    missing.append(n)
-                    continue
-                if g[n].shape != ref[k].shape:
-                    per[n] = f"shape {g[n].shape} vs {ref[k].shape}"
-                    continue
-                per[n] = rel(g[n], ref[k])
+            pairs, shape_mm, missing = grad_pairs(g, ref)
+            per = {n: rel(a, r) for n, (a, r) in pairs.items()}
+            per.update(shape_mm)
             nums = {k: v for k, v in per.items() if isinstance(v, float)}
             res["grad_missing"] = missing
             res["grad_extra"] = [n for n in g.files if "grad/" + n not in ref.files]
