@@ -24,6 +24,10 @@ std::string Candidate::label() const {
 
 namespace {
 
+// Within a third of the budget (peak ≤ 4/3·budget, in integers as peak/4 ≤ budget/3): near
+// enough that scheduling, or another remat limit, may still bring the plan under it.
+bool within_a_third(int64_t peak, int64_t budget) { return peak / 4 <= budget / 3; }
+
 // An attention kernel, offload level and loss chunking tried together.
 struct Variant {
   AttentionKernel attention;
@@ -55,7 +59,7 @@ class Searcher {
     ++compiles_;
     // Candidates skip the schedule pass (it never raises the peak). A near miss is compiled
     // again with it, so a plan that fits once scheduled is not refused.
-    if (plan.memory.predicted_peak_bytes > budget_ && plan.memory.predicted_peak_bytes / 4 <= budget_ / 3) {
+    if (plan.memory.predicted_peak_bytes > budget_ && within_a_third(plan.memory.predicted_peak_bytes, budget_)) {
       CompileOptions scheduled = o;
       scheduled.budget_bytes = budget_;  // a prefetching order over it gives way to one without
       MEMC_ASSIGN_OR_RETURN(plan, compiler_.schedule(std::move(plan), scheduled));
@@ -108,7 +112,7 @@ class Searcher {
       MEMC_ASSIGN_OR_RETURN(least, finest_remat(p, k, var, activation_bytes));
       // Scheduled peaks do not fall with the limit everywhere (streamed parameters reorder
       // around the recomputation), so a near miss here still searches the limits.
-      if (least.peak_bytes / 4 > budget / 3) return best;
+      if (!within_a_third(least.peak_bytes, budget)) return best;
     }
     if (least.peak_bytes <= budget) best = least;
     // Binary search for the largest limit that fits, between 1/16 of the activations and all
@@ -295,11 +299,11 @@ Status refuse_hopeless_budget(Searcher& s, const SearchAxes& axes, const Compile
   bool hopeless = true;
   for (PrecisionKind p : axes.precisions) {  // each compiled: the floor and the Pareto front see them all
     MEMC_ASSIGN_OR_RETURN(Candidate c, s.evaluate(p, axes.ks.front(), axes.least_remat, least));
-    if (c.peak_bytes / 4 <= budget / 3) hopeless = false;
+    if (within_a_third(c.peak_bytes, budget)) hopeless = false;
   }
   if (!hopeless) return Status::Ok();
   MEMC_ASSIGN_OR_RETURN(Candidate floor, compute_floor(s, axes));
-  return floor.peak_bytes / 4 > budget / 3 ? floor_error(floor, base, space) : Status::Ok();
+  return within_a_third(floor.peak_bytes, budget) ? Status::Ok() : floor_error(floor, base, space);
 }
 
 // Branch and bound, fastest first: each (precision, variant) plan without micro-batching or
