@@ -13,7 +13,7 @@
 namespace memc {
 namespace {
 
-constexpr std::string_view kSource = "micro-batch";
+constexpr std::string_view kSource = kMicroBatchSource;
 ValueId emit(Module& m, const std::string& op, std::vector<ValueId> inputs, Attrs attrs = {}, std::string_view source = kSource) {
   return emit_node(m, source, op, std::move(inputs), std::move(attrs));
 }

@@ -19,11 +19,16 @@
 #pragma once
 #include <functional>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "ir/graph.h"
 
 namespace memc {
+
+// The source of the nodes the micro-batching adds (the accumulation of each gradient over the
+// micro-batches among them).
+inline constexpr std::string_view kMicroBatchSource = "micro-batch";
 
 // Imports the forward for a batch of `batch` samples, with the same precision and dropout
 // treatment as the full-batch forward.

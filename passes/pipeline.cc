@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ir/verifier.h"
+#include "passes/accumulate_gemm.h"
 #include "passes/add_layernorm.h"
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
@@ -78,6 +79,8 @@ const std::vector<PassInfo>& registered_passes() {
       {"concat_gather_grads", "gather gradients that fill every slice of an axis become one concat (GPU targets)",
        PassStage::kTraining, [](O o) { return o.concat_gather_grads; },
        [](O) -> std::unique_ptr<Pass> { return std::make_unique<ConcatGatherGrads>(); }, true},
+      {"accumulate_gemm", "a product added into a gradient's sum (loss chunks, micro-batches, tied weights) by its GEMM",
+       PassStage::kTraining, [](O) { return true; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<AccumulateGemm>(); }, true},
       {"bias_grad_gemm", "a linear layer's bias gradient inside its weight-gradient GEMM (GPU targets)", PassStage::kTraining,
        [](O o) { return o.bias_grad_gemm; }, [](O) -> std::unique_ptr<Pass> { return std::make_unique<BiasGradGemm>(); }, true},
       {"update_grad_casts", "a gradient's widening cast inside the optimizer update that reads it (GPU targets)", PassStage::kTraining,

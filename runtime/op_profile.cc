@@ -118,7 +118,7 @@ std::vector<OpTime> op_profile() {
 
 std::string op_category(const std::string& op) {
   static const std::map<std::string, std::string> exact = {
-      {"matmul", "gemm"}, {"matmul_bgrad", "gemm"}, {"linear", "gemm"}, {"conv", "gemm"},
+      {"matmul", "gemm"}, {"matmul_bgrad", "gemm"}, {"matmul_acc", "gemm"}, {"linear", "gemm"}, {"conv", "gemm"},
       {"attention", "attention"}, {"attention_grad", "attention"},
       {"sgd_update", "optimizer"}, {"momentum_update", "optimizer"}, {"adam_update", "optimizer"},
       {"adam8bit_update", "optimizer"}, {"adafactor_update", "optimizer"},

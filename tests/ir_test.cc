@@ -153,6 +153,10 @@ std::map<std::string, std::vector<Recipe>> explicit_recipes() {
                 make_attrs({{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}})}};
   r["attention"] = {{{TensorType{DType::kF32, {2, 4, 8}}, TensorType{DType::kF32, {2, 6, 8}}, TensorType{DType::kF32, {2, 6, 8}},
                       TensorType{DType::kF32, {4, 6}}}, make_attrs({{"scale", 0.125}})}};
+  // The sum's first term (slot 0 absent) round-trips its absent slot; the other recipe is a term.
+  r["matmul_acc"] = {{{std::nullopt, TensorType{DType::kBF16, {2, 3}}, TensorType{DType::kBF16, {3, 4}}}, make_attrs({{"dtype", std::string("f32")}})},
+                     {{TensorType{DType::kF32, {2, 4}}, TensorType{DType::kBF16, {3, 2}}, TensorType{DType::kBF16, {3, 4}}},
+                      make_attrs({{"transpose_a", int64_t{1}}})}};
   r["cast"] = {{{f}, make_attrs({{"to", std::string("bf16")}})}};
   r["fused_elementwise"] = {{{f, TensorType{DType::kF32, {3}}},
                              make_attrs({{"ops", std::vector<std::string>{"add", "gelu", "dropout"}},

@@ -32,13 +32,13 @@ Module vit_tiny_forward(int64_t batch) {
 TEST(Pipeline, IsTheEnabledRegisteredPassesInOrder) {
   PipelineOptions o;
   EXPECT_EQ(PassPipeline::build(PassStage::kForward, o).names(), (std::vector<std::string>{"attention", "precision"}));
-  EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(), (std::vector<std::string>{"training_step", "schedule"}));
+  EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(), (std::vector<std::string>{"training_step", "accumulate_gemm", "schedule"}));
   o.dropout = false;
   o.attention = AttentionKernel::kNaive;
   o.offload = OffloadLevel::kOptimizer;
   o.reschedule = false;
   EXPECT_EQ(PassPipeline::build(PassStage::kForward, o).names(), (std::vector<std::string>{"strip_dropout", "precision"}));
-  EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(), (std::vector<std::string>{"training_step", "offload"}));
+  EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(), (std::vector<std::string>{"training_step", "accumulate_gemm", "offload"}));
   // The CLI's --print-ir-after names: "import", then the registry's.
   const std::vector<std::string> points = ir_dump_points();
   ASSERT_EQ(points.size(), registered_passes().size() + 1);
@@ -60,7 +60,7 @@ TEST(Pipeline, OptionalRewritesTurnOffByName) {
   for (const PassInfo& p : registered_passes()) {
     if (p.optional) expected.emplace_back(p.name);
   }
-  EXPECT_EQ(expected.size(), 10u);
+  EXPECT_EQ(expected.size(), 11u);
   expected.insert(expected.end(), {"attention_layouts", "group_updates"});
   EXPECT_EQ(optional, expected);
   for (const char* required : {"precision", "training_step", "schedule", "attention", "offload", "strip_dropout"}) {
@@ -76,8 +76,8 @@ TEST(Pipeline, OptionalRewritesTurnOffByName) {
   PipelineOptions o;
   o.add_layernorm = o.fuse_elementwise = true;
   EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(),
-            (std::vector<std::string>{"training_step", "add_layernorm", "fuse_elementwise", "schedule"}));
-  o.disabled_passes = {"fuse_elementwise"};
+            (std::vector<std::string>{"training_step", "accumulate_gemm", "add_layernorm", "fuse_elementwise", "schedule"}));
+  o.disabled_passes = {"fuse_elementwise", "accumulate_gemm"};
   EXPECT_EQ(PassPipeline::build(PassStage::kTraining, o).names(), (std::vector<std::string>{"training_step", "add_layernorm", "schedule"}));
 }
 

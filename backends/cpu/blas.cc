@@ -191,6 +191,29 @@ void gemm<bf16_t>(bf16_t* c, const bf16_t* a, const bf16_t* b, const GemmShape& 
   half_gemm(c, a, b, s, scratch);
 }
 
+template <typename T>
+void gemm_f32_out(float* c, const T* a, const T* b, const GemmShape& s, float* scratch) {
+  if (s.m == 0 || s.n == 0 || s.batch == 0) return;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (native_bf16_f32_gemm(s)) {
+      onednn_gemm(GemmType::kBf16ToF32, c, a, b, s, scratch);
+      return;
+    }
+  }
+  MEMC_CHECK(scratch, "a 16-bit gemm into f32 needs ", gemm_f32_out_scratch_floats<T>(s), " floats of workspace");
+  GemmShape one = s;
+  one.batch = 1;
+  float* a32 = scratch + gemm_scratch_floats<float>(one);
+  float* b32 = a32 + s.m * s.k;
+  for (int64_t i = 0; i < s.batch; ++i) {
+    widen(a32, a + i * s.batch_stride_a, s.m * s.k);
+    widen(b32, b + i * s.batch_stride_b, s.k * s.n);
+    gemm<float>(c + i * s.m * s.n, a32, b32, one, scratch);
+  }
+}
+template void gemm_f32_out<bf16_t>(float*, const bf16_t*, const bf16_t*, const GemmShape&, float*);
+template void gemm_f32_out<f16_t>(float*, const f16_t*, const f16_t*, const GemmShape&, float*);
+
 template <>
 void gemm<int64_t>(int64_t* c, const int64_t* a, const int64_t* b, const GemmShape& s, float*) { batched_naive_gemm(c, a, b, s); }
 template <>

@@ -36,7 +36,8 @@ void gemm(T* c, const T* a, const T* b, const GemmShape& s, float* scratch = nul
 // small product on each of `threads` OpenMP threads, so each maps its buffer now.
 void map_openblas_buffers(int64_t threads);
 
-enum class GemmType { kF32, kBf16 };  // a, b and c all of this type; bf16 accumulates in f32
+// a, b and c all of one type (bf16 accumulates in f32), or bf16 a and b with an f32 c.
+enum class GemmType { kF32, kBf16, kBf16ToF32 };
 
 // Bytes of user scratchpad oneDNN's matmul needs for this shape and type on this CPU (often 0).
 int64_t onednn_scratchpad_bytes(const GemmShape& s, GemmType type);
@@ -91,6 +92,27 @@ int64_t gemm_scratch_floats(const GemmShape& s) {
   } else {
     return 0;
   }
+}
+
+// c (f32) (+)= op(a)·op(b) with 16-bit a and b (matmul_acc over a mixed precision's operands):
+// the product is summed in f32 and never rounded to 16 bits. bf16 runs oneDNN's bf16 matmul with
+// an f32 destination where bf16 GEMMs run natively here (native_bf16_f32_gemm); otherwise a and b
+// widen to f32 in `scratch` (gemm_f32_out_scratch_floats) for one sgemm into c.
+template <typename T>
+void gemm_f32_out(float* c, const T* a, const T* b, const GemmShape& s, float* scratch);
+
+inline bool native_bf16_f32_gemm(const GemmShape& s) {
+  return s.k > 0 && onednn_bf16_gemm() && !small_gemm(s) && onednn_runs_in_scratchpad(s, GemmType::kBf16ToF32);
+}
+
+template <typename T>
+int64_t gemm_f32_out_scratch_floats(const GemmShape& s) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (native_bf16_f32_gemm(s)) return (onednn_scratch_either_way(s, GemmType::kBf16ToF32) + 63) / 64 * 16;
+  }
+  GemmShape one = s;
+  one.batch = 1;
+  return gemm_scratch_floats<float>(one) + s.m * s.k + s.k * s.n;
 }
 
 }  // namespace memc::cpu

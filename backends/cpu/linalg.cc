@@ -2,6 +2,7 @@
 // backward ops (gemm + col2im, im2col + gemm). Attention and its backward live in attention.cc. Dimension letters: B batch, M/N/K gemm dims, C channels,
 // G groups, P output positions.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backends/cpu/attention.h"
@@ -111,6 +112,49 @@ Status matmul_bgrad_kernel(KernelContext& ctx) {
 int64_t matmul_bgrad_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
   const int64_t sums = layout_bytes(in[0].dtype, [&]<typename T>(Workspace& ws) { ws.take<double>(out[1].numel()); });
   return std::max(matmul_workspace(node, in, out), sums);
+}
+
+// matmul_acc: y = [acc +] op(a)·op(b). y is acc's buffer where the plan let it take it over;
+// otherwise acc is copied into y first. Either way the gemm accumulates onto y; without acc it
+// writes y whole.
+GemmShape matmul_acc_shape(const Node& node, const Shape& a, const Shape& b, bool has_acc) {
+  const bool ta = node.attrs.get_int("transpose_a", 0), tb = node.attrs.get_int("transpose_b", 0);
+  return GemmShape{.m = ta ? a[1] : a[0], .n = tb ? b[0] : b[1], .k = ta ? a[0] : a[1], .trans_a = ta, .trans_b = tb, .accumulate = has_acc};
+}
+
+Status matmul_acc_kernel(KernelContext& ctx) {
+  const Tensor *acc = ctx.inputs[0], &a = *ctx.inputs[1], &b = *ctx.inputs[2];
+  Tensor& y = *ctx.outputs[0];
+  if (acc != nullptr && y.raw() != acc->raw()) std::memcpy(y.raw(), acc->raw(), y.nbytes());
+  const GemmShape s = matmul_acc_shape(ctx.node, a.shape(), b.shape(), acc != nullptr);
+  Workspace ws(ctx);
+  return dispatch_dtype(a.dtype(), [&]<typename T>() -> Status {
+    if constexpr (!kIsNumeric<T>) {
+      return unsupported_dtype(ctx, a.dtype());
+    } else {
+      if constexpr (std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
+        if (y.dtype() == DType::kF32) {
+          gemm_f32_out(y.data<float>(), a.data<T>(), b.data<T>(), s, ws.take<float>(gemm_f32_out_scratch_floats<T>(s)));
+          return Status::Ok();
+        }
+      }
+      gemm(y.data<T>(), a.data<T>(), b.data<T>(), s, ws.take<float>(gemm_scratch_floats<T>(s)));
+      return Status::Ok();
+    }
+  });
+}
+
+int64_t matmul_acc_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
+  const GemmShape s = matmul_acc_shape(node, in[1].shape, in[2].shape, !in[0].shape.empty());  // an absent acc: TensorType{}
+  return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
+    if constexpr (std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
+      if (out[0].dtype == DType::kF32) {
+        ws.take<float>(gemm_f32_out_scratch_floats<T>(s));
+        return;
+      }
+    }
+    ws.take<float>(gemm_scratch_floats<T>(s));
+  });
 }
 
 // ---- linear ---------------------------------------------------------------------------------
@@ -510,6 +554,7 @@ int64_t conv_grad_weight_workspace(const Node& node, std::span<const TensorType>
 void register_linalg_kernels(KernelTable& t) {
   t.add("matmul", matmul_kernel, matmul_workspace);
   t.add("matmul_bgrad", matmul_bgrad_kernel, matmul_bgrad_workspace);
+  t.add("matmul_acc", matmul_acc_kernel, matmul_acc_workspace);
   t.add("linear", linear_kernel, linear_workspace);
   t.add("conv", conv_kernel, conv_workspace);
   t.add("attention", attention_kernel, attention_workspace);

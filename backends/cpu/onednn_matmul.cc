@@ -34,7 +34,8 @@ memory::desc operand_desc(memory::data_type dt, int64_t batch, int64_t rows, int
   return memory::desc({b, rows, cols}, dt, {batch_stride == 0 ? rows * cols : batch_stride, row_strides[0], row_strides[1]});
 }
 
-memory::data_type onednn_type(GemmType t) { return t == GemmType::kBf16 ? memory::data_type::bf16 : memory::data_type::f32; }
+// The operands' type (c is f32 for kBf16ToF32).
+memory::data_type onednn_type(GemmType t) { return t == GemmType::kF32 ? memory::data_type::f32 : memory::data_type::bf16; }
 
 // A primitive with its memory objects, whose data handles are reset per call (creating memory
 // objects costs as much as a small product). For a single f32 product the weights (b) are first
@@ -74,9 +75,10 @@ CachedMatmul create(const GemmShape& s, GemmType type) {
     attr.set_post_ops(ops);
   }
   const memory::data_type dt = onednn_type(type);  // bf16 operands accumulate in f32 and round once on store
+  const memory::data_type c_dt = type == GemmType::kBf16ToF32 ? memory::data_type::f32 : dt;
   const memory::desc a = operand_desc(dt, s.batch, s.m, s.k, s.trans_a, s.batch_stride_a);
   const memory::desc b = operand_desc(dt, s.batch, s.k, s.n, s.trans_b, s.batch_stride_b);
-  const memory::desc c = operand_desc(dt, s.batch, s.m, s.n, false, s.m * s.n);
+  const memory::desc c = operand_desc(c_dt, s.batch, s.m, s.n, false, s.m * s.n);
   const bool pack = s.batch == 1 && type == GemmType::kF32;
   const memory::desc b_any = pack ? memory::desc({s.k, s.n}, dt, memory::format_tag::any) : b;
   dnnl::matmul::primitive_desc desc(dnnl::matmul::desc(a, b_any, c), attr, cpu_engine());

@@ -81,7 +81,7 @@ namespace {
 struct GemmKey {
   int device = 0;
   DType dtype = DType::kF32;
-  bool tf32 = false, trans_a = false, trans_b = false, bias = false;
+  bool tf32 = false, trans_a = false, trans_b = false, bias = false, accumulate = false, y_f32 = false;
   int bias_grad = 0;  // 0: none; 1: of a; 2: of b
   int64_t m = 0, n = 0, k = 0, batch = 1, stride_a = 0, stride_b = 0, stride_y = 0, lda = 0, ldb = 0, ldy = 0, workspace = 0;
   uint32_t align_a = 256, align_b = 256, align_y = 256;  // bytes every matrix of the operand starts on
@@ -96,6 +96,7 @@ struct Prepared {
 
 Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepared& p) {
   MEMC_ASSIGN_OR_RETURN(cudaDataType_t type, data_type(c.dtype));
+  MEMC_ASSIGN_OR_RETURN(cudaDataType_t y_type, data_type(c.y_dtype()));
   const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   Descriptors& desc = p.desc;
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescCreate(&desc.op, compute, CUDA_R_32F), "matmul desc"));
@@ -123,7 +124,7 @@ Status prepare(const GemmCall& c, const GemmKey& key, cublasLtHandle_t h, Prepar
   const int64_t a_rows = c.trans_a ? c.m : c.k, a_cols = c.trans_a ? c.k : c.m;
   MEMC_RETURN_IF_ERROR(layout(&desc.a, type, b_rows, b_cols, c.ldb ? c.ldb : b_rows, c.batch, c.stride_b));
   MEMC_RETURN_IF_ERROR(layout(&desc.b, type, a_rows, a_cols, c.lda ? c.lda : a_rows, c.batch, c.stride_a));
-  MEMC_RETURN_IF_ERROR(layout(&desc.d, type, c.n, c.m, c.ldy ? c.ldy : c.n, c.batch, c.stride_y ? c.stride_y : c.n * c.m));
+  MEMC_RETURN_IF_ERROR(layout(&desc.d, y_type, c.n, c.m, c.ldy ? c.ldy : c.n, c.batch, c.stride_y ? c.stride_y : c.n * c.m));
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceCreate(&desc.preference), "preference"));
   p.limit = static_cast<size_t>(key.workspace);
   MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.limit, sizeof(p.limit)), "workspace"));
@@ -160,11 +161,12 @@ uint32_t alignment(const void* data, int64_t batch_stride, DType dtype) {
 // The prepared form of `c`, made on its shape's first call.
 Expected<Prepared*> prepared(const GemmCall& c, int64_t workspace_bytes, cublasLtHandle_t h) {
   GemmKey key{.dtype = c.dtype, .tf32 = c.dtype == DType::kF32 && g_tf32, .trans_a = c.trans_a, .trans_b = c.trans_b, .bias = c.bias != nullptr,
+              .accumulate = c.accumulate, .y_f32 = c.y_f32,
               .bias_grad = c.bias_grad ? 1 + c.bias_grad_of : 0, .m = c.m, .n = c.n, .k = c.k, .batch = c.batch, .stride_a = c.stride_a, .stride_b = c.stride_b,
               .stride_y = c.stride_y, .lda = c.lda, .ldb = c.ldb, .ldy = c.ldy, .workspace = workspace_bytes,
               .align_a = alignment(c.a, c.batch > 1 ? c.stride_a : 0, c.dtype),
               .align_b = alignment(c.b, c.batch > 1 ? c.stride_b : 0, c.dtype),
-              .align_y = alignment(c.y, c.batch > 1 ? (c.stride_y ? c.stride_y : c.m * c.n) : 0, c.dtype)};
+              .align_y = alignment(c.y, c.batch > 1 ? (c.stride_y ? c.stride_y : c.m * c.n) : 0, c.y_dtype())};
   if (cudaGetDevice(&key.device) != cudaSuccess) return Status::Internal("cuBLASLt GEMM: cudaGetDevice failed");
   static std::mutex mutex;
   static std::map<GemmKey, std::unique_ptr<Prepared>> cache;
@@ -192,7 +194,7 @@ Status gemm(const GemmCall& c, void* workspace, int64_t workspace_bytes, void* s
   if (c.bias_grad) MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(p->desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias_grad, sizeof(c.bias_grad)), "bias gradient"));
   // The bias lives where this call's node has it: the one attribute set per call.
   if (c.bias) MEMC_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(p->desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)), "bias"));
-  const float alpha = 1.f, beta = 0.f;  // the output is written whole, never accumulated into
+  const float alpha = 1.f, beta = c.accumulate ? 1.f : 0.f;  // C is D: matmul_acc adds into y
   const cublasStatus_t done = cublasLtMatmul(h, p->desc.op, &alpha, c.b, p->desc.a, c.a, p->desc.b, &beta, c.y, p->desc.d, c.y,
                                              p->desc.d, &p->algo, workspace, p->limit, static_cast<cudaStream_t>(stream));
   if (c.bias_grad && (done == CUBLAS_STATUS_NOT_SUPPORTED || done == CUBLAS_STATUS_INVALID_VALUE)) {

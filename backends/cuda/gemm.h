@@ -27,6 +27,11 @@ struct GemmCall {
   // cuBLASLt offers no algorithm for that epilogue, gemm() is bad input and writes nothing.
   void* bias_grad = nullptr;
   int bias_grad_of = 0;
+  // matmul_acc: y += product (beta = 1) instead of y = product, and y (with the bias) f32 over
+  // 16-bit a and b where y_f32.
+  bool accumulate = false;
+  bool y_f32 = false;
+  DType y_dtype() const { return y_f32 ? DType::kF32 : dtype; }
 };
 Status gemm(const GemmCall& call, void* workspace, int64_t workspace_bytes, void* stream);
 

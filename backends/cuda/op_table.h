@@ -91,7 +91,7 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
         {"adam_update", as_kernel<R, adam_op<R>>}, {"adam8bit_update", as_kernel<R, adam8bit_op<R>>},
         {"adafactor_update", as_kernel<R, adafactor_op<R>>}, {"split_flat", as_kernel<R, split_flat_op<R>>},
         {"linear", as_kernel<R, linear_op<R>>}, {"matmul", as_kernel<R, matmul_op<R>>},
-        {"matmul_bgrad", as_kernel<R, matmul_bgrad_op<R>>},
+        {"matmul_bgrad", as_kernel<R, matmul_bgrad_op<R>>}, {"matmul_acc", as_kernel<R, matmul_acc_op<R>>},
         {"conv", as_kernel<R, conv_op<R>>}, {"conv_grad_weight", as_kernel<R, conv_grad_weight_op<R>>},
         {"attention", as_kernel<R, attention_op<R>>}, {"attention_grad", as_kernel<R, attention_grad_op<R>>},
     };
@@ -144,7 +144,7 @@ constexpr int64_t kRunStateBytes = 256;
 // cuBLASLt workspace for GEMM ops. `in` and `out` are the node's types (absent inputs default).
 inline int64_t kernel_scratch_bytes(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out, int64_t gemm_bytes) {
   const std::string& op = node.op;
-  if (op == "matmul" || op == "linear" || op == "matmul_bgrad") return gemm_bytes;
+  if (op == "matmul" || op == "linear" || op == "matmul_bgrad" || op == "matmul_acc") return gemm_bytes;
   if (op == "conv" || op == "conv_grad_weight") {
     const bool grad = op == "conv_grad_weight";
     const ConvShape s(node, grad ? in[1].shape : in[0].shape, grad ? out[0].shape : in[1].shape, grad ? in[0].shape : out[0].shape);

@@ -942,6 +942,23 @@ Status matmul_bgrad_op(KernelContext& ctx, R& run) {
   return reduce_op(reduce, run, ReduceOp::kSum);
 }
 
+// matmul_acc: y = [acc +] op(a)·op(b), one GEMM with beta = 1 onto y (acc's own buffer where
+// the plan let y take it over, else a copy of it) or, without acc, beta = 0; f32 over 16-bit a
+// and b where y is f32.
+template <class R>
+Status matmul_acc_op(KernelContext& ctx, R& run) {
+  const Tensor *acc = ctx.inputs[0], &a = *ctx.inputs[1], &b = *ctx.inputs[2];
+  Tensor& y = *ctx.outputs[0];
+  if (acc != nullptr && y.raw() != acc->raw()) MEMC_RETURN_IF_ERROR(run.copy(y.raw(), acc->raw(), static_cast<int64_t>(y.nbytes())));
+  const bool ta = ctx.node.attrs.get_int("transpose_a", 0), tb = ctx.node.attrs.get_int("transpose_b", 0);
+  GemmCall c{.dtype = a.dtype(), .m = ta ? a.shape()[1] : a.shape()[0], .n = tb ? b.shape()[0] : b.shape()[1],
+             .k = ta ? a.shape()[0] : a.shape()[1], .trans_a = ta, .trans_b = tb};
+  c.a = a.raw(), c.b = b.raw(), c.y = y.raw();
+  c.accumulate = acc != nullptr;
+  c.y_f32 = y.dtype() == DType::kF32 && a.dtype() != DType::kF32;
+  return run.gemm(c, ctx.workspace, ctx.workspace_bytes);
+}
+
 // Batched matmul with transposes where one strided batch describes it: both operands of rank
 // ≥ 2 with equal batch dims, or one of them unbatched (its stride is 0).
 template <class R>

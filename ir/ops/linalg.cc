@@ -51,6 +51,39 @@ Status matmul_bgrad_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   return Status::Ok();
 }
 
+// matmul_acc([acc], a, b) {transpose_a, transpose_b, dtype}: y = acc + op(a)·op(b) for 2-D
+// operands, y of acc's type: a's dtype, or f32 where a and b are 16-bit (the product is not
+// rounded to 16 bits before the sum). Without acc, y = op(a)·op(b) of `dtype` (a's by default):
+// a sum's first term. The GEMM adds into the accumulator (cuBLASLt's beta = 1, oneDNN's sum
+// post-op), which the memory plan lets y take over where acc dies here (kOpInplaceOk): a sum of
+// weight gradients over loss chunks or micro-batches without each term's own buffer
+// (passes/accumulate_gemm.h).
+Status matmul_acc_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  // Slot 0 may be absent (min_inputs 0 lets it), the operands' slots may not.
+  if (c.present.size() != 3 || !c.present[1] || !c.present[2]) return Status::BadInput("needs three input slots: [acc], a, b");
+  const bool has_acc = c.present[0];
+  const std::span<const TensorType> operands = c.inputs.subspan(c.inputs.size() - 2);
+  if (operands[0].shape.size() != 2 || operands[1].shape.size() != 2) return Status::BadInput("needs 2-D operands");
+  const ShapeContext product{c.node, operands, c.present};
+  MEMC_RETURN_IF_ERROR(matmul_shape(product, out));
+  const DType low = operands[0].dtype;
+  DType y = low;
+  if (has_acc) {
+    y = c.inputs[0].dtype;
+    if (c.inputs[0].shape != out[0].shape) {
+      return Status::BadInput(str_cat("the accumulator is [", shape_str(c.inputs[0].shape), "], the product [", shape_str(out[0].shape), "]"));
+    }
+  } else if (c.node.attrs.has("dtype")) {
+    const auto parsed = parse_dtype(c.node.attrs.get_string("dtype", ""));
+    if (!parsed) return Status::BadInput("attribute 'dtype' names no dtype");
+    y = *parsed;
+  }
+  const bool widened = y == DType::kF32 && (low == DType::kBF16 || low == DType::kF16);
+  if (y != low && !widened) return Status::BadInput(str_cat("the sum is ", dtype_name(y), ", not ", dtype_name(low), " or f32 over 16-bit operands"));
+  out[0].dtype = y;
+  return Status::Ok();
+}
+
 // linear(x, w, [b]) {transpose_w = 1}: y = x·wᵀ + b with w [N, K] (or x·w + b with w [K, N]).
 Status linear_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   const TensorType &x = c.inputs[0], &w = c.inputs[1];
@@ -162,6 +195,14 @@ void register_linalg_ops(OpRegistry& r) {
            return 2 * out[0].numel() * k + out[1].numel() * k;
          },
          .doc = "(a, b) → (op(a)·op(b), Σ_k of op(a) {summed = 0} or op(b) {summed = 1}) for 2-D operands {transpose_a, transpose_b}"});
+  r.add({.name = "matmul_acc", .min_inputs = 0, .max_inputs = 3, .flags = kOpComputeHeavy | kOpNoGradient | kOpInplaceOk,
+         .shape = matmul_acc_shape,
+         .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType> out) {
+           const TensorType& a = in[in.size() - 2];  // absent inputs are not passed
+           const int64_t k = n.attrs.get_int("transpose_a", 0) ? a.shape[0] : a.shape[1];
+           return 2 * out[0].numel() * k + (in.size() == 3 ? out[0].numel() : 0);
+         },
+         .doc = "y = [acc +] op(a)·op(b) for 2-D operands {transpose_a, transpose_b, dtype}; y f32 or a's dtype"});
   r.add({.name = "linear", .min_inputs = 2, .max_inputs = 3, .flags = kOpComputeHeavy, .shape = linear_shape,
          .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType> out) {
            const bool tw = n.attrs.get_int("transpose_w", 1);

@@ -68,9 +68,9 @@ expect_error 2 "--attention" -- $MEMC compile models/vit_tiny.onnx --batch 4 --a
 # Pass dumps and reports.
 $MEMC -v compile models/vit_tiny.onnx --batch 8 --micro-batches 2 --remat blocks --precision bf16-mixed --print-ir-after-all \
   --dump-dir "$TMP/dump" -o "$TMP/d.plan" >/dev/null 2>"$TMP/err" || fail "dump compile: $(head -c 300 "$TMP/err")"
-[ "$(ls "$TMP/dump" | tr '\n' ' ')" = "00-import.mlir 01-attention.mlir 02-precision.mlir 03-training_step.mlir 04-schedule.mlir " ] \
+[ "$(ls "$TMP/dump" | tr '\n' ' ')" = "00-import.mlir 01-attention.mlir 02-precision.mlir 03-training_step.mlir 04-accumulate_gemm.mlir 05-schedule.mlir " ] \
   && pass "--dump-dir writes one file per pass" || fail "dump files: $(ls "$TMP/dump")"
-[ "$(grep -c "^// -----// IR Dump After" "$TMP/err")" = 5 ] && pass "--print-ir-after-all prints five dumps" || fail "print-ir-after-all"
+[ "$(grep -c "^// -----// IR Dump After" "$TMP/err")" = 6 ] && pass "--print-ir-after-all prints six dumps" || fail "print-ir-after-all"
 for p in "pass attention: 2 " "pass precision bf16-mixed" "pass microbatch: 2 micro-batches of 4" "pass remat blocks:"; do
   grep -q "$p" "$TMP/err" && pass "-v reports '$p'" || fail "-v lacks '$p'"
 done

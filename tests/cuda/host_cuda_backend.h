@@ -55,18 +55,18 @@ struct HostRunner {
 
   static Status ops_gemm(const cuda::GemmCall& c) {
     switch (c.dtype) {
-      case DType::kF32: return typed_gemm<float>(c);
-      case DType::kBF16: return typed_gemm<bf16_t>(c);
-      case DType::kF16: return typed_gemm<f16_t>(c);
+      case DType::kF32: return typed_gemm<float, float>(c);
+      case DType::kBF16: return c.y_f32 ? typed_gemm<bf16_t, float>(c) : typed_gemm<bf16_t, bf16_t>(c);
+      case DType::kF16: return c.y_f32 ? typed_gemm<f16_t, float>(c) : typed_gemm<f16_t, f16_t>(c);
       default: return Status::BadInput("host GEMM: dtype");
     }
   }
-  template <typename T>
+  template <typename T, typename Y>
   static Status typed_gemm(const cuda::GemmCall& c) {
     const T* a = static_cast<const T*>(c.a);
     const T* b = static_cast<const T*>(c.b);
-    const T* bias = static_cast<const T*>(c.bias);
-    T* y = static_cast<T*>(c.y);
+    const Y* bias = static_cast<const Y*>(c.bias);
+    Y* y = static_cast<Y*>(c.y);
     // Row steps of the stored operands (cuBLASLt's ld): packed unless the call gives one.
     const int64_t lda = c.lda ? c.lda : (c.trans_a ? c.m : c.k), ldb = c.ldb ? c.ldb : (c.trans_b ? c.k : c.n);
     const int64_t ldy = c.ldy ? c.ldy : c.n, stride_y = c.stride_y ? c.stride_y : c.m * c.n;
@@ -76,17 +76,19 @@ struct HostRunner {
       for (int64_t i = 0; i < c.m; ++i) {
         for (int64_t j = 0; j < c.n; ++j) {
           double s = bias ? cuda::ld(bias, j) : 0.0;
+          const double before = c.accumulate ? cuda::ld(y, p * stride_y + i * ldy + j) : 0.0;
           for (int64_t k = 0; k < c.k; ++k) {
             const double x = cuda::ld(ap, c.trans_a ? k * lda + i : i * lda + k);
             const double w = cuda::ld(bp, c.trans_b ? j * ldb + k : k * ldb + j);
             s += x * w;
           }
-          cuda::st(y, p * stride_y + i * ldy + j, static_cast<float>(s));
+          // As cuBLASLt: the product summed in f32, then beta·C added (alpha = beta = 1).
+          cuda::st(y, p * stride_y + i * ldy + j, c.accumulate ? static_cast<float>(static_cast<float>(s) + before) : static_cast<float>(s));
         }
       }
     }
     if (c.bias_grad) {  // the sums over k of op(a)'s rows or op(b)'s columns
-      T* g = static_cast<T*>(c.bias_grad);
+      Y* g = static_cast<Y*>(c.bias_grad);
       const int64_t count = c.bias_grad_of ? c.n : c.m;
       for (int64_t i = 0; i < count; ++i) {
         double s = 0;

@@ -16,6 +16,8 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/onednn_matmul.h"
+#include "backends/kernel_attrs.h"
 #include "backends/cuda/op_table.h"
 #include "tests/cuda/host_cuda_backend.h"
 #include "ir/fused_program.h"
@@ -1466,6 +1468,76 @@ TEST(CudaGemmEpilogues, BiasGradientEqualsMatmulAndItsSums) {
       }
     }
   }
+}
+
+// matmul_acc (a gradient's term added into its sum by its GEMM, passes/accumulate_gemm.h): for
+// f32, 16-bit operands into a 16-bit sum and into an f32 one (f32 with and without oneDNN's
+// native bf16 kernels), every transpose, with an accumulator that y overwrites in place or that
+// y copies, and without one: y equals acc + op(a)·op(b) in double within one rounding of the
+// sum, on the CPU kernel (in the workspace its planner function declares) and on the CUDA one.
+TEST(CudaGemmEpilogues, AnAccumulatingGemmAddsItsProductIntoTheSum) {
+  constexpr int64_t kM = 48, kN = 40, kK = 72;  // above the plain-loop size: oneDNN runs it
+  std::mt19937 rng(31);
+  const bool was_native = cpu::onednn_bf16_gemm();
+  const std::pair<DType, DType> kinds[] = {{DType::kF32, DType::kF32}, {DType::kBF16, DType::kBF16}, {DType::kF32, DType::kBF16},
+                                           {DType::kF32, DType::kF16}};
+  for (const auto& [sum_type, operand_type] : kinds) {
+    for (const bool native : {false, true}) {
+      if (native && (operand_type != DType::kBF16 || !cpu::pin_onednn_bf16_gemm(true))) continue;
+      if (!native) cpu::pin_onednn_bf16_gemm(false);
+      for (const int64_t ta : {0, 1}) {
+        for (const int64_t tb : {0, 1}) {
+          for (const int mode : {0, 1, 2}) {  // 0: in place, 1: y a copy of acc, 2: no acc
+            Module m;
+            const ValueId acc_v = m.add_argument("acc", {sum_type, {kM, kN}}, Role::kActivation);
+            const ValueId a_v = m.add_argument("a", {operand_type, ta ? Shape{kK, kM} : Shape{kM, kK}}, Role::kActivation);
+            const ValueId b_v = m.add_argument("b", {operand_type, tb ? Shape{kN, kK} : Shape{kK, kN}}, Role::kActivation);
+            Attrs attrs;
+            attrs.set("transpose_a", ta), attrs.set("transpose_b", tb);
+            if (mode == 2) attrs.set("dtype", std::string(dtype_name(sum_type)));
+            auto y_v = m.add_node("matmul_acc", {mode == 2 ? kNoValue : acc_v, a_v, b_v}, attrs, "test");
+            ASSERT_TRUE(y_v.ok()) << y_v.status().message();
+            ASSERT_EQ(m.value((*y_v)[0]).type, (TensorType{sum_type, {kM, kN}}));
+            const Node& node = m.node(m.value((*y_v)[0]).producer);
+            const Tensor acc = testing::random_tensor(sum_type, {kM, kN}, rng, -4.0, 4.0);
+            const Tensor a = testing::random_tensor(operand_type, m.value(a_v).type.shape, rng);
+            const Tensor b = testing::random_tensor(operand_type, m.value(b_v).type.shape, rng);
+            auto run = [&](bool cuda_kernel) {
+              Tensor y = mode == 0 ? acc.clone() : Tensor::zeros(sum_type, {kM, kN});
+              const Tensor* acc_in = mode == 0 ? &y : mode == 1 ? &acc : nullptr;
+              KernelContext ctx{node, {acc_in, &a, &b}, {&y}};
+              const NodeTypes types(m, node);
+              Scratch64 workspace(cuda_kernel ? cuda::ops::kernel_scratch_bytes(node, types.in, types.out, 0) : cpu::cpu_workspace_bytes(m, node));
+              workspace.give(ctx);
+              const Kernel* k = cuda_kernel ? cuda::ops::find_kernel<HostRunner>("matmul_acc") : cpu::find_kernel("matmul_acc");
+              EXPECT_NE(k, nullptr);
+              const Status st = (*k)(ctx);
+              EXPECT_TRUE(st.ok()) << st.message();
+              return y;
+            };
+            const Tensor cuda = run(true), cpu = run(false);
+            // One rounding of the sum to its type, plus the f32 product's (k terms of |a·b| ≤ 1).
+            const double unit = sum_type == DType::kF32 ? 1.0 / (1 << 23) : 1.0 / (1 << 7);
+            double worst = 0;
+            for (int64_t i = 0; i < kM; ++i) {
+              for (int64_t j = 0; j < kN; ++j) {
+                double ref = mode == 2 ? 0.0 : acc.get_as_double(i * kN + j);
+                for (int64_t k = 0; k < kK; ++k) {
+                  ref += a.get_as_double(ta ? k * kM + i : i * kK + k) * b.get_as_double(tb ? j * kK + k : k * kN + j);
+                }
+                const double bound = unit * (std::fabs(ref) + 1.0) + kK * 1e-6;
+                worst = std::max(worst, std::fabs(cpu.get_as_double(i * kN + j) - ref) / bound);
+                worst = std::max(worst, std::fabs(cuda.get_as_double(i * kN + j) - ref) / bound);
+              }
+            }
+            EXPECT_LE(worst, 1.0) << dtype_name(sum_type) << " += " << dtype_name(operand_type) << (native ? " native" : "") << " ta " << ta
+                                  << " tb " << tb << " mode " << mode;
+          }
+        }
+      }
+    }
+  }
+  cpu::pin_onednn_bf16_gemm(was_native);
 }
 
 // Every optimizer's update kernel in a real step: the updated weights and states after one step

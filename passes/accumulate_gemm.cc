@@ -1,0 +1,144 @@
+#include "passes/accumulate_gemm.h"
+
+#include <optional>
+#include <unordered_map>
+
+#include "frontend/fusion_util.h"
+#include "ir/op_registry.h"
+#include "passes/microbatch.h"
+#include "passes/pipeline.h"
+
+namespace memc {
+namespace {
+
+// A term of a sum: the 2-D matmul that writes it, and the widening cast between them when the
+// sum is f32 and the product 16-bit. Each value on the way is read only by the next node.
+struct Term {
+  NodeId matmul = kNoNode, cast = kNoNode;
+};
+
+// `v` as a term of a sum of type `sum` read by `reader`, or nullopt.
+std::optional<Term> term_of(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v, const TensorType& sum,
+                            const Node& reader) {
+  // Values made after `users` (this pass's own sums) are no products.
+  if (v >= static_cast<ValueId>(users.size()) || fusion::only_reader(m, users, v) != &reader) return std::nullopt;
+  Term t;
+  const Node* p = fusion::producer(m, v);
+  if (p != nullptr && p->op == "cast") {
+    if (sum.dtype != DType::kF32 || !fusion::is_16bit_cast(m, p, /*narrowing=*/false)) return std::nullopt;
+    t.cast = m.value(v).producer;
+    v = p->inputs[0];
+    if (fusion::only_reader(m, users, v) != p) return std::nullopt;
+    p = fusion::producer(m, v);
+  }
+  if (p == nullptr || p->op != "matmul" || p->inputs.size() != 2) return std::nullopt;
+  if (m.value(p->inputs[0]).type.shape.size() != 2 || m.value(p->inputs[1]).type.shape.size() != 2) return std::nullopt;
+  if (m.value(v).type.shape != sum.shape || (t.cast == kNoNode && m.value(v).type.dtype != sum.dtype)) return std::nullopt;
+  t.matmul = m.value(v).producer;
+  return t;
+}
+
+// Whether `v` is `acc` or a view of it (a reshape shares its buffer): a GEMM adding into acc's
+// buffer must not read it as an operand.
+bool views(const Module& m, ValueId v, ValueId acc) {
+  const OpRegistry& registry = OpRegistry::get();
+  while (v != kNoValue) {
+    if (v == acc) return true;
+    const Node* p = fusion::producer(m, v);
+    const OpDef* def = p == nullptr ? nullptr : registry.find(p->op);
+    if (def == nullptr || !(def->flags & kOpView) || p->inputs.empty()) return false;
+    v = p->inputs[0];
+  }
+  return false;
+}
+
+int64_t position_of(const Module& m, NodeId n) {
+  const std::vector<NodeId> order = m.schedule();
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] == n) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+Attrs gemm_attrs(const Node& matmul) {
+  Attrs attrs;
+  attrs.set("transpose_a", matmul.attrs.get_int("transpose_a", 0));
+  attrs.set("transpose_b", matmul.attrs.get_int("transpose_b", 0));
+  return attrs;
+}
+
+// Replaces `term` and the add `r` (sum' = sum + term) by one matmul_acc(sum, a, b) at the
+// matmul's place where the sum is made before it, else at the add's; returns the matmul_acc.
+Expected<NodeId> fuse_term(Module& m, NodeId r, ValueId sum, const Term& term) {
+  const Node matmul = m.node(term.matmul);
+  const NodeId sum_producer = m.value(sum).producer;
+  const bool early = sum_producer == kNoNode || position_of(m, sum_producer) < position_of(m, term.matmul);
+  const std::vector<ValueId> out = fusion::add_before(m, early ? term.matmul : r, "matmul_acc", {sum, matmul.inputs[0], matmul.inputs[1]},
+                                                      gemm_attrs(matmul), matmul.source);
+  const ValueId was = m.node(r).outputs[0];
+  if (out.size() != 1 || m.value(out[0]).type != m.value(was).type) {
+    return Status::Internal(str_cat("accumulate_gemm: could not add ", matmul.source, " into its sum"));
+  }
+  fusion::take_identity(m, was, out[0]);
+  m.node(r).dead = true;
+  m.node(term.matmul).dead = true;
+  if (term.cast != kNoNode) m.node(term.cast).dead = true;
+  return m.value(out[0]).producer;
+}
+
+// Replaces the first term `start` (an f32 cast of a 16-bit product, read only by the matmul_acc
+// that adds the next) by a matmul_acc without an accumulator that writes the product as f32.
+Status fuse_start(Module& m, ValueId start, const Term& term) {
+  const Node matmul = m.node(term.matmul);
+  Attrs attrs = gemm_attrs(matmul);
+  attrs.set("dtype", std::string(dtype_name(m.value(start).type.dtype)));
+  const std::vector<ValueId> out =
+      fusion::add_before(m, term.matmul, "matmul_acc", {kNoValue, matmul.inputs[0], matmul.inputs[1]}, std::move(attrs), matmul.source);
+  if (out.size() != 1 || m.value(out[0]).type != m.value(start).type) {
+    return Status::Internal(str_cat("accumulate_gemm: could not start ", matmul.source, "'s sum"));
+  }
+  fusion::take_identity(m, start, out[0]);
+  m.node(term.matmul).dead = true;
+  m.node(term.cast).dead = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<PassReport> AccumulateGemm::run(Module& m) {
+  int64_t terms = 0, starts = 0;
+  const std::vector<std::vector<NodeId>> users = m.users();
+  std::vector<NodeId> sums;  // the matmul_accs made, whose sums may start with a product
+  for (NodeId r : m.schedule()) {
+    const Node& add = m.node(r);
+    if (add.dead || add.op != "add" || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
+    const TensorType& type = m.value(add.outputs[0]).type;
+    for (int side : {1, 0}) {
+      const ValueId sum = add.inputs[1 - side];
+      if (sum == kNoValue || m.value(sum).type != type) continue;
+      const std::optional<Term> term = term_of(m, users, add.inputs[side], type, add);
+      if (!term) continue;
+      const Node& matmul = m.node(term->matmul);
+      if (views(m, matmul.inputs[0], sum) || views(m, matmul.inputs[1], sum)) continue;
+      // A sum over micro-batches holds its first term across a whole micro-batch, where the
+      // 16-bit product (half the f32 sum's bytes) is the cheaper form to hold: its start stays.
+      const bool across_micro_batches = m.node(r).source == kMicroBatchSource;
+      MEMC_ASSIGN_OR_RETURN(const NodeId fused, fuse_term(m, r, sum, *term));
+      if (!across_micro_batches) sums.push_back(fused);
+      ++terms;
+      break;
+    }
+  }
+  const std::vector<std::vector<NodeId>> now = m.users();
+  for (NodeId s : sums) {
+    const ValueId start = m.node(s).inputs[0];
+    const std::optional<Term> term = term_of(m, now, start, m.value(start).type, m.node(s));
+    if (!term || term->cast == kNoNode) continue;  // a product already written at the sum's type
+    MEMC_RETURN_IF_ERROR(fuse_start(m, start, *term));
+    ++starts;
+  }
+  return rewrite_report(m, {{"terms", terms}, {"starts", starts}},
+                        str_cat("accumulate_gemm: ", terms, " of the gradient sums' terms added by their GEMMs, ", starts, " sums started in f32 by one"));
+}
+
+}  // namespace memc
