@@ -11,11 +11,22 @@
 namespace memc {
 namespace {
 
-// A term of a sum: the 2-D matmul that writes it, and the widening cast between them when the
-// sum is f32 and the product 16-bit. Each value on the way is read only by the next node.
+// A term of a sum: the product that writes it, and the widening cast between them when the sum
+// is f32 and the product 16-bit. Each value on the way is read only by the next node. The
+// product is a matmul by a 2-D b whose a is 2-D or folds its rows (no transpose_a), or a linear
+// without a bias (a linear layer's input gradient: dy·w).
 struct Term {
   NodeId matmul = kNoNode, cast = kNoNode;
 };
+
+// Whether `n` is a product matmul_acc computes: see Term.
+bool is_product(const Module& m, const Node& n) {
+  const bool linear = n.op == "linear" && (n.inputs.size() == 2 || n.inputs[2] == kNoValue);
+  if (!linear && !(n.op == "matmul" && n.inputs.size() == 2)) return false;
+  const size_t a_rank = m.value(n.inputs[0]).type.shape.size();
+  const bool transposed_a = !linear && n.attrs.get_int("transpose_a", 0);
+  return m.value(n.inputs[1]).type.shape.size() == 2 && (a_rank == 2 || (a_rank > 2 && !transposed_a));
+}
 
 // `v` as a term of a sum of type `sum` read by `reader`, or nullopt.
 std::optional<Term> term_of(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v, const TensorType& sum,
@@ -28,11 +39,10 @@ std::optional<Term> term_of(const Module& m, const std::vector<std::vector<NodeI
     if (sum.dtype != DType::kF32 || !fusion::is_16bit_cast(m, p, /*narrowing=*/false)) return std::nullopt;
     t.cast = m.value(v).producer;
     v = p->inputs[0];
-    if (fusion::only_reader(m, users, v) != p) return std::nullopt;
+    if (v >= static_cast<ValueId>(users.size()) || fusion::only_reader(m, users, v) != p) return std::nullopt;
     p = fusion::producer(m, v);
   }
-  if (p == nullptr || p->op != "matmul" || p->inputs.size() != 2) return std::nullopt;
-  if (m.value(p->inputs[0]).type.shape.size() != 2 || m.value(p->inputs[1]).type.shape.size() != 2) return std::nullopt;
+  if (p == nullptr || !is_product(m, *p)) return std::nullopt;
   if (m.value(v).type.shape != sum.shape || (t.cast == kNoNode && m.value(v).type.dtype != sum.dtype)) return std::nullopt;
   t.matmul = m.value(v).producer;
   return t;
@@ -60,10 +70,12 @@ int64_t position_of(const Module& m, NodeId n) {
   return -1;
 }
 
-Attrs gemm_attrs(const Node& matmul) {
+// The product's transposes as matmul_acc's (a linear's weight is b, transposed by default).
+Attrs gemm_attrs(const Node& product) {
+  const bool linear = product.op == "linear";
   Attrs attrs;
-  attrs.set("transpose_a", matmul.attrs.get_int("transpose_a", 0));
-  attrs.set("transpose_b", matmul.attrs.get_int("transpose_b", 0));
+  attrs.set("transpose_a", linear ? int64_t{0} : product.attrs.get_int("transpose_a", 0));
+  attrs.set("transpose_b", linear ? product.attrs.get_int("transpose_w", 1) : product.attrs.get_int("transpose_b", 0));
   return attrs;
 }
 

@@ -1,8 +1,10 @@
-// accumulate_gemm: a weight gradient summed over loss chunks, micro-batches or a tied weight's
-// uses is added by its GEMM. Autodiff, the loss chunks and the micro-batches write each term as
-// its own product and an add: sum' = add(sum, cast?(matmul(a, b))), so the product (and under a
-// mixed precision its 16-bit copy and the f32 cast of it) is a buffer of the weight's size beside
-// the running sum. This pass makes each such term one matmul_acc(sum, a, b), a GEMM that adds
+// accumulate_gemm: a gradient summed over loss chunks, micro-batches or a value's uses is added
+// by its GEMM. Autodiff, the loss chunks and the micro-batches write each term as its own
+// product and an add: sum' = add(sum, cast?(P)), P a matmul by a 2-D weight or a bias-free linear
+// (a weight's gradient over chunks, micro-batches or tied uses; an activation's gradient where
+// several linear layers read it: q, k and v, a gated MLP's gate and up), so the product (and
+// under a mixed precision its 16-bit copy and the f32 cast of it) is a buffer beside the running
+// sum. This pass makes each such term one matmul_acc(sum, a, b), a GEMM that adds
 // into the sum (cuBLASLt's beta = 1, oneDNN's sum post-op). Under a mixed precision the first
 // term of a sum within one micro-batch (the loss chunks'), when the next is one, becomes a
 // matmul_acc without an accumulator that writes the f32 product itself, with no 16-bit copy and

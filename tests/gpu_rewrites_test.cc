@@ -180,7 +180,8 @@ TEST_P(BiasGradGemmStep, EqualsTheUnfusedStep) {
   // Every one in the first micro-batch; a later one's weight gradient is added into the sum by
   // its GEMM (accumulate_gemm, before this pass) and its bias gradient stays a reduce_sum.
   EXPECT_EQ(pairs, c.linears);
-  EXPECT_EQ(testing::count_op(fused.train, "matmul_acc"), c.linears * (c.micro_batches - 1));
+  EXPECT_GE(testing::count_op(fused.train, "matmul_acc"), c.linears * (c.micro_batches - 1));
+  EXPECT_EQ(testing::count_op(fused.train, "matmul_acc"), testing::count_op(plain.train, "matmul_acc"));
   EXPECT_EQ(testing::count_op(fused.train, "matmul"), testing::count_op(plain.train, "matmul") - pairs);
   EXPECT_EQ(testing::count_op(fused.train, "reduce_sum"), testing::count_op(plain.train, "reduce_sum") - pairs);
   const auto diff = testing::compare_gradients(testing::first_step_gradients(fused, c.data), testing::first_step_gradients(plain, c.data));

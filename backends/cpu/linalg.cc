@@ -119,7 +119,8 @@ int64_t matmul_bgrad_workspace(const Node& node, std::span<const TensorType> in,
 // writes y whole.
 GemmShape matmul_acc_shape(const Node& node, const Shape& a, const Shape& b, bool has_acc) {
   const bool ta = node.attrs.get_int("transpose_a", 0), tb = node.attrs.get_int("transpose_b", 0);
-  return GemmShape{.m = ta ? a[1] : a[0], .n = tb ? b[0] : b[1], .k = ta ? a[0] : a[1], .trans_a = ta, .trans_b = tb, .accumulate = has_acc};
+  const int64_t k = ta ? a[0] : a.back();  // an a of rank > 2 folds its rows (transpose_a 0)
+  return GemmShape{.m = ta ? a[1] : (k ? numel(a) / k : 0), .n = tb ? b[0] : b[1], .k = k, .trans_a = ta, .trans_b = tb, .accumulate = has_acc};
 }
 
 Status matmul_acc_kernel(KernelContext& ctx) {

@@ -51,8 +51,9 @@ Status matmul_bgrad_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   return Status::Ok();
 }
 
-// matmul_acc([acc], a, b) {transpose_a, transpose_b, dtype}: y = acc + op(a)·op(b) for 2-D
-// operands, y of acc's type: a's dtype, or f32 where a and b are 16-bit (the product is not
+// matmul_acc([acc], a, b) {transpose_a, transpose_b, dtype}: y = acc + op(a)·op(b) for a 2-D b
+// and a 2-D a, or an a of higher rank whose rows fold into one GEMM (transpose_a 0: a linear
+// layer's input gradient, [..., K]·op(b) → [..., N]); y of acc's type: a's dtype, or f32 where a and b are 16-bit (the product is not
 // rounded to 16 bits before the sum). Without acc, y = op(a)·op(b) of `dtype` (a's by default):
 // a sum's first term. The GEMM adds into the accumulator (cuBLASLt's beta = 1, oneDNN's sum
 // post-op), which the memory plan lets y take over where acc dies here (kOpInplaceOk): a sum of
@@ -63,7 +64,10 @@ Status matmul_acc_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   if (c.present.size() != 3 || !c.present[1] || !c.present[2]) return Status::BadInput("needs three input slots: [acc], a, b");
   const bool has_acc = c.present[0];
   const std::span<const TensorType> operands = c.inputs.subspan(c.inputs.size() - 2);
-  if (operands[0].shape.size() != 2 || operands[1].shape.size() != 2) return Status::BadInput("needs 2-D operands");
+  const bool ta = c.node.attrs.get_int("transpose_a", 0);
+  if (operands[0].shape.size() < 2 || operands[1].shape.size() != 2 || (ta && operands[0].shape.size() != 2)) {
+    return Status::BadInput("needs a 2-D b, and a 2-D a or one of higher rank without transpose_a");
+  }
   const ShapeContext product{c.node, operands, c.present};
   MEMC_RETURN_IF_ERROR(matmul_shape(product, out));
   const DType low = operands[0].dtype;
@@ -199,10 +203,10 @@ void register_linalg_ops(OpRegistry& r) {
          .shape = matmul_acc_shape,
          .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType> out) {
            const TensorType& a = in[in.size() - 2];  // absent inputs are not passed
-           const int64_t k = n.attrs.get_int("transpose_a", 0) ? a.shape[0] : a.shape[1];
+           const int64_t k = n.attrs.get_int("transpose_a", 0) ? a.shape[0] : a.shape.back();
            return 2 * out[0].numel() * k + (in.size() == 3 ? out[0].numel() : 0);
          },
-         .doc = "y = [acc +] op(a)·op(b) for 2-D operands {transpose_a, transpose_b, dtype}; y f32 or a's dtype"});
+         .doc = "y = [acc +] op(a)·op(b) for a 2-D b (a's rows folded) {transpose_a, transpose_b, dtype}; y f32 or a's dtype"});
   r.add({.name = "linear", .min_inputs = 2, .max_inputs = 3, .flags = kOpComputeHeavy, .shape = linear_shape,
          .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType> out) {
            const bool tw = n.attrs.get_int("transpose_w", 1);

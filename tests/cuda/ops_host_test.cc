@@ -1472,8 +1472,8 @@ TEST(CudaGemmEpilogues, BiasGradientEqualsMatmulAndItsSums) {
 
 // matmul_acc (a gradient's term added into its sum by its GEMM, passes/accumulate_gemm.h): for
 // f32, 16-bit operands into a 16-bit sum and into an f32 one (f32 with and without oneDNN's
-// native bf16 kernels), every transpose, with an accumulator that y overwrites in place or that
-// y copies, and without one: y equals acc + op(a)·op(b) in double within one rounding of the
+// native bf16 kernels), every transpose, an a of rank 3 whose rows fold, with an accumulator
+// that y overwrites in place or that y copies, and without one: y equals acc + op(a)·op(b) in double within one rounding of the
 // sum, on the CPU kernel (in the workspace its planner function declares) and on the CUDA one.
 TEST(CudaGemmEpilogues, AnAccumulatingGemmAddsItsProductIntoTheSum) {
   constexpr int64_t kM = 48, kN = 40, kK = 72;  // above the plain-loop size: oneDNN runs it
@@ -1487,24 +1487,26 @@ TEST(CudaGemmEpilogues, AnAccumulatingGemmAddsItsProductIntoTheSum) {
       if (!native) cpu::pin_onednn_bf16_gemm(false);
       for (const int64_t ta : {0, 1}) {
         for (const int64_t tb : {0, 1}) {
-          for (const int mode : {0, 1, 2}) {  // 0: in place, 1: y a copy of acc, 2: no acc
+          for (const int mode : {0, 1, 2, 3}) {  // 0: in place, 1: y a copy of acc, 2: no acc, 3: in place, a [2, M/2, K]
+            if (mode == 3 && ta) continue;
+            const Shape y_shape = mode == 3 ? Shape{2, kM / 2, kN} : Shape{kM, kN};
             Module m;
-            const ValueId acc_v = m.add_argument("acc", {sum_type, {kM, kN}}, Role::kActivation);
-            const ValueId a_v = m.add_argument("a", {operand_type, ta ? Shape{kK, kM} : Shape{kM, kK}}, Role::kActivation);
+            const ValueId acc_v = m.add_argument("acc", {sum_type, y_shape}, Role::kActivation);
+            const ValueId a_v = m.add_argument("a", {operand_type, mode == 3 ? Shape{2, kM / 2, kK} : ta ? Shape{kK, kM} : Shape{kM, kK}}, Role::kActivation);
             const ValueId b_v = m.add_argument("b", {operand_type, tb ? Shape{kN, kK} : Shape{kK, kN}}, Role::kActivation);
             Attrs attrs;
             attrs.set("transpose_a", ta), attrs.set("transpose_b", tb);
             if (mode == 2) attrs.set("dtype", std::string(dtype_name(sum_type)));
             auto y_v = m.add_node("matmul_acc", {mode == 2 ? kNoValue : acc_v, a_v, b_v}, attrs, "test");
             ASSERT_TRUE(y_v.ok()) << y_v.status().message();
-            ASSERT_EQ(m.value((*y_v)[0]).type, (TensorType{sum_type, {kM, kN}}));
+            ASSERT_EQ(m.value((*y_v)[0]).type, (TensorType{sum_type, y_shape}));
             const Node& node = m.node(m.value((*y_v)[0]).producer);
-            const Tensor acc = testing::random_tensor(sum_type, {kM, kN}, rng, -4.0, 4.0);
+            const Tensor acc = testing::random_tensor(sum_type, y_shape, rng, -4.0, 4.0);
             const Tensor a = testing::random_tensor(operand_type, m.value(a_v).type.shape, rng);
             const Tensor b = testing::random_tensor(operand_type, m.value(b_v).type.shape, rng);
             auto run = [&](bool cuda_kernel) {
-              Tensor y = mode == 0 ? acc.clone() : Tensor::zeros(sum_type, {kM, kN});
-              const Tensor* acc_in = mode == 0 ? &y : mode == 1 ? &acc : nullptr;
+              Tensor y = mode == 0 || mode == 3 ? acc.clone() : Tensor::zeros(sum_type, y_shape);
+              const Tensor* acc_in = mode == 0 || mode == 3 ? &y : mode == 1 ? &acc : nullptr;
               KernelContext ctx{node, {acc_in, &a, &b}, {&y}};
               const NodeTypes types(m, node);
               Scratch64 workspace(cuda_kernel ? cuda::ops::kernel_scratch_bytes(node, types.in, types.out, 0) : cpu::cpu_workspace_bytes(m, node));
