@@ -62,14 +62,6 @@ bool views(const Module& m, ValueId v, ValueId acc) {
   return false;
 }
 
-int64_t position_of(const Module& m, NodeId n) {
-  const std::vector<NodeId> order = m.schedule();
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (order[i] == n) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
 // The product's transposes as matmul_acc's (a linear's weight is b, transposed by default).
 Attrs gemm_attrs(const Node& product) {
   const bool linear = product.op == "linear";
@@ -80,13 +72,11 @@ Attrs gemm_attrs(const Node& product) {
 }
 
 // Replaces `term` and the add `r` (sum' = sum + term) by one matmul_acc(sum, a, b) at the
-// matmul's place where the sum is made before it, else at the add's; returns the matmul_acc.
+// product's place; returns the matmul_acc.
 Expected<NodeId> fuse_term(Module& m, NodeId r, ValueId sum, const Term& term) {
   const Node matmul = m.node(term.matmul);
-  const NodeId sum_producer = m.value(sum).producer;
-  const bool early = sum_producer == kNoNode || position_of(m, sum_producer) < position_of(m, term.matmul);
-  const std::vector<ValueId> out = fusion::add_before(m, early ? term.matmul : r, "matmul_acc", {sum, matmul.inputs[0], matmul.inputs[1]},
-                                                      gemm_attrs(matmul), matmul.source);
+  const std::vector<ValueId> out =
+      fusion::add_before(m, term.matmul, "matmul_acc", {sum, matmul.inputs[0], matmul.inputs[1]}, gemm_attrs(matmul), matmul.source);
   const ValueId was = m.node(r).outputs[0];
   if (out.size() != 1 || m.value(out[0]).type != m.value(was).type) {
     return Status::Internal(str_cat("accumulate_gemm: could not add ", matmul.source, " into its sum"));
@@ -121,6 +111,9 @@ Expected<PassReport> AccumulateGemm::run(Module& m) {
   int64_t terms = 0, starts = 0;
   const std::vector<std::vector<NodeId>> users = m.users();
   std::vector<NodeId> sums;  // the matmul_accs made, whose sums may start with a product
+  // Positions in the order given; a matmul_acc takes its product's (it is placed right before it).
+  std::unordered_map<NodeId, int64_t> position;
+  for (NodeId n : m.schedule()) position.emplace(n, static_cast<int64_t>(position.size()));
   for (NodeId r : m.schedule()) {
     const Node& add = m.node(r);
     if (add.dead || add.op != "add" || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
@@ -132,10 +125,16 @@ Expected<PassReport> AccumulateGemm::run(Module& m) {
       if (!term) continue;
       const Node& matmul = m.node(term->matmul);
       if (views(m, matmul.inputs[0], sum) || views(m, matmul.inputs[1], sum)) continue;
+      // Only where the sum exists when the product is computed: a GEMM held back until the sum
+      // is ready would hold its operands that long (a tied head's dlogits until the embedding's
+      // gradient, at the end of the backward: +69,568 B on the sweep's GPT-2 LM, b8 × 64).
+      const NodeId made = m.value(sum).producer;
+      if (made != kNoNode && !(position.contains(made) && position.at(made) < position.at(term->matmul))) continue;
       // A sum over micro-batches holds its first term across a whole micro-batch, where the
       // 16-bit product (half the f32 sum's bytes) is the cheaper form to hold: its start stays.
       const bool across_micro_batches = m.node(r).source == kMicroBatchSource;
       MEMC_ASSIGN_OR_RETURN(const NodeId fused, fuse_term(m, r, sum, *term));
+      position[fused] = position.at(term->matmul);
       if (!across_micro_batches) sums.push_back(fused);
       ++terms;
       break;

@@ -4,8 +4,10 @@
 // (a weight's gradient over chunks, micro-batches or tied uses; an activation's gradient where
 // several linear layers read it: q, k and v, a gated MLP's gate and up), so the product (and
 // under a mixed precision its 16-bit copy and the f32 cast of it) is a buffer beside the running
-// sum. This pass makes each such term one matmul_acc(sum, a, b), a GEMM that adds
-// into the sum (cuBLASLt's beta = 1, oneDNN's sum post-op). Under a mixed precision the first
+// sum. Where the sum exists when the product is computed, this pass makes the term one
+// matmul_acc(sum, a, b) in the product's place (not where the sum comes later: the GEMM would
+// then wait for it, holding its operands, such as a tied head's dlogits until the embedding's
+// gradient), a GEMM that adds into the sum (cuBLASLt's beta = 1, oneDNN's sum post-op). Under a mixed precision the first
 // term of a sum within one micro-batch (the loss chunks'), when the next is one, becomes a
 // matmul_acc without an accumulator that writes the f32 product itself, with no 16-bit copy and
 // no cast: the sum is then the only buffer of the weight's size (bench/journal/2026.md §62). A
