@@ -16,7 +16,7 @@ namespace {
 // product is a matmul by a 2-D b whose a is 2-D or folds its rows (no transpose_a), or a linear
 // without a bias (a linear layer's input gradient: dy·w).
 struct Term {
-  NodeId matmul = kNoNode, cast = kNoNode;
+  NodeId product = kNoNode, cast = kNoNode;
 };
 
 // Whether `n` is a product matmul_acc computes: see Term.
@@ -44,7 +44,7 @@ std::optional<Term> term_of(const Module& m, const std::vector<std::vector<NodeI
   }
   if (p == nullptr || !is_product(m, *p)) return std::nullopt;
   if (m.value(v).type.shape != sum.shape || (t.cast == kNoNode && m.value(v).type.dtype != sum.dtype)) return std::nullopt;
-  t.matmul = m.value(v).producer;
+  t.product = m.value(v).producer;
   return t;
 }
 
@@ -74,16 +74,16 @@ Attrs gemm_attrs(const Node& product) {
 // Replaces `term` and the add `r` (sum' = sum + term) by one matmul_acc(sum, a, b) at the
 // product's place; returns the matmul_acc.
 Expected<NodeId> fuse_term(Module& m, NodeId r, ValueId sum, const Term& term) {
-  const Node matmul = m.node(term.matmul);
+  const Node product = m.node(term.product);
   const std::vector<ValueId> out =
-      fusion::add_before(m, term.matmul, "matmul_acc", {sum, matmul.inputs[0], matmul.inputs[1]}, gemm_attrs(matmul), matmul.source);
+      fusion::add_before(m, term.product, "matmul_acc", {sum, product.inputs[0], product.inputs[1]}, gemm_attrs(product), product.source);
   const ValueId was = m.node(r).outputs[0];
   if (out.size() != 1 || m.value(out[0]).type != m.value(was).type) {
-    return Status::Internal(str_cat("accumulate_gemm: could not add ", matmul.source, " into its sum"));
+    return Status::Internal(str_cat("accumulate_gemm: could not add ", product.source, " into its sum"));
   }
   fusion::take_identity(m, was, out[0]);
   m.node(r).dead = true;
-  m.node(term.matmul).dead = true;
+  m.node(term.product).dead = true;
   if (term.cast != kNoNode) m.node(term.cast).dead = true;
   return m.value(out[0]).producer;
 }
@@ -91,16 +91,16 @@ Expected<NodeId> fuse_term(Module& m, NodeId r, ValueId sum, const Term& term) {
 // Replaces the first term `start` (an f32 cast of a 16-bit product, read only by the matmul_acc
 // that adds the next) by a matmul_acc without an accumulator that writes the product as f32.
 Status fuse_start(Module& m, ValueId start, const Term& term) {
-  const Node matmul = m.node(term.matmul);
-  Attrs attrs = gemm_attrs(matmul);
+  const Node product = m.node(term.product);
+  Attrs attrs = gemm_attrs(product);
   attrs.set("dtype", std::string(dtype_name(m.value(start).type.dtype)));
   const std::vector<ValueId> out =
-      fusion::add_before(m, term.matmul, "matmul_acc", {kNoValue, matmul.inputs[0], matmul.inputs[1]}, std::move(attrs), matmul.source);
+      fusion::add_before(m, term.product, "matmul_acc", {kNoValue, product.inputs[0], product.inputs[1]}, std::move(attrs), product.source);
   if (out.size() != 1 || m.value(out[0]).type != m.value(start).type) {
-    return Status::Internal(str_cat("accumulate_gemm: could not start ", matmul.source, "'s sum"));
+    return Status::Internal(str_cat("accumulate_gemm: could not start ", product.source, "'s sum"));
   }
   fusion::take_identity(m, start, out[0]);
-  m.node(term.matmul).dead = true;
+  m.node(term.product).dead = true;
   m.node(term.cast).dead = true;
   return Status::Ok();
 }
@@ -123,18 +123,18 @@ Expected<PassReport> AccumulateGemm::run(Module& m) {
       if (sum == kNoValue || m.value(sum).type != type) continue;
       const std::optional<Term> term = term_of(m, users, add.inputs[side], type, add);
       if (!term) continue;
-      const Node& matmul = m.node(term->matmul);
-      if (views(m, matmul.inputs[0], sum) || views(m, matmul.inputs[1], sum)) continue;
+      const Node& product = m.node(term->product);
+      if (views(m, product.inputs[0], sum) || views(m, product.inputs[1], sum)) continue;
       // Only where the sum exists when the product is computed: a GEMM held back until the sum
       // is ready would hold its operands that long (a tied head's dlogits until the embedding's
       // gradient, at the end of the backward: +69,568 B on the sweep's GPT-2 LM, b8 × 64).
       const NodeId made = m.value(sum).producer;
-      if (made != kNoNode && !(position.contains(made) && position.at(made) < position.at(term->matmul))) continue;
+      if (made != kNoNode && !(position.contains(made) && position.at(made) < position.at(term->product))) continue;
       // A sum over micro-batches holds its first term across a whole micro-batch, where the
       // 16-bit product (half the f32 sum's bytes) is the cheaper form to hold: its start stays.
       const bool across_micro_batches = m.node(r).source == kMicroBatchSource;
       MEMC_ASSIGN_OR_RETURN(const NodeId fused, fuse_term(m, r, sum, *term));
-      position[fused] = position.at(term->matmul);
+      position[fused] = position.at(term->product);
       if (!across_micro_batches) sums.push_back(fused);
       ++terms;
       break;
