@@ -46,6 +46,19 @@ struct BiasGradSums {
   }
 };
 
+// matmul_acc's one GEMM (ir/ops/linalg.cc): y [m, n] (+)= op(a)·op(b), b 2-D, and an a of rank
+// > 2 (transpose_a 0) folded into its rows.
+struct MatmulAccDims {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  MatmulAccDims(const Node& node, const Shape& a, const Shape& b)
+      : ta(node.attrs.get_int("transpose_a", 0)), tb(node.attrs.get_int("transpose_b", 0)) {
+    k = ta ? a[0] : a.back();
+    m = ta ? a[1] : (k ? numel(a) / k : 0);
+    n = tb ? b[0] : b[1];
+  }
+};
+
 // The loss's rows as the kernels read them (passes/microbatch.h's LossRows writes them): which
 // label marks a row that adds nothing, and what the sum is divided by
 // (ir/ops/training.cc: {ignore_index}, {divisor}; by default no row is ignored and N divides).

@@ -9,6 +9,7 @@
 #include "backends/cpu/blas.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/workspace.h"
+#include "backends/kernel_attrs.h"
 
 namespace memc::cpu {
 namespace {
@@ -118,9 +119,18 @@ int64_t matmul_bgrad_workspace(const Node& node, std::span<const TensorType> in,
 // otherwise acc is copied into y first. Either way the gemm accumulates onto y; without acc it
 // writes y whole.
 GemmShape matmul_acc_shape(const Node& node, const Shape& a, const Shape& b, bool has_acc) {
-  const bool ta = node.attrs.get_int("transpose_a", 0), tb = node.attrs.get_int("transpose_b", 0);
-  const int64_t k = ta ? a[0] : a.back();  // an a of rank > 2 folds its rows (transpose_a 0)
-  return GemmShape{.m = ta ? a[1] : (k ? numel(a) / k : 0), .n = tb ? b[0] : b[1], .k = k, .trans_a = ta, .trans_b = tb, .accumulate = has_acc};
+  const MatmulAccDims d(node, a, b);
+  return GemmShape{.m = d.m, .n = d.n, .k = d.k, .trans_a = d.ta, .trans_b = d.tb, .accumulate = has_acc};
+}
+
+// The gemm's scratch: an f32 sum over 16-bit operands widens them (gemm_f32_out), any other
+// sum is gemm<T>'s.
+template <typename T>
+float* matmul_acc_scratch(Workspace& ws, const GemmShape& s, bool f32_sum_of_16bit) {
+  if constexpr (std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
+    if (f32_sum_of_16bit) return ws.take<float>(gemm_f32_out_scratch_floats<T>(s));
+  }
+  return ws.take<float>(gemm_scratch_floats<T>(s));
 }
 
 Status matmul_acc_kernel(KernelContext& ctx) {
@@ -128,18 +138,20 @@ Status matmul_acc_kernel(KernelContext& ctx) {
   Tensor& y = *ctx.outputs[0];
   if (acc != nullptr && y.raw() != acc->raw()) std::memcpy(y.raw(), acc->raw(), y.nbytes());
   const GemmShape s = matmul_acc_shape(ctx.node, a.shape(), b.shape(), acc != nullptr);
+  const bool widened = y.dtype() != a.dtype();  // an f32 sum of 16-bit operands (the op's only mixed form)
   Workspace ws(ctx);
   return dispatch_dtype(a.dtype(), [&]<typename T>() -> Status {
     if constexpr (!kIsNumeric<T>) {
       return unsupported_dtype(ctx, a.dtype());
     } else {
+      float* scratch = matmul_acc_scratch<T>(ws, s, widened);
       if constexpr (std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
-        if (y.dtype() == DType::kF32) {
-          gemm_f32_out(y.data<float>(), a.data<T>(), b.data<T>(), s, ws.take<float>(gemm_f32_out_scratch_floats<T>(s)));
+        if (widened) {
+          gemm_f32_out(y.data<float>(), a.data<T>(), b.data<T>(), s, scratch);
           return Status::Ok();
         }
       }
-      gemm(y.data<T>(), a.data<T>(), b.data<T>(), s, ws.take<float>(gemm_scratch_floats<T>(s)));
+      gemm(y.data<T>(), a.data<T>(), b.data<T>(), s, scratch);
       return Status::Ok();
     }
   });
@@ -147,15 +159,7 @@ Status matmul_acc_kernel(KernelContext& ctx) {
 
 int64_t matmul_acc_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType> out) {
   const GemmShape s = matmul_acc_shape(node, in[1].shape, in[2].shape, !in[0].shape.empty());  // an absent acc: TensorType{}
-  return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) {
-    if constexpr (std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
-      if (out[0].dtype == DType::kF32) {
-        ws.take<float>(gemm_f32_out_scratch_floats<T>(s));
-        return;
-      }
-    }
-    ws.take<float>(gemm_scratch_floats<T>(s));
-  });
+  return layout_bytes(in[1].dtype, [&]<typename T>(Workspace& ws) { matmul_acc_scratch<T>(ws, s, out[0].dtype != in[1].dtype); });
 }
 
 // ---- linear ---------------------------------------------------------------------------------

@@ -950,10 +950,8 @@ Status matmul_acc_op(KernelContext& ctx, R& run) {
   const Tensor *acc = ctx.inputs[0], &a = *ctx.inputs[1], &b = *ctx.inputs[2];
   Tensor& y = *ctx.outputs[0];
   if (acc != nullptr && y.raw() != acc->raw()) MEMC_RETURN_IF_ERROR(run.copy(y.raw(), acc->raw(), static_cast<int64_t>(y.nbytes())));
-  const bool ta = ctx.node.attrs.get_int("transpose_a", 0), tb = ctx.node.attrs.get_int("transpose_b", 0);
-  const int64_t k = ta ? a.shape()[0] : a.shape().back();  // an a of rank > 2 folds its rows
-  GemmCall c{.dtype = a.dtype(), .m = ta ? a.shape()[1] : (k ? a.numel() / k : 0), .n = tb ? b.shape()[0] : b.shape()[1], .k = k,
-             .trans_a = ta, .trans_b = tb};
+  const MatmulAccDims d(ctx.node, a.shape(), b.shape());
+  GemmCall c{.dtype = a.dtype(), .m = d.m, .n = d.n, .k = d.k, .trans_a = d.ta, .trans_b = d.tb};
   c.a = a.raw(), c.b = b.raw(), c.y = y.raw();
   c.accumulate = acc != nullptr;
   c.y_f32 = y.dtype() == DType::kF32 && a.dtype() != DType::kF32;
