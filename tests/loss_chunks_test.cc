@@ -44,6 +44,14 @@ struct Case {
   double tolerance;  // loss and each gradient, relative
 };
 
+// model_precision_K<chunks>_k<micro-batches>, for either parametrized case.
+template <typename C>
+std::string case_name(const C& c) {
+  std::string precision = c.precision;
+  std::replace(precision.begin(), precision.end(), '-', '_');
+  return c.model + "_" + precision + "_K" + std::to_string(c.chunks) + "_k" + std::to_string(c.micro_batches);
+}
+
 class LossChunksVsWholeLoss : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LossChunksVsWholeLoss, LossGradientsAndPeak) {
@@ -74,12 +82,7 @@ INSTANTIATE_TEST_SUITE_P(Models, LossChunksVsWholeLoss,
                          ::testing::Values(Case{"gpt2_lm_t215", "fp32", 3, 1, 1e-6}, Case{"gpt2_lm_ts_t215", "fp32", 4, 1, 1e-6},
                                            Case{"bert_mlm_t215", "fp32", 3, 1, 1e-6}, Case{"gpt2_lm_ts_t215", "fp32", 3, 2, 1e-6},
                                            Case{"bert_mlm_t215", "bf16-mixed", 4, 1, 5e-3}, Case{"gpt2_lm_ts_t215", "fp16-mixed", 2, 1, 1e-3}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string precision = info.param.precision;
-                           std::replace(precision.begin(), precision.end(), '-', '_');
-                           return info.param.model + "_" + precision + "_K" + std::to_string(info.param.chunks) + "_k" +
-                                  std::to_string(info.param.micro_batches);
-                         });
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // The check can fail: a chunk whose gradient is not scaled by 1/kept (the whole batch's count)
 // gives gradients far from the unchunked step's.
@@ -339,12 +342,7 @@ INSTANTIATE_TEST_SUITE_P(Models, AccumulateGemmVsUnfused,
                          ::testing::Values(AccumulateCase{"gpt2_lm_t215", "fp32", 3, 1, 2}, AccumulateCase{"gpt2_lm_t215", "bf16-mixed", 3, 1, 3},
                                            AccumulateCase{"bert_mlm_t215", "bf16-mixed", 4, 1, 10},
                                            AccumulateCase{"vit_tiny", "fp32", 1, 2, 9}, AccumulateCase{"vit_tiny", "bf16-mixed", 1, 2, 9}),
-                         [](const ::testing::TestParamInfo<AccumulateCase>& info) {
-                           std::string precision = info.param.precision;
-                           std::replace(precision.begin(), precision.end(), '-', '_');
-                           return info.param.model + "_" + precision + "_K" + std::to_string(info.param.chunks) + "_k" +
-                                  std::to_string(info.param.micro_batches);
-                         });
+                         [](const ::testing::TestParamInfo<AccumulateCase>& info) { return case_name(info.param); });
 
 // Where the head's weight dominates (4096 × 256: 4 MiB in f32, the logits of a chunk 256 KiB),
 // its sum over 8 chunks no longer holds a chunk's product beside it: the peak falls by most of
