@@ -11,6 +11,7 @@
 #include "runtime/file_guard.h"
 #include "runtime/safetensors.h"
 #include "support/crc32c.h"
+#include "tests/test_util.h"
 
 namespace memc {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("memc_integrity_" + name + "_" + std::to_string(getpid()));
+  const fs::path dir = testing::scratch_path("integrity_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

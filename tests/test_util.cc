@@ -14,9 +14,35 @@ namespace memc::testing {
 
 std::string source_path(const std::string& relative) { return std::string(MEMC_SOURCE_DIR) + "/" + relative; }
 
-std::string scratch_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("memc_" + std::to_string(getpid()) + "_" + name)).string();
-}
+namespace {
+
+// <temp dir>/memc_test_<pid>: made on first use, removed with everything in it when the test
+// process exits (by the process that made it, not by a death test's fork).
+class ScratchDir {
+ public:
+  const std::filesystem::path& path() {
+    if (path_.empty()) {
+      path_ = std::filesystem::temp_directory_path() / ("memc_test_" + std::to_string(getpid()));
+      std::filesystem::create_directories(path_);
+      owner_ = getpid();
+    }
+    return path_;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty() && getpid() == owner_) std::filesystem::remove_all(path_, ignored);
+  }
+
+ private:
+  std::filesystem::path path_;
+  pid_t owner_ = 0;
+};
+
+ScratchDir scratch_dir;
+
+}  // namespace
+
+std::string scratch_path(const std::string& name) { return (scratch_dir.path() / name).string(); }
 
 Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo, double hi) {
   Tensor t = Tensor::zeros(dtype, shape);

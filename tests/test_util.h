@@ -12,8 +12,9 @@
 namespace memc::testing {
 
 std::string source_path(const std::string& relative);  // MEMC_SOURCE_DIR/relative
-// <temp dir>/memc_<pid>_<name>: a file of this test process's own. ctest runs a file's tests as
-// processes side by side, and one rewriting a shared scratch file truncates it under another.
+// <temp dir>/memc_test_<pid>/<name>: a file of this test process's own. ctest runs a file's tests
+// as processes side by side, and one rewriting a shared scratch file truncates it under another.
+// The folder goes when the process exits.
 std::string scratch_path(const std::string& name);
 Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937& rng, double lo = -1.0, double hi = 1.0);
 // max|a-b| / max|b| (max-abs relative error used across the suite); 0 when both are zero.

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -206,6 +207,7 @@ def main():
         if not blocks:
             continue
         cwd = scratch_folder(repo, build)
+        failed_before = len(failures)
         if a.lang == "sh":
             for b in blocks:
                 code, out, secs = run_shell(b, cwd, env)
@@ -232,6 +234,10 @@ def main():
                     if miss:
                         failures.append(f"{b.where()}: the output shown at {b.output.where()} has the line\n"
                                         f"  {miss}\nwhich the block did not print; it printed:\n{printed[-3000:]}")
+        if len(failures) == failed_before:
+            shutil.rmtree(cwd, ignore_errors=True)
+        else:  # what the failing blocks wrote stays for a look
+            failures[-1] += f"\n(the blocks ran in {cwd}, kept)"
     print(f"{ran} runnable {a.lang} blocks, {len(failures)} failed")
     for f in failures:
         print("FAILED " + f, file=sys.stderr)
