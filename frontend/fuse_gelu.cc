@@ -75,7 +75,7 @@ class GeluFusion : public FusionPass {
   }
 
   // Every node of `nodes` but `root` is read only inside `nodes` (so the fused op replaces them all).
-  static bool closed(const Module& m, const std::vector<std::vector<NodeId>>& users, const std::set<NodeId>& nodes, NodeId root) {
+  static bool closed(const Module& m, const Users& users, const std::set<NodeId>& nodes, NodeId root) {
     for (NodeId n : nodes) {
       if (n == root) continue;
       for (ValueId out : m.node(n).outputs) {
@@ -146,7 +146,7 @@ class GeluFusion : public FusionPass {
     return kNoValue;
   }
 
-  static const Node* single_user(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v,
+  static const Node* single_user(const Module& m, const Users& users, ValueId v,
                                  const std::string& op) {
     if (users[v].size() != 1) return nullptr;
     const Node& n = m.node(users[v][0]);

@@ -33,7 +33,7 @@ class LayerNormFusion : public FusionPass {
     return axes.front();
   }
 
-  static const Node* only_user(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v,
+  static const Node* only_user(const Module& m, const Users& users, ValueId v,
                                const std::string& op) {
     for (NodeId u : users[v]) {
       if (m.node(u).op == op) return &m.node(u);

@@ -40,7 +40,7 @@ bool is_constant_near(const Module& m, ValueId v, double expected, double tolera
 
 bool is_output(const Module& m, ValueId v) { return std::find(m.outputs().begin(), m.outputs().end(), v) != m.outputs().end(); }
 
-const Node* only_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v) {
+const Node* only_reader(const Module& m, const Users& users, ValueId v) {
   const Node* reader = nullptr;
   for (NodeId u : users[v]) {
     if (m.node(u).dead) continue;
@@ -67,33 +67,30 @@ std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op,
                                 Attrs attrs, const std::string& source) {
   auto outs = m.add_node(op, std::move(inputs), std::move(attrs), source);
   if (!outs.ok()) return {};
-  const NodeId added = m.value(outs->front()).producer;
-  std::vector<NodeId> order;
-  for (NodeId n : m.schedule()) {
-    if (n == added) continue;
-    if (n == anchor) order.push_back(added);
-    order.push_back(n);
-  }
-  m.set_schedule(order);
+  m.move_before(m.value(outs->front()).producer, anchor);
   return *outs;
 }
 
 NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs) {
-  std::unordered_map<NodeId, size_t> position;
+  // Positions by node id (-1: not scheduled), and the readers of the earlier node's outputs, each
+  // from one pass over the schedule: a pass asks this once per match.
   const std::vector<NodeId> order = m.schedule();
-  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
-  if (position.count(a) == 0 || position.count(b) == 0) return kNoNode;
+  std::vector<int32_t> position(m.nodes().size(), -1);
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int32_t>(i);
+  if (position[a] < 0 || position[b] < 0) return kNoNode;
   const NodeId later = position[a] > position[b] ? a : b, earlier = later == a ? b : a;
   bool ready = true;
   for (ValueId v : inputs) {
     const NodeId p = m.value(v).producer;
-    ready = ready && (p == kNoNode || (position.count(p) != 0 && position[p] < position[earlier]));
+    ready = ready && (p == kNoNode || (position[p] >= 0 && position[p] < position[earlier]));
   }
   if (ready) return earlier;
-  const std::vector<std::vector<NodeId>> users = m.users();
-  for (ValueId v : m.node(earlier).outputs) {
-    for (NodeId u : users[v]) {
-      if (u != later && !m.node(u).dead && (position.count(u) == 0 || position[u] < position[later])) return kNoNode;
+  // Otherwise at the later node, if nothing between reads the earlier one's outputs.
+  const std::vector<ValueId>& outs = m.node(earlier).outputs;
+  for (NodeId u : order) {
+    if (u == later || position[u] >= position[later]) continue;
+    for (ValueId v : m.node(u).inputs) {
+      if (v != kNoValue && std::find(outs.begin(), outs.end(), v) != outs.end()) return kNoNode;
     }
   }
   return later;

@@ -19,7 +19,7 @@ bool is_constant_near(const Module& m, ValueId v, double expected, double tolera
 bool is_output(const Module& m, ValueId v);
 // The one live node that reads `v`, reading it once, where `v` is no output of the module;
 // nullptr otherwise (no reader, several, or a reader taking it twice).
-const Node* only_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v);
+const Node* only_reader(const Module& m, const Users& users, ValueId v);
 // `n` is a live cast of one input between f32 and bf16/f16: narrowing (f32 → 16 bits) or widening
 // (16 bits → f32), as asked.
 bool is_16bit_cast(const Module& m, const Node* n, bool narrowing);

@@ -191,6 +191,12 @@ std::vector<NodeId> Module::schedule() const {
 
 void Module::set_schedule(const std::vector<NodeId>& order) { order_ = order; }
 
+void Module::move_before(NodeId n, NodeId anchor) {
+  if (auto it = std::find(order_.rbegin(), order_.rend(), n); it != order_.rend()) order_.erase(std::next(it).base());
+  if (nodes_.at(anchor).dead) return;
+  if (auto at = std::find(order_.begin(), order_.end(), anchor); at != order_.end()) order_.insert(at, n);
+}
+
 void Module::replace_all_uses(ValueId from, ValueId to) {
   for (Node& n : nodes_) {
     if (n.dead) continue;
@@ -203,14 +209,24 @@ void Module::replace_all_uses(ValueId from, ValueId to) {
   }
 }
 
-std::vector<std::vector<NodeId>> Module::users() const {
-  std::vector<std::vector<NodeId>> result(values_.size());
-  for (NodeId n : schedule()) {
+Users Module::users() const {
+  Users u;
+  u.start_.assign(values_.size() + 1, 0);
+  const std::vector<NodeId> order = schedule();
+  for (NodeId n : order) {
     for (ValueId v : nodes_[n].inputs) {
-      if (v != kNoValue) result[v].push_back(n);
+      if (v != kNoValue) ++u.start_[v + 1];
     }
   }
-  return result;
+  for (size_t v = 1; v < u.start_.size(); ++v) u.start_[v] += u.start_[v - 1];
+  u.readers_.resize(u.start_.back());
+  std::vector<int32_t> next(u.start_.begin(), u.start_.end() - 1);
+  for (NodeId n : order) {
+    for (ValueId v : nodes_[n].inputs) {
+      if (v != kNoValue) u.readers_[next[v]++] = n;
+    }
+  }
+  return u;
 }
 
 int Module::eliminate_dead_nodes() {

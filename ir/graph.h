@@ -2,6 +2,7 @@
 // order; values and nodes are addressed by dense integer ids so passes can copy and index.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -71,6 +72,22 @@ struct Node {
   bool dead = false;
 };
 
+// Who reads each value: the live nodes reading it, in schedule order (a node reading a value
+// twice is listed twice). One array for all values: a rewrite pass that asks once per match
+// builds it in one pass over the nodes, with two allocations.
+class Users {
+ public:
+  std::span<const NodeId> operator[](ValueId v) const {
+    return {readers_.data() + start_[v], readers_.data() + start_[v + 1]};
+  }
+  size_t size() const { return start_.empty() ? 0 : start_.size() - 1; }
+
+ private:
+  friend class Module;
+  std::vector<int32_t> start_;  // by ValueId, and one past the last: where its readers begin
+  std::vector<NodeId> readers_;
+};
+
 class Module {
  public:
   // Function arguments (inputs, params, scalars) in declaration order.
@@ -119,6 +136,9 @@ class Module {
   // For each output, the argument it updates, or kNoValue for a plain result.
   const std::vector<ValueId>& output_updates() const { return output_updates_; }
   void set_schedule(const std::vector<NodeId>& order);
+  // Moves node n to right before `anchor` in the schedule; out of it where `anchor` is dead or
+  // not scheduled.
+  void move_before(NodeId n, NodeId anchor);
 
   ValueId find_value(const std::string& name) const;  // by IR name; kNoValue if absent
   std::string unique_name(const std::string& hint);
@@ -130,8 +150,8 @@ class Module {
   int eliminate_dead_nodes();
   // Drops dead nodes and unused values, renumbering ids densely.
   void compact();
-  // Node ids using each value (recomputed on demand).
-  std::vector<std::vector<NodeId>> users() const;
+  // The live nodes reading each value (recomputed on demand).
+  Users users() const;
 
   // Weights of kParam arguments, by value id. Absent entries mark skeleton weights.
   // Module-level facts (source file, opset, producer), printed as func attributes.

@@ -29,7 +29,7 @@ bool is_product(const Module& m, const Node& n) {
 }
 
 // `v` as a term of a sum of type `sum` read by `reader`, or nullopt.
-std::optional<Term> term_of(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v, const TensorType& sum,
+std::optional<Term> term_of(const Module& m, const Users& users, ValueId v, const TensorType& sum,
                             const Node& reader) {
   // Values made after `users` (this pass's own sums) are no products.
   if (v >= static_cast<ValueId>(users.size()) || fusion::only_reader(m, users, v) != &reader) return std::nullopt;
@@ -109,7 +109,7 @@ Status fuse_start(Module& m, ValueId start, const Term& term) {
 
 Expected<PassReport> AccumulateGemm::run(Module& m) {
   int64_t terms = 0, starts = 0;
-  const std::vector<std::vector<NodeId>> users = m.users();
+  const Users users = m.users();
   std::vector<NodeId> sums;  // the matmul_accs made, whose sums may start with a product
   // Positions in the order given; a matmul_acc takes its product's (it is placed right before it).
   std::unordered_map<NodeId, int64_t> position;
@@ -140,7 +140,7 @@ Expected<PassReport> AccumulateGemm::run(Module& m) {
       break;
     }
   }
-  const std::vector<std::vector<NodeId>> now = m.users();
+  const Users now = m.users();
   for (NodeId s : sums) {
     const ValueId start = m.node(s).inputs[0];
     const std::optional<Term> term = term_of(m, now, start, m.value(start).type, m.node(s));

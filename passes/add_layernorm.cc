@@ -8,7 +8,7 @@ namespace {
 bool row_kernel_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 // `v` is read by `reader` alone (live nodes, once), and is no output of the step.
-bool read_only_by(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId v, NodeId reader) {
+bool read_only_by(const Module& m, const Users& users, ValueId v, NodeId reader) {
   return fusion::only_reader(m, users, v) == &m.node(reader);
 }
 
@@ -22,7 +22,7 @@ bool plain_add(const Module& m, const Node& n) {
 // add_layernorm's (x, r) for the add `a`: r is a cast's input where only the add reads that cast
 // (the kernel rounds r as the cast did), and x first is an operand computed in the step that
 // nothing else reads, so the sum may take its buffer. `absorbed` is the cast's node, or kNoNode.
-std::pair<ValueId, ValueId> operands(const Module& m, const std::vector<std::vector<NodeId>>& users, const Node& a, NodeId& absorbed) {
+std::pair<ValueId, ValueId> operands(const Module& m, const Users& users, const Node& a, NodeId& absorbed) {
   absorbed = kNoNode;
   for (int i = 0; i < 2; ++i) {
     const Node* c = fusion::producer_if(m, a.inputs[i], "cast");
@@ -39,7 +39,7 @@ std::pair<ValueId, ValueId> operands(const Module& m, const std::vector<std::vec
 
 // The cast that alone reads y (f32) and narrows it to bf16 or f16 (a 16-bit GEMM's input), or
 // kNoNode: add_layernorm then stores y as the cast would, and no f32 y is written.
-NodeId narrowing_reader(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId y) {
+NodeId narrowing_reader(const Module& m, const Users& users, ValueId y) {
   const Node* cast = fusion::only_reader(m, users, y);
   if (!cast || cast->op != "cast" || cast->inputs.size() != 1 || m.value(y).type.dtype != DType::kF32) return kNoNode;
   return is_16bit_float(m.value(cast->outputs[0]).type.dtype) ? cast->id : kNoNode;
@@ -49,7 +49,7 @@ NodeId narrowing_reader(const Module& m, const std::vector<std::vector<NodeId>>&
 bool fuse_forward(Module& m, NodeId l) {
   const Node& ln = m.node(l);
   if (ln.dead || ln.op != "layernorm" || ln.inputs.empty()) return false;
-  const std::vector<std::vector<NodeId>> users = m.users();
+  const Users users = m.users();
   for (size_t i = 1; i < ln.outputs.size(); ++i) {
     for (NodeId u : users[ln.outputs[i]]) {
       if (!m.node(u).dead) return false;
@@ -83,7 +83,7 @@ bool fuse_forward(Module& m, NodeId l) {
 bool fuse_backward(Module& m, NodeId g) {
   const Node& grad = m.node(g);
   if (grad.dead || grad.op != "layernorm_grad" || grad.inputs.size() != 3) return false;
-  const std::vector<std::vector<NodeId>> users = m.users();
+  const Users users = m.users();
   const ValueId dx = grad.outputs[0];
   const Node* reader = fusion::only_reader(m, users, dx);
   if (!reader || !plain_add(m, *reader)) return false;

@@ -134,7 +134,7 @@ ValueId operand_source(const Module& m, ValueId x, AttentionLayout layout) {
 
 // The last value of a chain of transposes and reshapes hanging off y (each value's only user)
 // that holds y's elements in the order y laid out in `layout` would, or kNoValue.
-ValueId output_target(const Module& m, const std::vector<std::vector<NodeId>>& users, ValueId y, AttentionLayout layout) {
+ValueId output_target(const Module& m, const Users& users, ValueId y, AttentionLayout layout) {
   const Shape& bhte = m.value(y).type.shape;
   Dims dims = dense_dims(bhte, layout_steps(layout, bhte));
   ValueId found = kNoValue;
@@ -169,7 +169,7 @@ bool lay_out(Module& m, NodeId id, AttentionLayouts allowed) {
     const Shape& s = m.value(node.inputs[i]).type.shape;
     if (s.size() != 4 || s[0] != y_shape[0] || s[1] != y_shape[1]) return false;  // broadcasting stays in bhtd
   }
-  const std::vector<std::vector<NodeId>> users = m.users();
+  const Users users = m.users();
   for (const AttentionLayout layout : {AttentionLayout::kBTHD, AttentionLayout::kTBHD}) {
     if (layout == AttentionLayout::kBTHD && allowed != AttentionLayouts::kAll) continue;
     ValueId sources[3];

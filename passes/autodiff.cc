@@ -1,5 +1,7 @@
 #include "passes/autodiff.h"
 
+#include <algorithm>
+
 #include "ir/grad.h"
 #include "ir/op_registry.h"
 
@@ -173,6 +175,10 @@ Expected<std::vector<ValueId>> Autodiff::run(Module& module, const std::vector<S
   const ActiveValues active(module, order, seeds, wrt);
   GradientTable grads(module, seeds);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    // Most nodes of a micro-batched step have no gradient here (the micro-batches before this
+    // one): they are passed over without the copy.
+    const std::vector<ValueId>& outs = module.node(*it).outputs;
+    if (std::none_of(outs.begin(), outs.end(), [&](ValueId v) { return active(v) && grads[v] != kNoValue; })) continue;
     const Node node = module.node(*it);  // copy: emitting nodes may reallocate
     MEMC_RETURN_IF_ERROR(differentiate(module, node, active, grads));
   }

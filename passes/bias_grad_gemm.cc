@@ -25,7 +25,7 @@ int summed_operand(const Module& m, const Node& g, ValueId v) {
 
 Expected<PassReport> BiasGradGemm::run(Module& m) {
   int64_t fused = 0;
-  const std::vector<std::vector<NodeId>> users = m.users();
+  const Users users = m.users();
   for (NodeId r : m.schedule()) {
     if (m.node(r).dead || !sums_rows(m, m.node(r))) continue;
     const ValueId v = m.node(r).inputs[0];

@@ -19,7 +19,7 @@ bool fusable_value(const Module& m, ValueId v) {
 }
 
 // A dropout's mask output, when it has one, must be unread: the fused step makes only y.
-bool fusable_node(const Module& m, const Node& n, const std::vector<std::vector<NodeId>>& users, const std::vector<bool>& is_output) {
+bool fusable_node(const Module& m, const Node& n, const Users& users, const std::vector<bool>& is_output) {
   if (n.dead || !is_fusable_op(n.op) || n.outputs.empty() || n.inputs.empty()) return false;
   for (size_t k = 1; k < n.outputs.size(); ++k) {
     if (n.op != "dropout" || !users[n.outputs[k]].empty() || is_output[n.outputs[k]]) return false;
@@ -132,7 +132,7 @@ class Grouper {
   }
 
   const Module& m_;
-  std::vector<std::vector<NodeId>> users_;
+  Users users_;
   std::vector<bool> is_output_;
   std::unordered_map<NodeId, size_t> position_;
   std::unordered_set<NodeId> assigned_;

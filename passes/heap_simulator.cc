@@ -5,6 +5,8 @@
 #include <map>
 #include <numeric>
 #include <queue>
+#include <set>
+#include <tuple>
 
 namespace memc {
 
@@ -66,10 +68,62 @@ class FreeList {
   int64_t peak_ = 0;
 };
 
+// The placed buffers by time, so that a new buffer meets only the placed ones whose ranges
+// overlap its own rather than scanning them all (a micro-batched step has tens of thousands of
+// buffers, and that scan made placement quadratic). A placed range overlaps [f, l] where it
+// contains f, or where it starts inside (f, l]: a segment tree over the buffers' distinct starts
+// answers the first (a stabbing query), and the placed ranges bucketed by start the second.
+// Each overlapping range is found once.
+class PlacedByTime {
+ public:
+  explicit PlacedByTime(std::vector<int32_t> starts) : starts_(std::move(starts)) {
+    std::sort(starts_.begin(), starts_.end());
+    starts_.erase(std::unique(starts_.begin(), starts_.end()), starts_.end());
+    while (leaves_ < starts_.size()) leaves_ *= 2;
+    tree_.resize(2 * leaves_);
+    by_start_.resize(starts_.size());
+  }
+  // `range.first` must be one of the starts given.
+  void insert(uint32_t id, const LiveRange& range) {
+    const size_t first = index_of(range.first), last = covered_end(range.last);  // [first, last)
+    for (size_t lo = first + leaves_, hi = last + leaves_; lo < hi; lo /= 2, hi /= 2) {
+      if (lo & 1) tree_[lo++].push_back(id);
+      if (hi & 1) tree_[--hi].push_back(id);
+    }
+    if (by_start_[first].empty()) started_.insert(first);
+    by_start_[first].push_back(id);
+  }
+  // Appends the ids of the placed ranges that overlap `range`, whose first is one of the starts.
+  void overlapping(const LiveRange& range, std::vector<uint32_t>& out) const {
+    const size_t first = index_of(range.first);
+    for (size_t node = first + leaves_; node >= 1; node /= 2) out.insert(out.end(), tree_[node].begin(), tree_[node].end());
+    const size_t end = covered_end(range.last);
+    for (auto it = started_.upper_bound(first); it != started_.end() && *it < end; ++it) {
+      out.insert(out.end(), by_start_[*it].begin(), by_start_[*it].end());
+    }
+  }
+
+ private:
+  size_t index_of(int32_t position) const { return std::lower_bound(starts_.begin(), starts_.end(), position) - starts_.begin(); }
+  // One past the last start at or before `position`.
+  size_t covered_end(int32_t position) const { return std::upper_bound(starts_.begin(), starts_.end(), position) - starts_.begin(); }
+
+  std::vector<int32_t> starts_;                  // sorted, distinct
+  size_t leaves_ = 1;
+  std::vector<std::vector<uint32_t>> tree_;      // node → ids of the ranges covering its whole span of starts
+  std::vector<std::vector<uint32_t>> by_start_;  // start index → ids of the ranges starting there
+  std::set<size_t> started_;                     // start indices with a placed range
+};
+
+int64_t length(const LiveRange& r) { return int64_t{r.last} - r.first + 1; }
+
+}  // namespace
+
 // Places buffers in `order` at the lowest offset clear of every placed, time-overlapping one.
 // Buffers live over the whole span (parameters, optimizer state) overlap every other buffer:
-// they are stacked at the bottom first, in `order`, and left out of every later conflict scan,
-// which makes the placement of a training step's few thousand buffers fast.
+// they are stacked at the bottom first, in `order`, and left out of every later conflict scan.
+// The rest meet only the placed buffers that overlap them in time (PlacedByTime), in offset
+// order, the lowest gap first.
 HeapPlacement place_in_order(std::span<const HeapBuffer> buffers, const std::vector<size_t>& order) {
   HeapPlacement result;
   result.offsets.assign(buffers.size(), 0);
@@ -77,42 +131,47 @@ HeapPlacement place_in_order(std::span<const HeapBuffer> buffers, const std::vec
   for (const HeapBuffer& b : buffers) first = std::min(first, b.range.first), last = std::max(last, b.range.last);
   auto whole_span = [&](const HeapBuffer& b) { return b.range.first == first && b.range.last == last; };
   int64_t base = 0;
+  std::vector<int32_t> starts;
   for (size_t i : order) {
-    if (buffers[i].size == 0 || !whole_span(buffers[i])) continue;
+    if (buffers[i].size == 0) continue;
+    if (!whole_span(buffers[i])) {
+      starts.push_back(buffers[i].range.first);
+      continue;
+    }
     result.offsets[i] = base;
     base += buffers[i].size;
   }
   result.heap_bytes = base;
-  // Placed buffers by offset: scanning them in offset order and skipping those that do not
-  // overlap in time finds the lowest gap without sorting a conflict list per buffer.
   struct Slot {
     int64_t offset, end;
-    size_t buffer;
   };
-  std::vector<Slot> placed;
-  placed.reserve(buffers.size());
+  std::vector<Slot> placed;  // by id: the order placed
+  placed.reserve(starts.size());
+  PlacedByTime by_time(std::move(starts));
+  std::vector<uint32_t> meet;
+  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, end) of the placed buffers met
   for (size_t i : order) {
     const HeapBuffer& b = buffers[i];
     if (b.size == 0 || whole_span(b)) continue;
+    meet.clear();
+    by_time.overlapping(b.range, meet);
+    // In offset order, the lowest gap first (slots at one offset may come in any order: the
+    // gap found is the same).
+    spans.clear();
+    for (uint32_t s : meet) spans.emplace_back(placed[s].offset, placed[s].end);
+    std::sort(spans.begin(), spans.end());
     int64_t offset = base;
-    for (const Slot& s : placed) {
-      if (!buffers[s.buffer].range.overlaps(b.range)) continue;
-      if (s.offset >= offset + b.size) break;  // the gap below this slot fits
-      offset = std::max(offset, s.end);
+    for (const auto& [start, end] : spans) {
+      if (start >= offset + b.size) break;  // the gap below this slot fits
+      offset = std::max(offset, end);
     }
     result.offsets[i] = offset;
     result.heap_bytes = std::max(result.heap_bytes, offset + b.size);
-    const Slot slot{offset, offset + b.size, i};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), slot,
-                                   [](const Slot& x, const Slot& y) { return x.offset < y.offset; }),
-                  slot);
+    by_time.insert(static_cast<uint32_t>(placed.size()), b.range);
+    placed.push_back({offset, offset + b.size});
   }
   return result;
 }
-
-int64_t length(const LiveRange& r) { return int64_t{r.last} - r.first + 1; }
-
-}  // namespace
 
 HeapPlacement BestFitHeap::place(std::span<const HeapBuffer> buffers) const {
   HeapPlacement result;

@@ -44,8 +44,8 @@ class BestFitHeap : public HeapAlgorithm {
 
 // XLA's global decreasing-size heap: sorts buffers by size (descending; ties: longer range,
 // then earlier start), then places each at the lowest offset where it overlaps no already
-// placed buffer whose range intersects its own. O(n²) in the number of buffers, which is fine
-// at the few thousand buffers of a training step.
+// placed buffer whose range intersects its own. Each buffer meets only the placed buffers that
+// overlap it in time: O(n log n + Σ k log k), k the buffers overlapping each.
 class GreedyBySizeHeap : public HeapAlgorithm {
  public:
   std::string name() const override { return "greedy_by_size"; }
@@ -61,6 +61,10 @@ class GreedyByAreaHeap : public HeapAlgorithm {
   HeapPlacement place(std::span<const HeapBuffer> buffers) const override;
 };
 
+// The greedy heaps' placement: each buffer in `order` at the lowest offset where it shares no
+// byte with a placed buffer whose range overlaps its own. Buffers live over the whole span go
+// at the bottom first.
+HeapPlacement place_in_order(std::span<const HeapBuffer> buffers, const std::vector<size_t>& order);
 // max over positions of the sum of sizes of the buffers live there: no placement can beat it.
 int64_t heap_lower_bound(std::span<const HeapBuffer> buffers);
 // True when no two buffers with overlapping ranges share a byte (an O(n log n) sweep per

@@ -25,7 +25,7 @@ Expected<PassReport> LayernormBiasGrad::run(Module& m) {
     const int64_t axis = grad.attrs.get_int("axis", static_cast<int64_t>(x.size()) - 1);
     const TensorType& scale = m.value(grad.inputs[2]).type;
     if (axis < 1 || scale.shape != Shape(x.begin() + axis, x.end())) continue;
-    const std::vector<std::vector<NodeId>> users = m.users();
+    const Users users = m.users();
     NodeId sum = kNoNode;
     for (NodeId u : users[dy]) {
       if (sums_rows(m, m.node(u), dy, axis, scale)) sum = u;

@@ -10,7 +10,7 @@ Expected<PassReport> LayernormGradCasts::run(Module& m) {
     const Node& grad = m.node(g);
     if (grad.dead || grad.op != "layernorm_grad" || grad.inputs.size() < 3 || grad.attrs.has("dx_copy")) continue;
     if (m.value(grad.inputs[1]).type.dtype != DType::kF32) continue;
-    const std::vector<std::vector<NodeId>> users = m.users();
+    const Users users = m.users();
     // dy = cast(d16 → f32), read by this layernorm_grad alone.
     const Node* widen = fusion::producer(m, grad.inputs[0]);
     if (!fusion::is_16bit_cast(m, widen, false) || fusion::only_reader(m, users, grad.inputs[0]) != &grad) widen = nullptr;

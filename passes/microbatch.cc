@@ -181,20 +181,23 @@ class Accumulator {
   void sink_to_first_reader(const std::vector<NodeId>& nodes) {
     if (nodes.empty()) return;
     std::vector<NodeId> order = m_.schedule();
-    const auto users = m_.users();
+    // They and their readers were all made for this micro-batch (a reader after what it reads):
+    // each lies at or after the first position of a node made since the first of them, so the
+    // scans start there and do not grow with the micro-batches before.
+    const NodeId first_made = *std::min_element(nodes.begin(), nodes.end());
+    const auto tail = std::find_if(order.begin(), order.end(), [&](NodeId x) { return x >= first_made; }) - order.begin();
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       const NodeId n = *it;
-      const auto self = std::find(order.begin(), order.end(), n);
+      const auto self = std::find(order.begin() + tail, order.end(), n);
       if (self == order.end()) continue;
       order.erase(self);
+      const std::vector<ValueId>& outs = m_.node(n).outputs;
       auto reads = [&](NodeId r) {
         if (m_.node(r).dead) return false;
-        for (ValueId out : m_.node(n).outputs) {
-          if (std::find(users[out].begin(), users[out].end(), r) != users[out].end()) return true;
-        }
-        return false;
+        return std::any_of(m_.node(r).inputs.begin(), m_.node(r).inputs.end(),
+                           [&](ValueId v) { return v != kNoValue && std::find(outs.begin(), outs.end(), v) != outs.end(); });
       };
-      order.insert(std::find_if(order.begin(), order.end(), reads), n);
+      order.insert(std::find_if(order.begin() + tail, order.end(), reads), n);
     }
     m_.set_schedule(order);
   }

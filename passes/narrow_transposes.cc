@@ -26,7 +26,7 @@ Expected<PassReport> NarrowTransposes::run(Module& m) {
   for (NodeId t : m.schedule()) {
     const Node& transpose = m.node(t);
     if (transpose.dead || transpose.op != "transpose" || transpose.inputs.size() != 1) continue;
-    const std::vector<std::vector<NodeId>> users = m.users();
+    const Users users = m.users();
     const Node* after = fusion::only_reader(m, users, transpose.outputs[0]);
     if (fusion::is_16bit_cast(m, after, true)) {  // transpose → narrowing cast: the cast first
       const Node cast = *after, moved = transpose;  // copies: adding nodes may move them

@@ -21,7 +21,7 @@ Walk walk(const Module& m) {
 
 // segment[i]: the segment of the i-th scheduled node. A cut follows node i when at most one
 // activation (a value computed from data and parameters) is live across the gap after it.
-std::vector<int> segments(const Module& m, const Walk& w, const std::vector<std::vector<NodeId>>& users) {
+std::vector<int> segments(const Module& m, const Walk& w, const Users& users) {
   const size_t nv = m.values().size(), nn = w.order.size();
   std::vector<bool> from_data(nv, false), from_params(nv, false);
   for (ValueId a : m.arguments()) {

@@ -70,7 +70,7 @@ std::optional<int64_t> source_axis(const Module& m, const Node& g, ValueId& u) {
 
 // The gather_grad leaves of an add tree rooted at `add` (adds of one shape and dtype, each read
 // only by its parent); `ok` false when any leaf is something else.
-void collect_leaves(const Module& m, const std::vector<std::vector<NodeId>>& users, const Node& add, const TensorType& type,
+void collect_leaves(const Module& m, const Users& users, const Node& add, const TensorType& type,
                     std::vector<const Node*>& leaves, bool& ok) {
   for (ValueId in : add.inputs) {
     if (!ok) return;
@@ -91,7 +91,7 @@ void collect_leaves(const Module& m, const std::vector<std::vector<NodeId>>& use
 
 // Rewrites the add tree at `root` when its leaves fill every slice of one axis once: returns the
 // gather_grads it replaced (0: left as it was).
-int64_t concat_slices(Module& m, const std::vector<std::vector<NodeId>>& users, NodeId root) {
+int64_t concat_slices(Module& m, const Users& users, NodeId root) {
   const Node& add = m.node(root);
   const TensorType type = m.value(add.outputs[0]).type;
   std::vector<const Node*> leaves;
@@ -165,7 +165,7 @@ Expected<PassReport> GatherTransposes::run(Module& m) {
 
 Expected<PassReport> ConcatGatherGrads::run(Module& m) {
   int64_t concats = 0, removed = 0;
-  std::vector<std::vector<NodeId>> users = m.users();
+  Users users = m.users();
   // Every add, in schedule order: a sum of some of the slices fails (too few leaves) and the sum
   // of all of them then joins, whatever reads it (another gradient's add included).
   for (NodeId id : m.schedule()) {

@@ -8,7 +8,7 @@ namespace {
 bool reads_any_gradient(const Node& n) { return n.op == "sgd_update" || n.op == "momentum_update" || n.op == "adam_update"; }
 
 // The widening cast (bf16/f16 → f32) whose result only `update` reads, as its gradient.
-const Node* widening_cast(const Module& m, const std::vector<std::vector<NodeId>>& users, const Node& update) {
+const Node* widening_cast(const Module& m, const Users& users, const Node& update) {
   const ValueId g = update.inputs[1];
   const Node* cast = fusion::producer(m, g);
   if (!fusion::is_16bit_cast(m, cast, false)) return nullptr;
@@ -19,7 +19,7 @@ const Node* widening_cast(const Module& m, const std::vector<std::vector<NodeId>
 
 Expected<PassReport> UpdateGradCasts::run(Module& m) {
   int64_t folded = 0;
-  const std::vector<std::vector<NodeId>> users = m.users();
+  const Users users = m.users();
   for (NodeId n : m.schedule()) {
     const Node& update = m.node(n);
     if (update.dead || !reads_any_gradient(update) || update.inputs.size() < 2) continue;

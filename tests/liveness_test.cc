@@ -2,9 +2,14 @@
 // arithmetic in comments. Every tensor<1024xf32> is 4 KiB.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "tests/test_util.h"
+#include "passes/heap_simulator.h"
 #include "passes/liveness.h"
 #include "passes/memory_plan.h"
 
@@ -206,6 +211,58 @@ TEST(HeapAlgorithms, ReachTheBoundOnASmallStaircase) {
     HeapPlacement p = a->place(buffers);
     EXPECT_TRUE(placement_is_valid(buffers, p)) << a->name();
     EXPECT_EQ(p.heap_bytes, 12 * kKiB) << a->name();
+  }
+}
+
+// The greedy placement against its definition, checked by brute force: each buffer at the lowest
+// offset (above the whole-span buffers) that shares no byte with an earlier-placed buffer live at
+// the same time. Random steps with short and long ranges, whole-span buffers and empty ones;
+// the indexed placement must give these offsets exactly.
+TEST(HeapAlgorithms, GreedyPlacementIsTheLowestFreeOffsetInOrder) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int32_t span = 1 + static_cast<int32_t>(rng() % 200);
+    std::vector<HeapBuffer> buffers(1 + rng() % 300);
+    for (HeapBuffer& b : buffers) {
+      b.size = (rng() % 10 == 0) ? 0 : 64 * static_cast<int64_t>(1 + rng() % 16);
+      const int32_t first = static_cast<int32_t>(rng() % span);
+      const int32_t length = rng() % 4 == 0 ? static_cast<int32_t>(rng() % span) : static_cast<int32_t>(rng() % 4);
+      b.range = {first, std::min(span - 1, first + length)};
+      if (rng() % 20 == 0) b.range = {0, span - 1};
+    }
+    std::vector<size_t> order(buffers.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    const HeapPlacement p = place_in_order(buffers, order);
+    ASSERT_TRUE(placement_is_valid(buffers, p)) << "trial " << trial;
+
+    int32_t first = span, last = -1;
+    for (const HeapBuffer& b : buffers) first = std::min(first, b.range.first), last = std::max(last, b.range.last);
+    auto whole = [&](const HeapBuffer& b) { return b.range.first == first && b.range.last == last; };
+    int64_t base = 0;
+    for (size_t i : order) {
+      if (buffers[i].size == 0 || !whole(buffers[i])) continue;
+      EXPECT_EQ(p.offsets[i], base) << "trial " << trial << " buffer " << i;
+      base += buffers[i].size;
+    }
+    std::vector<size_t> placed;
+    for (size_t i : order) {
+      const HeapBuffer& b = buffers[i];
+      if (b.size == 0 || whole(b)) continue;
+      auto clear_at = [&](int64_t offset) {
+        return std::none_of(placed.begin(), placed.end(), [&](size_t j) {
+          return buffers[j].range.overlaps(b.range) && p.offsets[j] < offset + b.size && offset < p.offsets[j] + buffers[j].size;
+        });
+      };
+      // The lowest clear offset is the base or the end of a placed buffer.
+      int64_t lowest = clear_at(base) ? base : std::numeric_limits<int64_t>::max();
+      for (size_t j : placed) {
+        const int64_t end = p.offsets[j] + buffers[j].size;
+        if (end > base && end < lowest && clear_at(end)) lowest = end;
+      }
+      EXPECT_EQ(p.offsets[i], lowest) << "trial " << trial << " buffer " << i;
+      placed.push_back(i);
+    }
   }
 }
 
