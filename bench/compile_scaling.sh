@@ -16,9 +16,9 @@ run() {
   rm -f "$out/p.plan"
   /usr/bin/time -f "%e %U" -o "$out/time" "$MEMC" compile "$@" -o "$out/p.plan" > "$out/log" 2>&1
   local rc=$?
-  read -r wall cpu < "$out/time"
+  read -r wall cpu < <(tail -1 "$out/time")  # after "Command exited with non-zero status" on a refusal
   local what
-  what=$(grep -o 'planned peak [^,]*' "$out/log" | head -1)
+  what=$(grep -o 'planned peak [^)]*)' "$out/log" | head -1)
   [ "$rc" = 3 ] && what="refused: $(grep -o 'smallest peak[^;]*' "$out/log" | head -1)"
   printf '%-40s exit %s  %6.2f s wall  %6.2f s cpu  %s\n' "$name" "$rc" "$wall" "$cpu" "$what"
 }

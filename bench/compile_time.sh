@@ -10,7 +10,7 @@ for model in vit_b_16_skeleton vit_l_16_skeleton; do
   times=()
   for run in 1 2 3; do
     start=$(date +%s.%N)
-    "$MEMC" compile "models/$model.onnx" --batch 16 --optimizer adamw --json -o "$out/$model.plan" >"$out/$model.json"
+    "$MEMC" compile "models/$model.onnx" --batch 16 --optimizer adamw --json --force -o "$out/$model.plan" >"$out/$model.json"
     end=$(date +%s.%N)
     times+=("$(echo "$end - $start" | bc)")
   done

@@ -72,10 +72,13 @@ class FreeList {
 // overlap its own rather than scanning them all (a micro-batched step has tens of thousands of
 // buffers, and that scan made placement quadratic). A placed range overlaps [f, l] where it
 // contains f, or where it starts inside (f, l]: a segment tree over the buffers' distinct starts
-// answers the first (a stabbing query), and the placed ranges bucketed by start the second.
-// Each overlapping range is found once.
+// answers the first (a stabbing query: the lists on one leaf-to-root path), and the placed
+// ranges bucketed by start the second. Each overlapping range is met once. The tree's lists are
+// kept in offset order, so the lowest gap is found by merging them, stopping at the gap.
 class PlacedByTime {
  public:
+  using Span = std::pair<int64_t, int64_t>;  // [offset, end) of a placed buffer
+
   explicit PlacedByTime(std::vector<int32_t> starts) : starts_(std::move(starts)) {
     std::sort(starts_.begin(), starts_.end());
     starts_.erase(std::unique(starts_.begin(), starts_.end()), starts_.end());
@@ -84,35 +87,64 @@ class PlacedByTime {
     by_start_.resize(starts_.size());
   }
   // `range.first` must be one of the starts given.
-  void insert(uint32_t id, const LiveRange& range) {
+  void insert(const LiveRange& range, Span span) {
     const size_t first = index_of(range.first), last = covered_end(range.last);  // [first, last)
+    auto add = [&](std::vector<Span>& list) { list.insert(std::upper_bound(list.begin(), list.end(), span), span); };
     for (size_t lo = first + leaves_, hi = last + leaves_; lo < hi; lo /= 2, hi /= 2) {
-      if (lo & 1) tree_[lo++].push_back(id);
-      if (hi & 1) tree_[--hi].push_back(id);
+      if (lo & 1) add(tree_[lo++]);
+      if (hi & 1) add(tree_[--hi]);
     }
     if (by_start_[first].empty()) started_.insert(first);
-    by_start_[first].push_back(id);
+    by_start_[first].push_back(span);
   }
-  // Appends the ids of the placed ranges that overlap `range`, whose first is one of the starts.
-  void overlapping(const LiveRange& range, std::vector<uint32_t>& out) const {
-    const size_t first = index_of(range.first);
-    for (size_t node = first + leaves_; node >= 1; node /= 2) out.insert(out.end(), tree_[node].begin(), tree_[node].end());
-    const size_t end = covered_end(range.last);
+  // The lowest offset at or above `base` where `size` bytes meet no placed buffer whose range
+  // overlaps `range` (whose first is one of the starts).
+  int64_t lowest_gap(const LiveRange& range, int64_t base, int64_t size) {
+    const size_t first = index_of(range.first), end = covered_end(range.last);
+    inside_.clear();
     for (auto it = started_.upper_bound(first); it != started_.end() && *it < end; ++it) {
-      out.insert(out.end(), by_start_[*it].begin(), by_start_[*it].end());
+      inside_.insert(inside_.end(), by_start_[*it].begin(), by_start_[*it].end());
     }
+    std::sort(inside_.begin(), inside_.end());
+    // One cursor per sorted list; a min-heap on each cursor's next span. Spans at one offset
+    // may come in any order: the gap found is the same.
+    cursors_.clear();
+    if (!inside_.empty()) cursors_.push_back({inside_.data(), inside_.data() + inside_.size()});
+    for (size_t node = first + leaves_; node >= 1; node /= 2) {
+      if (!tree_[node].empty()) cursors_.push_back({tree_[node].data(), tree_[node].data() + tree_[node].size()});
+    }
+    auto later = [](const Cursor& x, const Cursor& y) { return *x.next > *y.next; };
+    std::make_heap(cursors_.begin(), cursors_.end(), later);
+    int64_t offset = base;
+    while (!cursors_.empty()) {
+      std::pop_heap(cursors_.begin(), cursors_.end(), later);
+      Cursor& c = cursors_.back();
+      if (c.next->first >= offset + size) break;  // the gap below this span fits
+      offset = std::max(offset, c.next->second);
+      if (++c.next == c.end) {
+        cursors_.pop_back();
+      } else {
+        std::push_heap(cursors_.begin(), cursors_.end(), later);
+      }
+    }
+    return offset;
   }
 
  private:
+  struct Cursor {
+    const Span *next, *end;
+  };
   size_t index_of(int32_t position) const { return std::lower_bound(starts_.begin(), starts_.end(), position) - starts_.begin(); }
   // One past the last start at or before `position`.
   size_t covered_end(int32_t position) const { return std::upper_bound(starts_.begin(), starts_.end(), position) - starts_.begin(); }
 
-  std::vector<int32_t> starts_;                  // sorted, distinct
+  std::vector<int32_t> starts_;              // sorted, distinct
   size_t leaves_ = 1;
-  std::vector<std::vector<uint32_t>> tree_;      // node → ids of the ranges covering its whole span of starts
-  std::vector<std::vector<uint32_t>> by_start_;  // start index → ids of the ranges starting there
-  std::set<size_t> started_;                     // start indices with a placed range
+  std::vector<std::vector<Span>> tree_;      // node → the ranges covering its whole span of starts, by offset
+  std::vector<std::vector<Span>> by_start_;  // start index → the ranges starting there
+  std::set<size_t> started_;                 // start indices with a placed range
+  std::vector<Span> inside_;                 // lowest_gap's scratch
+  std::vector<Cursor> cursors_;
 };
 
 int64_t length(const LiveRange& r) { return int64_t{r.last} - r.first + 1; }
@@ -142,33 +174,14 @@ HeapPlacement place_in_order(std::span<const HeapBuffer> buffers, const std::vec
     base += buffers[i].size;
   }
   result.heap_bytes = base;
-  struct Slot {
-    int64_t offset, end;
-  };
-  std::vector<Slot> placed;  // by id: the order placed
-  placed.reserve(starts.size());
-  PlacedByTime by_time(std::move(starts));
-  std::vector<uint32_t> meet;
-  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, end) of the placed buffers met
+  PlacedByTime placed(std::move(starts));
   for (size_t i : order) {
     const HeapBuffer& b = buffers[i];
     if (b.size == 0 || whole_span(b)) continue;
-    meet.clear();
-    by_time.overlapping(b.range, meet);
-    // In offset order, the lowest gap first (slots at one offset may come in any order: the
-    // gap found is the same).
-    spans.clear();
-    for (uint32_t s : meet) spans.emplace_back(placed[s].offset, placed[s].end);
-    std::sort(spans.begin(), spans.end());
-    int64_t offset = base;
-    for (const auto& [start, end] : spans) {
-      if (start >= offset + b.size) break;  // the gap below this slot fits
-      offset = std::max(offset, end);
-    }
+    const int64_t offset = placed.lowest_gap(b.range, base, b.size);
     result.offsets[i] = offset;
     result.heap_bytes = std::max(result.heap_bytes, offset + b.size);
-    by_time.insert(static_cast<uint32_t>(placed.size()), b.range);
-    placed.push_back({offset, offset + b.size});
+    placed.insert(b.range, {offset, offset + b.size});
   }
   return result;
 }

@@ -45,7 +45,7 @@ class BestFitHeap : public HeapAlgorithm {
 // XLA's global decreasing-size heap: sorts buffers by size (descending; ties: longer range,
 // then earlier start), then places each at the lowest offset where it overlaps no already
 // placed buffer whose range intersects its own. Each buffer meets only the placed buffers that
-// overlap it in time: O(n log n + Σ k log k), k the buffers overlapping each.
+// overlap it in time, in offset order, up to the first gap that fits (place_in_order).
 class GreedyBySizeHeap : public HeapAlgorithm {
  public:
   std::string name() const override { return "greedy_by_size"; }
