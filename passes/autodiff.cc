@@ -1,7 +1,5 @@
 #include "passes/autodiff.h"
 
-#include <algorithm>
-
 #include "ir/grad.h"
 #include "ir/op_registry.h"
 
@@ -78,16 +76,19 @@ class ActiveValues {
   std::vector<bool> from_wrt_, to_seed_;
 };
 
-// Emits the gradient rule of `node` for the inputs that need one and adds what it returns into
+// Emits the gradient rule of node `id` for the inputs that need one and adds what it returns into
 // `grads`; a node with no active output or input emits nothing.
-Status differentiate(Module& module, const Node& node, const ActiveValues& active, GradientTable& grads) {
+Status differentiate(Module& module, NodeId id, const ActiveValues& active, GradientTable& grads) {
   std::vector<ValueId> output_grads;
   bool any_output = false;
-  for (ValueId v : node.outputs) {
+  for (ValueId v : module.node(id).outputs) {
     output_grads.push_back(active(v) ? grads[v] : kNoValue);
     any_output |= output_grads.back() != kNoValue;
   }
+  // Most nodes of a micro-batched step have no gradient here (the micro-batches before this
+  // one): they return before the copy.
   if (!any_output) return Status::Ok();
+  const Node node = module.node(id);  // copy: emitting nodes may reallocate
   std::vector<bool> needs;
   bool any_input = false;
   for (ValueId v : node.inputs) {
@@ -174,14 +175,7 @@ Expected<std::vector<ValueId>> Autodiff::run(Module& module, const std::vector<S
   const std::vector<NodeId> order = module.schedule();
   const ActiveValues active(module, order, seeds, wrt);
   GradientTable grads(module, seeds);
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    // Most nodes of a micro-batched step have no gradient here (the micro-batches before this
-    // one): they are passed over without the copy.
-    const std::vector<ValueId>& outs = module.node(*it).outputs;
-    if (std::none_of(outs.begin(), outs.end(), [&](ValueId v) { return active(v) && grads[v] != kNoValue; })) continue;
-    const Node node = module.node(*it);  // copy: emitting nodes may reallocate
-    MEMC_RETURN_IF_ERROR(differentiate(module, node, active, grads));
-  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) MEMC_RETURN_IF_ERROR(differentiate(module, *it, active, grads));
   return gradients_of(module, wrt, grads, options_.mark_roles);
 }
 

@@ -6,7 +6,6 @@
 #include <numeric>
 #include <queue>
 #include <set>
-#include <tuple>
 
 namespace memc {
 
