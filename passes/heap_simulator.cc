@@ -5,7 +5,6 @@
 #include <map>
 #include <numeric>
 #include <queue>
-#include <set>
 
 namespace memc {
 
@@ -72,8 +71,11 @@ class FreeList {
 // buffers, and that scan made placement quadratic). A placed range overlaps [f, l] where it
 // contains f, or where it starts inside (f, l]: a segment tree over the buffers' distinct starts
 // answers the first (a stabbing query: the lists on one leaf-to-root path), and the placed
-// ranges bucketed by start the second. Each overlapping range is met once. The tree's lists are
-// kept in offset order, so the lowest gap is found by merging them, stopping at the gap.
+// ranges bucketed by start the second: per start, and per block of kBlock consecutive starts, so
+// a long range meets whole blocks and at most 2 × kBlock single starts. Each overlapping range is
+// met once. Every list is kept in offset order with the highest end so far beside each entry, so
+// the lowest gap is found by merging them, each list passing at once over all its entries that
+// start below the gap tried (their highest end moves the gap up), stopping at the gap.
 class PlacedByTime {
  public:
   using Span = std::pair<int64_t, int64_t>;  // [offset, end) of a placed buffer
@@ -84,43 +86,57 @@ class PlacedByTime {
     while (leaves_ < starts_.size()) leaves_ *= 2;
     tree_.resize(2 * leaves_);
     by_start_.resize(starts_.size());
+    by_block_.resize(starts_.size() / kBlock + 1);
   }
   // `range.first` must be one of the starts given.
   void insert(const LiveRange& range, Span span) {
     const size_t first = index_of(range.first), last = covered_end(range.last);  // [first, last)
-    auto add = [&](std::vector<Span>& list) { list.insert(std::upper_bound(list.begin(), list.end(), span), span); };
+    auto add = [&](std::vector<Entry>& list) {
+      auto at = std::upper_bound(list.begin(), list.end(), span, [](const Span& x, const Entry& e) { return x < Span{e.offset, e.end}; });
+      at = list.insert(at, Entry{span.first, span.second, 0});
+      for (int64_t highest = at == list.begin() ? 0 : std::prev(at)->highest_end; at != list.end(); ++at) {
+        at->highest_end = highest = std::max(highest, at->end);
+      }
+    };
     for (size_t lo = first + leaves_, hi = last + leaves_; lo < hi; lo /= 2, hi /= 2) {
       if (lo & 1) add(tree_[lo++]);
       if (hi & 1) add(tree_[--hi]);
     }
-    if (by_start_[first].empty()) started_.insert(first);
-    by_start_[first].push_back(span);
+    add(by_start_[first]);
+    add(by_block_[first / kBlock]);
   }
   // The lowest offset at or above `base` where `size` bytes meet no placed buffer whose range
   // overlaps `range` (whose first is one of the starts).
   int64_t lowest_gap(const LiveRange& range, int64_t base, int64_t size) {
     const size_t first = index_of(range.first), end = covered_end(range.last);
-    inside_.clear();
-    for (auto it = started_.upper_bound(first); it != started_.end() && *it < end; ++it) {
-      inside_.insert(inside_.end(), by_start_[*it].begin(), by_start_[*it].end());
-    }
-    std::sort(inside_.begin(), inside_.end());
     // One cursor per sorted list; a min-heap on each cursor's next span. Spans at one offset
     // may come in any order: the gap found is the same.
     cursors_.clear();
-    if (!inside_.empty()) cursors_.push_back({inside_.data(), inside_.data() + inside_.size()});
-    for (size_t node = first + leaves_; node >= 1; node /= 2) {
-      if (!tree_[node].empty()) cursors_.push_back({tree_[node].data(), tree_[node].data() + tree_[node].size()});
+    auto add = [&](const std::vector<Entry>& list) {
+      if (!list.empty()) cursors_.push_back({list.data(), list.data() + list.size()});
+    };
+    for (size_t i = first + 1; i < end;) {  // the ranges starting inside (first, end)
+      if (i % kBlock == 0 && i + kBlock <= end) {
+        add(by_block_[i / kBlock]);
+        i += kBlock;
+      } else {
+        add(by_start_[i++]);
+      }
     }
-    auto later = [](const Cursor& x, const Cursor& y) { return *x.next > *y.next; };
+    for (size_t node = first + leaves_; node >= 1; node /= 2) add(tree_[node]);
+    auto later = [](const Cursor& x, const Cursor& y) { return x.next->offset > y.next->offset; };
     std::make_heap(cursors_.begin(), cursors_.end(), later);
     int64_t offset = base;
     while (!cursors_.empty()) {
       std::pop_heap(cursors_.begin(), cursors_.end(), later);
       Cursor& c = cursors_.back();
-      if (c.next->first >= offset + size) break;  // the gap below this span fits
-      offset = std::max(offset, c.next->second);
-      if (++c.next == c.end) {
+      if (c.next->offset >= offset + size) break;  // the gap below this entry fits
+      // Every entry of this list that starts below the gap's end sits across the gap or under
+      // it: the gap moves above the highest end among them (the lower entries' ends are
+      // already under `offset`).
+      c.next = std::partition_point(c.next, c.end, [&](const Entry& e) { return e.offset < offset + size; });
+      offset = std::max(offset, std::prev(c.next)->highest_end);
+      if (c.next == c.end) {
         cursors_.pop_back();
       } else {
         std::push_heap(cursors_.begin(), cursors_.end(), later);
@@ -130,8 +146,13 @@ class PlacedByTime {
   }
 
  private:
+  static constexpr size_t kBlock = 64;
+  struct Entry {
+    int64_t offset, end;   // a placed buffer's bytes [offset, end)
+    int64_t highest_end;   // the highest end of this entry and those before it in its list
+  };
   struct Cursor {
-    const Span *next, *end;
+    const Entry *next, *end;
   };
   size_t index_of(int32_t position) const { return std::lower_bound(starts_.begin(), starts_.end(), position) - starts_.begin(); }
   // One past the last start at or before `position`.
@@ -139,11 +160,10 @@ class PlacedByTime {
 
   std::vector<int32_t> starts_;              // sorted, distinct
   size_t leaves_ = 1;
-  std::vector<std::vector<Span>> tree_;      // node → the ranges covering its whole span of starts, by offset
-  std::vector<std::vector<Span>> by_start_;  // start index → the ranges starting there
-  std::set<size_t> started_;                 // start indices with a placed range
-  std::vector<Span> inside_;                 // lowest_gap's scratch
-  std::vector<Cursor> cursors_;
+  std::vector<std::vector<Entry>> tree_;      // node → the ranges covering its whole span of starts, by offset
+  std::vector<std::vector<Entry>> by_start_;  // start index → the ranges starting there, by offset
+  std::vector<std::vector<Entry>> by_block_;  // start index / kBlock → the ranges starting in that block, by offset
+  std::vector<Cursor> cursors_;              // lowest_gap's scratch
 };
 
 int64_t length(const LiveRange& r) { return int64_t{r.last} - r.first + 1; }
@@ -240,15 +260,18 @@ HeapPlacement GreedyByAreaHeap::place(std::span<const HeapBuffer> buffers) const
 }
 
 int64_t heap_lower_bound(std::span<const HeapBuffer> buffers) {
-  std::map<int32_t, int64_t> delta;  // position → change of live bytes
+  std::vector<std::pair<int32_t, int64_t>> changes;  // (position, change of live bytes)
+  changes.reserve(2 * buffers.size());
   for (const HeapBuffer& b : buffers) {
-    delta[b.range.first] += b.size;
-    delta[b.range.last + 1] -= b.size;
+    changes.emplace_back(b.range.first, b.size);
+    changes.emplace_back(b.range.last + 1, -b.size);
   }
+  std::sort(changes.begin(), changes.end());
   int64_t live = 0, best = 0;
-  for (const auto& [position, change] : delta) {
-    live += change;
-    best = std::max(best, live);
+  for (size_t i = 0; i < changes.size(); ++i) {
+    live += changes[i].second;
+    // The live bytes at a position count once all of its changes are in.
+    if (i + 1 == changes.size() || changes[i + 1].first != changes[i].first) best = std::max(best, live);
   }
   return best;
 }

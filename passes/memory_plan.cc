@@ -102,12 +102,16 @@ void plan_space(const Liveness& live, MemSpace space, MemoryPlan::Algorithm choi
   plan.persistent_bytes = persistent_top;
   HeapPlacement best;
   best.heap_bytes = -1;
+  // A placement at the bytes live at once cannot be beaten, and ties keep the first: the
+  // algorithms after it are not run.
+  const int64_t least = heap_lower_bound(heap_buffers);
   for (const auto& algorithm : algorithms_for(choice)) {
     HeapPlacement placement = algorithm->place(heap_buffers);
     if (best.heap_bytes < 0 || placement.heap_bytes < best.heap_bytes) {
       best = std::move(placement);
       plan.algorithm = algorithm->name();
     }
+    if (best.heap_bytes <= least) break;
   }
   for (size_t i = 0; i < transient.size(); ++i) slices[transient[i]].offset = persistent_top + best.offsets[i];
   plan.arena_bytes = persistent_top + std::max<int64_t>(best.heap_bytes, 0);

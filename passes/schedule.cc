@@ -461,8 +461,16 @@ Expected<PassReport> Schedule::run(Module& module) {
     for (SchedulePolicy policy : options_.policies) {
       MEMC_ASSIGN_OR_RETURN(std::vector<NodeId> order, ListScheduler(module, graph, policy, prefetch).run());
       const std::string name = str_cat(schedule_policy_name(policy), prefetch ? "+prefetch" : "");
-      module.set_schedule(order);
-      auto measured = measure(module, name, options_.alignment_bytes);
+      // An order already measured (policies often agree) has the same plan: its figures again.
+      const auto same = std::find(orders.begin(), orders.end(), order);
+      Expected<ScheduleReport::Candidate> measured = ScheduleReport::Candidate{};
+      if (same != orders.end()) {
+        measured = r.candidates[same - orders.begin()];
+        measured->policy = name;
+      } else {
+        module.set_schedule(order);
+        measured = measure(module, name, options_.alignment_bytes);
+      }
       if (!measured.ok()) {  // the storage model missed a liveness rule: never keep such an order
         log(2, str_cat("schedule: ", name, " rejected: ", measured.status().message()));
         continue;
