@@ -96,13 +96,26 @@ NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueI
   return later;
 }
 
-void take_identity(Module& m, ValueId from, ValueId to) {
+namespace {
+
+void take_name_and_place(Module& m, ValueId from, ValueId to) {
   const Value old = m.value(from);
   m.rename(from, old.name + "_unfused");
   m.rename(to, old.name);
   Value& v = m.value(to);
   v.source_name = old.source_name, v.role = old.role, v.space = old.space;
+}
+
+}  // namespace
+
+void take_identity(Module& m, ValueId from, ValueId to) {
+  take_name_and_place(m, from, to);
   m.replace_all_uses(from, to);
+}
+
+void take_identity(Module& m, ValueId from, ValueId to, std::span<const NodeId> readers) {
+  take_name_and_place(m, from, to);
+  m.replace_uses(from, to, readers);
 }
 
 }  // namespace memc::fusion

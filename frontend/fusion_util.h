@@ -35,5 +35,7 @@ NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueI
 // `to` takes `from`'s place: its name (a gradient's "grad.W", which the runtime and the sharding
 // passes look up), role and memory space, and every use; `from` is renamed NAME_unfused.
 void take_identity(Module& m, ValueId from, ValueId to);
+// The same, visiting only `readers` (Module::replace_uses): every live reader of `from`.
+void take_identity(Module& m, ValueId from, ValueId to, std::span<const NodeId> readers);
 
 }  // namespace memc::fusion

@@ -209,6 +209,17 @@ void Module::replace_all_uses(ValueId from, ValueId to) {
   }
 }
 
+void Module::replace_uses(ValueId from, ValueId to, std::span<const NodeId> readers) {
+  for (NodeId n : readers) {
+    for (ValueId& v : nodes_[n].inputs) {
+      if (v == from) v = to;
+    }
+  }
+  for (ValueId& v : outputs_) {
+    if (v == from) v = to;
+  }
+}
+
 Users Module::users() const {
   Users u;
   u.start_.assign(values_.size() + 1, 0);

@@ -146,6 +146,9 @@ class Module {
 
   // Rewrites every use of `from` (node inputs and module outputs) to `to`.
   void replace_all_uses(ValueId from, ValueId to);
+  // The same where the caller knows the readers (a Users entry taken since `from` was last given
+  // a new reader): only `readers` and the module outputs are visited, not every node.
+  void replace_uses(ValueId from, ValueId to, std::span<const NodeId> readers);
   // Marks nodes whose outputs reach no module output as dead; returns how many.
   int eliminate_dead_nodes();
   // Drops dead nodes and unused values, renumbering ids densely.

@@ -72,8 +72,9 @@ Attrs gemm_attrs(const Node& product) {
 }
 
 // Replaces `term` and the add `r` (sum' = sum + term) by one matmul_acc(sum, a, b) at the
-// product's place; returns the matmul_acc.
-Expected<NodeId> fuse_term(Module& m, NodeId r, ValueId sum, const Term& term) {
+// product's place; returns the matmul_acc. `users` is the pass's snapshot: no node made since
+// reads the add's result (new nodes read sums and products made before it).
+Expected<NodeId> fuse_term(Module& m, const Users& users, NodeId r, ValueId sum, const Term& term) {
   const Node product = m.node(term.product);
   const std::vector<ValueId> out =
       fusion::add_before(m, term.product, "matmul_acc", {sum, product.inputs[0], product.inputs[1]}, gemm_attrs(product), product.source);
@@ -81,7 +82,7 @@ Expected<NodeId> fuse_term(Module& m, NodeId r, ValueId sum, const Term& term) {
   if (out.size() != 1 || m.value(out[0]).type != m.value(was).type) {
     return Status::Internal(str_cat("accumulate_gemm: could not add ", product.source, " into its sum"));
   }
-  fusion::take_identity(m, was, out[0]);
+  fusion::take_identity(m, was, out[0], users[was]);
   m.node(r).dead = true;
   m.node(term.product).dead = true;
   if (term.cast != kNoNode) m.node(term.cast).dead = true;
@@ -90,7 +91,7 @@ Expected<NodeId> fuse_term(Module& m, NodeId r, ValueId sum, const Term& term) {
 
 // Replaces the first term `start` (an f32 cast of a 16-bit product, read only by the matmul_acc
 // that adds the next) by a matmul_acc without an accumulator that writes the product as f32.
-Status fuse_start(Module& m, ValueId start, const Term& term) {
+Status fuse_start(Module& m, const Users& users, ValueId start, const Term& term) {
   const Node product = m.node(term.product);
   Attrs attrs = gemm_attrs(product);
   attrs.set("dtype", std::string(dtype_name(m.value(start).type.dtype)));
@@ -99,7 +100,7 @@ Status fuse_start(Module& m, ValueId start, const Term& term) {
   if (out.size() != 1 || m.value(out[0]).type != m.value(start).type) {
     return Status::Internal(str_cat("accumulate_gemm: could not start ", product.source, "'s sum"));
   }
-  fusion::take_identity(m, start, out[0]);
+  fusion::take_identity(m, start, out[0], users[start]);
   m.node(term.product).dead = true;
   m.node(term.cast).dead = true;
   return Status::Ok();
@@ -133,7 +134,7 @@ Expected<PassReport> AccumulateGemm::run(Module& m) {
       // A sum over micro-batches holds its first term across a whole micro-batch, where the
       // 16-bit product (half the f32 sum's bytes) is the cheaper form to hold: its start stays.
       const bool across_micro_batches = m.node(r).source == kMicroBatchSource;
-      MEMC_ASSIGN_OR_RETURN(const NodeId fused, fuse_term(m, r, sum, *term));
+      MEMC_ASSIGN_OR_RETURN(const NodeId fused, fuse_term(m, users, r, sum, *term));
       position[fused] = position.at(term->product);
       if (!across_micro_batches) sums.push_back(fused);
       ++terms;
@@ -145,7 +146,7 @@ Expected<PassReport> AccumulateGemm::run(Module& m) {
     const ValueId start = m.node(s).inputs[0];
     const std::optional<Term> term = term_of(m, now, start, m.value(start).type, m.node(s));
     if (!term || term->cast == kNoNode) continue;  // a product already written at the sum's type
-    MEMC_RETURN_IF_ERROR(fuse_start(m, start, *term));
+    MEMC_RETURN_IF_ERROR(fuse_start(m, now, start, *term));
     ++starts;
   }
   return rewrite_report(m, {{"terms", terms}, {"starts", starts}},
