@@ -66,6 +66,7 @@ class Importer {
   std::set<std::string> weight_names() const;
   bool training_export(const std::vector<onnx::NodeProto>& nodes) const;
   void find_static_operands(const std::vector<onnx::NodeProto>& nodes);
+  void untie_static_aliases(std::vector<onnx::NodeProto>& nodes);
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
     return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
            !buffers_.count(init.name());
@@ -78,6 +79,10 @@ class Importer {
   std::set<std::string> static_operands_;
   // BatchNormalization's running statistics that a train()-mode export updates: buffers.
   std::set<std::string> running_statistics_;
+  // Identity outputs of an initializer the step trains, read only where a constant is meant (a
+  // running statistic the exporter merged with an equal-valued weight): each is defined as a
+  // constant copy of the initializer's value instead (untie_static_aliases).
+  std::map<std::string, std::string> static_copies_;  // alias → initializer
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
   Status set_outputs(ImportContext& ctx);
   void warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes);
@@ -271,6 +276,20 @@ Status Importer::add_initializers(ImportContext& ctx) {
     transposed.push_back(original);
   }
   if (!transposed.empty()) module_.metadata().set("tied_transposes", transposed);
+  // Each running statistic untied from a trained initializer (untie_static_aliases) keeps its
+  // value as a constant; `memc export` writes it back as its own initializer (metadata
+  // "constant_copies": copy, initializer, ...).
+  std::vector<std::string> copies;
+  for (const auto& [copy, root] : static_copies_) {
+    const auto& inits = model_.graph().initializer();
+    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == root; });
+    auto t = tensor_from_proto(*init, base_dir_);
+    if (!t.ok()) return error(str_cat("initializer '", root, "': ", t.status().message()));
+    ctx.define(copy, ctx.constant(std::move(*t), copy));
+    copies.push_back(copy);
+    copies.push_back(root);
+  }
+  if (!copies.empty()) module_.metadata().set("constant_copies", copies);
   return Status::Ok();
 }
 
@@ -310,7 +329,7 @@ void Importer::warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes)
     }
   }
   for (const auto& [init, uses] : aliases) {
-    if (uses.empty()) continue;
+    if (uses.empty() || static_operands_.count(init)) continue;  // constants: nothing trains
     std::string list;
     for (const auto& u : uses) list += (list.empty() ? "" : ", ") + u;
     warn(str_cat(file_, ": initializer '", init, "' is tied to ", uses.size() + 1,
@@ -319,12 +338,18 @@ void Importer::warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes)
   }
 }
 
+// The first of n's inputs read only as a constant (Resize's roi and scales, BatchNormalization's
+// running statistics); inputs before it are data.
+int first_static_input(const onnx::NodeProto& n) {
+  if (n.op_type() == "Resize" || n.op_type() == "Upsample") return 1;
+  if (n.op_type() == "BatchNormalization") return 3;
+  return n.input_size();
+}
+
 void Importer::find_static_operands(const std::vector<onnx::NodeProto>& nodes) {
   std::set<std::string> data;
   for (const auto& n : nodes) {
-    const int first_static = n.op_type() == "Resize" || n.op_type() == "Upsample" ? 1
-                             : n.op_type() == "BatchNormalization"            ? 3
-                                                                              : n.input_size();
+    const int first_static = first_static_input(n);
     for (int i = 0; i < n.input_size(); ++i) (i < first_static ? data : static_operands_).insert(n.input(i));
   }
   for (const auto& name : data) static_operands_.erase(name);
@@ -333,6 +358,64 @@ void Importer::find_static_operands(const std::vector<onnx::NodeProto>& nodes) {
     running_statistics_.insert(n.input(3));
     running_statistics_.insert(n.input(4));
   }
+}
+
+// TorchScript's EVAL export merges equal-valued initializers, reaching the others through Identity
+// nodes: in a fresh model, BatchNorms' running means (zeros) and variances (ones) merge with
+// biases and weights. PyTorch never trains a running statistic. Where every use of such a group
+// is a constant's, its initializer is one (static_operands_); where the initializer is trained,
+// each alias read only as a constant is defined as a constant copy of its value (static_copies_)
+// and its Identity node goes. Where the initializer itself is read only as a constant but an
+// alias is trained, the group still trains as one (the tie warning names it).
+void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
+  std::map<std::string, const onnx::TensorProto*> inits;
+  for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
+  std::map<std::string, std::string> root_of;  // an Identity's output → the initializer it reads
+  std::map<std::string, std::vector<std::string>> aliases;
+  auto is_alias = [&](const onnx::NodeProto& n) {
+    return n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1 && inits.count(n.input(0));
+  };
+  for (const auto& n : nodes) {
+    if (!is_alias(n)) continue;
+    root_of[n.output(0)] = n.input(0);
+    aliases[n.input(0)].push_back(n.output(0));
+  }
+  if (aliases.empty()) return;
+  std::set<std::string> used, data;  // initializers and aliases read by a node, and read as data
+  for (const auto& n : nodes) {
+    if (is_alias(n)) continue;
+    const int first_static = first_static_input(n);
+    for (int i = 0; i < n.input_size(); ++i) {
+      if (!inits.count(n.input(i)) && !root_of.count(n.input(i))) continue;
+      used.insert(n.input(i));
+      if (i < first_static) data.insert(n.input(i));
+    }
+  }
+  for (const auto& out : model_.graph().output()) data.insert(out.name());
+  std::set<std::string> removed;
+  for (const auto& [root, names] : aliases) {
+    std::vector<std::string> constant, trained;
+    for (const std::string& name : names) {
+      if (used.count(name)) (data.count(name) ? trained : constant).push_back(name);
+    }
+    if (constant.empty()) continue;
+    const bool root_trained = data.count(root) > 0;
+    if (trained.empty() && !root_trained) {
+      static_operands_.insert(root);  // the whole group is read as constants
+      continue;
+    }
+    if (!root_trained || tensor_proto_has_no_data(*inits.at(root))) continue;
+    std::string list;
+    for (const std::string& name : constant) {
+      static_copies_[name] = root;
+      removed.insert(name);
+      list += (list.empty() ? "'" : ", '") + name + "'";
+    }
+    warn(str_cat(file_, ": initializer '", root, "' also stands for ", constant.size(), " running statistic",
+                 constant.size() > 1 ? "s" : "", " the exporter merged with it by value (", list,
+                 "): memc keeps ", constant.size() > 1 ? "them" : "it", " constant, as PyTorch does"));
+  }
+  std::erase_if(nodes, [&](const onnx::NodeProto& n) { return is_alias(n) && removed.count(n.output(0)); });
 }
 
 bool Importer::training_export(const std::vector<onnx::NodeProto>& nodes) const {
@@ -362,6 +445,7 @@ Expected<Module> Importer::run() {
   ctx.set_training_export(training_export(nodes));
   ctx.set_pytorch_export(model_.producer_name() == "pytorch");
   find_static_operands(nodes);
+  untie_static_aliases(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
   const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);
@@ -371,6 +455,7 @@ Expected<Module> Importer::run() {
   std::vector<std::string> defined;
   for (const auto& in : model_.graph().input()) defined.push_back(in.name());
   for (const auto& init : model_.graph().initializer()) defined.push_back(init.name());
+  for (const auto& [copy, root] : static_copies_) defined.push_back(copy);
   MEMC_RETURN_IF_ERROR(topological_sort(nodes, defined, file_, opset_));
   warn_tied_initializers(nodes);
 

@@ -58,9 +58,26 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 }
 
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
-                               const std::map<std::string, Tensor>& weights) {
+                               const std::map<std::string, Tensor>& weights,
+                               const std::vector<std::pair<std::string, std::string>>& constant_copies) {
   onnx::ModelProto model;
   MEMC_RETURN_IF_ERROR(load_model(in_path, model));
+  auto* graph = model.mutable_graph();
+  for (const auto& [copy, source] : constant_copies) {
+    const auto& inits = graph->initializer();
+    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == source; });
+    auto* nodes = graph->mutable_node();
+    const auto identity = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) {
+      return n.op_type() == "Identity" && n.output_size() == 1 && n.output(0) == copy && n.input_size() == 1 && n.input(0) == source;
+    });
+    if (init == inits.end() || identity == nodes->end()) {
+      return Status::BadInput(str_cat(in_path, ": no Identity of initializer '", source, "' named '", copy, "' to write as a constant"));
+    }
+    onnx::TensorProto constant = *init;
+    constant.set_name(copy);
+    *graph->add_initializer() = std::move(constant);
+    nodes->erase(identity);
+  }
   std::set<std::string> written;
   const std::string base = folder_of(in_path);
   int64_t inline_bytes = 0;

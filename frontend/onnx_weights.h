@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,11 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 // Copies the model at `in_path` to `out_path` with each named initializer replaced by the
 // given tensor (same shape; converted to the initializer's element type). Replaced values
 // are stored inline, or in `out_path`.data when the model would pass protobuf's 2 GB limit.
+// Each (copy, initializer) of `constant_copies` names an Identity node's output that becomes its
+// own initializer with the initializer's value as the model file holds it (a running statistic
+// the exporter had merged with a weight that training changed).
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
-                               const std::map<std::string, Tensor>& weights);
+                               const std::map<std::string, Tensor>& weights,
+                               const std::vector<std::pair<std::string, std::string>>& constant_copies = {});
 
 }  // namespace memc

@@ -2,9 +2,12 @@
 // with a dynamic batch, and error cases (garbage, truncation, unsupported ops, skeletons).
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <map>
 
 #include <gtest/gtest.h>
 
+#include "frontend/onnx_weights.h"
 #include "tests/frontend_onnx_builder.h"
 #include "tests/test_util.h"
 
@@ -581,6 +584,69 @@ TEST(FrontendImport, BatchNormFromTrainModeUpdatesItsRunningStatisticsAndAFusedO
                              "its weights 'c.weight', 'c.bias' hold the layer scaled"),
             std::string::npos)
       << findings[0];
+}
+
+// TorchScript's EVAL export merges equal-valued initializers and reaches the others through
+// Identity nodes: a fresh BatchNorm's running mean (zeros) and variance (ones) become aliases of
+// its bias and weight. PyTorch trains the bias and weight and never the statistics: memc keeps
+// each statistic a constant copy of the value, and `memc export` writes it back as its own
+// initializer. A group read only as statistics is constant as a whole.
+TEST(FrontendImport, RunningStatisticsMergedWithWeightsByValueStayConstant) {
+  OnnxBuilder b(17);
+  b.input("x", {2, 3}).output("y");
+  b.init("bn.weight", make_tensor(DType::kF32, {3}, {1})).init("bn.bias", make_tensor(DType::kF32, {3}, {0}));
+  b.node("Identity", {"bn.bias"}, {"bn.running_mean"});
+  b.node("Identity", {"bn.weight"}, {"bn.running_var"});
+  b.node("BatchNormalization", {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"y"});
+  auto m = b.import();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(trained_names(*m), (std::vector<std::string>{"bn.weight", "bn.bias"}));
+  const Attr* copies = m->metadata().find("constant_copies");
+  ASSERT_NE(copies, nullptr);
+  EXPECT_EQ(std::get<std::vector<std::string>>(*copies),
+            (std::vector<std::string>{"bn.running_mean", "bn.bias", "bn.running_var", "bn.weight"}));
+  // Trained weight 2 and bias 0.5: y = (x − 0)·2/√(1 + ε) + 0.5 (tied, the statistics would
+  // have moved with them: (x − 0.5)·2/√(2 + ε) + 0.5).
+  for (ValueId a : m->arguments()) {
+    if (m->value(a).source_name == "bn.weight") m->weights()[a] = make_tensor(DType::kF32, {3}, {2});
+    if (m->value(a).source_name == "bn.bias") m->weights()[a] = make_tensor(DType::kF32, {3}, {0.5});
+  }
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 3}, {1})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_NEAR(out->at(0).get_as_double(0), 2 / std::sqrt(1 + 1e-5) + 0.5, 1e-5);
+
+  // The export writes each statistic as its own initializer with the model's value.
+  const std::string in = testing::scratch_path("merged_bn.onnx"), exported = testing::scratch_path("merged_bn_trained.onnx");
+  {
+    std::ofstream f(in, std::ios::binary);
+    f << b.bytes();
+  }
+  ASSERT_TRUE(write_onnx_with_weights(in, exported, {{"bn.bias", make_tensor(DType::kF32, {3}, {0.5})}},
+                                      {{"bn.running_mean", "bn.bias"}, {"bn.running_var", "bn.weight"}})
+                  .ok());
+  std::ifstream f(exported, std::ios::binary);
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromIstream(&f));
+  std::map<std::string, double> first;
+  for (const auto& init : written.graph().initializer()) {
+    auto t = tensor_from_proto(init, "");
+    ASSERT_TRUE(t.ok());
+    first[init.name()] = t->get_as_double(0);
+  }
+  EXPECT_EQ(first, (std::map<std::string, double>{{"bn.bias", 0.5}, {"bn.weight", 1}, {"bn.running_mean", 0}, {"bn.running_var", 1}}));
+  for (const auto& n : written.graph().node()) EXPECT_NE(n.op_type(), "Identity");
+
+  // Statistics alone: one BatchNorm reads the initializer, another its alias; nothing trains.
+  OnnxBuilder statistics(17);
+  statistics.input("x", {2, 3}).output("z");
+  statistics.init("w", make_tensor(DType::kF32, {3}, {2})).init("c", make_tensor(DType::kF32, {3}, {0.25}));
+  statistics.init("bn1.running_mean", make_tensor(DType::kF32, {3}, {0.5})).init("v", make_tensor(DType::kF32, {3}, {4}));
+  statistics.node("Identity", {"bn1.running_mean"}, {"bn2.running_mean"});
+  statistics.node("BatchNormalization", {"x", "w", "c", "bn1.running_mean", "v"}, {"y"});
+  statistics.node("BatchNormalization", {"y", "w", "c", "bn2.running_mean", "v"}, {"z"});
+  auto constant = statistics.import();
+  ASSERT_TRUE(constant.ok()) << constant.status().message();
+  EXPECT_EQ(trained_names(*constant), (std::vector<std::string>{"w", "c"}));
 }
 
 // A model-local function (as the dynamo exporter writes) is inlined.

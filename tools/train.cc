@@ -734,8 +734,15 @@ int run_export(const ExportArgs& args) {
       if (auto it = weights.find((*names)[i + 1]); it != weights.end()) weights[(*names)[i]] = transposed ? transpose_2d(it->second) : it->second;
     }
   }
+  // A running statistic untied from a trained initializer keeps the model's value ("constant_copies").
+  std::vector<std::pair<std::string, std::string>> constant_copies;
+  if (const Attr* copies = plan->eval.metadata().find("constant_copies")) {
+    if (const auto* names = std::get_if<std::vector<std::string>>(copies)) {
+      for (size_t i = 0; i + 1 < names->size(); i += 2) constant_copies.emplace_back((*names)[i], (*names)[i + 1]);
+    }
+  }
   const std::string model = resolve_model_path(args.plan, *plan);
-  if (Status st = write_onnx_with_weights(model, args.output, weights); !st.ok()) return report(st);
+  if (Status st = write_onnx_with_weights(model, args.output, weights, constant_copies); !st.ok()) return report(st);
   std::printf("memc export: %s with %zu trained weights from %s -> %s\n", model.c_str(), weights.size(), weights_path.c_str(), args.output.c_str());
   return 0;
 }
