@@ -254,6 +254,20 @@ for c in "2 zero1 none 8" "2 zero3 none 8" "4 zero3 params 8" "1 none params 8" 
   ranks "$1" $MEMC run "$TMP/g.plan" $DATA --steps 1 --quiet --dump-grads "$TMP/g.npz" >/dev/null 2>"$TMP/err" || { fail "dump $c: $(tail -2 "$TMP/err")"; continue; }
   out=$(python3 -c "$GRADS" "$one" "$TMP/g.npz" 2>&1) && pass "--dump-grads, $1 rank(s) $2 offload $3 batch $4 ${5:-adamw} = one device: $out" || fail "--dump-grads $c: $out"
 done
+# ZeRO-3 under a budget just below its prefetching plan: the same decisions scheduled without the
+# prefetch (passes/schedule.h drops it) train as one device does, measured = planned on each rank.
+Z="--batch 8 --lr 2e-3 --clip-grad-norm 1.0 --devices 2 --shard zero3 --precision fp32 --micro-batches 1 --remat none --offload none"
+$MEMC compile models/vit_tiny.onnx $Z --json -o "$TMP/zp.plan" --force -v >"$TMP/zp.json" 2>"$TMP/err" || fail "zero3 prefetching: $(cat "$TMP/err")"
+grep -q "prefetch one unit ahead" "$TMP/err" || fail "zero3 without a budget does not prefetch: $(grep schedule "$TMP/err")"
+ZP=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted_peak_bytes"])' "$TMP/zp.json")
+rm -f "$TMP/zd.npz"
+$MEMC compile models/vit_tiny.onnx $Z --budget $((ZP - 1)) --json -o "$TMP/zd.plan" --force -v >"$TMP/zd.json" 2>"$TMP/err" \
+  && grep -q "over the budget: scheduled without it" "$TMP/err" \
+  && ranks 2 $MEMC run "$TMP/zd.plan" $DATA --steps 1 --quiet --dump-grads "$TMP/zd.npz" --json "$TMP/zd_run.json" >/dev/null 2>>"$TMP/err" \
+  && out=$(python3 -c "$GRADS" "$TMP/g1.npz" "$TMP/zd.npz" 2>&1) && peaks=$(python3 -c "$PEAKS" "$TMP/zd_run.json" 2 2>&1) \
+  && [ "${peaks%% *}" -lt "$ZP" ] \
+  && pass "zero3 with its prefetch dropped under a budget of $((ZP - 1)) bytes: gradients = one device ($out), measured = planned ($peaks bytes)" \
+  || fail "zero3 without prefetch: ${out:-} ${peaks:-} $(grep -E 'schedule|error|memc:' "$TMP/err" | tail -3)"
 # A language model (models/gpt2_lm_ts_t215.onnx: logits and labels per position, -100 ignored,
 # a tied embedding): each rank divides its sum by the global batch's kept positions (one
 # all_reduce), and a short slice's padding row is all ignored positions.
