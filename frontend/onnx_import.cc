@@ -1,6 +1,7 @@
 #include "frontend/onnx_import.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -67,6 +68,7 @@ class Importer {
   bool training_export(const std::vector<onnx::NodeProto>& nodes) const;
   void find_static_operands(const std::vector<onnx::NodeProto>& nodes);
   void untie_static_aliases(std::vector<onnx::NodeProto>& nodes);
+  void untie_merged_weights(std::vector<onnx::NodeProto>& nodes);
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
     return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
            !buffers_.count(init.name());
@@ -83,6 +85,14 @@ class Importer {
   // running statistic the exporter merged with an equal-valued weight): each is defined as a
   // constant copy of the initializer's value instead (untie_static_aliases).
   std::map<std::string, std::string> static_copies_;  // alias → initializer
+  // Parameters an exporter merged by value into one initializer, each trained as its own
+  // (untie_merged_weights): parameter → the initializer whose value it starts from, and for
+  // `memc export` the uses moved to it (metadata "untied_uses": parameter, initializer, node,
+  // input index or -1 for an Identity that named it).
+  std::map<std::string, std::string> untied_;
+  std::vector<std::string> untied_uses_;
+  // The two untying passes' lines: parameter findings (inspect prints them, compile warns).
+  std::vector<std::string> untie_findings_;
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
   Status set_outputs(ImportContext& ctx);
   void warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes);
@@ -290,6 +300,22 @@ Status Importer::add_initializers(ImportContext& ctx) {
     copies.push_back(root);
   }
   if (!copies.empty()) module_.metadata().set("constant_copies", copies);
+  // Each parameter untied from a merged initializer (untie_merged_weights) trains on its own,
+  // from the initializer's value; the weights stream under its name from that initializer.
+  for (const auto& [parameter, name] : untied_) {
+    const auto& inits = model_.graph().initializer();
+    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; });
+    auto dtype = dtype_from_onnx(init->data_type());
+    auto shape = shape_from_proto(*init);
+    if (!dtype.ok() || !shape.ok()) return error(str_cat("initializer '", name, "' cannot be read"));
+    const ValueId id = module_.add_argument(parameter, TensorType{*dtype, *shape}, Role::kParam);
+    ctx.define(parameter, id);
+    if (!options_.load_weights) continue;
+    auto t = tensor_from_proto(*init, base_dir_);
+    if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
+    module_.weights()[id] = std::move(*t);
+  }
+  if (!untied_uses_.empty()) module_.metadata().set("untied_uses", untied_uses_);
   return Status::Ok();
 }
 
@@ -411,11 +437,94 @@ void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
       removed.insert(name);
       list += (list.empty() ? "'" : ", '") + name + "'";
     }
-    warn(str_cat(file_, ": initializer '", root, "' also stands for ", constant.size(), " running statistic",
+    untie_findings_.push_back(str_cat("initializer '", root, "' also stands for ", constant.size(), " running statistic",
                  constant.size() > 1 ? "s" : "", " the exporter merged with it by value (", list,
                  "): memc keeps ", constant.size() > 1 ? "them" : "it", " constant, as PyTorch does"));
   }
   std::erase_if(nodes, [&](const onnx::NodeProto& n) { return is_alias(n) && removed.count(n.output(0)); });
+}
+
+// Both of torch's exporters merge equal-valued initializers in eval exports: the dynamo optimizer
+// points every use at one, TorchScript's EVAL export reaches the others through Identity nodes.
+// In a fresh model every LayerNorm weight (all 1) and zero bias of a size becomes one tensor,
+// which PyTorch trains as many. An initializer is untied where (1) its elements are all equal
+// (a merge by value: a weight PyTorch really ties, an embedding, holds distinct values), and (2)
+// its uses stand for different parameters: an Identity's output is the parameter's name, and a
+// dynamo node's FX metadata names the parameter it reads (`<scope>.<attribute>`, the attribute
+// being the initializer's own last name part). Each other parameter becomes an initializer of
+// its own with the value, its uses read it, and `memc export` writes the graph so.
+void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
+  std::map<std::string, const onnx::TensorProto*> inits;
+  for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
+  std::set<std::string> names;  // every value the graph names: a parameter's new name must be free
+  for (const auto& in : model_.graph().input()) names.insert(in.name());
+  for (const auto& n : nodes) names.insert(n.output().begin(), n.output().end());
+  const std::set<std::string> module_buffers = exported_buffers(model_);
+  struct Use {
+    size_t node;
+    int input;  // -1: the Identity node whose output names the parameter
+  };
+  std::map<std::string, std::map<std::string, std::vector<Use>>> by_parameter;  // initializer → parameter → uses
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const onnx::NodeProto& n = nodes[i];
+    for (int j = 0; j < n.input_size(); ++j) {
+      auto init = inits.find(n.input(j));
+      if (init == inits.end()) continue;
+      const std::string& name = init->first;
+      std::string parameter = name;
+      if (n.op_type() == "Identity" && n.output_size() == 1) {
+        parameter = n.output(0);
+        by_parameter[name][parameter].push_back({i, -1});
+        continue;
+      }
+      const size_t dot = name.rfind('.');
+      if (dot != std::string::npos) {
+        const std::string read = parameter_read(n, name.substr(dot + 1));
+        if (!read.empty()) parameter = read;
+      }
+      by_parameter[name][parameter].push_back({i, j});
+    }
+  }
+  std::set<size_t> removed;
+  for (const auto& [name, parameters] : by_parameter) {
+    if (parameters.size() < 2 || static_operands_.count(name) || module_buffers.count(name) || options_.frozen.count(name)) continue;
+    const onnx::TensorProto& init = *inits.at(name);
+    auto dtype = dtype_from_onnx(init.data_type());
+    if (!dtype.ok() || !is_float(*dtype) || tensor_proto_has_no_data(init)) continue;
+    auto value = tensor_from_proto(init, base_dir_);
+    if (!value.ok() || value->numel() < 2) continue;
+    const size_t size = dtype_size(value->dtype());
+    const char* data = static_cast<const char*>(value->raw());
+    bool equal = true;
+    for (int64_t k = 1; k < value->numel() && equal; ++k) equal = std::memcmp(data, data + k * size, size) == 0;
+    if (!equal) continue;
+    // The initializer keeps its own name's uses (or the first parameter's, by name).
+    const std::string kept = parameters.count(name) ? name : parameters.begin()->first;
+    std::string list;
+    for (const auto& [parameter, uses] : parameters) {
+      if (parameter == kept) continue;
+      const bool named_by_identity = uses.size() == 1 && uses[0].input < 0;
+      if ((!named_by_identity && names.count(parameter)) || inits.count(parameter)) continue;  // the name is taken
+      bool named_nodes = true;
+      for (const Use& u : uses) named_nodes = named_nodes && !nodes[u.node].name().empty();
+      if (!named_nodes) continue;  // memc export could not find the uses again
+      untied_[parameter] = name;
+      for (const Use& u : uses) {
+        untied_uses_.insert(untied_uses_.end(), {parameter, name, nodes[u.node].name(), std::to_string(u.input)});
+        if (u.input < 0) removed.insert(u.node);
+        else nodes[u.node].set_input(u.input, parameter);
+      }
+      names.insert(parameter);
+      list += (list.empty() ? "'" : ", '") + parameter + "'";
+    }
+    if (!list.empty()) {
+      untie_findings_.push_back(str_cat("initializer '", name, "' (all elements ", value->get_as_double(0), ") also stood for ", list,
+                   ", which the exporter merged with it by value: memc trains each as its own parameter, as PyTorch does"));
+    }
+  }
+  for (size_t i = nodes.size(); i-- > 0;) {
+    if (removed.count(i)) nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 bool Importer::training_export(const std::vector<onnx::NodeProto>& nodes) const {
@@ -446,16 +555,22 @@ Expected<Module> Importer::run() {
   ctx.set_pytorch_export(model_.producer_name() == "pytorch");
   find_static_operands(nodes);
   untie_static_aliases(nodes);
+  untie_merged_weights(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
   const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);
   for (const auto& [name, from] : folded_constants(folded)) buffers_.insert(name);
   audit_ = audit_parameters(model_, nodes, folded, weight_names(), running_statistics_, fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
+  for (const std::string& line : untie_findings_) {
+    if (options_.param_findings == nullptr) warn_finding_once(file_ + ": " + line);
+    audit_.findings.push_back(line);
+  }
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));
   std::vector<std::string> defined;
   for (const auto& in : model_.graph().input()) defined.push_back(in.name());
   for (const auto& init : model_.graph().initializer()) defined.push_back(init.name());
   for (const auto& [copy, root] : static_copies_) defined.push_back(copy);
+  for (const auto& [parameter, init] : untied_) defined.push_back(parameter);
   MEMC_RETURN_IF_ERROR(topological_sort(nodes, defined, file_, opset_));
   warn_tied_initializers(nodes);
 

@@ -59,10 +59,29 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
                                const std::map<std::string, Tensor>& weights,
-                               const std::vector<std::pair<std::string, std::string>>& constant_copies) {
+                               const std::vector<std::pair<std::string, std::string>>& constant_copies,
+                               const std::vector<UntiedUse>& untied) {
   onnx::ModelProto model;
   MEMC_RETURN_IF_ERROR(load_model(in_path, model));
   auto* graph = model.mutable_graph();
+  std::set<std::string> added;
+  for (const UntiedUse& u : untied) {
+    const auto& inits = graph->initializer();
+    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == u.source; });
+    auto* nodes = graph->mutable_node();
+    const auto node = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) { return n.name() == u.node; });
+    const bool found = init != inits.end() && node != nodes->end() &&
+                       (u.input < 0 ? node->op_type() == "Identity" && node->output_size() == 1 && node->output(0) == u.name
+                                    : u.input < node->input_size() && node->input(u.input) == u.source);
+    if (!found) return Status::BadInput(str_cat(in_path, ": no use of initializer '", u.source, "' by node '", u.node, "' to give '", u.name, "'"));
+    if (added.insert(u.name).second) {
+      onnx::TensorProto copy = *init;
+      copy.set_name(u.name);
+      *graph->add_initializer() = std::move(copy);
+    }
+    if (u.input < 0) nodes->erase(node);
+    else node->set_input(u.input, u.name);
+  }
   for (const auto& [copy, source] : constant_copies) {
     const auto& inits = graph->initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == source; });

@@ -28,8 +28,17 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 // Each (copy, initializer) of `constant_copies` names an Identity node's output that becomes its
 // own initializer with the initializer's value as the model file holds it (a running statistic
 // the exporter had merged with a weight that training changed).
+// Each of `untied` moves a use of an initializer the exporter merged by value to a parameter of
+// its own (added as an initializer with the merged value, then written from `weights` like the
+// rest): node `node`'s input `input` reads `name` instead of `source`, or, with input -1, the
+// Identity `node` that gave `name` goes.
+struct UntiedUse {
+  std::string name, source, node;
+  int input = -1;
+};
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
                                const std::map<std::string, Tensor>& weights,
-                               const std::vector<std::pair<std::string, std::string>>& constant_copies = {});
+                               const std::vector<std::pair<std::string, std::string>>& constant_copies = {},
+                               const std::vector<UntiedUse>& untied = {});
 
 }  // namespace memc

@@ -117,6 +117,30 @@ std::string parameter_behind(const onnx::NodeProto& n) {
   return "";
 }
 
+}  // namespace
+
+std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute) {
+  // torch.export lower-cases its placeholders' names ("%p_m_bert_embeddings_layernorm_weight").
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string fx = lower(node_metadata(n, "pkg.torch.onnx.fx_node"));
+  const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
+  for (auto it = paths.rbegin(); it != paths.rend() && !attribute.empty(); ++it) {
+    if (it->empty()) continue;
+    std::string token = lower("%p_" + *it + "_" + attribute);
+    std::replace(token.begin(), token.end(), '.', '_');
+    for (size_t at = fx.find(token); at != std::string::npos; at = fx.find(token, at + 1)) {
+      const size_t end = at + token.size();
+      if (end == fx.size() || !is_ident(fx[end])) return *it + "." + attribute;
+    }
+  }
+  return "";
+}
+
+namespace {
+
 bool all_rows_equal(const Tensor& t) {
   if (t.rank() < 1 || t.shape()[0] < 2) return false;
   const size_t row = t.nbytes() / static_cast<size_t>(t.shape()[0]);
@@ -172,11 +196,19 @@ FxNames fx_names(const std::vector<onnx::NodeProto>& nodes) {
   return names;
 }
 
-// The aten ops that make a tensor from no input tensor, as the dynamo exporter names their
-// outputs ("arange", "full"; a later one gets "_1", which op_output_name already knows).
+// An FX node's name that is an aten op's own (the first node of an op is named after it, a later
+// one gets "_1", which op_output_name already knows): tensors made from no input ("arange",
+// "full") and the ops that build masks and positions from them.
 bool creation_op_name(const std::string& name) {
   static const std::set<std::string> ops = {"arange", "full", "ones", "zeros", "empty", "eye", "linspace", "scalar_tensor",
-                                            "new_ones", "new_zeros", "new_full", "new_empty", "lift_fresh_copy"};
+                                            "new_ones", "new_zeros", "new_full", "new_empty", "lift_fresh_copy",
+                                            // the first FX node of an aten op is named after it: a mask built from
+                                            // positions (HF BERT without an attention_mask: arange, ge, expand)
+                                            "ge", "gt", "le", "lt", "eq", "ne", "logical_and", "logical_or", "logical_not",
+                                            "bitwise_and", "bitwise_or", "bitwise_not", "where", "masked_fill", "expand",
+                                            "unsqueeze", "squeeze", "view", "reshape", "slice", "select", "index", "cat",
+                                            "add", "sub", "rsub", "mul", "div", "neg", "pow", "cumsum", "clone", "_to_copy",
+                                            "to", "repeat", "permute", "transpose", "tril", "triu", "min", "max", "any", "all"};
   return ops.count(name) > 0;
 }
 
@@ -291,6 +323,8 @@ void report_fused_batch_norms(const std::vector<onnx::NodeProto>& nodes, Report&
 }
 
 }  // namespace
+
+void warn_finding_once(const std::string& line) { warn_once(line); }
 
 std::set<std::string> exported_buffers(const onnx::ModelProto& model) {
   std::set<std::string> buffers;

@@ -74,6 +74,14 @@ std::string node_metadata(const onnx::NodeProto& n, const std::string& key);
 // from pkg.torch.onnx.name_scopes, whose last entry is the FX node's own name); "" without it.
 std::string module_scope(const onnx::NodeProto& n);
 
+// The module parameter `<scope>.<attribute>` that a dynamo-exported node's FX node reads (as
+// "%p_<scope with _>_<attribute>", lower-cased), innermost module scope first; "" when the metadata names
+// none. It tells which parameter each use of an initializer the exporter merged by value stands for.
+std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute);
+
+// Prints a parameter finding as a warning once per process (compile imports a model many times).
+void warn_finding_once(const std::string& line);
+
 // The aten op a dynamo-exported node came from, as its FX node names it
 // ("_native_batch_norm_legit_functional.default"); "" when the metadata does not say.
 std::string fx_target(const onnx::NodeProto& n);

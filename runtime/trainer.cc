@@ -101,13 +101,31 @@ static Status stream_weights(const std::string& plan_path, const Plan& plan,
     const Value& v = plan.eval.value(a);
     if (is_model_state(v.role)) params[v.source_name] = v.type;
   }
+  // A parameter untied from an initializer the exporter merged by value starts from its value
+  // (module metadata "untied_uses": parameter, initializer, node, input; frontend/onnx_import.cc).
+  std::map<std::string, std::set<std::string>> readers;  // initializer → the parameters it starts
+  const Attr* untied = plan.eval.metadata().find("untied_uses");
+  const auto* uses = untied ? std::get_if<std::vector<std::string>>(untied) : nullptr;
+  for (size_t i = 0; uses && i + 3 < uses->size(); i += 4) {
+    if (params.count((*uses)[i])) readers[(*uses)[i + 1]].insert((*uses)[i]);
+  }
   std::set<std::string> names;
-  for (const auto& [name, type] : params) names.insert(name);
+  for (const auto& [name, type] : params) {
+    bool copy = false;
+    for (const auto& [init, parameters] : readers) copy = copy || parameters.count(name);
+    if (!copy) names.insert(name);
+  }
+  for (const auto& [init, parameters] : readers) names.insert(init);
   return stream_onnx_initializers(model, names, [&](const std::string& name, const Tensor& stored) {
-    const TensorType& type = params.at(name);
-    // A batch-expanded copy (frontend/param_audit.h) trains as its first row.
-    const Tensor value = stored.shape() != type.shape && !type.shape.empty() && type.shape[0] == 1 ? first_row(stored) : stored;
-    return sink(name, value.dtype() == type.dtype ? value : value.cast(type.dtype));
+    std::set<std::string> targets = readers.count(name) ? readers.at(name) : std::set<std::string>{};
+    if (params.count(name)) targets.insert(name);
+    for (const std::string& target : targets) {
+      const TensorType& type = params.at(target);
+      // A batch-expanded copy (frontend/param_audit.h) trains as its first row.
+      const Tensor value = stored.shape() != type.shape && !type.shape.empty() && type.shape[0] == 1 ? first_row(stored) : stored;
+      MEMC_RETURN_IF_ERROR(sink(target, value.dtype() == type.dtype ? value : value.cast(type.dtype)));
+    }
+    return Status::Ok();
   });
 }
 

@@ -26,13 +26,15 @@ python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["fixed_batch"] == 4 and d["fixed_seq"] == -1, d
-assert "expand" in d["trainable_params"] and len(d["trainable_params"]) == 24, d["trainable_params"]
+assert "expand" in d["trainable_params"] and len(d["trainable_params"]) == 32, d["trainable_params"]
+assert "encoder.ln.weight" in d["trainable_params"] and "encoder.layers.encoder_layer_1.ln_2.bias" in d["trainable_params"], d["trainable_params"]
 f = d["param_findings"]
-assert sum("is shared by 5 layers" in x for x in f) == 2, f
+assert sum("also stood for" in x and "merged with it by value: memc trains each as its own parameter" in x for x in f) == 2, f
+assert not any("is shared by" in x for x in f), f
 assert sum("batch-expanded copy" in x and "[1x1x32]" in x for x in f) == 1, f
 assert sum("folded transpose" in x for x in f) == 6, f
 assert any("'"'"'val_12'"'"' [32x96] is the exporter'"'"'s folded transpose of parameter '"'"'encoder.layers.encoder_layer_0.self_attention.in_proj_weight'"'"'" in x for x in f), f
-' "$TMP/i.json" && pass "inspect --json: 24 trainable, 2 shared, 1 batch-expanded (re-derived), 6 folded transposes named after their parameters" || fail "inspect json"
+' "$TMP/i.json" && pass "inspect --json: 32 trainable (the 5 LayerNorm weights and biases the exporter merged by value untied), 1 batch-expanded (re-derived), 6 folded transposes named after their parameters" || fail "inspect json"
 $MEMC inspect models/distilbert_t215.onnx --json >"$TMP/d.json" 2>"$TMP/err" || fail "inspect distilbert: $(cat "$TMP/err")"
 python3 -c '
 import json, sys
@@ -42,7 +44,19 @@ assert len(named) == 12 and "inner.distilbert.transformer.layer.0.attention.q_li
 assert any("'"'"'embedding_1'"'"' [1x32x32] is a value the exporter computed" in x for x in f), f
 ' "$TMP/d.json" && pass "distilbert_t215: 12 folded transposes named, the folded position lookup reported" || fail "distilbert findings"
 $MEMC compile models/vit_tiny_dynamo_t215_tied.onnx --batch 4 -o "$TMP/t.plan" >/dev/null 2>"$TMP/err" || fail "compile tied: $(cat "$TMP/err")"
-[ "$(grep -c 'warning: .*is shared by 5 layers' "$TMP/err")" -eq 2 ] && pass "compile warns once per shared initializer" || fail "shared warnings: $(cat "$TMP/err")"
+[ "$(grep -c 'warning: .*merged with it by value' "$TMP/err")" -eq 2 ] && pass "compile says once per merged initializer that it unties it" || fail "merged warnings: $(cat "$TMP/err")"
+# The untied parameters train apart and are written back as initializers of their own: the
+# trained model has 32 initializers to train, none merged, and the LayerNorm weights differ.
+$MEMC run "$TMP/t.plan" --data data/digits_train.npz --steps 3 --quiet --checkpoint "$TMP/tck" >/dev/null 2>"$TMP/err" || fail "run tied: $(cat "$TMP/err")"
+$MEMC export "$TMP/t.plan" --weights "$TMP/tck" -o "$TMP/t_trained.onnx" >/dev/null 2>"$TMP/err" || fail "export tied: $(cat "$TMP/err")"
+$MEMC inspect "$TMP/t_trained.onnx" --json >"$TMP/tt.json" 2>"$TMP/err" || fail "inspect exported tied: $(cat "$TMP/err")"
+$MEMC compile "$TMP/t_trained.onnx" --batch 4 -o "$TMP/tt.plan" >/dev/null 2>"$TMP/err" || fail "compile exported tied: $(cat "$TMP/err")"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["trainable_params"]) == 32 and "encoder.ln.weight" in d["trainable_params"], d["trainable_params"]
+assert not any("merged with it by value" in x or "is shared by" in x for x in d["param_findings"]), d["param_findings"]
+' "$TMP/tt.json" && pass "the untied LayerNorm weights and biases are exported as 10 initializers, none merged" || fail "exported untied: $(cat "$TMP/tt.json" | head -c 600)"
 $MEMC inspect models/bigbird_sparse_t215.onnx >"$TMP/i.txt" 2>"$TMP/err" || fail "inspect sparse: $(cat "$TMP/err")"
 grep -q "fixed      by the export: batch 4, seq 64" "$TMP/i.txt" && grep -q "^trainable  41 initializers" "$TMP/i.txt" && [ ! -s "$TMP/err" ] \
   && pass "inspect names the fixed batch and seq and the 41 trained initializers, no warning" || fail "inspect text: $(cat "$TMP/i.txt" "$TMP/err")"
