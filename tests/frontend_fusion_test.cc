@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "frontend/onnx_weights.h"
+#include "frontend/param_audit.h"
 #include "tests/frontend_onnx_builder.h"
 #include "tests/test_util.h"
 
@@ -451,6 +452,7 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   b.init("val_37", make_tensor(DType::kF32, {2, 2}, {1, 1, 1, 1}));
   b.init("val_9", make_tensor(DType::kF32, {2}, {2, 2}));
   b.init("val_10", make_tensor(DType::kF32, {2}, {3, 3}));
+  b.init("val_83", make_tensor(DType::kF32, {2, 2}, {0}));  // an attention mask HF builds from positions
   b.node("MatMul", {"x", "val_1"}, {"a"});
   b.node("Mul", {"a", "unsqueeze_1"}, {"m"});
   auto& index = b.node("Add", {"m", "val_37"}, {"c"});  // the FX graph read the buffer here
@@ -459,10 +461,13 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   fx.set_value("%index_1 : [num_users=1] = call_function[target=torch.ops.aten.index.Tensor](args = (%b_rotary_embed_positions, [%m]), kwargs = {})");
   index.GetReflection()->MutableUnknownFields(&index)->AddLengthDelimited(9, fx.SerializeAsString());
   b.node("Mul", {"c", "val_9"}, {"d"});
-  b.node("Add", {"d", "val_10"}, {"y"});
+  b.node("Add", {"d", "val_10"}, {"e"});
+  b.node("Add", {"e", "val_83"}, {"y"});
   const std::string folded = "pkg.onnxscript.optimizer.folded_from";
   add_value_metadata(b.proto(), "val_1", folded, "['layer.weight']");
   add_value_metadata(b.proto(), "unsqueeze_1", folded, "['arange', 'full', 'pow_1', 'val_4', 'x']");
+  // The first FX node of an op is named after it ('ge', 'expand'): the exporter's values too.
+  add_value_metadata(b.proto(), "val_83", folded, "['add_2', 'arange_2', 'expand_2', 'ge', 'unsqueeze_6', 'val_0']");
   add_value_metadata(b.proto(), "val_37", folded, "['rotary.embed_positions']");
   add_value_metadata(b.proto(), "val_9", folded, "['ln.weight', 'val_8']");
   add_value_metadata(b.proto(), "val_10", folded, "['cls_token']");
@@ -474,6 +479,7 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   auto has = [&](const std::string& text) { return has_finding(findings, text); };
   EXPECT_TRUE(has("initializer 'unsqueeze_1' is a constant the exporter folded from values the exporter computed ('arange', 'full', 'pow_1', …), no parameter"));
   EXPECT_TRUE(has("initializer 'val_37' is a constant the exporter folded from the module's buffer 'rotary.embed_positions', no parameter"));
+  EXPECT_TRUE(has("initializer 'val_83' is a constant the exporter folded from values the exporter computed"));
   EXPECT_FALSE(has("initializer 'val_9' is a constant"));
   EXPECT_FALSE(has("initializer 'val_10' is a constant"));
   // The forward is unchanged: (x·W ⊙ slopes + 1) ⊙ 2 + 3.
@@ -647,6 +653,26 @@ TEST(FrontendImport, RunningStatisticsMergedWithWeightsByValueStayConstant) {
   auto constant = statistics.import();
   ASSERT_TRUE(constant.ok()) << constant.status().message();
   EXPECT_EQ(trained_names(*constant), (std::vector<std::string>{"w", "c"}));
+}
+
+// Which parameter a dynamo node reads: torch.export lower-cases its placeholders
+// (HF BERT's "LayerNorm" is "%p_..._layernorm_weight"), the name keeps the module's case, and the
+// attribute must end the token ("weight" is not "weight_g").
+TEST(FrontendImport, ParameterReadByADynamoNode) {
+  OnnxBuilder b(18);
+  onnx::NodeProto& n = b.node("LayerNormalization", {"x", "w", "b"}, {"y"});
+  auto meta = [&](const std::string& key, const std::string& value) {
+    onnx::StringStringEntryProto e;
+    e.set_key(key);
+    e.set_value(value);
+    n.GetReflection()->MutableUnknownFields(&n)->AddLengthDelimited(9, e.SerializeAsString());
+  };
+  meta("pkg.torch.onnx.name_scopes", "['', 'm', 'm.bert.encoder.layer.0.output.LayerNorm', 'layer_norm_2']");
+  meta("pkg.torch.onnx.fx_node", "%layer_norm_2 : [num_users=4] = call_function[target=torch.ops.aten.layer_norm.default](args = "
+                                 "(%add_5, [32], %p_m_bert_encoder_layer_0_output_layernorm_weight_g, %p_m_bert_encoder_layer_0_output_layernorm_bias, 1e-12))");
+  EXPECT_EQ(parameter_read(n, "bias"), "m.bert.encoder.layer.0.output.LayerNorm.bias");
+  EXPECT_EQ(parameter_read(n, "weight"), "");
+  EXPECT_EQ(parameter_read(n, "weight_g"), "m.bert.encoder.layer.0.output.LayerNorm.weight_g");
 }
 
 // A model-local function (as the dynamo exporter writes) is inlined.
