@@ -97,15 +97,23 @@ namespace {
 
 bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
+// torch.export lower-cases its placeholders' names ("%p_m_bert_embeddings_layernorm_weight" for
+// HF's "LayerNorm", "%p_..._selfattention_q_weight" for T5's "SelfAttention"): FX text and module
+// paths are matched lower-cased.
+std::string lower_ascii(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // The parameter a Linear's folded weight came from: the FX node reads it as "%p_<module path
 // with _>_<attribute>"; the innermost module scope (name_scopes) whose path prefixes such a
 // token gives the dotted name ("...q_lin" + "weight"). "" when the metadata does not say.
 std::string parameter_behind(const onnx::NodeProto& n) {
-  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+  const std::string fx = lower_ascii(node_metadata(n, "pkg.torch.onnx.fx_node"));
   const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
   for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
     if (it->empty()) continue;
-    std::string prefix = "%p_" + *it + "_";
+    std::string prefix = lower_ascii("%p_" + *it + "_");
     std::replace(prefix.begin(), prefix.end(), '.', '_');
     const size_t at = fx.find(prefix);
     if (at == std::string::npos) continue;
@@ -120,16 +128,11 @@ std::string parameter_behind(const onnx::NodeProto& n) {
 }  // namespace
 
 std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute) {
-  // torch.export lower-cases its placeholders' names ("%p_m_bert_embeddings_layernorm_weight").
-  auto lower = [](std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
-  const std::string fx = lower(node_metadata(n, "pkg.torch.onnx.fx_node"));
+  const std::string fx = lower_ascii(node_metadata(n, "pkg.torch.onnx.fx_node"));
   const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
   for (auto it = paths.rbegin(); it != paths.rend() && !attribute.empty(); ++it) {
     if (it->empty()) continue;
-    std::string token = lower("%p_" + *it + "_" + attribute);
+    std::string token = lower_ascii("%p_" + *it + "_" + attribute);
     std::replace(token.begin(), token.end(), '.', '_');
     for (size_t at = fx.find(token); at != std::string::npos; at = fx.find(token, at + 1)) {
       const size_t end = at + token.size();

@@ -673,6 +673,24 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   EXPECT_EQ(parameter_read(n, "bias"), "m.bert.encoder.layer.0.output.LayerNorm.bias");
   EXPECT_EQ(parameter_read(n, "weight"), "");
   EXPECT_EQ(parameter_read(n, "weight_g"), "m.bert.encoder.layer.0.output.LayerNorm.weight_g");
+
+  // A folded transpose is named after its parameter the same way (T5's "SelfAttention").
+  OnnxBuilder folded(18);
+  folded.input("x", {2, 2}).output("y");
+  folded.init("val_7", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4}));
+  onnx::NodeProto& mm = folded.node("MatMul", {"x", "val_7"}, {"y"});
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"pkg.torch.onnx.name_scopes", "['', 'enc.SelfAttention.q', 'linear']"},
+           {"pkg.torch.onnx.fx_node", "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_enc_selfattention_q_weight))"}}) {
+    onnx::StringStringEntryProto e;
+    e.set_key(key);
+    e.set_value(value);
+    mm.GetReflection()->MutableUnknownFields(&mm)->AddLengthDelimited(9, e.SerializeAsString());
+  }
+  std::vector<std::string> findings;
+  ASSERT_TRUE(import_with_findings(folded, findings).ok());
+  EXPECT_TRUE(has_finding(findings, "initializer 'val_7' [2x2] is the exporter's folded transpose of parameter 'enc.SelfAttention.q.weight'"))
+      << (findings.empty() ? "" : findings[0]);
 }
 
 // A model-local function (as the dynamo exporter writes) is inlined.
