@@ -88,7 +88,8 @@ class Importer {
   // Parameters an exporter merged by value into one initializer, each trained as its own
   // (untie_merged_weights): parameter → the initializer whose value it starts from, and for
   // `memc export` the uses moved to it (metadata "untied_uses": parameter, initializer, node,
-  // input index or -1 for an Identity that named it).
+  // input index or -1 for an Identity that named it; the constant copies above are recorded there
+  // too, frontend/onnx_weights.h).
   std::map<std::string, std::string> untied_;
   std::vector<std::string> untied_uses_;
   // The two untying passes' lines: parameter findings (inspect prints them, compile warns).
@@ -287,19 +288,15 @@ Status Importer::add_initializers(ImportContext& ctx) {
   }
   if (!transposed.empty()) module_.metadata().set("tied_transposes", transposed);
   // Each running statistic untied from a trained initializer (untie_static_aliases) keeps its
-  // value as a constant; `memc export` writes it back as its own initializer (metadata
-  // "constant_copies": copy, initializer, ...).
-  std::vector<std::string> copies;
+  // value as a constant; `memc export` writes it back as its own initializer ("untied_uses").
   for (const auto& [copy, root] : static_copies_) {
     const auto& inits = model_.graph().initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == root; });
     auto t = tensor_from_proto(*init, base_dir_);
     if (!t.ok()) return error(str_cat("initializer '", root, "': ", t.status().message()));
     ctx.define(copy, ctx.constant(std::move(*t), copy));
-    copies.push_back(copy);
-    copies.push_back(root);
+    untied_uses_.insert(untied_uses_.end(), {copy, root, "", "-1"});
   }
-  if (!copies.empty()) module_.metadata().set("constant_copies", copies);
   // Each parameter untied from a merged initializer (untie_merged_weights) trains on its own,
   // from the initializer's value; the weights stream under its name from that initializer.
   for (const auto& [parameter, name] : untied_) {

@@ -58,9 +58,7 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 }
 
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
-                               const std::map<std::string, Tensor>& weights,
-                               const std::vector<std::pair<std::string, std::string>>& constant_copies,
-                               const std::vector<UntiedUse>& untied) {
+                               const std::map<std::string, Tensor>& weights, const std::vector<UntiedUse>& untied) {
   onnx::ModelProto model;
   MEMC_RETURN_IF_ERROR(load_model(in_path, model));
   auto* graph = model.mutable_graph();
@@ -69,10 +67,11 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
     const auto& inits = graph->initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == u.source; });
     auto* nodes = graph->mutable_node();
-    const auto node = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) { return n.name() == u.node; });
-    const bool found = init != inits.end() && node != nodes->end() &&
-                       (u.input < 0 ? node->op_type() == "Identity" && node->output_size() == 1 && node->output(0) == u.name
-                                    : u.input < node->input_size() && node->input(u.input) == u.source);
+    const auto node = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) {
+      return u.input < 0 ? n.op_type() == "Identity" && n.output_size() == 1 && n.output(0) == u.name && n.input_size() == 1 && n.input(0) == u.source
+                         : n.name() == u.node;
+    });
+    const bool found = init != inits.end() && node != nodes->end() && (u.input < 0 || (u.input < node->input_size() && node->input(u.input) == u.source));
     if (!found) return Status::BadInput(str_cat(in_path, ": no use of initializer '", u.source, "' by node '", u.node, "' to give '", u.name, "'"));
     if (added.insert(u.name).second) {
       onnx::TensorProto copy = *init;
@@ -81,21 +80,6 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
     }
     if (u.input < 0) nodes->erase(node);
     else node->set_input(u.input, u.name);
-  }
-  for (const auto& [copy, source] : constant_copies) {
-    const auto& inits = graph->initializer();
-    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == source; });
-    auto* nodes = graph->mutable_node();
-    const auto identity = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) {
-      return n.op_type() == "Identity" && n.output_size() == 1 && n.output(0) == copy && n.input_size() == 1 && n.input(0) == source;
-    });
-    if (init == inits.end() || identity == nodes->end()) {
-      return Status::BadInput(str_cat(in_path, ": no Identity of initializer '", source, "' named '", copy, "' to write as a constant"));
-    }
-    onnx::TensorProto constant = *init;
-    constant.set_name(copy);
-    *graph->add_initializer() = std::move(constant);
-    nodes->erase(identity);
   }
   std::set<std::string> written;
   const std::string base = folder_of(in_path);
@@ -141,6 +125,16 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
   std::string bytes;
   if (!model.SerializeToString(&bytes)) return Status::Internal("cannot serialize the ONNX model");
   return write_file_atomic(out_path, bytes);
+}
+
+std::vector<UntiedUse> untied_uses(const Attrs& metadata) {
+  std::vector<UntiedUse> uses;
+  const Attr* list = metadata.find("untied_uses");
+  const auto* names = list ? std::get_if<std::vector<std::string>>(list) : nullptr;
+  for (size_t i = 0; names && i + 3 < names->size(); i += 4) {
+    uses.push_back({(*names)[i], (*names)[i + 1], (*names)[i + 2], std::stoi((*names)[i + 3])});
+  }
+  return uses;
 }
 
 }  // namespace memc

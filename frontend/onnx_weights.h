@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/attr.h"
 #include "ir/tensor.h"
 #include "support/status.h"
 
@@ -25,20 +26,18 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 // Copies the model at `in_path` to `out_path` with each named initializer replaced by the
 // given tensor (same shape; converted to the initializer's element type). Replaced values
 // are stored inline, or in `out_path`.data when the model would pass protobuf's 2 GB limit.
-// Each (copy, initializer) of `constant_copies` names an Identity node's output that becomes its
-// own initializer with the initializer's value as the model file holds it (a running statistic
-// the exporter had merged with a weight that training changed).
-// Each of `untied` moves a use of an initializer the exporter merged by value to a parameter of
-// its own (added as an initializer with the merged value, then written from `weights` like the
-// rest): node `node`'s input `input` reads `name` instead of `source`, or, with input -1, the
-// Identity `node` that gave `name` goes.
+// Each of `untied` moves a use of an initializer the exporter merged by value to a tensor of its
+// own, added as an initializer with the value the model file holds: node `node`'s input `input`
+// reads `name` instead of `source`, or, with input -1, the Identity of `source` whose output is
+// `name` goes. A trained parameter's value is then written from `weights` like the rest; a
+// running statistic (no weight) keeps the model's value.
 struct UntiedUse {
   std::string name, source, node;
   int input = -1;
 };
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
-                               const std::map<std::string, Tensor>& weights,
-                               const std::vector<std::pair<std::string, std::string>>& constant_copies = {},
-                               const std::vector<UntiedUse>& untied = {});
+                               const std::map<std::string, Tensor>& weights, const std::vector<UntiedUse>& untied = {});
+// The importer's record of them (module metadata "untied_uses": name, source, node, input, ...).
+std::vector<UntiedUse> untied_uses(const Attrs& metadata);
 
 }  // namespace memc

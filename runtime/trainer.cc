@@ -102,20 +102,15 @@ static Status stream_weights(const std::string& plan_path, const Plan& plan,
     if (is_model_state(v.role)) params[v.source_name] = v.type;
   }
   // A parameter untied from an initializer the exporter merged by value starts from its value
-  // (module metadata "untied_uses": parameter, initializer, node, input; frontend/onnx_import.cc).
+  // (frontend/onnx_weights.h, untied_uses).
   std::map<std::string, std::set<std::string>> readers;  // initializer → the parameters it starts
-  const Attr* untied = plan.eval.metadata().find("untied_uses");
-  const auto* uses = untied ? std::get_if<std::vector<std::string>>(untied) : nullptr;
-  for (size_t i = 0; uses && i + 3 < uses->size(); i += 4) {
-    if (params.count((*uses)[i])) readers[(*uses)[i + 1]].insert((*uses)[i]);
+  std::set<std::string> names;                            // the initializers to read
+  for (const UntiedUse& u : untied_uses(plan.eval.metadata())) {
+    if (params.count(u.name)) readers[u.source].insert(u.name), names.insert(u.source);
   }
-  std::set<std::string> names;
   for (const auto& [name, type] : params) {
-    bool copy = false;
-    for (const auto& [init, parameters] : readers) copy = copy || parameters.count(name);
-    if (!copy) names.insert(name);
+    if (std::none_of(readers.begin(), readers.end(), [&](const auto& r) { return r.second.count(name) > 0; })) names.insert(name);
   }
-  for (const auto& [init, parameters] : readers) names.insert(init);
   return stream_onnx_initializers(model, names, [&](const std::string& name, const Tensor& stored) {
     std::set<std::string> targets = readers.count(name) ? readers.at(name) : std::set<std::string>{};
     if (params.count(name)) targets.insert(name);

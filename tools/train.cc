@@ -734,22 +734,9 @@ int run_export(const ExportArgs& args) {
       if (auto it = weights.find((*names)[i + 1]); it != weights.end()) weights[(*names)[i]] = transposed ? transpose_2d(it->second) : it->second;
     }
   }
-  // A running statistic untied from a trained initializer keeps the model's value ("constant_copies").
-  std::vector<std::pair<std::string, std::string>> constant_copies;
-  if (const Attr* copies = plan->eval.metadata().find("constant_copies")) {
-    if (const auto* names = std::get_if<std::vector<std::string>>(copies)) {
-      for (size_t i = 0; i + 1 < names->size(); i += 2) constant_copies.emplace_back((*names)[i], (*names)[i + 1]);
-    }
-  }
-  // Parameters untied from an initializer the exporter merged by value get their own ("untied_uses").
-  std::vector<UntiedUse> untied;
-  if (const Attr* uses = plan->eval.metadata().find("untied_uses")) {
-    if (const auto* names = std::get_if<std::vector<std::string>>(uses)) {
-      for (size_t i = 0; i + 3 < names->size(); i += 4) untied.push_back({(*names)[i], (*names)[i + 1], (*names)[i + 2], std::stoi((*names)[i + 3])});
-    }
-  }
+  // Tensors untied from an initializer the exporter merged by value get initializers of their own.
   const std::string model = resolve_model_path(args.plan, *plan);
-  if (Status st = write_onnx_with_weights(model, args.output, weights, constant_copies, untied); !st.ok()) return report(st);
+  if (Status st = write_onnx_with_weights(model, args.output, weights, untied_uses(plan->eval.metadata())); !st.ok()) return report(st);
   std::printf("memc export: %s with %zu trained weights from %s -> %s\n", model.c_str(), weights.size(), weights_path.c_str(), args.output.c_str());
   return 0;
 }
