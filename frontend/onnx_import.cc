@@ -218,7 +218,8 @@ std::set<std::string> Importer::weight_names() const {
 Status Importer::add_initializers(ImportContext& ctx) {
   for (const auto& name : options_.frozen) {
     const auto& inits = model_.graph().initializer();
-    if (std::none_of(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; }))
+    if (std::none_of(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; }) && !untied_.count(name) &&
+        !static_copies_.count(name))
       return error(str_cat("--freeze names '", name, "', which is no initializer of the model"));
   }
   for (const auto& init : model_.graph().initializer()) {
@@ -298,19 +299,27 @@ Status Importer::add_initializers(ImportContext& ctx) {
     untied_uses_.insert(untied_uses_.end(), {copy, root, "", "-1"});
   }
   // Each parameter untied from a merged initializer (untie_merged_weights) trains on its own,
-  // from the initializer's value; the weights stream under its name from that initializer.
+  // from the initializer's value; the weights stream under its name from that initializer. One
+  // that --freeze names keeps the value as a constant (and `memc export` the model's value).
   for (const auto& [parameter, name] : untied_) {
     const auto& inits = model_.graph().initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; });
     auto dtype = dtype_from_onnx(init->data_type());
     auto shape = shape_from_proto(*init);
     if (!dtype.ok() || !shape.ok()) return error(str_cat("initializer '", name, "' cannot be read"));
-    const ValueId id = module_.add_argument(parameter, TensorType{*dtype, *shape}, Role::kParam);
-    ctx.define(parameter, id);
-    if (!options_.load_weights) continue;
+    const bool frozen = options_.frozen.count(parameter) > 0;
+    if (!frozen) {
+      const ValueId id = module_.add_argument(parameter, TensorType{*dtype, *shape}, Role::kParam);
+      ctx.define(parameter, id);
+      if (!options_.load_weights) continue;
+      auto t = tensor_from_proto(*init, base_dir_);
+      if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
+      module_.weights()[id] = std::move(*t);
+      continue;
+    }
     auto t = tensor_from_proto(*init, base_dir_);
     if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
-    module_.weights()[id] = std::move(*t);
+    ctx.define(parameter, ctx.constant(std::move(*t), parameter));
   }
   if (!untied_uses_.empty()) module_.metadata().set("untied_uses", untied_uses_);
   return Status::Ok();
@@ -484,7 +493,7 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
   }
   std::set<size_t> removed;
   for (const auto& [name, parameters] : by_parameter) {
-    if (parameters.size() < 2 || static_operands_.count(name) || module_buffers.count(name) || options_.frozen.count(name)) continue;
+    if (parameters.size() < 2 || static_operands_.count(name) || module_buffers.count(name)) continue;
     const onnx::TensorProto& init = *inits.at(name);
     auto dtype = dtype_from_onnx(init.data_type());
     if (!dtype.ok() || !is_float(*dtype) || tensor_proto_has_no_data(init)) continue;

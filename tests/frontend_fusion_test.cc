@@ -653,6 +653,41 @@ TEST(FrontendImport, RunningStatisticsMergedWithWeightsByValueStayConstant) {
   EXPECT_EQ(trained_names(*constant), (std::vector<std::string>{"w", "c"}));
 }
 
+// --freeze names parameters: one the importer untied from a merged initializer, or the merged
+// initializer's own, stays a constant at the model's value while the others train.
+TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
+  OnnxBuilder b(17);
+  b.input("x", {2, 3}).output("z");
+  b.init("a.weight", make_tensor(DType::kF32, {3}, {1}));
+  b.node("Mul", {"x", "a.weight"}, {"y"}).set_name("mul_a");
+  b.node("Identity", {"a.weight"}, {"b.weight"}).set_name("id_b");
+  b.node("Mul", {"y", "b.weight"}, {"z"}).set_name("mul_b");
+  auto trained_with = [&](std::set<std::string> frozen) -> Expected<std::vector<std::string>> {
+    ImportOptions o;
+    o.frozen = std::move(frozen);
+    MEMC_ASSIGN_OR_RETURN(Module m, b.import(o));
+    return trained_names(m);
+  };
+  EXPECT_EQ(*trained_with({}), (std::vector<std::string>{"a.weight", "b.weight"}));
+  EXPECT_EQ(*trained_with({"b.weight"}), (std::vector<std::string>{"a.weight"}));
+  EXPECT_EQ(*trained_with({"a.weight"}), (std::vector<std::string>{"b.weight"}));
+  EXPECT_TRUE(trained_with({"a.weight", "b.weight"})->empty());
+  auto wrong = trained_with({"c.weight"});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().message(), "test.onnx: --freeze names 'c.weight', which is no initializer of the model");
+
+  // The frozen parameter keeps the value: z = x·a·1 with a trained to 2.
+  ImportOptions o;
+  o.frozen = {"b.weight"};
+  auto m = b.import(o);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  for (ValueId a : m->arguments())
+    if (m->value(a).source_name == "a.weight") m->weights()[a] = make_tensor(DType::kF32, {3}, {2});
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 3}, {3})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(0).get_as_double(0), 6);
+}
+
 // Which parameter a dynamo node reads: torch.export lower-cases its placeholders
 // (HF BERT's "LayerNorm" is "%p_..._layernorm_weight"), the name keeps the module's case, and the
 // attribute must end the token ("weight" is not "weight_g").
