@@ -96,6 +96,43 @@ NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueI
   return later;
 }
 
+Walk::Walk(const Module& m) : users_(m.users()), place_(m.nodes().size(), -1), touched_(m.values().size(), 0) {
+  const std::vector<NodeId> order = m.schedule();
+  for (size_t i = 0; i < order.size(); ++i) place_[order[i]] = static_cast<int32_t>(i);
+}
+
+bool Walk::fresh(const Module& m, NodeId n) const {
+  if (n == kNoNode || n >= static_cast<NodeId>(place_.size()) || place_[n] < 0) return false;
+  const Node& node = m.node(n);
+  return std::none_of(node.inputs.begin(), node.inputs.end(), [&](ValueId v) { return touched(v); }) &&
+         std::none_of(node.outputs.begin(), node.outputs.end(), [&](ValueId v) { return touched(v); });
+}
+
+void Walk::touch(const Module& m, NodeId n) {
+  if (touched_.size() < m.values().size()) touched_.resize(m.values().size(), 0);
+  for (ValueId v : m.node(n).inputs)
+    if (v != kNoValue) touched_[v] = 1;
+  for (ValueId v : m.node(n).outputs) touched_[v] = 1;
+}
+
+NodeId Walk::fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs) const {
+  if (place_[a] < 0 || place_[b] < 0) return kNoNode;
+  const NodeId later = place_[a] > place_[b] ? a : b, earlier = later == a ? b : a;
+  bool ready = true;
+  for (ValueId v : inputs) {
+    const NodeId p = m.value(v).producer;
+    ready = ready && (p == kNoNode || (p < static_cast<NodeId>(place_.size()) && place_[p] >= 0 && place_[p] < place_[earlier]));
+  }
+  if (ready) return earlier;
+  // Otherwise at the later node, if nothing between reads the earlier one's outputs.
+  for (ValueId v : m.node(earlier).outputs) {
+    for (NodeId u : users_[v]) {
+      if (u != later && place_[u] < place_[later]) return kNoNode;
+    }
+  }
+  return later;
+}
+
 namespace {
 
 void take_name_and_place(Module& m, ValueId from, ValueId to) {

@@ -32,6 +32,35 @@ std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op,
 // input is made before it; else the later one's, when no other node reads the earlier one's
 // outputs before it; kNoNode when neither holds.
 NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs);
+// One walk of a rewriting pass over the schedule, for passes that rewrite many matches (the GPU
+// rewrites on a step of many micro-batches): the readers of each value and each node's place in
+// the schedule, taken once per walk, not once per match. A rewrite changes the readers of the
+// values its nodes read and write, and `touch` records them; a match that would look at one waits
+// (`fresh` is false: the pass calls `defer`) for the next walk, which takes the index again. The
+// pass walks until a walk defers nothing; a walk that defers has rewritten something, so the walks
+// end. Readers of an untouched value are nodes the walk began with, whose order no rewrite changed.
+class Walk {
+ public:
+  explicit Walk(const Module& m);
+  const Users& users() const { return users_; }
+  // `n` was in the schedule when the walk began, and no rewrite since read or wrote its inputs or
+  // outputs, so `users()` holds their readers and `place` its position.
+  bool fresh(const Module& m, NodeId n) const;
+  // Records that the readers of `n`'s inputs and outputs changed (`n` made, killed, or rewired).
+  void touch(const Module& m, NodeId n);
+  void defer() { deferred_ = true; }
+  bool deferred() const { return deferred_; }
+  // fused_place from the walk's places, for fresh `a` and `b` whose inputs are fresh values.
+  NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs) const;
+
+ private:
+  bool touched(ValueId v) const { return v == kNoValue || v >= static_cast<ValueId>(touched_.size()) || touched_[v]; }
+  Users users_;
+  std::vector<int32_t> place_;  // by NodeId: position in the schedule the walk began with, or -1
+  std::vector<char> touched_;   // by ValueId
+  bool deferred_ = false;
+};
+
 // `to` takes `from`'s place: its name (a gradient's "grad.W", which the runtime and the sharding
 // passes look up), role and memory space, and every use; `from` is renamed NAME_unfused.
 void take_identity(Module& m, ValueId from, ValueId to);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 
+#include "passes/add_layernorm.h"
 #include "passes/bias_grad_gemm.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/patch_gemm.h"
@@ -423,6 +424,34 @@ void expect_same_values(const Module& plain, const Module& rewritten, const std:
     ASSERT_EQ(got->at(k).shape(), want->at(k).shape());
     EXPECT_EQ(testing::rel_error(got->at(k), want->at(k)), 0.0) << "output " << k;
   }
+}
+
+// A chain where each rewrite touches the next match: six post-LN blocks, each layernorm's output
+// the next residual add's operand. A pass walks the schedule with the readers taken once
+// (fusion::Walk); a match whose values an earlier rewrite changed waits for the next walk, so every
+// pair is fused (three per walk here), and the rewritten module computes the same values.
+TEST(AddLayernormChain, EveryPairFusedOverTwoWalks) {
+  std::mt19937 rng(3);
+  testing::OnnxBuilder b(17);
+  b.input("x", {4, 8}).input("r", {4, 8}).output("y5");
+  std::string y = "x";
+  for (int i = 0; i < 6; ++i) {
+    const std::string scale = str_cat("scale", i), bias = str_cat("bias", i);
+    b.init(scale, testing::random_tensor(DType::kF32, {8}, rng)).init(bias, testing::random_tensor(DType::kF32, {8}, rng));
+    b.node("Add", {y, "r"}, {str_cat("s", i)});
+    b.node("LayerNormalization", {str_cat("s", i), scale, bias}, {str_cat("y", i)});
+    y = str_cat("y", i);
+  }
+  ImportOptions o;
+  o.fuse = false;
+  auto plain = b.import(o);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  Module fused = *plain;
+  auto report = AddLayernorm().run(fused);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(testing::count_op(fused, "add_layernorm"), 6);
+  EXPECT_EQ(testing::count_op(fused, "layernorm"), 0);
+  expect_same_values(*plain, fused, {{"x", testing::random_tensor(DType::kF32, {4, 8}, rng)}, {"r", testing::random_tensor(DType::kF32, {4, 8}, rng)}});
 }
 
 TEST(GatherTransposes, ReadsTheUntransposedTensorWhereTheOrderHolds) {
