@@ -57,6 +57,19 @@ d = json.load(open(sys.argv[1]))
 assert len(d["trainable_params"]) == 32 and "encoder.ln.weight" in d["trainable_params"], d["trainable_params"]
 assert not any("merged with it by value" in x or "is shared by" in x for x in d["param_findings"]), d["param_findings"]
 ' "$TMP/tt.json" && pass "the untied LayerNorm weights and biases are exported as 10 initializers, none merged" || fail "exported untied: $(cat "$TMP/tt.json" | head -c 600)"
+# --freeze names one untied parameter (encoder.ln.weight) or the merged initializer's own
+# (encoder_layer_0.ln_1.bias): those two stay constants, the other 30 train and are exported.
+$MEMC compile models/vit_tiny_dynamo_t215_tied.onnx --batch 4 --freeze encoder.ln.weight,encoder.layers.encoder_layer_0.ln_1.bias \
+  -o "$TMP/fz.plan" >/dev/null 2>"$TMP/err" || fail "compile frozen untied: $(cat "$TMP/err")"
+$MEMC run "$TMP/fz.plan" --data data/digits_train.npz --steps 2 --quiet --checkpoint "$TMP/fzck" >/dev/null 2>"$TMP/err" || fail "run frozen untied: $(cat "$TMP/err")"
+python3 -c '
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; names = set(json.loads(f.read(n))) - {"__metadata__"}
+params = {x for x in names if "exp_avg" not in x and "." in x}
+assert "encoder.ln.weight" not in names and "encoder.layers.encoder_layer_0.ln_1.bias" not in names, sorted(names)
+assert "encoder.layers.encoder_layer_1.ln_2.weight" in names and "encoder.layers.encoder_layer_0.ln_2.bias" in names, sorted(names)
+' "$TMP/fzck/checkpoint.safetensors" && pass "--freeze names an untied parameter and the merged initializer itself: both constant, the rest of the group trains" || fail "frozen untied checkpoint"
+$MEMC export "$TMP/fz.plan" --weights "$TMP/fzck" -o "$TMP/fz.onnx" 2>"$TMP/err" | grep -q "with 30 trained weights" && pass "export writes the 30 trained weights" || fail "export frozen untied: $(cat "$TMP/err")"
 $MEMC inspect models/bigbird_sparse_t215.onnx >"$TMP/i.txt" 2>"$TMP/err" || fail "inspect sparse: $(cat "$TMP/err")"
 grep -q "fixed      by the export: batch 4, seq 64" "$TMP/i.txt" && grep -q "^trainable  41 initializers" "$TMP/i.txt" && [ ! -s "$TMP/err" ] \
   && pass "inspect names the fixed batch and seq and the 41 trained initializers, no warning" || fail "inspect text: $(cat "$TMP/i.txt" "$TMP/err")"
