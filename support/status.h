@@ -32,12 +32,23 @@ class Status {
   // Prefixes context ("file.onnx: ") to the message, keeping the kind.
   Status with_context(const std::string& prefix) const {
     if (ok()) return *this;
-    return Status(error_->first, prefix + error_->second);
+    Status s(error_->first, prefix + error_->second);
+    s.every_rank_ = every_rank_;
+    return s;
   }
+  // The verdict of a collective check, which every rank of a job reaches alike: rank 0 reports
+  // it, and the others end with its exit code without a line of their own.
+  Status on_every_rank() const {
+    Status s = *this;
+    s.every_rank_ = !ok();
+    return s;
+  }
+  bool reached_by_every_rank() const { return every_rank_; }
 
  private:
   Status(ErrorKind kind, std::string msg) : error_(std::make_pair(kind, std::move(msg))) {}
   std::optional<std::pair<ErrorKind, std::string>> error_;
+  bool every_rank_ = false;
 };
 
 // A value or the Status explaining why there is none.

@@ -396,9 +396,17 @@ static Expected<std::unique_ptr<comm::Communicator>> job_communicator() {
 static int run_ranked(const RunArgs& args, const Plan& plan, comm::Communicator* comm);
 
 // One line for a failure (a rank other than 0 names itself), and in a job of several ranks the
-// whole job ends: no peer waits in a collective (or in MPI_Finalize) for this rank.
+// whole job ends: no peer waits in a collective (or in MPI_Finalize) for this rank. A verdict
+// every rank reached alike (a collective check's) is rank 0's line alone: every rank ends the
+// job only after a barrier that rank 0 enters with its line written, so no rank's exit cuts the
+// line or a collective short (abort() silences the launcher's SIGTERM report).
 static int fail_job(const Status& st, comm::Communicator* comm) {
   const int rank = comm ? comm->rank() : 0;
+  if (st.reached_by_every_rank() && comm && comm->size() > 1) {
+    const int code = rank == 0 ? report(st) : st.exit_code();
+    (void)comm->barrier();
+    comm->abort(code);
+  }
   const int code = rank == 0 ? report(st) : report(st.with_context(str_cat("rank ", rank, " of ", comm->size(), ": ")));
   if (comm && comm->size() > 1) comm->abort(code);
   return code;

@@ -111,8 +111,9 @@ Status check_same_file_on_all_ranks(Communicator& comm, const std::string& path)
     if (!all[2 * r]) unreadable += str_cat(unreadable.empty() ? "" : ", ", r);
     else if (all[0] && all[2 * r + 1] != all[1]) differing += str_cat(differing.empty() ? "" : ", ", r);
   }
-  if (!unreadable.empty()) return Status::BadInput(str_cat(path, ": cannot be read on rank ", unreadable));
-  if (!differing.empty()) return Status::BadInput(str_cat(path, ": differs across ranks (rank ", differing, " differs from rank 0)"));
+  // Every rank gathered the same slots, so every rank reaches the same verdict (rank 0 says it).
+  if (!unreadable.empty()) return Status::BadInput(str_cat(path, ": cannot be read on rank ", unreadable)).on_every_rank();
+  if (!differing.empty()) return Status::BadInput(str_cat(path, ": differs across ranks (rank ", differing, " differs from rank 0)")).on_every_rank();
   return Status::Ok();
 }
 

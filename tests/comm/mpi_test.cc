@@ -246,12 +246,14 @@ TEST(MpiComm, DataFileThatDiffersAcrossRanksIsCaught) {
     EXPECT_EQ(st.kind(), ErrorKind::kBadInput);
     EXPECT_NE(st.message().find(str_cat("differs across ranks (rank ", ranks() - 1, " differs from rank 0)")), std::string::npos)
         << st.message();
+    EXPECT_TRUE(st.reached_by_every_rank());  // rank 0 alone reports it (tools/train.cc fail_job)
   } else {
     EXPECT_TRUE(st.ok());
   }
   const std::string missing = rank() == 0 ? (dir / "absent.npz").string() : same;
   st = check_same_file_on_all_ranks(comm(), missing);
   EXPECT_NE(st.message().find("cannot be read on rank 0"), std::string::npos) << st.message();
+  EXPECT_TRUE(st.reached_by_every_rank());
   std::filesystem::remove_all(dir);
 }
 
