@@ -25,35 +25,48 @@ int summed_operand(const Module& m, const Node& g, ValueId v) {
 
 Expected<PassReport> BiasGradGemm::run(Module& m) {
   int64_t fused = 0;
-  const Users users = m.users();
-  for (NodeId r : m.schedule()) {
-    if (m.node(r).dead || !sums_rows(m, m.node(r))) continue;
-    const ValueId v = m.node(r).inputs[0];
-    for (NodeId g : users[v]) {
-      if (m.node(g).dead) continue;
-      const int summed = summed_operand(m, m.node(g), v);
-      if (summed < 0 || m.value(m.node(g).outputs[0]).type.dtype != m.value(m.node(r).outputs[0]).type.dtype) continue;
-      const NodeId at = fusion::fused_place(m, g, r, m.node(g).inputs);
-      if (at == kNoNode) continue;
-      Attrs attrs;
-      attrs.set("transpose_a", m.node(g).attrs.get_int("transpose_a", 0));
-      attrs.set("transpose_b", m.node(g).attrs.get_int("transpose_b", 0));
-      attrs.set("summed", int64_t{summed});
-      const std::vector<ValueId> inputs = m.node(g).inputs;
-      const std::vector<ValueId> out = fusion::add_before(m, at, "matmul_bgrad", inputs, std::move(attrs), m.node(g).source);
-      if (out.size() != 2) return Status::Internal(str_cat("bias_grad_gemm: could not fuse ", m.node(g).source));
-      const ValueId dw = m.node(g).outputs[0], db = m.node(r).outputs[0];
-      if (m.value(out[0]).type != m.value(dw).type || m.value(out[1]).type != m.value(db).type) {
-        return Status::Internal(str_cat("bias_grad_gemm: ", m.node(g).source, " fused as ", type_str(m.value(out[0]).type), ", ",
-                                        type_str(m.value(out[1]).type)));
+  for (bool again = true; again;) {
+    fusion::Walk walk(m);
+    const Users& users = walk.users();
+    for (NodeId r : m.schedule()) {
+      if (m.node(r).dead || !sums_rows(m, m.node(r))) continue;
+      if (!walk.fresh(m, r)) {
+        walk.defer();
+        continue;
       }
-      fusion::take_identity(m, dw, out[0]);
-      fusion::take_identity(m, db, out[1]);
-      m.node(g).dead = true;
-      m.node(r).dead = true;
-      ++fused;
-      break;
+      const ValueId v = m.node(r).inputs[0];
+      for (NodeId g : users[v]) {
+        if (m.node(g).dead) continue;
+        const int summed = summed_operand(m, m.node(g), v);
+        if (summed < 0 || m.value(m.node(g).outputs[0]).type.dtype != m.value(m.node(r).outputs[0]).type.dtype) continue;
+        if (!walk.fresh(m, g)) {
+          walk.defer();
+          continue;
+        }
+        const NodeId at = walk.fused_place(m, g, r, m.node(g).inputs);
+        if (at == kNoNode) continue;
+        Attrs attrs;
+        attrs.set("transpose_a", m.node(g).attrs.get_int("transpose_a", 0));
+        attrs.set("transpose_b", m.node(g).attrs.get_int("transpose_b", 0));
+        attrs.set("summed", int64_t{summed});
+        const std::vector<ValueId> inputs = m.node(g).inputs;
+        const std::vector<ValueId> out = fusion::add_before(m, at, "matmul_bgrad", inputs, std::move(attrs), m.node(g).source);
+        if (out.size() != 2) return Status::Internal(str_cat("bias_grad_gemm: could not fuse ", m.node(g).source));
+        const ValueId dw = m.node(g).outputs[0], db = m.node(r).outputs[0];
+        if (m.value(out[0]).type != m.value(dw).type || m.value(out[1]).type != m.value(db).type) {
+          return Status::Internal(str_cat("bias_grad_gemm: ", m.node(g).source, " fused as ", type_str(m.value(out[0]).type), ", ",
+                                          type_str(m.value(out[1]).type)));
+        }
+        fusion::take_identity(m, dw, out[0], users[dw]);
+        fusion::take_identity(m, db, out[1], users[db]);
+        for (NodeId n : {g, r, m.value(out[0]).producer}) walk.touch(m, n);
+        m.node(g).dead = true;
+        m.node(r).dead = true;
+        ++fused;
+        break;
+      }
     }
+    again = walk.deferred();
   }
   return rewrite_report(m, {{"fused", fused}}, str_cat("bias_grad_gemm: ", fused, " bias gradients inside their weight-gradient GEMMs"));
 }

@@ -69,9 +69,10 @@ std::optional<int64_t> source_axis(const Module& m, const Node& g, ValueId& u) {
 }
 
 // The gather_grad leaves of an add tree rooted at `add` (adds of one shape and dtype, each read
-// only by its parent); `ok` false when any leaf is something else.
+// only by its parent), and the tree's nodes; `ok` false when any leaf is something else.
 void collect_leaves(const Module& m, const Users& users, const Node& add, const TensorType& type,
-                    std::vector<const Node*>& leaves, bool& ok) {
+                    std::vector<const Node*>& leaves, std::vector<NodeId>& tree, bool& ok) {
+  tree.push_back(add.id);
   for (ValueId in : add.inputs) {
     if (!ok) return;
     const Node* p = fusion::producer(m, in);
@@ -80,9 +81,10 @@ void collect_leaves(const Module& m, const Users& users, const Node& add, const 
       return;
     }
     if (p->op == "add") {
-      collect_leaves(m, users, *p, type, leaves, ok);
+      collect_leaves(m, users, *p, type, leaves, tree, ok);
     } else if (p->op == "gather_grad") {
       leaves.push_back(p);
+      tree.push_back(p->id);
     } else {
       ok = false;
     }
@@ -90,14 +92,24 @@ void collect_leaves(const Module& m, const Users& users, const Node& add, const 
 }
 
 // Rewrites the add tree at `root` when its leaves fill every slice of one axis once: returns the
-// gather_grads it replaced (0: left as it was).
-int64_t concat_slices(Module& m, const Users& users, NodeId root) {
+// gather_grads it replaced (0: left as it was, or waiting for the walk's next round).
+int64_t concat_slices(Module& m, fusion::Walk& walk, NodeId root) {
+  const Users& users = walk.users();
   const Node& add = m.node(root);
   const TensorType type = m.value(add.outputs[0]).type;
   std::vector<const Node*> leaves;
+  std::vector<NodeId> tree;
+  if (!walk.fresh(m, root)) {
+    walk.defer();
+    return 0;
+  }
   bool ok = true;
-  collect_leaves(m, users, add, type, leaves, ok);
+  collect_leaves(m, users, add, type, leaves, tree, ok);
   if (!ok || leaves.size() < 2) return 0;
+  if (std::any_of(tree.begin(), tree.end(), [&](NodeId n) { return !walk.fresh(m, n); })) {
+    walk.defer();
+    return 0;
+  }
   const int64_t axis = leaves[0]->attrs.get_int("axis", 0);
   const Shape& shape = type.shape;
   if (axis < 0 || axis >= static_cast<int64_t>(shape.size()) || shape[axis] != static_cast<int64_t>(leaves.size())) return 0;
@@ -124,8 +136,11 @@ int64_t concat_slices(Module& m, const Users& users, NodeId root) {
   const std::vector<ValueId> joined = fusion::add_before(m, root, "concat", pieces, std::move(a), source);
   if (joined.empty() || m.value(joined[0]).type != type) return 0;
   const ValueId old = m.node(root).outputs[0];
-  fusion::take_identity(m, old, joined[0]);
-  // The tree's nodes now read by nothing: eliminate_dead_nodes takes them.
+  fusion::take_identity(m, old, joined[0], users[old]);
+  // The tree's nodes are read by nothing now (a later walk must not join them again).
+  for (NodeId n : tree) walk.touch(m, n), m.node(n).dead = true;
+  for (ValueId p : pieces) walk.touch(m, m.value(p).producer);
+  walk.touch(m, m.value(joined[0]).producer);
   return static_cast<int64_t>(leaves.size());
 }
 
@@ -165,16 +180,16 @@ Expected<PassReport> GatherTransposes::run(Module& m) {
 
 Expected<PassReport> ConcatGatherGrads::run(Module& m) {
   int64_t concats = 0, removed = 0;
-  Users users = m.users();
   // Every add, in schedule order: a sum of some of the slices fails (too few leaves) and the sum
   // of all of them then joins, whatever reads it (another gradient's add included).
-  for (NodeId id : m.schedule()) {
-    const Node& n = m.node(id);
-    if (n.dead || n.op != "add") continue;
-    if (const int64_t leaves = concat_slices(m, users, id)) {
-      ++concats, removed += leaves;
-      users = m.users();  // the concat's value is new, and the tree's nodes read by nothing
+  for (bool again = true; again;) {
+    fusion::Walk walk(m);
+    for (NodeId id : m.schedule()) {
+      const Node& n = m.node(id);
+      if (n.dead || n.op != "add") continue;
+      if (const int64_t leaves = concat_slices(m, walk, id)) ++concats, removed += leaves;
     }
+    again = walk.deferred();
   }
   m.eliminate_dead_nodes();
   m.compact();
