@@ -69,6 +69,7 @@ class Importer {
   void find_static_operands(const std::vector<onnx::NodeProto>& nodes);
   void untie_static_aliases(std::vector<onnx::NodeProto>& nodes);
   void untie_merged_weights(std::vector<onnx::NodeProto>& nodes);
+  void restore_removed_biases(std::vector<onnx::NodeProto>& nodes);
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
     return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
            !buffers_.count(init.name());
@@ -92,6 +93,10 @@ class Importer {
   // too, frontend/onnx_weights.h).
   std::map<std::string, std::string> untied_;
   std::vector<std::string> untied_uses_;
+  // Biases the exporter's optimizer removed for being zero (restore_removed_biases), each trained
+  // from zeros as the parameter the node's FX metadata names: parameter → its type. `memc export`
+  // gives the node the bias input back ("untied_uses" with no source).
+  std::map<std::string, TensorType> restored_;
   // The two untying passes' lines: parameter findings (inspect prints them, compile warns).
   std::vector<std::string> untie_findings_;
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
@@ -219,7 +224,7 @@ Status Importer::add_initializers(ImportContext& ctx) {
   for (const auto& name : options_.frozen) {
     const auto& inits = model_.graph().initializer();
     if (std::none_of(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; }) && !untied_.count(name) &&
-        !static_copies_.count(name))
+        !static_copies_.count(name) && !restored_.count(name))
       return error(str_cat("--freeze names '", name, "', which is no initializer of the model"));
   }
   for (const auto& init : model_.graph().initializer()) {
@@ -320,6 +325,15 @@ Status Importer::add_initializers(ImportContext& ctx) {
     auto t = tensor_from_proto(*init, base_dir_);
     if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
     ctx.define(parameter, ctx.constant(std::move(*t), parameter));
+  }
+  for (const auto& [parameter, type] : restored_) {
+    if (options_.frozen.count(parameter)) {
+      ctx.define(parameter, ctx.constant(Tensor::zeros(type.dtype, type.shape), parameter));
+      continue;
+    }
+    const ValueId id = module_.add_argument(parameter, type, Role::kParam);
+    ctx.define(parameter, id);
+    if (options_.load_weights) module_.weights()[id] = Tensor::zeros(type.dtype, type.shape);
   }
   if (!untied_uses_.empty()) module_.metadata().set("untied_uses", untied_uses_);
   return Status::Ok();
@@ -533,6 +547,53 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
   }
 }
 
+// The dynamo exporter's optimizer removes a Gemm's, Conv's or ConvTranspose's bias input whose
+// elements are all zero (onnxscript's RemoveOptionalBias rules): in a fresh model every Linear and
+// convolution bias that HF or timm initialise to 0, and a BatchNorm folded into the layer before
+// it with its fresh statistics. PyTorch trains that bias. The node's FX metadata still names it
+// (`aten.linear(%x, %p_<scope>_weight, %p_<scope>_bias)`; a folded BatchNorm's own bias for the
+// fused form, whose bias gradient it is): the node gets a zero bias input under that name,
+// trained as the parameter.
+void Importer::restore_removed_biases(std::vector<onnx::NodeProto>& nodes) {
+  std::map<std::string, const onnx::TensorProto*> inits;
+  for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
+  std::set<std::string> names;  // the new parameter's name must be free
+  for (const auto& in : model_.graph().input()) names.insert(in.name());
+  for (const auto& n : nodes) names.insert(n.output().begin(), n.output().end());
+  for (onnx::NodeProto& n : nodes) {
+    const bool gemm = n.op_type() == "Gemm", conv = n.op_type() == "Conv", transposed = n.op_type() == "ConvTranspose";
+    if ((!gemm && !conv && !transposed) || n.input_size() != 2 || n.output_size() != 1 || n.name().empty() || !n.domain().empty()) continue;
+    const std::string bias = parameter_read(n, "bias");
+    if (bias.empty() || names.count(bias) || inits.count(bias) || restored_.count(bias)) continue;
+    auto w = inits.find(n.input(1));
+    if (w == inits.end()) continue;
+    auto dtype = dtype_from_onnx(w->second->data_type());
+    auto shape = shape_from_proto(*w->second);
+    if (!dtype.ok() || !is_float(*dtype) || !shape.ok() || shape->size() < 2) continue;
+    int64_t transpose_b = 0, group = 1;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "transB") transpose_b = a.i();
+      if (a.name() == "group") group = a.i();
+    }
+    if (gemm && shape->size() != 2) continue;
+    const int64_t outputs = gemm ? (*shape)[transpose_b ? 0 : 1] : transposed ? (*shape)[1] * group : (*shape)[0];
+    restored_[bias] = TensorType{*dtype, {outputs}};
+    untied_uses_.insert(untied_uses_.end(), {bias, "", n.name(), "2"});
+    names.insert(bias);
+    n.add_input(bias);
+  }
+  if (restored_.empty()) return;
+  std::string list;
+  int listed = 0;
+  for (const auto& [parameter, type] : restored_) {
+    if (listed++ < 4) list += str_cat(listed > 1 ? ", '" : "'", parameter, "'");
+  }
+  if (restored_.size() > 4) list += str_cat(" and ", restored_.size() - 4, " more");
+  untie_findings_.push_back(str_cat("the exporter removed ", restored_.size(), restored_.size() == 1 ? " bias" : " biases",
+                                    " whose elements were all zero (", list,
+                                    "): memc trains each from zeros under its PyTorch name, as PyTorch does"));
+}
+
 bool Importer::training_export(const std::vector<onnx::NodeProto>& nodes) const {
   if (model_.producer_name() == "pytorch") return true;
   std::map<std::string, const onnx::TensorProto*> known;
@@ -562,6 +623,7 @@ Expected<Module> Importer::run() {
   find_static_operands(nodes);
   untie_static_aliases(nodes);
   untie_merged_weights(nodes);
+  restore_removed_biases(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
   const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);
@@ -577,6 +639,7 @@ Expected<Module> Importer::run() {
   for (const auto& init : model_.graph().initializer()) defined.push_back(init.name());
   for (const auto& [copy, root] : static_copies_) defined.push_back(copy);
   for (const auto& [parameter, init] : untied_) defined.push_back(parameter);
+  for (const auto& [parameter, type] : restored_) defined.push_back(parameter);
   MEMC_RETURN_IF_ERROR(topological_sort(nodes, defined, file_, opset_));
   warn_tied_initializers(nodes);
 

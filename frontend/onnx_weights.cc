@@ -64,6 +64,23 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
   auto* graph = model.mutable_graph();
   std::set<std::string> added;
   for (const UntiedUse& u : untied) {
+    if (u.source.empty()) {
+      // A bias the exporter removed for being zero: the node gets it back where it was trained
+      // (a frozen one stays zero, as the node without it computes).
+      auto* nodes = graph->mutable_node();
+      const auto node = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) { return n.name() == u.node; });
+      if (node == nodes->end() || node->input_size() != u.input) {
+        return Status::BadInput(str_cat(in_path, ": no node '", u.node, "' with ", u.input, " inputs to give its bias '", u.name, "'"));
+      }
+      const auto value = weights.find(u.name);
+      if (value == weights.end() || !added.insert(u.name).second) continue;
+      onnx::TensorProto bias;
+      tensor_to_proto(value->second, bias);
+      bias.set_name(u.name);
+      *graph->add_initializer() = std::move(bias);
+      node->add_input(u.name);
+      continue;
+    }
     const auto& inits = graph->initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == u.source; });
     auto* nodes = graph->mutable_node();

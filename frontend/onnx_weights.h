@@ -30,7 +30,9 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 // own, added as an initializer with the value the model file holds: node `node`'s input `input`
 // reads `name` instead of `source`, or, with input -1, the Identity of `source` whose output is
 // `name` goes. A trained parameter's value is then written from `weights` like the rest; a
-// running statistic (no weight) keeps the model's value.
+// running statistic (no weight) keeps the model's value. With no `source`, `name` is a bias the
+// exporter removed for being zero: node `node` (with `input` inputs) reads it again as its last
+// input, written from `weights` (a bias that was not trained stays removed, zero as before).
 struct UntiedUse {
   std::string name, source, node;
   int input = -1;

@@ -105,10 +105,19 @@ static Status stream_weights(const std::string& plan_path, const Plan& plan,
   // (frontend/onnx_weights.h, untied_uses).
   std::map<std::string, std::set<std::string>> readers;  // initializer → the parameters it starts
   std::set<std::string> names;                            // the initializers to read
+  // A bias the exporter removed for being zero starts from zeros.
+  std::set<std::string> zeros;
   for (const UntiedUse& u : untied_uses(plan.eval.metadata())) {
-    if (params.count(u.name)) readers[u.source].insert(u.name), names.insert(u.source);
+    if (!params.count(u.name)) continue;
+    if (u.source.empty()) zeros.insert(u.name);
+    else readers[u.source].insert(u.name), names.insert(u.source);
+  }
+  for (const std::string& name : zeros) {
+    const TensorType& type = params.at(name);
+    MEMC_RETURN_IF_ERROR(sink(name, Tensor::zeros(type.dtype, type.shape)));
   }
   for (const auto& [name, type] : params) {
+    if (zeros.count(name)) continue;
     if (std::none_of(readers.begin(), readers.end(), [&](const auto& r) { return r.second.count(name) > 0; })) names.insert(name);
   }
   return stream_onnx_initializers(model, names, [&](const std::string& name, const Tensor& stored) {

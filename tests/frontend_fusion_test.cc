@@ -653,6 +653,57 @@ TEST(FrontendImport, RunningStatisticsMergedWithWeightsByValueStayConstant) {
   EXPECT_EQ(trained_names(*constant), (std::vector<std::string>{"w", "c"}));
 }
 
+// The dynamo exporter's optimizer removes a Gemm's or Conv's bias input that is all zeros (a fresh
+// Linear's); the node's FX metadata still names the parameter. memc trains it from zeros under
+// that name, and `memc export` gives the node its bias input back.
+TEST(FrontendImport, BiasTheExporterRemovedForBeingZeroIsTrained) {
+  OnnxBuilder b(18);
+  b.input("x", {2, 3}).output("y");
+  b.init("fc.weight", make_tensor(DType::kF32, {4, 3}, {1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1}));
+  onnx::NodeProto& gemm = b.node("Gemm", {"x", "fc.weight"}, {"y"});
+  gemm.set_name("node_Gemm_0");
+  testing::attr_i(gemm, "transB", 1);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"pkg.torch.onnx.name_scopes", "['', 'fc', 'linear']"},
+           {"pkg.torch.onnx.fx_node", "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_fc_weight, %p_fc_bias))"}}) {
+    onnx::StringStringEntryProto e;
+    e.set_key(key);
+    e.set_value(value);
+    gemm.GetReflection()->MutableUnknownFields(&gemm)->AddLengthDelimited(9, e.SerializeAsString());
+  }
+  std::vector<std::string> findings;
+  auto m = import_with_findings(b, findings);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(trained_names(*m), (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_TRUE(has_finding(findings, "the exporter removed 1 bias whose elements were all zero ('fc.bias')")) << (findings.empty() ? "" : findings[0]);
+  // Trained to 0.5, the bias adds to every row.
+  for (ValueId a : m->arguments()) {
+    if (m->value(a).source_name != "fc.bias") continue;
+    EXPECT_EQ(m->weights().at(a).get_as_double(3), 0);
+    m->weights()[a] = make_tensor(DType::kF32, {4}, {0.5});
+  }
+  auto out = execute(*m, {{"x", make_tensor(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(0).get_as_double(3), 6.5);
+
+  // The export gives node_Gemm_0 the bias input back, with the trained value.
+  const std::string in = testing::scratch_path("removed_bias.onnx"), exported = testing::scratch_path("removed_bias_trained.onnx");
+  {
+    std::ofstream f(in, std::ios::binary);
+    f << b.bytes();
+  }
+  ASSERT_TRUE(write_onnx_with_weights(in, exported, {{"fc.bias", make_tensor(DType::kF32, {4}, {0.5})}}, untied_uses(m->metadata())).ok());
+  std::ifstream f(exported, std::ios::binary);
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromIstream(&f));
+  ASSERT_EQ(written.graph().node(0).input_size(), 3);
+  EXPECT_EQ(written.graph().node(0).input(2), "fc.bias");
+  auto again = import_onnx(exported, {});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(trained_names(*again), (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_EQ(again->metadata().find("untied_uses"), nullptr);
+}
+
 // --freeze names parameters: one the importer untied from a merged initializer, or the merged
 // initializer's own, stays a constant at the model's value while the others train.
 TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
