@@ -408,6 +408,42 @@ Tensor transpose_2d(const Tensor& t) {
   return out;
 }
 
+namespace {
+
+// The trained parameter whose transpose a folded copy holds, found by value where the export
+// recorded no name (TorchScript's constant folding stores a tied output projection as a new
+// `onnx::MatMul_N`, the embedding transposed): the one non-synthesized trained 2-D initializer of
+// the transposed shape whose values, transposed, are the copy's, element for element. A copy
+// whose elements are all equal matches by accident, not by tie, and is left alone.
+std::string transposed_twin(const onnx::ModelProto& model, const onnx::TensorProto& copy, const std::set<std::string>& weights,
+                            const std::string& base_dir) {
+  if (copy.dims_size() != 2 || tensor_proto_has_no_data(copy)) return "";
+  std::vector<const onnx::TensorProto*> candidates;
+  for (const auto& init : model.graph().initializer()) {
+    if (init.dims_size() == 2 && init.dims(0) == copy.dims(1) && init.dims(1) == copy.dims(0) && init.data_type() == copy.data_type() &&
+        weights.count(init.name()) && !synthesized_name(init.name()) && !tensor_proto_has_no_data(init))
+      candidates.push_back(&init);
+  }
+  if (candidates.empty()) return "";
+  const Expected<Tensor> value = tensor_from_proto(copy, base_dir);
+  if (!value.ok() || value->numel() < 2) return "";
+  const size_t size = dtype_size(value->dtype());
+  const char* data = static_cast<const char*>(value->raw());
+  bool all_equal = true;
+  for (int64_t k = 1; k < value->numel() && all_equal; ++k) all_equal = std::memcmp(data, data + k * size, size) == 0;
+  if (all_equal) return "";
+  std::string found;
+  for (const auto* init : candidates) {
+    const Expected<Tensor> original = tensor_from_proto(*init, base_dir);
+    if (!original.ok() || !equals_transposed(*value, *original)) continue;
+    if (!found.empty()) return "";  // two parameters hold these values: which one is unknown
+    found = init->name();
+  }
+  return found;
+}
+
+}  // namespace
+
 ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes,
                             const std::map<std::string, FoldedSources>& sources, const std::set<std::string>& weights,
                             const std::set<std::string>& updated, int64_t fixed_batch, const std::string& base_dir,
@@ -476,6 +512,7 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
       if (auto it = folded.find(name); it != folded.end()) from = single_source(it->second);  // onnxscript's own record
       for (const auto* n : users)
         if (from.empty()) from = parameter_behind(*n);
+      if (from.empty()) from = transposed_twin(model, init, weights, base_dir);
       if (!from.empty()) {
         audit.folded_from[name] = from;
         report(str_cat("initializer '", name, "' [", shape_str(dims), "] is the exporter's folded transpose of parameter '", from,

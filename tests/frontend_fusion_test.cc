@@ -704,6 +704,34 @@ TEST(FrontendImport, BiasTheExporterRemovedForBeingZeroIsTrained) {
   EXPECT_EQ(again->metadata().find("untied_uses"), nullptr);
 }
 
+// TorchScript's constant folding stores a tied output projection as a new initializer (the
+// embedding transposed) and records no name: memc finds the parameter by value and trains the
+// two as one tensor, as the module ties them. A copy whose elements are all equal is no evidence
+// of a tie, and trains as its own.
+TEST(FrontendImport, FoldedTransposeOfATiedEmbeddingFoundByValue) {
+  for (const bool constant : {false, true}) {
+    OnnxBuilder b(17);
+    b.input("ids", {2}, onnx::TensorProto::INT64).output("logits");
+    const std::vector<double> emb = constant ? std::vector<double>{0.5} : std::vector<double>{1, 2, 3, 4, 5, 6};
+    b.init("emb.weight", make_tensor(DType::kF32, {3, 2}, emb));
+    b.init("onnx::MatMul_7", make_tensor(DType::kF32, {2, 3}, constant ? emb : std::vector<double>{1, 3, 5, 2, 4, 6}));
+    b.node("Gather", {"emb.weight", "ids"}, {"h"});
+    b.node("MatMul", {"h", "onnx::MatMul_7"}, {"logits"});
+    std::vector<std::string> findings;
+    auto m = import_with_findings(b, findings);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    if (constant) {
+      EXPECT_EQ(trained_names(*m), (std::vector<std::string>{"emb.weight", "onnx::MatMul_7"}));
+      EXPECT_TRUE(has_finding(findings, "the parameter's name is lost"));
+    } else {
+      EXPECT_EQ(trained_names(*m), (std::vector<std::string>{"emb.weight"}));
+      EXPECT_TRUE(has_finding(findings, "initializer 'onnx::MatMul_7' [2x3] is the exporter's folded transpose of parameter 'emb.weight', "
+                                        "which the graph also reads (tied weights)"))
+          << (findings.empty() ? "" : findings[0]);
+    }
+  }
+}
+
 // --freeze names parameters: one the importer untied from a merged initializer, or the merged
 // initializer's own, stays a constant at the model's value while the others train.
 TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
