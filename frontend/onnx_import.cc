@@ -86,6 +86,9 @@ class Importer {
   // running statistic the exporter merged with an equal-valued weight): each is defined as a
   // constant copy of the initializer's value instead (untie_static_aliases).
   std::map<std::string, std::string> static_copies_;  // alias → initializer
+  // The copies made for a node's own static input (not an Identity's output): copy → the node's
+  // name and the input it reads the copy at, for `memc export`.
+  std::map<std::string, std::pair<std::string, int>> static_copy_uses_;
   // Parameters an exporter merged by value into one initializer, each trained as its own
   // (untie_merged_weights): parameter → the initializer whose value it starts from, and for
   // `memc export` the uses moved to it (metadata "untied_uses": parameter, initializer, node,
@@ -301,7 +304,9 @@ Status Importer::add_initializers(ImportContext& ctx) {
     auto t = tensor_from_proto(*init, base_dir_);
     if (!t.ok()) return error(str_cat("initializer '", root, "': ", t.status().message()));
     ctx.define(copy, ctx.constant(std::move(*t), copy));
-    untied_uses_.insert(untied_uses_.end(), {copy, root, "", "-1"});
+    const auto use = static_copy_uses_.find(copy);
+    if (use == static_copy_uses_.end()) untied_uses_.insert(untied_uses_.end(), {copy, root, "", "-1"});
+    else untied_uses_.insert(untied_uses_.end(), {copy, root, use->second.first, std::to_string(use->second.second)});
   }
   // Each parameter untied from a merged initializer (untie_merged_weights) trains on its own,
   // from the initializer's value; the weights stream under its name from that initializer. One
@@ -416,6 +421,39 @@ void Importer::find_static_operands(const std::vector<onnx::NodeProto>& nodes) {
 void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
   std::map<std::string, const onnx::TensorProto*> inits;
   for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
+  // The dynamo exporter's optimizer points the uses at one initializer instead: a fresh
+  // BatchNorm reads BatchNormalization(x, w, b, b, w). A trained initializer read at a node's
+  // static input gets a constant copy there, named as the module's statistic would be.
+  std::set<std::string> read_as_data, taken;
+  for (const auto& in : model_.graph().input()) taken.insert(in.name());
+  for (const auto& n : nodes) {
+    taken.insert(n.output().begin(), n.output().end());
+    for (int i = 0; i < n.input_size() && i < first_static_input(n); ++i) read_as_data.insert(n.input(i));
+  }
+  for (const auto& out : model_.graph().output()) read_as_data.insert(out.name());
+  std::string listed;
+  for (onnx::NodeProto& n : nodes) {
+    if (n.name().empty() || (n.op_type() == "BatchNormalization" && updates_running_statistics(n))) continue;
+    for (int i = first_static_input(n); i < n.input_size(); ++i) {
+      const std::string root = n.input(i);
+      if (!inits.count(root) || !read_as_data.count(root) || tensor_proto_has_no_data(*inits.at(root))) continue;
+      const size_t dot = root.rfind('.');
+      const std::string slot = n.op_type() == "BatchNormalization" ? (i == 3 ? "running_mean" : "running_var") : str_cat("input_", i);
+      std::string copy = dot == std::string::npos ? str_cat(n.name(), ".", slot) : str_cat(root.substr(0, dot), ".", slot);
+      if (taken.count(copy) || inits.count(copy) || static_copies_.count(copy)) copy = str_cat(n.name(), ".", slot);
+      if (taken.count(copy) || inits.count(copy) || static_copies_.count(copy)) continue;
+      static_copies_[copy] = root;
+      static_copy_uses_[copy] = {n.name(), i};
+      n.set_input(i, copy);
+      if (static_copy_uses_.size() <= 2) listed += str_cat(listed.empty() ? "'" : ", '", root, "' as '", copy, "'");
+    }
+  }
+  if (!static_copy_uses_.empty()) {
+    if (static_copy_uses_.size() > 2) listed += str_cat(" and ", static_copy_uses_.size() - 2, " more");
+    untie_findings_.push_back(str_cat(static_copy_uses_.size(), " constant input", static_copy_uses_.size() > 1 ? "s" : "",
+                                      " (running statistics) read trained initializers the exporter merged them with by value (",
+                                      listed, "): memc reads a constant copy of each there, as PyTorch never trains them"));
+  }
   std::map<std::string, std::string> root_of;  // an Identity's output → the initializer it reads
   std::map<std::string, std::vector<std::string>> aliases;
   auto is_alias = [&](const onnx::NodeProto& n) {

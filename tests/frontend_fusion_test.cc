@@ -640,6 +640,35 @@ TEST(FrontendImport, RunningStatisticsMergedWithWeightsByValueStayConstant) {
   EXPECT_EQ(first, (std::map<std::string, double>{{"bn.bias", 0.5}, {"bn.weight", 1}, {"bn.running_mean", 0}, {"bn.running_var", 1}}));
   for (const auto& n : written.graph().node()) EXPECT_NE(n.op_type(), "Identity");
 
+  // The dynamo exporter points the statistics at the weights themselves: BatchNormalization(x, w,
+  // b, b, w). The node reads constant copies there, and the export writes them as its own inputs.
+  OnnxBuilder direct(18);
+  direct.input("x", {2, 3}).output("y");
+  direct.init("bn.weight", make_tensor(DType::kF32, {3}, {1})).init("bn.bias", make_tensor(DType::kF32, {3}, {0}));
+  direct.node("BatchNormalization", {"x", "bn.weight", "bn.bias", "bn.bias", "bn.weight"}, {"y"}).set_name("node_bn");
+  auto d = direct.import();
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(trained_names(*d), (std::vector<std::string>{"bn.weight", "bn.bias"}));
+  for (ValueId a : d->arguments()) {
+    if (d->value(a).source_name == "bn.weight") d->weights()[a] = make_tensor(DType::kF32, {3}, {2});
+    if (d->value(a).source_name == "bn.bias") d->weights()[a] = make_tensor(DType::kF32, {3}, {0.5});
+  }
+  auto dy = execute(*d, {{"x", make_tensor(DType::kF32, {2, 3}, {1})}});
+  ASSERT_TRUE(dy.ok()) << dy.status().message();
+  EXPECT_NEAR(dy->at(0).get_as_double(0), 2 / std::sqrt(1 + 1e-5) + 0.5, 1e-5);
+  const std::string direct_in = testing::scratch_path("direct_bn.onnx"), direct_out = testing::scratch_path("direct_bn_trained.onnx");
+  {
+    std::ofstream df(direct_in, std::ios::binary);
+    df << direct.bytes();
+  }
+  ASSERT_TRUE(write_onnx_with_weights(direct_in, direct_out, {{"bn.bias", make_tensor(DType::kF32, {3}, {0.5})}}, untied_uses(d->metadata())).ok());
+  std::ifstream dfile(direct_out, std::ios::binary);
+  onnx::ModelProto dwritten;
+  ASSERT_TRUE(dwritten.ParseFromIstream(&dfile));
+  const auto& bn = dwritten.graph().node(0);
+  EXPECT_EQ(std::vector<std::string>(bn.input().begin(), bn.input().end()),
+            (std::vector<std::string>{"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}));
+
   // Statistics alone: one BatchNorm reads the initializer, another its alias; nothing trains.
   OnnxBuilder statistics(17);
   statistics.input("x", {2, 3}).output("z");
