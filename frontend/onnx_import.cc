@@ -537,7 +537,16 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
       }
       const size_t dot = name.rfind('.');
       if (dot != std::string::npos) {
-        const std::string read = parameter_read(n, name.substr(dot + 1));
+        std::string read = parameter_read(n, name.substr(dot + 1));
+        if (read.empty()) {
+          std::set<std::string> known;  // what the node's other initializers stand for, by their own attribute
+          for (int k = 0; k < n.input_size(); ++k) {
+            const size_t at = n.input(k).rfind('.');
+            if (k == j || !inits.count(n.input(k)) || at == std::string::npos) continue;
+            if (std::string other = parameter_read(n, n.input(k).substr(at + 1)); !other.empty()) known.insert(other);
+          }
+          read = single_parameter_read(n, known);
+        }
         if (!read.empty()) parameter = read;
       }
       by_parameter[name][parameter].push_back({i, j});

@@ -142,6 +142,30 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
   return "";
 }
 
+std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::string>& known) {
+  const std::string fx = lower_ascii(node_metadata(n, "pkg.torch.onnx.fx_node"));
+  std::vector<std::string> placeholders;
+  for (size_t at = fx.find("%p_"); at != std::string::npos; at = fx.find("%p_", at + 1)) {
+    size_t end = at + 3;
+    while (end < fx.size() && is_ident(fx[end])) ++end;
+    placeholders.push_back(fx.substr(at, end - at));
+  }
+  if (placeholders.empty()) return "";
+  const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
+    if (it->empty()) continue;
+    std::string prefix = lower_ascii("%p_" + *it + "_");
+    std::replace(prefix.begin(), prefix.end(), '.', '_');
+    std::set<std::string> attributes;
+    for (const std::string& p : placeholders)
+      if (p.size() > prefix.size() && p.rfind(prefix, 0) == 0 && !known.count(*it + "." + p.substr(prefix.size())))
+        attributes.insert(p.substr(prefix.size()));
+    if (attributes.size() > 1) return "";
+    if (attributes.size() == 1) return *it + "." + *attributes.begin();
+  }
+  return "";
+}
+
 namespace {
 
 bool all_rows_equal(const Tensor& t) {

@@ -78,6 +78,12 @@ std::string module_scope(const onnx::NodeProto& n);
 // "%p_<scope with _>_<attribute>", lower-cased), innermost module scope first; "" when the metadata names
 // none. It tells which parameter each use of an initializer the exporter merged by value stands for.
 std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute);
+// The one module parameter the FX node reads, whatever its attribute ("%p_<scope>_<attribute>"
+// under the innermost scope that prefixes any placeholder), where the exporter merged parameters
+// of different attributes (CaiT's gamma_1 and gamma_2, DINOv2's LayerNorm weight and layer-scale
+// lambda1); "" when it reads none or several. Parameters in `known` (those the node's other
+// inputs stand for) are not counted.
+std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::string>& known = {});
 
 // Prints a parameter finding as a warning once per process (compile imports a model many times).
 void warn_finding_once(const std::string& line);

@@ -814,6 +814,21 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   EXPECT_EQ(parameter_read(n, "bias"), "m.bert.encoder.layer.0.output.LayerNorm.bias");
   EXPECT_EQ(parameter_read(n, "weight"), "");
   EXPECT_EQ(parameter_read(n, "weight_g"), "m.bert.encoder.layer.0.output.LayerNorm.weight_g");
+  // Whatever the attribute (a merge of different attributes): the one placeholder not accounted for.
+  EXPECT_EQ(single_parameter_read(n), "");
+  EXPECT_EQ(single_parameter_read(n, {"m.bert.encoder.layer.0.output.LayerNorm.bias"}), "m.bert.encoder.layer.0.output.LayerNorm.weight_g");
+  OnnxBuilder scale(18);
+  onnx::NodeProto& mul = scale.node("Mul", {"inner.m.blocks.0.gamma_1", "h"}, {"y"});
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"pkg.torch.onnx.name_scopes", "['', 'inner', 'inner.m', 'inner.m.blocks_token_only.0', 'mul_73']"},
+           {"pkg.torch.onnx.fx_node", "%mul_73 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%p_inner_m_blocks_token_only_0_gamma_2, %linear_17))"}}) {
+    onnx::StringStringEntryProto e;
+    e.set_key(key);
+    e.set_value(value);
+    mul.GetReflection()->MutableUnknownFields(&mul)->AddLengthDelimited(9, e.SerializeAsString());
+  }
+  EXPECT_EQ(parameter_read(mul, "gamma_1"), "");
+  EXPECT_EQ(single_parameter_read(mul), "inner.m.blocks_token_only.0.gamma_2");
 
   // A folded transpose is named after its parameter the same way (T5's "SelfAttention").
   OnnxBuilder folded(18);
