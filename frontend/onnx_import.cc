@@ -559,12 +559,13 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
     auto dtype = dtype_from_onnx(init.data_type());
     if (!dtype.ok() || !is_float(*dtype) || tensor_proto_has_no_data(init)) continue;
     auto value = tensor_from_proto(init, base_dir_);
-    if (!value.ok() || value->numel() < 2) continue;
-    const size_t size = dtype_size(value->dtype());
-    const char* data = static_cast<const char*>(value->raw());
-    bool equal = true;
-    for (int64_t k = 1; k < value->numel() && equal; ++k) equal = std::memcmp(data, data + k * size, size) == 0;
-    if (!equal) continue;
+    if (!value.ok() || !all_elements_equal(*value)) continue;
+    // One element is equal to itself, no evidence of a merge: only module paths naming every use
+    // (StarReLU's scale and bias, merged across blocks) say the uses are parameters of their own.
+    const auto module_path = [](const std::string& p) {
+      return p.find('.') != std::string::npos && p.rfind("onnx::", 0) != 0 && p.rfind("val_", 0) != 0 && p.rfind("_val_", 0) != 0;
+    };
+    if (value->numel() < 2 && !std::all_of(parameters.begin(), parameters.end(), [&](const auto& p) { return module_path(p.first); })) continue;
     // The initializer keeps its own name's uses (or the first parameter's, by name).
     const std::string kept = parameters.count(name) ? name : parameters.begin()->first;
     std::string list;

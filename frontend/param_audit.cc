@@ -142,6 +142,14 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
   return "";
 }
 
+bool all_elements_equal(const Tensor& t) {
+  if (t.numel() < 1) return false;
+  const double first = t.get_as_double(0);
+  for (int64_t k = 1; k < t.numel(); ++k)
+    if (!(t.get_as_double(k) == first)) return false;
+  return true;
+}
+
 std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::string>& known) {
   const std::string fx = lower_ascii(node_metadata(n, "pkg.torch.onnx.fx_node"));
   std::vector<std::string> placeholders;
@@ -450,12 +458,7 @@ std::string transposed_twin(const onnx::ModelProto& model, const onnx::TensorPro
   }
   if (candidates.empty()) return "";
   const Expected<Tensor> value = tensor_from_proto(copy, base_dir);
-  if (!value.ok() || value->numel() < 2) return "";
-  const size_t size = dtype_size(value->dtype());
-  const char* data = static_cast<const char*>(value->raw());
-  bool all_equal = true;
-  for (int64_t k = 1; k < value->numel() && all_equal; ++k) all_equal = std::memcmp(data, data + k * size, size) == 0;
-  if (all_equal) return "";
+  if (!value.ok() || value->numel() < 2 || all_elements_equal(*value)) return "";
   std::string found;
   for (const auto* init : candidates) {
     const Expected<Tensor> original = tensor_from_proto(*init, base_dir);

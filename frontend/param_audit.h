@@ -85,6 +85,10 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
 // inputs stand for) are not counted.
 std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::string>& known = {});
 
+// Whether every element of `t` equals the first by value (-0 equals 0, as torch.equal has it when
+// an exporter merges initializers).
+bool all_elements_equal(const Tensor& t);
+
 // Prints a parameter finding as a warning once per process (compile imports a model many times).
 void warn_finding_once(const std::string& line);
 

@@ -761,6 +761,26 @@ TEST(FrontendImport, FoldedTransposeOfATiedEmbeddingFoundByValue) {
   }
 }
 
+// Merged by value as torch.equal compares: -0 equals 0 (a BatchNorm folded with a zero gamma
+// leaves zeros of both signs), and one element is merged where module paths name the uses
+// (StarReLU's scale across blocks); a name that is no module path is no such evidence.
+TEST(FrontendImport, MergedZerosOfBothSignsAndSingleElementsAreUntied) {
+  auto trained = [](double first, double second, const std::string& kept, const std::string& alias, int64_t n) {
+    OnnxBuilder b(17);
+    b.input("x", {2, n}).output("z");
+    b.init(kept, make_tensor(DType::kF32, {n}, {first, second}));
+    b.node("Mul", {"x", kept}, {"y"}).set_name("mul_0");
+    b.node("Identity", {kept}, {alias}).set_name("id_1");
+    b.node("Add", {"y", alias}, {"z"}).set_name("add_1");
+    auto m = b.import();
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m.ok() ? trained_names(*m) : std::vector<std::string>{};
+  };
+  EXPECT_EQ(trained(0.0, -0.0, "a.conv.weight", "b.conv.weight", 2), (std::vector<std::string>{"a.conv.weight", "b.conv.weight"}));
+  EXPECT_EQ(trained(1, 1, "s.act.scale", "t.act.scale", 1), (std::vector<std::string>{"s.act.scale", "t.act.scale"}));
+  EXPECT_EQ(trained(2, 2, "scale", "onnx::Mul_5", 1), (std::vector<std::string>{"scale"}));
+}
+
 // --freeze names parameters: one the importer untied from a merged initializer, or the merged
 // initializer's own, stays a constant at the model's value while the others train.
 TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
