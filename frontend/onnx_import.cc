@@ -548,6 +548,8 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
           read = single_parameter_read(n, known);
         }
         if (!read.empty()) parameter = read;
+      } else if (op_output_name(name)) {
+        if (std::string read = folded_value_read(n, j); !read.empty()) parameter = read;
       }
       by_parameter[name][parameter].push_back({i, j});
     }

@@ -34,14 +34,6 @@ bool synthesized_name(const std::string& name) {
   return name.rfind("val_", 0) == 0 || name.rfind("_val_", 0) == 0 || name.rfind("onnx::", 0) == 0;
 }
 
-// An op-output name ("embedding_1": the dynamo exporter names folded values after the aten op
-// that made them), never a module path ("encoder.ln.weight") or a plain attribute ("class_token").
-bool op_output_name(const std::string& name) {
-  const size_t underscore = name.rfind('_');
-  if (underscore == std::string::npos || underscore + 1 == name.size() || name.find('.') != std::string::npos) return false;
-  return std::all_of(name.begin() + underscore + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 // NodeProto.metadata_props (field 9, ONNX ≥ 1.16) is newer than Debian's onnx.proto: protobuf
 // keeps it as an unknown field, each entry a serialized StringStringEntryProto.
 // ValueInfoProto's (field 4) likewise.
@@ -57,6 +49,12 @@ std::string unknown_metadata(const google::protobuf::Message& m, int field, cons
 }
 
 }  // namespace
+
+bool op_output_name(const std::string& name) {
+  const size_t underscore = name.rfind('_');
+  if (underscore == std::string::npos || underscore + 1 == name.size() || name.find('.') != std::string::npos) return false;
+  return std::all_of(name.begin() + underscore + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 std::string node_metadata(const onnx::NodeProto& n, const std::string& key) {
   constexpr int kNodeMetadata = 9;
@@ -140,6 +138,24 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
     }
   }
   return "";
+}
+
+std::string folded_value_read(const onnx::NodeProto& n, int input) {
+  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+  const size_t args = fx.find("](args = (");
+  if (args == std::string::npos) return "";
+  std::set<std::string> others;  // the node's other inputs: FX values keep their names in the export
+  for (int k = 0; k < n.input_size(); ++k)
+    if (k != input) others.insert(n.input(k));
+  std::set<std::string> candidates;
+  for (size_t at = fx.find('%', args); at != std::string::npos; at = fx.find('%', at + 1)) {
+    size_t end = at + 1;
+    while (end < fx.size() && is_ident(fx[end])) ++end;
+    const std::string value = fx.substr(at + 1, end - at - 1);
+    const bool placeholder = value.rfind("p_", 0) == 0 || value.rfind("b_", 0) == 0 || value.rfind("c_", 0) == 0;
+    if (!value.empty() && !placeholder && !others.count(value)) candidates.insert(value);
+  }
+  return candidates.size() == 1 && op_output_name(*candidates.begin()) ? *candidates.begin() : "";
 }
 
 bool all_elements_equal(const Tensor& t) {

@@ -85,6 +85,17 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
 // inputs stand for) are not counted.
 std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::string>& known = {});
 
+// An op-output name ("embedding_1", "add_4": the dynamo exporter names folded values after the
+// aten op that made them), never a module path ("encoder.ln.weight") or a plain attribute
+// ("class_token").
+bool op_output_name(const std::string& name);
+
+// The FX value a dynamo node reads at input `input` where that input is an initializer the
+// exporter folded and merged by value (Gemma's RMSNorm `1 + weight`, folded once per layer as
+// `add_4`, `add_9`, …): the one "%<value>" argument of the FX node that names none of the node's
+// other inputs and no placeholder; "" otherwise.
+std::string folded_value_read(const onnx::NodeProto& n, int input);
+
 // Whether every element of `t` equals the first by value (-0 equals 0, as torch.equal has it when
 // an exporter merges initializers).
 bool all_elements_equal(const Tensor& t);

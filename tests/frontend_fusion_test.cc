@@ -849,6 +849,15 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   }
   EXPECT_EQ(parameter_read(mul, "gamma_1"), "");
   EXPECT_EQ(single_parameter_read(mul), "inner.m.blocks_token_only.0.gamma_2");
+  // A folded value merged by value (Gemma's `1 + weight`, one per RMSNorm): the FX value each use reads.
+  OnnxBuilder merged(18);
+  onnx::NodeProto& norm = merged.node("Mul", {"mul_63", "add_4"}, {"mul_64"});
+  onnx::StringStringEntryProto fx;
+  fx.set_key("pkg.torch.onnx.fx_node");
+  fx.set_value("%mul_64 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%mul_63, %add_9), kwargs = {})");
+  norm.GetReflection()->MutableUnknownFields(&norm)->AddLengthDelimited(9, fx.SerializeAsString());
+  EXPECT_EQ(folded_value_read(norm, 1), "add_9");
+  EXPECT_EQ(folded_value_read(norm, 0), "");
 
   // A folded transpose is named after its parameter the same way (T5's "SelfAttention").
   OnnxBuilder folded(18);
