@@ -372,6 +372,16 @@ TEST(FrontendImport, WeightsVsConstantsAndMetadata) {
 }
 
 // The initializers a module trains, in argument order.
+// A node's metadata_props entry as the dynamo exporter writes it (field 9, which Debian's
+// onnx.proto does not know: an unknown field holding a StringStringEntryProto).
+void add_metadata(onnx::NodeProto& node, const std::string& key, const std::string& value) {
+  onnx::StringStringEntryProto entry;
+  entry.set_key(key);
+  entry.set_value(value);
+  node.GetReflection()->MutableUnknownFields(&node)->AddLengthDelimited(9, entry.SerializeAsString());
+}
+void add_fx_node(onnx::NodeProto& node, const std::string& fx_node) { add_metadata(node, "pkg.torch.onnx.fx_node", fx_node); }
+
 std::vector<std::string> trained_names(const Module& m) {
   std::vector<std::string> names;
   for (ValueId a : m.arguments())
@@ -456,10 +466,7 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   b.node("MatMul", {"x", "val_1"}, {"a"});
   b.node("Mul", {"a", "unsqueeze_1"}, {"m"});
   auto& index = b.node("Add", {"m", "val_37"}, {"c"});  // the FX graph read the buffer here
-  onnx::StringStringEntryProto fx;
-  fx.set_key("pkg.torch.onnx.fx_node");
-  fx.set_value("%index_1 : [num_users=1] = call_function[target=torch.ops.aten.index.Tensor](args = (%b_rotary_embed_positions, [%m]), kwargs = {})");
-  index.GetReflection()->MutableUnknownFields(&index)->AddLengthDelimited(9, fx.SerializeAsString());
+  add_fx_node(index, "%index_1 : [num_users=1] = call_function[target=torch.ops.aten.index.Tensor](args = (%b_rotary_embed_positions, [%m]), kwargs = {})");
   b.node("Mul", {"c", "val_9"}, {"d"});
   b.node("Add", {"d", "val_10"}, {"e"});
   b.node("Add", {"e", "val_83"}, {"y"});
@@ -487,13 +494,6 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   ASSERT_TRUE(out.ok()) << out.status().message();
   const std::vector<double> want = {6, 7, 6.5, 7};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out->at(0).get_as_double(i), want[i], 1e-6) << i;
-}
-
-void add_fx_node(onnx::NodeProto& node, const std::string& fx_node) {
-  onnx::StringStringEntryProto entry;
-  entry.set_key("pkg.torch.onnx.fx_node");
-  entry.set_value(fx_node);
-  node.GetReflection()->MutableUnknownFields(&node)->AddLengthDelimited(9, entry.SerializeAsString());
 }
 
 // torch 2.15's dynamo exporter writes a module in train() with a BatchNormalization node that
@@ -692,14 +692,8 @@ TEST(FrontendImport, BiasTheExporterRemovedForBeingZeroIsTrained) {
   onnx::NodeProto& gemm = b.node("Gemm", {"x", "fc.weight"}, {"y"});
   gemm.set_name("node_Gemm_0");
   testing::attr_i(gemm, "transB", 1);
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"pkg.torch.onnx.name_scopes", "['', 'fc', 'linear']"},
-           {"pkg.torch.onnx.fx_node", "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_fc_weight, %p_fc_bias))"}}) {
-    onnx::StringStringEntryProto e;
-    e.set_key(key);
-    e.set_value(value);
-    gemm.GetReflection()->MutableUnknownFields(&gemm)->AddLengthDelimited(9, e.SerializeAsString());
-  }
+  add_metadata(gemm, "pkg.torch.onnx.name_scopes", "['', 'fc', 'linear']");
+  add_metadata(gemm, "pkg.torch.onnx.fx_node", "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_fc_weight, %p_fc_bias))");
   std::vector<std::string> findings;
   auto m = import_with_findings(b, findings);
   ASSERT_TRUE(m.ok()) << m.status().message();
@@ -822,12 +816,7 @@ TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
 TEST(FrontendImport, ParameterReadByADynamoNode) {
   OnnxBuilder b(18);
   onnx::NodeProto& n = b.node("LayerNormalization", {"x", "w", "b"}, {"y"});
-  auto meta = [&](const std::string& key, const std::string& value) {
-    onnx::StringStringEntryProto e;
-    e.set_key(key);
-    e.set_value(value);
-    n.GetReflection()->MutableUnknownFields(&n)->AddLengthDelimited(9, e.SerializeAsString());
-  };
+  auto meta = [&](const std::string& key, const std::string& value) { add_metadata(n, key, value); };
   meta("pkg.torch.onnx.name_scopes", "['', 'm', 'm.bert.encoder.layer.0.output.LayerNorm', 'layer_norm_2']");
   meta("pkg.torch.onnx.fx_node", "%layer_norm_2 : [num_users=4] = call_function[target=torch.ops.aten.layer_norm.default](args = "
                                  "(%add_5, [32], %p_m_bert_encoder_layer_0_output_layernorm_weight_g, %p_m_bert_encoder_layer_0_output_layernorm_bias, 1e-12))");
@@ -839,23 +828,14 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   EXPECT_EQ(single_parameter_read(n, {"m.bert.encoder.layer.0.output.LayerNorm.bias"}), "m.bert.encoder.layer.0.output.LayerNorm.weight_g");
   OnnxBuilder scale(18);
   onnx::NodeProto& mul = scale.node("Mul", {"inner.m.blocks.0.gamma_1", "h"}, {"y"});
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"pkg.torch.onnx.name_scopes", "['', 'inner', 'inner.m', 'inner.m.blocks_token_only.0', 'mul_73']"},
-           {"pkg.torch.onnx.fx_node", "%mul_73 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%p_inner_m_blocks_token_only_0_gamma_2, %linear_17))"}}) {
-    onnx::StringStringEntryProto e;
-    e.set_key(key);
-    e.set_value(value);
-    mul.GetReflection()->MutableUnknownFields(&mul)->AddLengthDelimited(9, e.SerializeAsString());
-  }
+  add_metadata(mul, "pkg.torch.onnx.name_scopes", "['', 'inner', 'inner.m', 'inner.m.blocks_token_only.0', 'mul_73']");
+  add_metadata(mul, "pkg.torch.onnx.fx_node", "%mul_73 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%p_inner_m_blocks_token_only_0_gamma_2, %linear_17))");
   EXPECT_EQ(parameter_read(mul, "gamma_1"), "");
   EXPECT_EQ(single_parameter_read(mul), "inner.m.blocks_token_only.0.gamma_2");
   // A folded value merged by value (Gemma's `1 + weight`, one per RMSNorm): the FX value each use reads.
   OnnxBuilder merged(18);
   onnx::NodeProto& norm = merged.node("Mul", {"mul_63", "add_4"}, {"mul_64"});
-  onnx::StringStringEntryProto fx;
-  fx.set_key("pkg.torch.onnx.fx_node");
-  fx.set_value("%mul_64 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%mul_63, %add_9), kwargs = {})");
-  norm.GetReflection()->MutableUnknownFields(&norm)->AddLengthDelimited(9, fx.SerializeAsString());
+  add_fx_node(norm, "%mul_64 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%mul_63, %add_9), kwargs = {})");
   EXPECT_EQ(folded_value_read(norm, 1), "add_9");
   EXPECT_EQ(folded_value_read(norm, 0), "");
 
@@ -864,14 +844,8 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   folded.input("x", {2, 2}).output("y");
   folded.init("val_7", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4}));
   onnx::NodeProto& mm = folded.node("MatMul", {"x", "val_7"}, {"y"});
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"pkg.torch.onnx.name_scopes", "['', 'enc.SelfAttention.q', 'linear']"},
-           {"pkg.torch.onnx.fx_node", "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_enc_selfattention_q_weight))"}}) {
-    onnx::StringStringEntryProto e;
-    e.set_key(key);
-    e.set_value(value);
-    mm.GetReflection()->MutableUnknownFields(&mm)->AddLengthDelimited(9, e.SerializeAsString());
-  }
+  add_metadata(mm, "pkg.torch.onnx.name_scopes", "['', 'enc.SelfAttention.q', 'linear']");
+  add_metadata(mm, "pkg.torch.onnx.fx_node", "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_enc_selfattention_q_weight))");
   std::vector<std::string> findings;
   ASSERT_TRUE(import_with_findings(folded, findings).ok());
   EXPECT_TRUE(has_finding(findings, "initializer 'val_7' [2x2] is the exporter's folded transpose of parameter 'enc.SelfAttention.q.weight'"))
