@@ -271,6 +271,14 @@ def torch_ref(model, feeds, y, names):
     return logits.detach().numpy(), float(loss), grads
 
 
+def ts_tries(kind):
+    """TorchScript's dynamic axes to try, the widest first."""
+    if kind == "text":
+        return [("batch+seq", {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+                               "logits": {0: "batch"}}), ("static", None)]
+    return [("batch", {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}), ("static", None)]
+
+
 def do_one(name, ctor, kind, exporter, seed):
     base = os.path.join(OUT, f"{name}_{exporter}")
     meta = {"model": name, "exporter": exporter, "kind": kind}
@@ -304,12 +312,7 @@ def do_one(name, ctor, kind, exporter, seed):
             tries = [("batch", {n: {0: b} for n in names}), ("static", None)]
         first_export(tries, lambda dd: export_dynamo(model, args, names, path, dd, optimize=(exporter == "dynamo")), meta, errors)
     else:
-        if kind == "text":
-            tries = [("batch+seq", {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-                                     "logits": {0: "batch"}}), ("static", None)]
-        else:
-            tries = [("batch", {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}), ("static", None)]
-        first_export(tries, lambda dd: export_ts(model, args, names, path, dd, fold=(exporter == "ts")), meta, errors)
+        first_export(ts_tries(kind), lambda dd: export_ts(model, args, names, path, dd, fold=(exporter == "ts")), meta, errors)
     meta["export_seconds"] = round(time.time() - t0, 1)
     meta["export_errors"] = errors
     if "dynamic" not in meta:

@@ -157,12 +157,7 @@ def export(E, model, feeds, names, kind, exporter, path):
             tries = [("batch", {n: {0: Dim("batch", min=1, max=1024)} for n in names}), ("static", None)]
         E.first_export(tries, lambda dd: E.export_dynamo(model, args, names, path, dd, optimize=True), meta, errors)
     else:
-        if kind == "text":
-            tries = [("batch+seq", {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-                                     "logits": {0: "batch"}}), ("static", None)]
-        else:
-            tries = [("batch", {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}), ("static", None)]
-        E.first_export(tries, lambda dd: E.export_ts(model, args, names, path, dd, fold=True), meta, errors)
+        E.first_export(E.ts_tries(kind), lambda dd: E.export_ts(model, args, names, path, dd, fold=True), meta, errors)
     return meta.get("dynamic"), errors
 
 
