@@ -71,31 +71,6 @@ std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op,
   return *outs;
 }
 
-NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs) {
-  // Positions by node id (-1: not scheduled), and the readers of the earlier node's outputs, each
-  // from one pass over the schedule: a pass asks this once per match.
-  const std::vector<NodeId> order = m.schedule();
-  std::vector<int32_t> position(m.nodes().size(), -1);
-  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int32_t>(i);
-  if (position[a] < 0 || position[b] < 0) return kNoNode;
-  const NodeId later = position[a] > position[b] ? a : b, earlier = later == a ? b : a;
-  bool ready = true;
-  for (ValueId v : inputs) {
-    const NodeId p = m.value(v).producer;
-    ready = ready && (p == kNoNode || (position[p] >= 0 && position[p] < position[earlier]));
-  }
-  if (ready) return earlier;
-  // Otherwise at the later node, if nothing between reads the earlier one's outputs.
-  const std::vector<ValueId>& outs = m.node(earlier).outputs;
-  for (NodeId u : order) {
-    if (u == later || position[u] >= position[later]) continue;
-    for (ValueId v : m.node(u).inputs) {
-      if (v != kNoValue && std::find(outs.begin(), outs.end(), v) != outs.end()) return kNoNode;
-    }
-  }
-  return later;
-}
-
 Walk::Walk(const Module& m) : users_(m.users()), place_(m.nodes().size(), -1), touched_(m.values().size(), 0) {
   const std::vector<NodeId> order = m.schedule();
   for (size_t i = 0; i < order.size(); ++i) place_[order[i]] = static_cast<int32_t>(i);

@@ -28,10 +28,6 @@ ValueId other_operand(const Node& n, ValueId known);
 // Adds a node scheduled immediately before `anchor`; returns its outputs (empty on a shape error).
 std::vector<ValueId> add_before(Module& m, NodeId anchor, const std::string& op, std::vector<ValueId> inputs,
                                 Attrs attrs, const std::string& source);
-// Where one node reading `inputs` can replace nodes `a` and `b`: the earlier one's place when every
-// input is made before it; else the later one's, when no other node reads the earlier one's
-// outputs before it; kNoNode when neither holds.
-NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs);
 // One walk of a rewriting pass over the schedule, for passes that rewrite many matches (the GPU
 // rewrites on a step of many micro-batches): the readers of each value and each node's place in
 // the schedule, taken once per walk, not once per match. A rewrite changes the readers of the
@@ -50,7 +46,9 @@ class Walk {
   void touch(const Module& m, NodeId n);
   void defer() { deferred_ = true; }
   bool deferred() const { return deferred_; }
-  // fused_place from the walk's places, for fresh `a` and `b` whose inputs are fresh values.
+  // Where one node reading `inputs` can replace fresh nodes `a` and `b`: the earlier one's place
+  // when every input is made before it; else the later one's, when no other node reads the earlier
+  // one's outputs before it; kNoNode when neither holds.
   NodeId fused_place(const Module& m, NodeId a, NodeId b, const std::vector<ValueId>& inputs) const;
 
  private:

@@ -318,18 +318,16 @@ Status Importer::add_initializers(ImportContext& ctx) {
     auto shape = shape_from_proto(*init);
     if (!dtype.ok() || !shape.ok()) return error(str_cat("initializer '", name, "' cannot be read"));
     const bool frozen = options_.frozen.count(parameter) > 0;
+    ValueId id = kNoValue;
     if (!frozen) {
-      const ValueId id = module_.add_argument(parameter, TensorType{*dtype, *shape}, Role::kParam);
+      id = module_.add_argument(parameter, TensorType{*dtype, *shape}, Role::kParam);
       ctx.define(parameter, id);
       if (!options_.load_weights) continue;
-      auto t = tensor_from_proto(*init, base_dir_);
-      if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
-      module_.weights()[id] = std::move(*t);
-      continue;
     }
     auto t = tensor_from_proto(*init, base_dir_);
     if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
-    ctx.define(parameter, ctx.constant(std::move(*t), parameter));
+    if (frozen) ctx.define(parameter, ctx.constant(std::move(*t), parameter));
+    else module_.weights()[id] = std::move(*t);
   }
   for (const auto& [parameter, type] : restored_) {
     if (options_.frozen.count(parameter)) {
