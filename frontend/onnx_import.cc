@@ -69,6 +69,7 @@ class Importer {
   void find_static_operands(const std::vector<onnx::NodeProto>& nodes);
   void untie_static_aliases(std::vector<onnx::NodeProto>& nodes);
   void untie_merged_weights(std::vector<onnx::NodeProto>& nodes);
+  void untie_merged_reads(std::vector<onnx::NodeProto>& nodes);
   void restore_removed_biases(std::vector<onnx::NodeProto>& nodes);
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
     return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
@@ -96,6 +97,9 @@ class Importer {
   // too, frontend/onnx_weights.h).
   std::map<std::string, std::string> untied_;
   std::vector<std::string> untied_uses_;
+  // The copies of a node that untie_merged_reads adds (metadata "untied_copies": copy, original,
+  // reader, reader's input).
+  std::vector<std::string> untied_copies_;
   // Biases the exporter's optimizer removed for being zero (restore_removed_biases), each trained
   // from zeros as the parameter the node's FX metadata names: parameter → its type. `memc export`
   // gives the node the bias input back ("untied_uses" with no source).
@@ -339,6 +343,7 @@ Status Importer::add_initializers(ImportContext& ctx) {
     if (options_.load_weights) module_.weights()[id] = Tensor::zeros(type.dtype, type.shape);
   }
   if (!untied_uses_.empty()) module_.metadata().set("untied_uses", untied_uses_);
+  if (!untied_copies_.empty()) module_.metadata().set("untied_copies", untied_copies_);
   return Status::Ok();
 }
 
@@ -595,6 +600,78 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
   }
 }
 
+// The dynamo exporter's optimizer also merges equal computations once their initializers are
+// merged: HF DeiT's class and distillation tokens (both zeros) become one initializer read by one
+// Expand, and the Concat reads that Expand's output twice. The Concat's FX node still names two
+// values (`cat([%expand, %expand_1, %transpose])`), one of which no node of the graph computes
+// any more: that input was a parameter of its own, read the same way. It gets a copy of the
+// Expand reading a parameter untied from the initializer, named after the initializer and the FX
+// value (`...cls_token@expand_1`: the graph keeps no trace of the PyTorch name). Only a view of
+// one all-equal initializer is copied (Expand, Reshape, Unsqueeze, Squeeze, Transpose, Identity,
+// Cast), and only where the reader's FX arguments match its inputs one for one.
+void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
+  std::map<std::string, const onnx::TensorProto*> inits;
+  for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
+  std::set<std::string> names, fx_defined;  // the graph's values and node names; the FX values its nodes compute
+  std::map<std::string, size_t> producer;
+  for (const auto& in : model_.graph().input()) names.insert(in.name());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    names.insert(nodes[i].name());
+    for (const std::string& out : nodes[i].output()) names.insert(out), producer[out] = i;
+    if (std::string fx = fx_value(nodes[i]); !fx.empty()) fx_defined.insert(fx);
+  }
+  const std::set<std::string> module_buffers = exported_buffers(model_);
+  static const std::set<std::string> kViews = {"Expand", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Identity", "Cast"};
+  std::vector<onnx::NodeProto> copies;
+  std::string list;
+  for (onnx::NodeProto& reader : nodes) {
+    const std::vector<std::string> args = fx_arguments(reader);
+    if (args.size() != static_cast<size_t>(reader.input_size()) || reader.name().empty()) continue;
+    for (int k = 0; k < reader.input_size(); ++k) {
+      const std::string& want = args[k];
+      const auto from = producer.find(reader.input(k));
+      if (want == reader.input(k) || fx_defined.count(want) || names.count(want) || from == producer.end()) continue;
+      const onnx::NodeProto& original = nodes[from->second];
+      if (!kViews.count(original.op_type()) || !original.domain().empty() || original.output_size() != 1 || original.name().empty() ||
+          fx_value(original) != original.output(0)) {
+        continue;
+      }
+      int read = -1;
+      for (int j = 0; j < original.input_size(); ++j) {
+        if (!inits.count(original.input(j))) continue;
+        auto dtype = dtype_from_onnx(inits.at(original.input(j))->data_type());
+        if (dtype.ok() && is_float(*dtype)) read = read < 0 ? j : -2;
+      }
+      if (read < 0) continue;
+      const std::string& source = original.input(read);
+      const onnx::TensorProto& init = *inits.at(source);
+      if (static_operands_.count(source) || module_buffers.count(source) || tensor_proto_has_no_data(init)) continue;
+      auto value = tensor_from_proto(init, base_dir_);
+      if (!value.ok() || value->numel() < 2 || !all_elements_equal(*value)) continue;
+      const std::string parameter = source + "@" + want;
+      if (names.count(parameter) || inits.count(parameter) || untied_.count(parameter)) continue;
+      onnx::NodeProto copy = original;
+      copy.set_name(want);
+      copy.set_output(0, want);
+      copy.set_input(read, parameter);
+      untied_[parameter] = source;
+      untied_uses_.insert(untied_uses_.end(), {parameter, source, want, std::to_string(read)});
+      untied_copies_.insert(untied_copies_.end(), {want, original.name(), reader.name(), std::to_string(k)});
+      reader.set_input(k, want);
+      names.insert(want);
+      names.insert(parameter);
+      copies.push_back(std::move(copy));
+      list += (list.empty() ? "'" : ", '") + parameter + "'";
+    }
+  }
+  nodes.insert(nodes.end(), copies.begin(), copies.end());  // topological_sort places them
+  if (!list.empty()) {
+    untie_findings_.push_back(str_cat("the exporter computed equal parameters once, after merging their initializers by value; memc trains ",
+                                      copies.size() == 1 ? "the other one as " : "the others as ", list,
+                                      ", as PyTorch trains them (the model file keeps no trace of their PyTorch names)"));
+  }
+}
+
 // The dynamo exporter's optimizer removes a Gemm's, Conv's or ConvTranspose's bias input whose
 // elements are all zero (onnxscript's RemoveOptionalBias rules): in a fresh model every Linear and
 // convolution bias that HF or timm initialise to 0, and a BatchNorm folded into the layer before
@@ -671,6 +748,7 @@ Expected<Module> Importer::run() {
   find_static_operands(nodes);
   untie_static_aliases(nodes);
   untie_merged_weights(nodes);
+  untie_merged_reads(nodes);
   restore_removed_biases(nodes);
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);

@@ -62,8 +62,25 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
   onnx::ModelProto model;
   MEMC_RETURN_IF_ERROR(load_model(in_path, model));
   auto* graph = model.mutable_graph();
-  std::set<std::string> added;
+  std::set<std::string> added, copied;
   for (const UntiedUse& u : untied) {
+    if (!u.copy_of.empty() && copied.insert(u.node).second) {
+      auto* nodes = graph->mutable_node();
+      const auto original = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) { return n.name() == u.copy_of; });
+      const auto reader = std::find_if(nodes->begin(), nodes->end(), [&](const onnx::NodeProto& n) { return n.name() == u.reader; });
+      if (original == nodes->end() || original->output_size() != 1 || reader == nodes->end() || u.reader_input < 0 ||
+          u.reader_input >= reader->input_size() || reader->input(u.reader_input) != original->output(0)) {
+        return Status::BadInput(str_cat(in_path, ": no node '", u.reader, "' reading node '", u.copy_of, "' at input ", u.reader_input,
+                                        " to give a copy '", u.node, "'"));
+      }
+      reader->set_input(u.reader_input, u.node);
+      onnx::NodeProto copy = *original;
+      copy.set_name(u.node);
+      copy.set_output(0, u.node);
+      const auto at = original - nodes->begin() + 1;
+      *nodes->Add() = std::move(copy);
+      std::rotate(nodes->begin() + at, nodes->end() - 1, nodes->end());  // right after the original, before its readers
+    }
     if (u.source.empty()) {
       // A bias the exporter removed for being zero: the node gets it back where it was trained
       // (a frozen one stays zero, as the node without it computes).
@@ -150,6 +167,16 @@ std::vector<UntiedUse> untied_uses(const Attrs& metadata) {
   const auto* names = list ? std::get_if<std::vector<std::string>>(list) : nullptr;
   for (size_t i = 0; names && i + 3 < names->size(); i += 4) {
     uses.push_back({(*names)[i], (*names)[i + 1], (*names)[i + 2], std::stoi((*names)[i + 3])});
+  }
+  const Attr* copies = metadata.find("untied_copies");
+  const auto* fields = copies ? std::get_if<std::vector<std::string>>(copies) : nullptr;
+  for (size_t i = 0; fields && i + 3 < fields->size(); i += 4) {
+    for (UntiedUse& u : uses) {
+      if (u.node != (*fields)[i]) continue;
+      u.copy_of = (*fields)[i + 1];
+      u.reader = (*fields)[i + 2];
+      u.reader_input = std::stoi((*fields)[i + 3]);
+    }
   }
   return uses;
 }

@@ -33,13 +33,19 @@ Expected<std::vector<std::string>> onnx_external_data_files(const std::string& p
 // running statistic (no weight) keeps the model's value. With no `source`, `name` is a bias the
 // exporter removed for being zero: node `node` (with `input` inputs) reads it again as its last
 // input, written from `weights` (a bias that was not trained stays removed, zero as before).
+// With `copy_of`, node `node` is first added as a copy of node `copy_of` (one output, named
+// `node`), and node `reader`'s input `reader_input` reads it: the exporter computed two FX values
+// once (the same Expand of two equal tokens), and the copy reads the parameter untied from it.
 struct UntiedUse {
   std::string name, source, node;
   int input = -1;
+  std::string copy_of, reader;
+  int reader_input = -1;
 };
 Status write_onnx_with_weights(const std::string& in_path, const std::string& out_path,
                                const std::map<std::string, Tensor>& weights, const std::vector<UntiedUse>& untied = {});
-// The importer's record of them (module metadata "untied_uses": name, source, node, input, ...).
+// The importer's record of them (module metadata "untied_uses": name, source, node, input, ...;
+// "untied_copies": node, copy_of, reader, reader_input, ...).
 std::vector<UntiedUse> untied_uses(const Attrs& metadata);
 
 }  // namespace memc

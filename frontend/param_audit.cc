@@ -158,6 +158,26 @@ std::string folded_value_read(const onnx::NodeProto& n, int input) {
   return candidates.size() == 1 && op_output_name(*candidates.begin()) ? *candidates.begin() : "";
 }
 
+std::string fx_value(const onnx::NodeProto& n) {
+  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+  size_t end = 1;
+  while (end < fx.size() && is_ident(fx[end])) ++end;
+  return fx.size() > 1 && fx[0] == '%' ? fx.substr(1, end - 1) : "";
+}
+
+std::vector<std::string> fx_arguments(const onnx::NodeProto& n) {
+  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+  std::vector<std::string> values;
+  const size_t args = fx.find("](args = (");
+  if (args == std::string::npos) return values;
+  for (size_t at = fx.find('%', args); at != std::string::npos; at = fx.find('%', at + 1)) {
+    size_t end = at + 1;
+    while (end < fx.size() && is_ident(fx[end])) ++end;
+    if (end > at + 1) values.push_back(fx.substr(at + 1, end - at - 1));
+  }
+  return values;
+}
+
 bool all_elements_equal(const Tensor& t) {
   if (t.numel() < 1) return false;
   const double first = t.get_as_double(0);

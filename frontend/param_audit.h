@@ -107,6 +107,12 @@ void warn_finding_once(const std::string& line);
 // ("_native_batch_norm_legit_functional.default"); "" when the metadata does not say.
 std::string fx_target(const onnx::NodeProto& n);
 
+// The FX value a dynamo-exported node computes ("%expand : [num_users=1] = ..." → "expand"), and
+// the FX values its arguments name, in order ("args = ([%expand, %expand_1, %transpose], 1)" →
+// expand, expand_1, transpose); empty when the metadata does not say.
+std::string fx_value(const onnx::NodeProto& n);
+std::vector<std::string> fx_arguments(const onnx::NodeProto& n);
+
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);
 // A 2-D tensor transposed, any dtype: a tied folded transpose's value (ParamAudit::transposed_of)

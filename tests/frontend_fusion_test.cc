@@ -775,6 +775,62 @@ TEST(FrontendImport, MergedZerosOfBothSignsAndSingleElementsAreUntied) {
   EXPECT_EQ(trained(2, 2, "scale", "onnx::Mul_5", 1), (std::vector<std::string>{"scale"}));
 }
 
+// HF DeiT, fresh, through the dynamo exporter: the class and distillation tokens (both zeros) are
+// merged into one initializer, their two Expands into one, and the Concat reads it twice; its FX
+// node still names two values. The second gets a copy of the Expand reading a parameter of its
+// own, which `memc export` writes back, and which trains apart. A Concat whose FX node names one
+// value twice (one parameter read twice) stays as it is.
+TEST(FrontendImport, EqualTokensTheExporterComputedOnceTrainApart) {
+  for (const bool merged : {true, false}) {
+    OnnxBuilder b(18);
+    b.input("x", {2, 1, 2}).output("y");
+    b.init("emb.cls_token", make_tensor(DType::kF32, {1, 1, 2}, {0}));
+    b.init("val_3", make_tensor(DType::kI64, {3}, {2, 1, 2}));
+    onnx::NodeProto& expand = b.node("Expand", {"emb.cls_token", "val_3"}, {"expand"});
+    expand.set_name("node_Expand_1");
+    add_fx_node(expand, "%expand : [num_users=1] = call_function[target=torch.ops.aten.expand.default](args = (%p_emb_cls_token, [2, -1, -1]), kwargs = {})");
+    onnx::NodeProto& cat = b.node("Concat", {"expand", "expand", "x"}, {"y"});
+    cat.set_name("node_Concat_2");
+    testing::attr_i(cat, "axis", 1);
+    add_fx_node(cat, str_cat("%cat : [num_users=1] = call_function[target=torch.ops.aten.cat.default](args = ([%expand, %expand", merged ? "_1" : "",
+                             ", %x], 1), kwargs = {})"));
+    std::vector<std::string> findings;
+    auto m = import_with_findings(b, findings);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    if (!merged) {
+      EXPECT_EQ(trained_names(*m), (std::vector<std::string>{"emb.cls_token"}));
+      continue;
+    }
+    EXPECT_EQ(trained_names(*m), (std::vector<std::string>{"emb.cls_token", "emb.cls_token@expand_1"}));
+    EXPECT_TRUE(has_finding(findings, "memc trains the other one as 'emb.cls_token@expand_1'")) << (findings.empty() ? "" : findings[0]);
+    const std::map<std::string, Tensor> trained = {{"emb.cls_token", make_tensor(DType::kF32, {1, 1, 2}, {1, 2})},
+                                                   {"emb.cls_token@expand_1", make_tensor(DType::kF32, {1, 1, 2}, {3, 4})}};
+    for (ValueId a : m->arguments())
+      if (trained.count(m->value(a).source_name)) m->weights()[a] = trained.at(m->value(a).source_name);
+    const std::map<std::string, Tensor> feeds = {{"x", make_tensor(DType::kF32, {2, 1, 2}, {5, 6, 7, 8})}};
+    auto out = execute(*m, feeds);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(out->at(0).get_as_double(1), 2);   // y[0, 0, 1]: the class token
+    EXPECT_EQ(out->at(0).get_as_double(3), 4);   // y[0, 1, 1]: the other one
+    EXPECT_EQ(out->at(0).get_as_double(9), 4);   // y[1, 1, 1]
+
+    // The export copies the Expand for the Concat's second input, and the model reads back the same.
+    const std::string in = testing::scratch_path("merged_tokens.onnx"), exported = testing::scratch_path("merged_tokens_trained.onnx");
+    {
+      std::ofstream f(in, std::ios::binary);
+      f << b.bytes();
+    }
+    Status written = write_onnx_with_weights(in, exported, trained, untied_uses(m->metadata()));
+    ASSERT_TRUE(written.ok()) << written.message();
+    auto again = import_onnx(exported, {});
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(trained_names(*again), (std::vector<std::string>{"emb.cls_token", "emb.cls_token@expand_1"}));
+    auto out_again = execute(*again, feeds);
+    ASSERT_TRUE(out_again.ok()) << out_again.status().message();
+    for (int64_t i = 0; i < out->at(0).numel(); ++i) EXPECT_EQ(out_again->at(0).get_as_double(i), out->at(0).get_as_double(i)) << i;
+  }
+}
+
 // --freeze names parameters: one the importer untied from a merged initializer, or the merged
 // initializer's own, stays a constant at the model's value while the others train.
 TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
