@@ -525,6 +525,9 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
     size_t node;
     int input;  // -1: the Identity node whose output names the parameter
   };
+  std::set<std::string> fx_read;  // the FX values the nodes read: a folded value keeps its op's name ("cat", "exp_1")
+  for (const auto& n : nodes)
+    for (std::string& value : fx_arguments(n)) fx_read.insert(std::move(value));
   std::map<std::string, std::map<std::string, std::vector<Use>>> by_parameter;  // initializer → parameter → uses
   for (size_t i = 0; i < nodes.size(); ++i) {
     const onnx::NodeProto& n = nodes[i];
@@ -539,7 +542,17 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
         continue;
       }
       const size_t dot = name.rfind('.');
-      if (dot != std::string::npos) {
+      std::vector<std::string> inputs;  // the initializer inputs (a statistic's constant copy was one), j's place among them
+      size_t place = 0;
+      for (int k = 0; k < n.input_size(); ++k) {
+        if (!inits.count(n.input(k)) && !static_copies_.count(n.input(k))) continue;
+        if (k < j) ++place;
+        inputs.push_back(n.input(k));
+      }
+      const std::vector<std::string> places = parameters_by_place(n, inputs);
+      if (!places.empty() && !places[place].empty()) {
+        parameter = places[place];
+      } else if (dot != std::string::npos) {
         std::string read = parameter_read(n, name.substr(dot + 1));
         if (read.empty()) {
           std::set<std::string> known;  // what the node's other initializers stand for, by their own attribute
@@ -550,8 +563,11 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
           }
           read = single_parameter_read(n, known);
         }
+        // A use through a view the exporter folded (timm's Scale reads `self.scale.view(shape)`,
+        // merged with an equal LayerNorm weight) is named by the FX value it reads ("view_5").
+        if (read.empty()) read = folded_value_read(n, j);
         if (!read.empty()) parameter = read;
-      } else if (op_output_name(name)) {
+      } else if (op_output_name(name) || fx_read.count(name)) {
         if (std::string read = folded_value_read(n, j); !read.empty()) parameter = read;
       }
       by_parameter[name][parameter].push_back({i, j});
@@ -602,26 +618,30 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
 
 // The dynamo exporter's optimizer also merges equal computations once their initializers are
 // merged: HF DeiT's class and distillation tokens (both zeros) become one initializer read by one
-// Expand, and the Concat reads that Expand's output twice. The Concat's FX node still names two
-// values (`cat([%expand, %expand_1, %transpose])`), one of which no node of the graph computes
-// any more: that input was a parameter of its own, read the same way. It gets a copy of the
-// Expand reading a parameter untied from the initializer, named after the initializer and the FX
-// value (`...cls_token@expand_1`: the graph keeps no trace of the PyTorch name). Only a view of
-// one all-equal initializer is copied (Expand, Reshape, Unsqueeze, Squeeze, Transpose, Identity,
-// Cast), and only where the reader's FX arguments match its inputs one for one.
+// Expand, and the Concat reads that Expand's output twice; timm LeViT's two heads' BatchNorms
+// (fresh weights of one, biases of zero) become one BatchNorm read by both heads. The reader's FX
+// node still names the value it read (`cat([%expand, %expand_1, %transpose])`), and no node of
+// the graph computes it any more, while another read names the value kept: that read was a
+// computation of its own, on parameters of its own with equal values. It gets a copy of the node,
+// whose trained initializers that hold all-equal values are untied, each named after the one it
+// copies and the FX value (`...cls_token@expand_1`: the graph keeps no trace of the PyTorch
+// name). Only where the reader's FX arguments match its inputs one for one.
 void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
   std::map<std::string, const onnx::TensorProto*> inits;
   for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
-  std::set<std::string> names, fx_defined;  // the graph's values and node names; the FX values its nodes compute
+  std::set<std::string> names, fx_defined, fx_read;  // the graph's values and node names; the FX values its nodes compute, read
   std::map<std::string, size_t> producer;
   for (const auto& in : model_.graph().input()) names.insert(in.name());
   for (size_t i = 0; i < nodes.size(); ++i) {
     names.insert(nodes[i].name());
     for (const std::string& out : nodes[i].output()) names.insert(out), producer[out] = i;
     if (std::string fx = fx_value(nodes[i]); !fx.empty()) fx_defined.insert(fx);
+    for (std::string& value : fx_arguments(nodes[i])) fx_read.insert(std::move(value));
   }
   const std::set<std::string> module_buffers = exported_buffers(model_);
-  static const std::set<std::string> kViews = {"Expand", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Identity", "Cast"};
+  static const std::set<std::string> kRandom = {"Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"};
+  // The initializer a trained input starts from (an input untied before reads its own name).
+  const auto root = [&](const std::string& input) { return untied_.count(input) ? untied_.at(input) : input; };
   std::vector<onnx::NodeProto> copies;
   std::string list;
   for (onnx::NodeProto& reader : nodes) {
@@ -630,45 +650,52 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
     for (int k = 0; k < reader.input_size(); ++k) {
       const std::string& want = args[k];
       const auto from = producer.find(reader.input(k));
-      if (want == reader.input(k) || fx_defined.count(want) || names.count(want) || from == producer.end()) continue;
+      if (want == reader.input(k) || !fx_read.count(reader.input(k)) || fx_defined.count(want) || names.count(want) || from == producer.end()) continue;
       const onnx::NodeProto& original = nodes[from->second];
-      if (!kViews.count(original.op_type()) || !original.domain().empty() || original.output_size() != 1 || original.name().empty() ||
-          fx_value(original) != original.output(0)) {
-        continue;
-      }
-      int read = -1;
+      if (kRandom.count(original.op_type()) || !original.domain().empty() || original.output_size() != 1 || original.name().empty()) continue;
+      std::vector<std::pair<int, std::string>> untie;  // input → the new parameter
       for (int j = 0; j < original.input_size(); ++j) {
-        if (!inits.count(original.input(j))) continue;
-        auto dtype = dtype_from_onnx(inits.at(original.input(j))->data_type());
-        if (dtype.ok() && is_float(*dtype)) read = read < 0 ? j : -2;
+        const std::string& source = root(original.input(j));
+        const auto init = inits.find(source);
+        if (init == inits.end() || static_operands_.count(source) || module_buffers.count(source) || options_.frozen.count(original.input(j)) ||
+            tensor_proto_has_no_data(*init->second)) {
+          continue;
+        }
+        auto dtype = dtype_from_onnx(init->second->data_type());
+        if (!dtype.ok() || !is_float(*dtype)) continue;
+        auto value = tensor_from_proto(*init->second, base_dir_);
+        if (!value.ok() || value->numel() < 2 || !all_elements_equal(*value)) continue;
+        const std::string parameter = original.input(j) + "@" + want;
+        if (names.count(parameter) || inits.count(parameter) || untied_.count(parameter)) continue;
+        untie.emplace_back(j, parameter);
       }
-      if (read < 0) continue;
-      const std::string& source = original.input(read);
-      const onnx::TensorProto& init = *inits.at(source);
-      if (static_operands_.count(source) || module_buffers.count(source) || tensor_proto_has_no_data(init)) continue;
-      auto value = tensor_from_proto(init, base_dir_);
-      if (!value.ok() || value->numel() < 2 || !all_elements_equal(*value)) continue;
-      const std::string parameter = source + "@" + want;
-      if (names.count(parameter) || inits.count(parameter) || untied_.count(parameter)) continue;
+      if (untie.empty()) continue;
       onnx::NodeProto copy = original;
       copy.set_name(want);
       copy.set_output(0, want);
-      copy.set_input(read, parameter);
-      untied_[parameter] = source;
-      untied_uses_.insert(untied_uses_.end(), {parameter, source, want, std::to_string(read)});
+      for (const auto& [j, parameter] : untie) {
+        untied_[parameter] = root(original.input(j));
+        untied_uses_.insert(untied_uses_.end(), {parameter, untied_[parameter], want, std::to_string(j)});
+        copy.set_input(j, parameter);
+        names.insert(parameter);
+        list += (list.empty() ? "'" : ", '") + parameter + "'";
+      }
+      // The copy reads the same constant copies of running statistics, which `memc export` gives it too.
+      for (int j = 0; j < original.input_size(); ++j) {
+        if (auto alias = static_copies_.find(original.input(j)); alias != static_copies_.end())
+          untied_uses_.insert(untied_uses_.end(), {alias->first, alias->second, want, std::to_string(j)});
+      }
       untied_copies_.insert(untied_copies_.end(), {want, original.name(), reader.name(), std::to_string(k)});
       reader.set_input(k, want);
       names.insert(want);
-      names.insert(parameter);
       copies.push_back(std::move(copy));
-      list += (list.empty() ? "'" : ", '") + parameter + "'";
     }
   }
   nodes.insert(nodes.end(), copies.begin(), copies.end());  // topological_sort places them
   if (!list.empty()) {
-    untie_findings_.push_back(str_cat("the exporter computed equal parameters once, after merging their initializers by value; memc trains ",
-                                      copies.size() == 1 ? "the other one as " : "the others as ", list,
-                                      ", as PyTorch trains them (the model file keeps no trace of their PyTorch names)"));
+    untie_findings_.push_back(str_cat("the exporter computed ", copies.size(), copies.size() == 1 ? " value" : " values",
+                                      " once for two, after merging their parameters by value; memc computes each and trains ", list,
+                                      " as parameters of their own, as PyTorch does (the model file keeps no trace of their PyTorch names)"));
   }
 }
 
@@ -748,8 +775,8 @@ Expected<Module> Importer::run() {
   find_static_operands(nodes);
   untie_static_aliases(nodes);
   untie_merged_weights(nodes);
-  untie_merged_reads(nodes);
   restore_removed_biases(nodes);
+  untie_merged_reads(nodes);  // after the biases: the reader's inputs and FX arguments match one for one
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
   const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);

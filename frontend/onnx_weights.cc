@@ -63,6 +63,7 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
   MEMC_RETURN_IF_ERROR(load_model(in_path, model));
   auto* graph = model.mutable_graph();
   std::set<std::string> added, copied;
+  // The copies of nodes first, as the model file has the originals: their own uses follow.
   for (const UntiedUse& u : untied) {
     if (!u.copy_of.empty() && copied.insert(u.node).second) {
       auto* nodes = graph->mutable_node();
@@ -81,6 +82,8 @@ Status write_onnx_with_weights(const std::string& in_path, const std::string& ou
       *nodes->Add() = std::move(copy);
       std::rotate(nodes->begin() + at, nodes->end() - 1, nodes->end());  // right after the original, before its readers
     }
+  }
+  for (const UntiedUse& u : untied) {
     if (u.source.empty()) {
       // A bias the exporter removed for being zero: the node gets it back where it was trained
       // (a frozen one stays zero, as the node without it computes).

@@ -140,6 +140,42 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
   return "";
 }
 
+std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs) {
+  const std::string fx = lower_ascii(node_metadata(n, "pkg.torch.onnx.fx_node"));
+  const size_t args = fx.find("](args = (");
+  if (args == std::string::npos) return {};
+  const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
+  std::vector<std::string> places;
+  for (size_t at = fx.find('%', args); at != std::string::npos; at = fx.find('%', at + 1)) {
+    size_t end = at + 1;
+    while (end < fx.size() && is_ident(fx[end])) ++end;
+    const std::string token = fx.substr(at, end - at);
+    if (token.rfind("%p_", 0) != 0 && token.rfind("%b_", 0) != 0 && token.rfind("%c_", 0) != 0) continue;
+    std::string name;  // `<scope>.<attribute>` under the innermost scope that prefixes the token
+    for (auto it = paths.rbegin(); it != paths.rend() && name.empty(); ++it) {
+      if (it->empty()) continue;
+      std::string prefix = lower_ascii(token.substr(0, 3) + *it + "_");
+      std::replace(prefix.begin(), prefix.end(), '.', '_');
+      if (token.size() > prefix.size() && token.rfind(prefix, 0) == 0) name = *it + "." + token.substr(prefix.size());
+    }
+    places.push_back(name);
+  }
+  if (places.size() != inputs.size()) return {};
+  bool evidence = false;  // a place named as an input is that input's place
+  for (size_t k = 0; k < places.size(); ++k) {
+    const std::string place = lower_ascii(places[k]);
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const std::string& in) { return lower_ascii(in) == place; })) continue;
+    if (lower_ascii(inputs[k]) != place) return {};
+    evidence = true;
+  }
+  const std::set<std::string> distinct(inputs.begin(), inputs.end());
+  if (!evidence && distinct.size() == inputs.size()) return {};  // one initializer read twice needs no more evidence
+  // The attribute keeps the input's own spelling where it names the same one ("A_log").
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (lower_ascii(places[i]) == lower_ascii(inputs[i])) places[i] = inputs[i];
+  return places;
+}
+
 std::string folded_value_read(const onnx::NodeProto& n, int input) {
   const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
   const size_t args = fx.find("](args = (");
@@ -155,7 +191,7 @@ std::string folded_value_read(const onnx::NodeProto& n, int input) {
     const bool placeholder = value.rfind("p_", 0) == 0 || value.rfind("b_", 0) == 0 || value.rfind("c_", 0) == 0;
     if (!value.empty() && !placeholder && !others.count(value)) candidates.insert(value);
   }
-  return candidates.size() == 1 && op_output_name(*candidates.begin()) ? *candidates.begin() : "";
+  return candidates.size() == 1 ? *candidates.begin() : "";
 }
 
 std::string fx_value(const onnx::NodeProto& n) {

@@ -85,6 +85,16 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
 // inputs stand for) are not counted.
 std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::string>& known = {});
 
+// The parameters a dynamo node reads at its initializer inputs (`inputs`, their names in order),
+// by its FX node's placeholders ("%p_", "%b_", "%c_") in the same order; empty unless there are as
+// many, no input's own name is another place's (the FX order is the ONNX order: not so for
+// addmm(bias, x, w) made a Gemm), and one input's own name is its placeholder's or one input is
+// read twice. It tells apart one merged initializer
+// read twice by a node (a LayerNorm's zero weight and zero bias), or read at the bias of a node
+// whose weight is another merged one (LeViT's BatchNorm, weight of ones named after another
+// module's weight, bias of zeros named after another's weight), which the attribute cannot.
+std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs);
+
 // An op-output name ("embedding_1", "add_4": the dynamo exporter names folded values after the
 // aten op that made them), never a module path ("encoder.ln.weight") or a plain attribute
 // ("class_token").

@@ -802,7 +802,7 @@ TEST(FrontendImport, EqualTokensTheExporterComputedOnceTrainApart) {
       continue;
     }
     EXPECT_EQ(trained_names(*m), (std::vector<std::string>{"emb.cls_token", "emb.cls_token@expand_1"}));
-    EXPECT_TRUE(has_finding(findings, "memc trains the other one as 'emb.cls_token@expand_1'")) << (findings.empty() ? "" : findings[0]);
+    EXPECT_TRUE(has_finding(findings, "the exporter computed 1 value once for two, after merging their parameters by value; memc computes each and trains 'emb.cls_token@expand_1'")) << (findings.empty() ? "" : findings[0]);
     const std::map<std::string, Tensor> trained = {{"emb.cls_token", make_tensor(DType::kF32, {1, 1, 2}, {1, 2})},
                                                    {"emb.cls_token@expand_1", make_tensor(DType::kF32, {1, 1, 2}, {3, 4})}};
     for (ValueId a : m->arguments())
@@ -894,6 +894,26 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   add_fx_node(norm, "%mul_64 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%mul_63, %add_9), kwargs = {})");
   EXPECT_EQ(folded_value_read(norm, 1), "add_9");
   EXPECT_EQ(folded_value_read(norm, 0), "");
+  // Or a view folded to a value of its own, whatever its op (timm's Scale: `scale.view(shape)`).
+  onnx::NodeProto& scaled = merged.node("Mul", {"mul_63", "blocks.0.norm1.weight"}, {"mul_12"});
+  add_fx_node(scaled, "%mul_12 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%mul_63, %view_5), kwargs = {})");
+  EXPECT_EQ(folded_value_read(scaled, 1), "view_5");
+
+  // By place: LeViT's BatchNorm reads zeros (named after another module's weight) as its weight,
+  // bias and mean, and ones (named after this other module's weight) as its variance.
+  OnnxBuilder placed(18);
+  onnx::NodeProto& bn = placed.node("BatchNormalization", {"x", "a.bn.weight", "a.bn.weight", "a.bn.weight", "b.bn.weight"}, {"y"});
+  add_metadata(bn, "pkg.torch.onnx.name_scopes", "['', 'c', 'c.bn', 'bn_5']");
+  add_fx_node(bn, "%bn_5 : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_no_training.default](args = "
+                  "(%x, %p_c_bn_weight, %p_c_bn_bias, %b_c_bn_running_mean, %b_c_bn_running_var, 0.1, 1e-05))");
+  const std::vector<std::string> inputs = {"a.bn.weight", "a.bn.weight", "a.bn.weight", "b.bn.weight"};
+  EXPECT_EQ(parameters_by_place(bn, inputs), (std::vector<std::string>{"c.bn.weight", "c.bn.bias", "c.bn.running_mean", "c.bn.running_var"}));
+  // An input that is another place's own name says the FX order is not the ONNX order (addmm's bias first).
+  EXPECT_TRUE(parameters_by_place(bn, {"c.bn.bias", "c.bn.weight", "u", "v"}).empty());
+  // Distinct inputs named after no place: no evidence.
+  EXPECT_TRUE(parameters_by_place(bn, {"a.bn.weight", "b.bn.weight", "u", "v"}).empty());
+  EXPECT_EQ(parameters_by_place(bn, {"c.bn.weight", "b.bn.weight", "u", "v"})[1], "c.bn.bias");
+  EXPECT_TRUE(parameters_by_place(bn, {"c.bn.weight", "b.bn.weight"}).empty());
 
   // A folded transpose is named after its parameter the same way (T5's "SelfAttention").
   OnnxBuilder folded(18);
