@@ -644,6 +644,7 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
   const auto root = [&](const std::string& input) { return untied_.count(input) ? untied_.at(input) : input; };
   std::vector<onnx::NodeProto> copies;
   std::string list;
+  size_t untied = 0;
   for (onnx::NodeProto& reader : nodes) {
     const std::vector<std::string> args = fx_arguments(reader);
     if (args.size() != static_cast<size_t>(reader.input_size()) || reader.name().empty()) continue;
@@ -679,6 +680,7 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
         copy.set_input(j, parameter);
         names.insert(parameter);
         list += (list.empty() ? "'" : ", '") + parameter + "'";
+        ++untied;
       }
       // The copy reads the same constant copies of running statistics, which `memc export` gives it too.
       for (int j = 0; j < original.input_size(); ++j) {
@@ -695,7 +697,8 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
   if (!list.empty()) {
     untie_findings_.push_back(str_cat("the exporter computed ", copies.size(), copies.size() == 1 ? " value" : " values",
                                       " once for two, after merging their parameters by value; memc computes each and trains ", list,
-                                      " as parameters of their own, as PyTorch does (the model file keeps no trace of their PyTorch names)"));
+                                      untied == 1 ? " as a parameter of its own" : " as parameters of their own",
+                                      ", as PyTorch does (the model file keeps no trace of ", untied == 1 ? "its PyTorch name)" : "their PyTorch names)"));
   }
 }
 
