@@ -525,9 +525,11 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
     size_t node;
     int input;  // -1: the Identity node whose output names the parameter
   };
-  std::set<std::string> fx_read;  // the FX values the nodes read: a folded value keeps its op's name ("cat", "exp_1")
-  for (const auto& n : nodes)
+  std::set<std::string> fx_read, fx_computed;  // the FX values the nodes read (a folded value keeps its op's name: "cat", "exp_1"), compute
+  for (const auto& n : nodes) {
     for (std::string& value : fx_arguments(n)) fx_read.insert(std::move(value));
+    if (std::string value = fx_value(n); !value.empty()) fx_computed.insert(std::move(value));
+  }
   std::map<std::string, std::map<std::string, std::vector<Use>>> by_parameter;  // initializer → parameter → uses
   for (size_t i = 0; i < nodes.size(); ++i) {
     const onnx::NodeProto& n = nodes[i];
@@ -565,10 +567,10 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
         }
         // A use through a view the exporter folded (timm's Scale reads `self.scale.view(shape)`,
         // merged with an equal LayerNorm weight) is named by the FX value it reads ("view_5").
-        if (read.empty()) read = folded_value_read(n, j);
+        if (read.empty()) read = folded_value_read(n, j, fx_computed);
         if (!read.empty()) parameter = read;
       } else if (op_output_name(name) || fx_read.count(name)) {
-        if (std::string read = folded_value_read(n, j); !read.empty()) parameter = read;
+        if (std::string read = folded_value_read(n, j, fx_computed); !read.empty()) parameter = read;
       }
       by_parameter[name][parameter].push_back({i, j});
     }

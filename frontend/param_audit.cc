@@ -176,7 +176,7 @@ std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std
   return places;
 }
 
-std::string folded_value_read(const onnx::NodeProto& n, int input) {
+std::string folded_value_read(const onnx::NodeProto& n, int input, const std::set<std::string>& computed) {
   const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
   const size_t args = fx.find("](args = (");
   if (args == std::string::npos) return "";
@@ -189,7 +189,7 @@ std::string folded_value_read(const onnx::NodeProto& n, int input) {
     while (end < fx.size() && is_ident(fx[end])) ++end;
     const std::string value = fx.substr(at + 1, end - at - 1);
     const bool placeholder = value.rfind("p_", 0) == 0 || value.rfind("b_", 0) == 0 || value.rfind("c_", 0) == 0;
-    if (!value.empty() && !placeholder && !others.count(value)) candidates.insert(value);
+    if (!value.empty() && !placeholder && !others.count(value) && !computed.count(value)) candidates.insert(value);
   }
   return candidates.size() == 1 ? *candidates.begin() : "";
 }

@@ -898,6 +898,12 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   onnx::NodeProto& scaled = merged.node("Mul", {"mul_63", "blocks.0.norm1.weight"}, {"mul_12"});
   add_fx_node(scaled, "%mul_12 : [num_users=1] = call_function[target=torch.ops.aten.mul.Tensor](args = (%mul_63, %view_5), kwargs = {})");
   EXPECT_EQ(folded_value_read(scaled, 1), "view_5");
+  // The Add of a decomposed linear reads its input under another name (Swin V2's qkv bias,
+  // `cat(q_bias, k_bias, v_bias)` folded): the FX value a node still computes is not the one.
+  onnx::NodeProto& biased = merged.node("Add", {"val_173", "cat"}, {"linear_6"});
+  add_fx_node(biased, "%linear_6 : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%view_14, %p_b_qkv_weight, %cat_1), kwargs = {})");
+  EXPECT_EQ(folded_value_read(biased, 1), "");
+  EXPECT_EQ(folded_value_read(biased, 1, {"view_14"}), "cat_1");
 
   // By place: LeViT's BatchNorm reads zeros (named after another module's weight) as its weight,
   // bias and mean, and ones (named after this other module's weight) as its variance.
