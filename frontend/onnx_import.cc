@@ -530,6 +530,38 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
     for (std::string& value : fx_arguments(n)) fx_read.insert(std::move(value));
     if (std::string value = fx_value(n); !value.empty()) fx_computed.insert(std::move(value));
   }
+  // The parameter that node n's input j, initializer `name`, stands for.
+  const auto parameter_of = [&](const onnx::NodeProto& n, int j, const std::string& name) {
+    const size_t dot = name.rfind('.');
+    std::vector<std::string> inputs;  // the initializer inputs (a statistic's constant copy was one), j's place among them
+    size_t place = 0;
+    for (int k = 0; k < n.input_size(); ++k) {
+      if (!inits.count(n.input(k)) && !static_copies_.count(n.input(k))) continue;
+      if (k < j) ++place;
+      inputs.push_back(n.input(k));
+    }
+    const std::vector<std::string> places = parameters_by_place(n, inputs);
+    if (!places.empty() && !places[place].empty()) return places[place];
+    std::string read;
+    if (dot != std::string::npos) {
+      read = parameter_read(n, name.substr(dot + 1));
+      if (read.empty()) {
+        std::set<std::string> known;  // what the node's other initializers stand for, by their own attribute
+        for (int k = 0; k < n.input_size(); ++k) {
+          const size_t at = n.input(k).rfind('.');
+          if (k == j || !inits.count(n.input(k)) || at == std::string::npos) continue;
+          if (std::string other = parameter_read(n, n.input(k).substr(at + 1)); !other.empty()) known.insert(other);
+        }
+        read = single_parameter_read(n, known);
+      }
+      // A use through a view the exporter folded (timm's Scale reads `self.scale.view(shape)`,
+      // merged with an equal LayerNorm weight) is named by the FX value it reads ("view_5").
+      if (read.empty()) read = folded_value_read(n, j, fx_computed);
+    } else if (op_output_name(name) || fx_read.count(name)) {
+      read = folded_value_read(n, j, fx_computed);
+    }
+    return read.empty() ? name : read;
+  };
   std::map<std::string, std::map<std::string, std::vector<Use>>> by_parameter;  // initializer → parameter → uses
   for (size_t i = 0; i < nodes.size(); ++i) {
     const onnx::NodeProto& n = nodes[i];
@@ -537,42 +569,8 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
       auto init = inits.find(n.input(j));
       if (init == inits.end()) continue;
       const std::string& name = init->first;
-      std::string parameter = name;
-      if (n.op_type() == "Identity" && n.output_size() == 1) {
-        parameter = n.output(0);
-        by_parameter[name][parameter].push_back({i, -1});
-        continue;
-      }
-      const size_t dot = name.rfind('.');
-      std::vector<std::string> inputs;  // the initializer inputs (a statistic's constant copy was one), j's place among them
-      size_t place = 0;
-      for (int k = 0; k < n.input_size(); ++k) {
-        if (!inits.count(n.input(k)) && !static_copies_.count(n.input(k))) continue;
-        if (k < j) ++place;
-        inputs.push_back(n.input(k));
-      }
-      const std::vector<std::string> places = parameters_by_place(n, inputs);
-      if (!places.empty() && !places[place].empty()) {
-        parameter = places[place];
-      } else if (dot != std::string::npos) {
-        std::string read = parameter_read(n, name.substr(dot + 1));
-        if (read.empty()) {
-          std::set<std::string> known;  // what the node's other initializers stand for, by their own attribute
-          for (int k = 0; k < n.input_size(); ++k) {
-            const size_t at = n.input(k).rfind('.');
-            if (k == j || !inits.count(n.input(k)) || at == std::string::npos) continue;
-            if (std::string other = parameter_read(n, n.input(k).substr(at + 1)); !other.empty()) known.insert(other);
-          }
-          read = single_parameter_read(n, known);
-        }
-        // A use through a view the exporter folded (timm's Scale reads `self.scale.view(shape)`,
-        // merged with an equal LayerNorm weight) is named by the FX value it reads ("view_5").
-        if (read.empty()) read = folded_value_read(n, j, fx_computed);
-        if (!read.empty()) parameter = read;
-      } else if (op_output_name(name) || fx_read.count(name)) {
-        if (std::string read = folded_value_read(n, j, fx_computed); !read.empty()) parameter = read;
-      }
-      by_parameter[name][parameter].push_back({i, j});
+      if (n.op_type() == "Identity" && n.output_size() == 1) by_parameter[name][n.output(0)].push_back({i, -1});
+      else by_parameter[name][parameter_of(n, j, name)].push_back({i, j});
     }
   }
   std::set<size_t> removed;

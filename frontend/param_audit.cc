@@ -180,6 +180,21 @@ std::string folded_value_read(const onnx::NodeProto& n, int input, const std::se
   const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
   const size_t args = fx.find("](args = (");
   if (args == std::string::npos) return "";
+  const auto placeholder_name = [](const std::string& v) { return v.rfind("p_", 0) == 0 || v.rfind("b_", 0) == 0 || v.rfind("c_", 0) == 0; };
+  // Where the FX arguments are the inputs one for one, the one at the input's place (one
+  // initializer read at two places: timm's GRN, `addcmul(%view_1, %view, %mul)`).
+  if (const std::vector<std::string> values = fx_arguments(n); static_cast<int>(values.size()) == n.input_size() && input >= 0 && input < n.input_size()) {
+    const std::string& value = values[input];
+    return placeholder_name(value) || computed.count(value) || value == n.input(input) ? "" : value;
+  }
+  // addcmul(input, tensor1, tensor2), decomposed by the exporter to Add(input, Mul(tensor1, tensor2)),
+  // both nodes with its FX node: the Mul reads tensor1, the Add input (timm's GRN reads its
+  // weight and bias folded to views, merged when both are zeros).
+  if (fx_target(n) == "addcmul.default" && (n.op_type() == "Mul" || n.op_type() == "Add")) {
+    const std::vector<std::string> values = fx_arguments(n);
+    const std::string value = values.size() == 3 ? values[n.op_type() == "Mul" ? 1 : 0] : "";
+    return value.empty() || placeholder_name(value) || computed.count(value) || value == n.input(input) ? "" : value;
+  }
   std::set<std::string> others;  // the node's other inputs: FX values keep their names in the export
   for (int k = 0; k < n.input_size(); ++k)
     if (k != input) others.insert(n.input(k));
@@ -188,8 +203,7 @@ std::string folded_value_read(const onnx::NodeProto& n, int input, const std::se
     size_t end = at + 1;
     while (end < fx.size() && is_ident(fx[end])) ++end;
     const std::string value = fx.substr(at + 1, end - at - 1);
-    const bool placeholder = value.rfind("p_", 0) == 0 || value.rfind("b_", 0) == 0 || value.rfind("c_", 0) == 0;
-    if (!value.empty() && !placeholder && !others.count(value) && !computed.count(value)) candidates.insert(value);
+    if (!value.empty() && !placeholder_name(value) && !others.count(value) && !computed.count(value)) candidates.insert(value);
   }
   return candidates.size() == 1 ? *candidates.begin() : "";
 }

@@ -104,8 +104,9 @@ bool op_output_name(const std::string& name);
 // exporter folded and merged by value (Gemma's RMSNorm `1 + weight`, folded once per layer as
 // `add_4`, `add_9`, …): the one "%<value>" argument of the FX node that names none of the node's
 // other inputs, no placeholder and none of the FX values in `computed` (those the graph's nodes
-// still compute: the Add of a decomposed linear reads `%view_14` under another name); ""
-// otherwise.
+// still compute: the Add of a decomposed linear reads `%view_14` under another name); where
+// the FX arguments are the node's inputs one for one, the one at the input's place; for the Mul
+// and Add of a decomposed addcmul, its tensor1 and its input; "" otherwise.
 std::string folded_value_read(const onnx::NodeProto& n, int input, const std::set<std::string>& computed = {});
 
 // Whether every element of `t` equals the first by value (-0 equals 0, as torch.equal has it when

@@ -904,6 +904,15 @@ TEST(FrontendImport, ParameterReadByADynamoNode) {
   add_fx_node(biased, "%linear_6 : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%view_14, %p_b_qkv_weight, %cat_1), kwargs = {})");
   EXPECT_EQ(folded_value_read(biased, 1), "");
   EXPECT_EQ(folded_value_read(biased, 1, {"view_14"}), "cat_1");
+  // timm's GRN: addcmul(bias view, weight view, x) decomposed to Mul(weight view, x) and Add(bias view, product),
+  // both views zeros merged into `view`: the Mul reads tensor1, the Add the input.
+  const std::string addcmul = "%addcmul : [num_users=1] = call_function[target=torch.ops.aten.addcmul.default](args = (%view, %view_1, %mul), kwargs = {})";
+  onnx::NodeProto& product = merged.node("Mul", {"view", "mul"}, {"tmp_0"});
+  add_fx_node(product, addcmul);
+  onnx::NodeProto& sum = merged.node("Add", {"view", "tmp_0"}, {"addcmul"});
+  add_fx_node(sum, addcmul);
+  EXPECT_EQ(folded_value_read(product, 0, {"mul"}), "view_1");
+  EXPECT_EQ(folded_value_read(sum, 0, {"mul"}), "");  // its own name: the initializer keeps it
 
   // By place: LeViT's BatchNorm reads zeros (named after another module's weight) as its weight,
   // bias and mean, and ones (named after this other module's weight) as its variance.
