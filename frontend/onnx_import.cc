@@ -84,12 +84,16 @@ class Importer {
   // BatchNormalization's running statistics that a train()-mode export updates: buffers.
   std::set<std::string> running_statistics_;
   // Identity outputs of an initializer the step trains, read only where a constant is meant (a
-  // running statistic the exporter merged with an equal-valued weight): each is defined as a
-  // constant copy of the initializer's value instead (untie_static_aliases).
-  std::map<std::string, std::string> static_copies_;  // alias → initializer
-  // The copies made for a node's own static input (not an Identity's output): copy → the node's
-  // name and the input it reads the copy at, for `memc export`.
-  std::map<std::string, std::pair<std::string, int>> static_copy_uses_;
+  // running statistic the exporter merged with an equal-valued weight), and such reads at a
+  // node's own static input: each is defined as a constant copy of the initializer's value
+  // instead (untie_static_aliases). Copy → the initializer and, for a node's own input (not an
+  // Identity's output), the node and the input that reads the copy, for `memc export`.
+  struct StaticCopy {
+    std::string root;
+    std::string node;
+    int input = -1;
+  };
+  std::map<std::string, StaticCopy> static_copies_;
   // Parameters an exporter merged by value into one initializer, each trained as its own
   // (untie_merged_weights): parameter → the initializer whose value it starts from, and for
   // `memc export` the uses moved to it (metadata "untied_uses": parameter, initializer, node,
@@ -302,15 +306,13 @@ Status Importer::add_initializers(ImportContext& ctx) {
   if (!transposed.empty()) module_.metadata().set("tied_transposes", transposed);
   // Each running statistic untied from a trained initializer (untie_static_aliases) keeps its
   // value as a constant; `memc export` writes it back as its own initializer ("untied_uses").
-  for (const auto& [copy, root] : static_copies_) {
+  for (const auto& [copy, from] : static_copies_) {
     const auto& inits = model_.graph().initializer();
-    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == root; });
+    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == from.root; });
     auto t = tensor_from_proto(*init, base_dir_);
-    if (!t.ok()) return error(str_cat("initializer '", root, "': ", t.status().message()));
+    if (!t.ok()) return error(str_cat("initializer '", from.root, "': ", t.status().message()));
     ctx.define(copy, ctx.constant(std::move(*t), copy));
-    const auto use = static_copy_uses_.find(copy);
-    if (use == static_copy_uses_.end()) untied_uses_.insert(untied_uses_.end(), {copy, root, "", "-1"});
-    else untied_uses_.insert(untied_uses_.end(), {copy, root, use->second.first, std::to_string(use->second.second)});
+    untied_uses_.insert(untied_uses_.end(), {copy, from.root, from.node, std::to_string(from.input)});
   }
   // Each parameter untied from a merged initializer (untie_merged_weights) trains on its own,
   // from the initializer's value; the weights stream under its name from that initializer. One
@@ -435,6 +437,7 @@ void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
   }
   for (const auto& out : model_.graph().output()) read_as_data.insert(out.name());
   std::string listed;
+  size_t copied = 0;
   for (onnx::NodeProto& n : nodes) {
     if (n.name().empty() || (n.op_type() == "BatchNormalization" && updates_running_statistics(n))) continue;
     for (int i = first_static_input(n); i < n.input_size(); ++i) {
@@ -445,15 +448,14 @@ void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
       std::string copy = dot == std::string::npos ? str_cat(n.name(), ".", slot) : str_cat(root.substr(0, dot), ".", slot);
       if (taken.count(copy) || inits.count(copy) || static_copies_.count(copy)) copy = str_cat(n.name(), ".", slot);
       if (taken.count(copy) || inits.count(copy) || static_copies_.count(copy)) continue;
-      static_copies_[copy] = root;
-      static_copy_uses_[copy] = {n.name(), i};
+      static_copies_[copy] = {root, n.name(), i};
       n.set_input(i, copy);
-      if (static_copy_uses_.size() <= 2) listed += str_cat(listed.empty() ? "'" : ", '", root, "' as '", copy, "'");
+      if (++copied <= 2) listed += str_cat(listed.empty() ? "'" : ", '", root, "' as '", copy, "'");
     }
   }
-  if (!static_copy_uses_.empty()) {
-    if (static_copy_uses_.size() > 2) listed += str_cat(" and ", static_copy_uses_.size() - 2, " more");
-    untie_findings_.push_back(str_cat(static_copy_uses_.size(), " constant input", static_copy_uses_.size() > 1 ? "s" : "",
+  if (copied > 0) {
+    if (copied > 2) listed += str_cat(" and ", copied - 2, " more");
+    untie_findings_.push_back(str_cat(copied, " constant input", copied > 1 ? "s" : "",
                                       " (running statistics) read trained initializers the exporter merged them with by value (",
                                       listed, "): memc reads a constant copy of each there, as PyTorch never trains them"));
   }
@@ -494,7 +496,7 @@ void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
     if (!root_trained || tensor_proto_has_no_data(*inits.at(root))) continue;
     std::string list;
     for (const std::string& name : constant) {
-      static_copies_[name] = root;
+      static_copies_[name] = {root, "", -1};
       removed.insert(name);
       list += (list.empty() ? "'" : ", '") + name + "'";
     }
@@ -685,7 +687,7 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
       // The copy reads the same constant copies of running statistics, which `memc export` gives it too.
       for (int j = 0; j < original.input_size(); ++j) {
         if (auto alias = static_copies_.find(original.input(j)); alias != static_copies_.end())
-          untied_uses_.insert(untied_uses_.end(), {alias->first, alias->second, want, std::to_string(j)});
+          untied_uses_.insert(untied_uses_.end(), {alias->first, alias->second.root, want, std::to_string(j)});
       }
       untied_copies_.insert(untied_copies_.end(), {want, original.name(), reader.name(), std::to_string(k)});
       reader.set_input(k, want);
@@ -793,7 +795,7 @@ Expected<Module> Importer::run() {
   std::vector<std::string> defined;
   for (const auto& in : model_.graph().input()) defined.push_back(in.name());
   for (const auto& init : model_.graph().initializer()) defined.push_back(init.name());
-  for (const auto& [copy, root] : static_copies_) defined.push_back(copy);
+  for (const auto& [copy, from] : static_copies_) defined.push_back(copy);
   for (const auto& [parameter, init] : untied_) defined.push_back(parameter);
   for (const auto& [parameter, type] : restored_) defined.push_back(parameter);
   MEMC_RETURN_IF_ERROR(topological_sort(nodes, defined, file_, opset_));
