@@ -95,6 +95,9 @@ namespace {
 
 bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
+// A torch.export placeholder among FX values ("p_" a parameter, "b_" a buffer, "c_" a lifted constant).
+bool placeholder_value(const std::string& v) { return v.rfind("p_", 0) == 0 || v.rfind("b_", 0) == 0 || v.rfind("c_", 0) == 0; }
+
 // torch.export lower-cases its placeholders' names ("%p_m_bert_embeddings_layernorm_weight" for
 // HF's "LayerNorm", "%p_..._selfattention_q_weight" for T5's "SelfAttention"): FX text and module
 // paths are matched lower-cased.
@@ -141,20 +144,15 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
 }
 
 std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs) {
-  const std::string fx = lower_ascii(node_metadata(n, "pkg.torch.onnx.fx_node"));
-  const size_t args = fx.find("](args = (");
-  if (args == std::string::npos) return {};
   const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
   std::vector<std::string> places;
-  for (size_t at = fx.find('%', args); at != std::string::npos; at = fx.find('%', at + 1)) {
-    size_t end = at + 1;
-    while (end < fx.size() && is_ident(fx[end])) ++end;
-    const std::string token = fx.substr(at, end - at);
-    if (token.rfind("%p_", 0) != 0 && token.rfind("%b_", 0) != 0 && token.rfind("%c_", 0) != 0) continue;
+  for (const std::string& value : fx_arguments(n)) {
+    if (!placeholder_value(value)) continue;
+    const std::string token = lower_ascii(value);
     std::string name;  // `<scope>.<attribute>` under the innermost scope that prefixes the token
     for (auto it = paths.rbegin(); it != paths.rend() && name.empty(); ++it) {
       if (it->empty()) continue;
-      std::string prefix = lower_ascii(token.substr(0, 3) + *it + "_");
+      std::string prefix = lower_ascii(token.substr(0, 2) + *it + "_");
       std::replace(prefix.begin(), prefix.end(), '.', '_');
       if (token.size() > prefix.size() && token.rfind(prefix, 0) == 0) name = *it + "." + token.substr(prefix.size());
     }
@@ -177,34 +175,27 @@ std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std
 }
 
 std::string folded_value_read(const onnx::NodeProto& n, int input, const std::set<std::string>& computed) {
-  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
-  const size_t args = fx.find("](args = (");
-  if (args == std::string::npos) return "";
-  const auto placeholder_name = [](const std::string& v) { return v.rfind("p_", 0) == 0 || v.rfind("b_", 0) == 0 || v.rfind("c_", 0) == 0; };
+  const std::vector<std::string> values = fx_arguments(n);
+  if (input < 0 || input >= n.input_size()) return "";
+  // The one FX value at a known place, unless a placeholder, a value a node still computes, or the input's own name.
+  const auto folded = [&](const std::string& value) {
+    return placeholder_value(value) || computed.count(value) || value == n.input(input) ? "" : value;
+  };
   // Where the FX arguments are the inputs one for one, the one at the input's place (one
   // initializer read at two places: timm's GRN, `addcmul(%view_1, %view, %mul)`).
-  if (const std::vector<std::string> values = fx_arguments(n); static_cast<int>(values.size()) == n.input_size() && input >= 0 && input < n.input_size()) {
-    const std::string& value = values[input];
-    return placeholder_name(value) || computed.count(value) || value == n.input(input) ? "" : value;
-  }
+  if (static_cast<int>(values.size()) == n.input_size()) return folded(values[input]);
   // addcmul(input, tensor1, tensor2), decomposed by the exporter to Add(input, Mul(tensor1, tensor2)),
   // both nodes with its FX node: the Mul reads tensor1, the Add input (timm's GRN reads its
   // weight and bias folded to views, merged when both are zeros).
   if (fx_target(n) == "addcmul.default" && (n.op_type() == "Mul" || n.op_type() == "Add")) {
-    const std::vector<std::string> values = fx_arguments(n);
-    const std::string value = values.size() == 3 ? values[n.op_type() == "Mul" ? 1 : 0] : "";
-    return value.empty() || placeholder_name(value) || computed.count(value) || value == n.input(input) ? "" : value;
+    return values.size() == 3 ? folded(values[n.op_type() == "Mul" ? 1 : 0]) : "";
   }
   std::set<std::string> others;  // the node's other inputs: FX values keep their names in the export
   for (int k = 0; k < n.input_size(); ++k)
     if (k != input) others.insert(n.input(k));
   std::set<std::string> candidates;
-  for (size_t at = fx.find('%', args); at != std::string::npos; at = fx.find('%', at + 1)) {
-    size_t end = at + 1;
-    while (end < fx.size() && is_ident(fx[end])) ++end;
-    const std::string value = fx.substr(at + 1, end - at - 1);
-    if (!value.empty() && !placeholder_name(value) && !others.count(value) && !computed.count(value)) candidates.insert(value);
-  }
+  for (const std::string& value : values)
+    if (!placeholder_value(value) && !others.count(value) && !computed.count(value)) candidates.insert(value);
   return candidates.size() == 1 ? *candidates.begin() : "";
 }
 
