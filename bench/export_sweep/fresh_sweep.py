@@ -161,6 +161,17 @@ def export(E, model, feeds, names, kind, exporter, path):
     return meta.get("dynamic"), errors
 
 
+def clear_eval_caches(model):
+    """Empty timm's eval-mode attention-bias caches (LeViT, EfficientFormer, TinyViT, ...).
+
+    In eval() those modules reuse `attention_biases[:, idxs]` from the first forward. Filled under
+    no_grad (the export's or the BatchNorm check's forward), the cache cuts attention_biases out of
+    the backward, and after a step it still holds the old biases; training mode clears it."""
+    for mod in model.modules():
+        if isinstance(getattr(mod, "attention_bias_cache", None), dict):
+            mod.attention_bias_cache = {}
+
+
 def torch_step(model, feeds, y, names, lr):
     """loss, logits before, grads, logits after one plain SGD step, params before/after (numpy)."""
     import numpy as np
@@ -169,6 +180,7 @@ def torch_step(model, feeds, y, names, lr):
     args = tuple(torch.from_numpy(feeds[n]) for n in names)
     before = {n: p.detach().clone().numpy() for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
+    clear_eval_caches(model)
     logits = model(*args)
     yt = torch.from_numpy(y)
     if logits.dim() == 3:
@@ -182,6 +194,7 @@ def torch_step(model, feeds, y, names, lr):
         for p in model.parameters():
             if p.grad is not None:
                 p.sub_(lr * p.grad)
+        clear_eval_caches(model)
         after_logits = model(*args).numpy()
     after = {n: p.detach().clone().numpy() for n, p in model.named_parameters()}
     return float(loss), logits.detach().numpy(), grads, after_logits, before, after
