@@ -2,6 +2,7 @@
 // with a dynamic batch, and error cases (garbage, truncation, unsupported ops, skeletons).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -116,7 +117,9 @@ TEST(FrontendFusion, TanhGeluInTheModelsAssociations) {
   auto fused = b.import();
   ASSERT_TRUE(fused.ok());
   for (const Node& n : fused->nodes()) {
-    if (!n.dead && n.op == "gelu") EXPECT_EQ(n.attrs.get_string("approximate", ""), "tanh");
+    if (!n.dead && n.op == "gelu") {
+      EXPECT_EQ(n.attrs.get_string("approximate", ""), "tanh");
+    }
   }
 }
 
@@ -281,7 +284,9 @@ TEST(FrontendErrors, GarbageTruncatedAndEmpty) {
   const std::string bytes = b.bytes();
   for (size_t cut = 1; cut < bytes.size(); ++cut) {
     auto m = import_onnx_bytes(std::string_view(bytes).substr(0, cut), "", {}, "t.onnx");
-    if (!m.ok()) EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+    if (!m.ok()) {
+      EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+    }
   }
   auto missing = import_onnx("/nonexistent/model.onnx");
   ASSERT_FALSE(missing.ok());
@@ -828,6 +833,29 @@ TEST(FrontendImport, EqualTokensTheExporterComputedOnceTrainApart) {
     auto out_again = execute(*again, feeds);
     ASSERT_TRUE(out_again.ok()) << out_again.status().message();
     for (int64_t i = 0; i < out->at(0).numel(); ++i) EXPECT_EQ(out_again->at(0).get_as_double(i), out->at(0).get_as_double(i)) << i;
+
+    // A model file changed since the compile (the Concat renamed, or reading the Expand no more
+    // at that input) has no place for the copy: one line naming it, and nothing written.
+    for (const bool renamed : {true, false}) {
+      onnx::ModelProto changed;
+      ASSERT_TRUE(changed.ParseFromString(b.bytes()));
+      for (onnx::NodeProto& node : *changed.mutable_graph()->mutable_node()) {
+        if (node.name() != "node_Concat_2") continue;
+        if (renamed) node.set_name("node_Concat_9");
+        else node.set_input(1, "x");
+      }
+      const std::string edited = testing::scratch_path("merged_tokens_edited.onnx"), refused = testing::scratch_path("merged_tokens_refused.onnx");
+      {
+        std::ofstream f(edited, std::ios::binary);
+        ASSERT_TRUE(changed.SerializeToOstream(&f));
+      }
+      std::filesystem::remove(refused);
+      Status status = write_onnx_with_weights(edited, refused, trained, untied_uses(m->metadata()));
+      ASSERT_FALSE(status.ok());
+      EXPECT_EQ(status.kind(), ErrorKind::kBadInput);
+      EXPECT_EQ(status.message(), edited + ": no node 'node_Concat_2' reading node 'node_Expand_1' at input 1 to give a copy 'expand_1'");
+      EXPECT_FALSE(std::filesystem::exists(refused));
+    }
   }
 }
 
