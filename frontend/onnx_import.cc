@@ -314,35 +314,39 @@ Status Importer::add_initializers(ImportContext& ctx) {
     ctx.define(copy, ctx.constant(std::move(*t), copy));
     untied_uses_.insert(untied_uses_.end(), {copy, from.root, from.node, std::to_string(from.input)});
   }
-  // Each parameter untied from a merged initializer (untie_merged_weights) trains on its own,
-  // from the initializer's value; the weights stream under its name from that initializer. One
-  // that --freeze names keeps the value as a constant (and `memc export` the model's value).
+  // A parameter the import makes (untied or restored) trains from `value`; one that --freeze
+  // names is a constant of that value instead. The value is read only where it is used.
+  const auto define_parameter = [&](const std::string& parameter, const TensorType& type, const auto& value) -> Status {
+    if (options_.frozen.count(parameter)) {
+      MEMC_ASSIGN_OR_RETURN(Tensor t, value());
+      ctx.define(parameter, ctx.constant(std::move(t), parameter));
+      return Status::Ok();
+    }
+    const ValueId id = module_.add_argument(parameter, type, Role::kParam);
+    ctx.define(parameter, id);
+    if (options_.load_weights) {
+      MEMC_ASSIGN_OR_RETURN(module_.weights()[id], value());
+    }
+    return Status::Ok();
+  };
+  // Each parameter untied from a merged initializer (untie_merged_weights) starts from the
+  // initializer's value; the weights stream under its name from that initializer (and `memc
+  // export` writes a frozen one with the model's value).
   for (const auto& [parameter, name] : untied_) {
     const auto& inits = model_.graph().initializer();
     const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; });
     auto dtype = dtype_from_onnx(init->data_type());
     auto shape = shape_from_proto(*init);
     if (!dtype.ok() || !shape.ok()) return error(str_cat("initializer '", name, "' cannot be read"));
-    const bool frozen = options_.frozen.count(parameter) > 0;
-    ValueId id = kNoValue;
-    if (!frozen) {
-      id = module_.add_argument(parameter, TensorType{*dtype, *shape}, Role::kParam);
-      ctx.define(parameter, id);
-      if (!options_.load_weights) continue;
-    }
-    auto t = tensor_from_proto(*init, base_dir_);
-    if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
-    if (frozen) ctx.define(parameter, ctx.constant(std::move(*t), parameter));
-    else module_.weights()[id] = std::move(*t);
+    MEMC_RETURN_IF_ERROR(define_parameter(parameter, TensorType{*dtype, *shape}, [&]() -> Expected<Tensor> {
+      auto t = tensor_from_proto(*init, base_dir_);
+      if (!t.ok()) return error(str_cat("initializer '", name, "': ", t.status().message()));
+      return t;
+    }));
   }
+  // Each bias the exporter removed for being zero (restore_removed_biases) starts from zeros.
   for (const auto& [parameter, type] : restored_) {
-    if (options_.frozen.count(parameter)) {
-      ctx.define(parameter, ctx.constant(Tensor::zeros(type.dtype, type.shape), parameter));
-      continue;
-    }
-    const ValueId id = module_.add_argument(parameter, type, Role::kParam);
-    ctx.define(parameter, id);
-    if (options_.load_weights) module_.weights()[id] = Tensor::zeros(type.dtype, type.shape);
+    MEMC_RETURN_IF_ERROR(define_parameter(parameter, type, [&]() -> Expected<Tensor> { return Tensor::zeros(type.dtype, type.shape); }));
   }
   if (!untied_uses_.empty()) module_.metadata().set("untied_uses", untied_uses_);
   if (!untied_copies_.empty()) module_.metadata().set("untied_copies", untied_copies_);

@@ -291,18 +291,10 @@ struct FxNames {
 FxNames fx_names(const std::vector<onnx::NodeProto>& nodes) {
   FxNames names;
   for (const auto& n : nodes) {
-    const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
-    for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
-      size_t end = at + 1;
-      while (end < fx.size() && is_ident(fx[end])) ++end;
-      const std::string token = fx.substr(at + 1, end - at - 1);
-      if (at == 0) {
-        names.defined.insert(token);
-      } else if (token.rfind("p_", 0) == 0) {
-        names.parameters.insert(token.substr(2));
-      } else if (token.rfind("b_", 0) == 0 || token.rfind("c_", 0) == 0) {
-        names.constants.insert(token.substr(2));
-      }
+    if (std::string value = fx_value(n); !value.empty()) names.defined.insert(std::move(value));
+    for (const std::string& token : fx_arguments(n)) {
+      if (token.rfind("p_", 0) == 0) names.parameters.insert(token.substr(2));
+      else if (token.rfind("b_", 0) == 0 || token.rfind("c_", 0) == 0) names.constants.insert(token.substr(2));
     }
   }
   return names;
