@@ -631,7 +631,9 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
 // computation of its own, on parameters of its own with equal values. It gets a copy of the node,
 // whose trained initializers that hold all-equal values are untied, each named after the one it
 // copies and the FX value (`...cls_token@expand_1`: the graph keeps no trace of the PyTorch
-// name). Only where the reader's FX arguments match its inputs one for one.
+// name); a zero bias the exporter removed and memc restored gets its own zeros alike (two zero-
+// initialised heads, merged into one Gemm). Only where the reader's FX arguments match its inputs
+// one for one, and only where an initializer of all-equal values shows the merge.
 void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
   std::map<std::string, const onnx::TensorProto*> inits;
   for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
@@ -662,6 +664,13 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
       if (kRandom.count(original.op_type()) || !original.domain().empty() || original.output_size() != 1 || original.name().empty()) continue;
       std::vector<std::pair<int, std::string>> untie;  // input → the new parameter
       for (int j = 0; j < original.input_size(); ++j) {
+        // A zero bias the exporter removed, restored (restore_removed_biases): the copy's own, from zeros.
+        if (restored_.count(original.input(j))) {
+          const std::string parameter = original.input(j) + "@" + want;
+          if (!options_.frozen.count(original.input(j)) && !names.count(parameter) && !inits.count(parameter) && !restored_.count(parameter))
+            untie.emplace_back(j, parameter);
+          continue;
+        }
         const std::string& source = root(original.input(j));
         const auto init = inits.find(source);
         if (init == inits.end() || static_operands_.count(source) || module_buffers.count(source) || options_.frozen.count(original.input(j)) ||
@@ -676,13 +685,19 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
         if (names.count(parameter) || inits.count(parameter) || untied_.count(parameter)) continue;
         untie.emplace_back(j, parameter);
       }
-      if (untie.empty()) continue;
+      // Only parameters whose elements are all equal are evidence of the merge; a restored bias alone is not.
+      if (std::all_of(untie.begin(), untie.end(), [&](const auto& u) { return restored_.count(original.input(u.first)) > 0; })) continue;
       onnx::NodeProto copy = original;
       copy.set_name(want);
       copy.set_output(0, want);
       for (const auto& [j, parameter] : untie) {
-        untied_[parameter] = root(original.input(j));
-        untied_uses_.insert(untied_uses_.end(), {parameter, untied_[parameter], want, std::to_string(j)});
+        if (auto bias = restored_.find(original.input(j)); bias != restored_.end()) {
+          restored_[parameter] = bias->second;
+          untied_uses_.insert(untied_uses_.end(), {parameter, "", want, std::to_string(j)});
+        } else {
+          untied_[parameter] = root(original.input(j));
+          untied_uses_.insert(untied_uses_.end(), {parameter, untied_[parameter], want, std::to_string(j)});
+        }
         copy.set_input(j, parameter);
         names.insert(parameter);
         list += (list.empty() ? "'" : ", '") + parameter + "'";

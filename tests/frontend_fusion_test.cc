@@ -859,6 +859,64 @@ TEST(FrontendImport, EqualTokensTheExporterComputedOnceTrainApart) {
   }
 }
 
+// Two zero-initialised heads: the optimizer merges their weights, removes their zero biases and
+// computes the one Gemm left for both. The copy for the second head trains a weight and a bias of
+// its own (the restored bias too, from zeros), and `memc export` writes both back.
+TEST(FrontendImport, TwoZeroHeadsTheExporterComputedOnceTrainApartWithTheirBiases) {
+  OnnxBuilder b(18);
+  b.input("x", {2, 3}).output("y");
+  b.init("head.weight", make_tensor(DType::kF32, {2, 3}, {0}));
+  onnx::NodeProto& gemm = b.node("Gemm", {"x", "head.weight"}, {"linear"});
+  gemm.set_name("node_linear");
+  testing::attr_i(gemm, "transB", 1);
+  add_metadata(gemm, "pkg.torch.onnx.name_scopes", "['', 'head', 'linear']");
+  add_fx_node(gemm, "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_head_weight, %p_head_bias), kwargs = {})");
+  onnx::NodeProto& add = b.node("Add", {"linear", "linear"}, {"y"});
+  add.set_name("node_add");
+  add_fx_node(add, "%add : [num_users=1] = call_function[target=torch.ops.aten.add.Tensor](args = (%linear, %linear_1), kwargs = {})");
+  std::vector<std::string> findings;
+  auto m = import_with_findings(b, findings);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<std::string> names = trained_names(*m);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"head.bias", "head.bias@linear_1", "head.weight", "head.weight@linear_1"}));
+  EXPECT_TRUE(has_finding(findings, "memc computes each and trains 'head.weight@linear_1', 'head.bias@linear_1' as parameters of their own"))
+      << (findings.empty() ? "" : findings.back());
+  const std::map<std::string, Tensor> trained = {{"head.weight", make_tensor(DType::kF32, {2, 3}, {1, 0, 0, 0, 1, 0})},
+                                                 {"head.bias", make_tensor(DType::kF32, {2}, {10, 20})},
+                                                 {"head.weight@linear_1", make_tensor(DType::kF32, {2, 3}, {0, 0, 1, 1, 1, 1})},
+                                                 {"head.bias@linear_1", make_tensor(DType::kF32, {2}, {100, 200})}};
+  for (ValueId a : m->arguments()) {
+    const std::string& name = m->value(a).source_name;
+    if (!trained.count(name)) continue;
+    if (name.find("bias") != std::string::npos) {
+      EXPECT_EQ(m->weights().at(a).get_as_double(1), 0) << name;  // restored from zeros
+    }
+    m->weights()[a] = trained.at(name);
+  }
+  const std::map<std::string, Tensor> feeds = {{"x", make_tensor(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6})}};
+  auto out = execute(*m, feeds);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const std::vector<double> want = {114, 228, 120, 240};  // x·W1ᵀ + b1 + x·W2ᵀ + b2
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out->at(0).get_as_double(static_cast<int64_t>(i)), want[i]) << i;
+
+  const std::string in = testing::scratch_path("zero_heads.onnx"), exported = testing::scratch_path("zero_heads_trained.onnx");
+  {
+    std::ofstream f(in, std::ios::binary);
+    f << b.bytes();
+  }
+  Status written = write_onnx_with_weights(in, exported, trained, untied_uses(m->metadata()));
+  ASSERT_TRUE(written.ok()) << written.message();
+  auto again = import_onnx(exported, {});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  names = trained_names(*again);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"head.bias", "head.bias@linear_1", "head.weight", "head.weight@linear_1"}));
+  auto out_again = execute(*again, feeds);
+  ASSERT_TRUE(out_again.ok()) << out_again.status().message();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out_again->at(0).get_as_double(static_cast<int64_t>(i)), want[i]) << i;
+}
+
 // --freeze names parameters: one the importer untied from a merged initializer, or the merged
 // initializer's own, stays a constant at the model's value while the others train.
 TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
