@@ -433,13 +433,28 @@ void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
   // The dynamo exporter's optimizer points the uses at one initializer instead: a fresh
   // BatchNorm reads BatchNormalization(x, w, b, b, w). A trained initializer read at a node's
   // static input gets a constant copy there, named as the module's statistic would be.
+  // An initializer is read as data by a node, or through an Identity alias that one reads so
+  // (TorchScript's merges); an alias alone is no read (one read only as a statistic keeps the
+  // whole group constant, below).
+  auto is_alias = [&](const onnx::NodeProto& n) {
+    return n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1 && inits.count(n.input(0));
+  };
+  std::map<std::string, std::string> root_of;  // an Identity's output → the initializer it reads
+  for (const auto& n : nodes) {
+    if (is_alias(n)) root_of[n.output(0)] = n.input(0);
+  }
   std::set<std::string> read_as_data, taken;
+  auto data_read = [&](const std::string& name) {
+    read_as_data.insert(name);
+    if (auto alias = root_of.find(name); alias != root_of.end()) read_as_data.insert(alias->second);
+  };
   for (const auto& in : model_.graph().input()) taken.insert(in.name());
   for (const auto& n : nodes) {
     taken.insert(n.output().begin(), n.output().end());
-    for (int i = 0; i < n.input_size() && i < first_static_input(n); ++i) read_as_data.insert(n.input(i));
+    if (is_alias(n)) continue;
+    for (int i = 0; i < n.input_size() && i < first_static_input(n); ++i) data_read(n.input(i));
   }
-  for (const auto& out : model_.graph().output()) read_as_data.insert(out.name());
+  for (const auto& out : model_.graph().output()) data_read(out.name());
   std::string listed;
   size_t copied = 0;
   for (onnx::NodeProto& n : nodes) {
@@ -463,15 +478,9 @@ void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
                                       " (running statistics) read trained initializers the exporter merged them with by value (",
                                       listed, "): memc reads a constant copy of each there, as PyTorch never trains them"));
   }
-  std::map<std::string, std::string> root_of;  // an Identity's output → the initializer it reads
   std::map<std::string, std::vector<std::string>> aliases;
-  auto is_alias = [&](const onnx::NodeProto& n) {
-    return n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1 && inits.count(n.input(0));
-  };
   for (const auto& n : nodes) {
-    if (!is_alias(n)) continue;
-    root_of[n.output(0)] = n.input(0);
-    aliases[n.input(0)].push_back(n.output(0));
+    if (is_alias(n)) aliases[n.input(0)].push_back(n.output(0));
   }
   if (aliases.empty()) return;
   std::set<std::string> used, data;  // initializers and aliases read by a node, and read as data

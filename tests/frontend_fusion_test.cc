@@ -680,11 +680,31 @@ TEST(FrontendImport, RunningStatisticsMergedWithWeightsByValueStayConstant) {
   statistics.init("w", make_tensor(DType::kF32, {3}, {2})).init("c", make_tensor(DType::kF32, {3}, {0.25}));
   statistics.init("bn1.running_mean", make_tensor(DType::kF32, {3}, {0.5})).init("v", make_tensor(DType::kF32, {3}, {4}));
   statistics.node("Identity", {"bn1.running_mean"}, {"bn2.running_mean"});
-  statistics.node("BatchNormalization", {"x", "w", "c", "bn1.running_mean", "v"}, {"y"});
-  statistics.node("BatchNormalization", {"y", "w", "c", "bn2.running_mean", "v"}, {"z"});
-  auto constant = statistics.import();
+  statistics.node("BatchNormalization", {"x", "w", "c", "bn1.running_mean", "v"}, {"y"}).set_name("node_bn1");
+  statistics.node("BatchNormalization", {"y", "w", "c", "bn2.running_mean", "v"}, {"z"}).set_name("node_bn2");
+  std::vector<std::string> findings;
+  auto constant = import_with_findings(statistics, findings);
   ASSERT_TRUE(constant.ok()) << constant.status().message();
   EXPECT_EQ(trained_names(*constant), (std::vector<std::string>{"w", "c"}));
+  // No copy and no line: the Identity is no read of its own (TorchScript's mobilevit said "12
+  // constant inputs read trained initializers" of statistics nothing trains).
+  EXPECT_EQ(constant->metadata().find("untied_uses"), nullptr);
+  EXPECT_FALSE(has_finding(findings, "constant input")) << findings.front();
+  // Read through an alias that trains (a zero bias merged with a zero running mean), the
+  // initializer is trained, and the statistic reads a constant copy of it.
+  OnnxBuilder aliased(17);
+  aliased.input("x", {2, 3}).output("z");
+  aliased.init("w", make_tensor(DType::kF32, {3}, {2})).init("c", make_tensor(DType::kF32, {3}, {0.25}));
+  aliased.init("a.bias", make_tensor(DType::kF32, {3}, {0})).init("v", make_tensor(DType::kF32, {3}, {4}));
+  aliased.node("Identity", {"a.bias"}, {"b.bias"});
+  aliased.node("BatchNormalization", {"x", "w", "c", "a.bias", "v"}, {"y"}).set_name("bn");
+  aliased.node("Add", {"y", "b.bias"}, {"z"}).set_name("add");
+  findings.clear();
+  auto trained = import_with_findings(aliased, findings);
+  ASSERT_TRUE(trained.ok()) << trained.status().message();
+  EXPECT_TRUE(has_finding(findings, "1 constant input (running statistics) read trained initializers the exporter merged them with by value "
+                                    "('a.bias' as 'a.running_mean')"))
+      << (findings.empty() ? "" : findings.front());
 }
 
 // The dynamo exporter's optimizer removes a Gemm's or Conv's bias input that is all zeros (a fresh
