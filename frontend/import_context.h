@@ -2,6 +2,7 @@
 // ONNX value names to IR values, the values known at import time (folded constants), and
 // the node being lowered (for attribute access and error messages).
 #pragma once
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,6 +30,14 @@ class ImportContext {
   // (ONNX's own is the biased one).
   bool pytorch_export() const { return pytorch_export_; }
   void set_pytorch_export(bool v) { pytorch_export_ = v; }
+
+  // Embedding tables whose lookups skip a padding row in their gradient, by initializer name,
+  // where the export keeps no padding index (Importer::find_padding_rows).
+  void set_padding_rows(std::map<std::string, int64_t> rows) { padding_rows_ = std::move(rows); }
+  int64_t padding_row(const std::string& initializer) const {
+    auto it = padding_rows_.find(initializer);
+    return it == padding_rows_.end() ? -1 : it->second;
+  }
 
   // Buffers the forward updates (BatchNorm's running statistics): the argument and its next
   // value, made module updates once the graph's outputs are set.
@@ -107,6 +116,7 @@ class ImportContext {
   bool training_export_ = false;
   bool pytorch_export_ = false;
   std::vector<std::pair<ValueId, ValueId>> updates_;
+  std::map<std::string, int64_t> padding_rows_;
   std::unordered_map<std::string, ValueId> names_;
   std::unordered_map<std::string, std::vector<ValueId>> sequences_;
   std::unordered_map<ValueId, Tensor> constants_;

@@ -6,6 +6,7 @@
 
 #include "frontend/fold.h"
 #include "frontend/onnx_tensor.h"
+#include "frontend/param_audit.h"
 #include "frontend/lowering.h"
 #include "ir/ops/ops.h"  // kGatherNoRow
 
@@ -230,6 +231,12 @@ Status lower_gather(ImportContext& ctx) {
   }
   Attrs a;
   a.set("axis", axis);
+  // nn.Embedding(padding_idx=p): row p gets no gradient from the lookup (ir/ops/grad_tensor.cc).
+  // An ONNX Gather has no such thing: the dynamo exporter's metadata names p; without metadata
+  // (TorchScript), the table's one row of zeros is taken for it (Importer::find_padding_rows).
+  const int64_t pad = node_metadata(ctx.node(), "pkg.torch.onnx.fx_node").empty() ? ctx.padding_row(ctx.node().input(0))
+                                                                                  : embedding_padding_index(ctx.node());
+  if (axis == 0 && pad >= 0 && pad < ctx.type(data).shape[0]) a.set("padding_idx", pad);
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("gather", {data, indices}, std::move(a)));
   return ctx.bind(0, y);
 }

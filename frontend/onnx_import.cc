@@ -71,6 +71,7 @@ class Importer {
   void untie_merged_weights(std::vector<onnx::NodeProto>& nodes);
   void untie_merged_reads(std::vector<onnx::NodeProto>& nodes);
   void restore_removed_biases(std::vector<onnx::NodeProto>& nodes);
+  std::map<std::string, int64_t> find_padding_rows(const std::vector<onnx::NodeProto>& nodes);
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
     return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
            !buffers_.count(init.name());
@@ -110,6 +111,8 @@ class Importer {
   std::map<std::string, TensorType> restored_;
   // The two untying passes' lines: parameter findings (inspect prints them, compile warns).
   std::vector<std::string> untie_findings_;
+  // What memc does as PyTorch does without the file saying so: `memc inspect` lists them, -v prints them.
+  std::vector<std::string> quiet_findings_;
   Expected<int64_t> resolve_dim(const std::string& input, DType dtype, int index, const onnx::TensorShapeProto_Dimension& dim);
   Status set_outputs(ImportContext& ctx);
   void warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes);
@@ -779,6 +782,48 @@ void Importer::restore_removed_biases(std::vector<onnx::NodeProto>& nodes) {
                                     "): memc trains each from zeros under its PyTorch name, as PyTorch does"));
 }
 
+// nn.Embedding(padding_idx=p) gives row p no gradient from its lookups, and keeps that row at
+// zero from its initialisation on (PyTorch's and Hugging Face's init zero it; a step never moves
+// it). An ONNX Gather has no padding index, and TorchScript's export keeps no metadata: an
+// embedding table (a float initializer of rank 2 that a Gather without FX metadata looks rows
+// up in along axis 0) with exactly one row of zeros among rows that are not is taken for one with
+// that padding index (a trained or random row is never exactly zero); `memc inspect` and -v say so.
+// The dynamo exporter's metadata names the index itself (lower_gather).
+std::map<std::string, int64_t> Importer::find_padding_rows(const std::vector<onnx::NodeProto>& nodes) {
+  std::map<std::string, const onnx::TensorProto*> inits;
+  for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
+  std::map<std::string, int64_t> rows;
+  std::set<std::string> seen;
+  for (const auto& n : nodes) {
+    if (n.op_type() != "Gather" || !n.domain().empty() || n.input_size() < 2 || !node_metadata(n, "pkg.torch.onnx.fx_node").empty()) continue;
+    int64_t axis = 0;
+    for (const auto& a : n.attribute())
+      if (a.name() == "axis") axis = a.i();
+    const auto init = inits.find(n.input(0));
+    if (axis != 0 || init == inits.end() || !seen.insert(n.input(0)).second || init->second->dims_size() != 2 ||
+        init->second->dims(0) < 2 || tensor_proto_has_no_data(*init->second) || static_operands_.count(n.input(0))) {
+      continue;
+    }
+    auto dtype = dtype_from_onnx(init->second->data_type());
+    if (!dtype.ok() || !is_float(*dtype)) continue;
+    auto table = tensor_from_proto(*init->second, base_dir_);
+    if (!table.ok()) continue;
+    const int64_t count = table->shape()[0], width = table->shape()[1];
+    int64_t zero_row = -1, zero_rows = 0;
+    for (int64_t r = 0; r < count && zero_rows < 2; ++r) {
+      bool zero = true;
+      for (int64_t c = 0; c < width && zero; ++c) zero = table->get_as_double(r * width + c) == 0;
+      if (zero) zero_row = r, ++zero_rows;
+    }
+    if (zero_rows != 1 || width < 1) continue;
+    rows[n.input(0)] = zero_row;
+    quiet_findings_.push_back(str_cat("embedding '", n.input(0), "' has one row of zeros (row ", zero_row,
+                                      "), nn.Embedding's padding row: memc gives it no gradient from the lookup, as PyTorch does "
+                                      "(TorchScript's export keeps no padding index)"));
+  }
+  return rows;
+}
+
 bool Importer::training_export(const std::vector<onnx::NodeProto>& nodes) const {
   if (model_.producer_name() == "pytorch") return true;
   std::map<std::string, const onnx::TensorProto*> known;
@@ -810,6 +855,7 @@ Expected<Module> Importer::run() {
   untie_merged_weights(nodes);
   restore_removed_biases(nodes);
   untie_merged_reads(nodes);  // after the biases: the reader's inputs and FX arguments match one for one
+  ctx.set_padding_rows(find_padding_rows(nodes));
   MEMC_RETURN_IF_ERROR(add_inputs(ctx));
   buffers_ = exported_buffers(model_);
   const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);
@@ -817,6 +863,10 @@ Expected<Module> Importer::run() {
   audit_ = audit_parameters(model_, nodes, folded, weight_names(), running_statistics_, fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   for (const std::string& line : untie_findings_) {
     if (options_.param_findings == nullptr) warn_finding_once(file_ + ": " + line);
+    audit_.findings.push_back(line);
+  }
+  for (const std::string& line : quiet_findings_) {
+    if (options_.param_findings == nullptr) log(1, file_ + ": " + line);
     audit_.findings.push_back(line);
   }
   MEMC_RETURN_IF_ERROR(add_initializers(ctx));

@@ -219,6 +219,30 @@ std::vector<std::string> fx_arguments(const onnx::NodeProto& n) {
   return values;
 }
 
+int64_t embedding_padding_index(const onnx::NodeProto& n) {
+  if (fx_target(n) != "embedding.default") return -1;
+  const std::string fx = node_metadata(n, "pkg.torch.onnx.fx_node");
+  const size_t args = fx.find("](args = (");
+  if (args == std::string::npos) return -1;
+  // The arguments at the top level of the tuple, up to its closing parenthesis.
+  std::vector<std::string> top;
+  std::string current;
+  int depth = 0;
+  for (size_t i = args + 10; i < fx.size(); ++i) {
+    const char c = fx[i];
+    if (depth == 0 && (c == ',' || c == ')')) {
+      top.push_back(current.substr(current.find_first_not_of(' ') == std::string::npos ? current.size() : current.find_first_not_of(' ')));
+      current.clear();
+      if (c == ')') break;
+      continue;
+    }
+    depth += (c == '(' || c == '[') - (c == ')' || c == ']');
+    current += c;
+  }
+  if (top.size() < 3 || top[2].empty() || top[2].find_first_not_of("0123456789") != std::string::npos || top[2].size() > 18) return -1;
+  return std::stoll(top[2]);
+}
+
 bool all_elements_equal(const Tensor& t) {
   if (t.numel() < 1) return false;
   const double first = t.get_as_double(0);

@@ -125,6 +125,10 @@ std::string fx_target(const onnx::NodeProto& n);
 // expand, expand_1, transpose); empty when the metadata does not say.
 std::string fx_value(const onnx::NodeProto& n);
 std::vector<std::string> fx_arguments(const onnx::NodeProto& n);
+// The padding index of a dynamo-exported embedding lookup: aten.embedding's third argument
+// ("args = (%p_..._weight, %input_ids, 0)" → 0), which nn.Embedding(padding_idx=p) passes; -1
+// when the node is no such lookup or has none.
+int64_t embedding_padding_index(const onnx::NodeProto& n);
 
 // Row 0 of a tensor whose rows are all equal ([B, rest...] → [1, rest...]).
 Tensor first_row(const Tensor& t);

@@ -937,6 +937,52 @@ TEST(FrontendImport, TwoZeroHeadsTheExporterComputedOnceTrainApartWithTheirBiase
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out_again->at(0).get_as_double(static_cast<int64_t>(i)), want[i]) << i;
 }
 
+// nn.Embedding(padding_idx=p): the lookup's gather carries p (its gradient skips row p,
+// GradRules.AnEmbeddingsPaddingRowGetsNoGradientFromItsLookup). The dynamo exporter's FX node
+// names it as aten.embedding's third argument; without metadata (TorchScript), a table's one row
+// of zeros is taken for it, and said.
+TEST(FrontendImport, AnEmbeddingsPaddingIndexReachesItsGather) {
+  OnnxBuilder parse(18);
+  onnx::NodeProto& lookup = parse.node("Gather", {"w", "ids"}, {"y"});
+  const std::string head = "%embedding : [num_users=1] = call_function[target=torch.ops.aten.embedding.default](args = ";
+  add_fx_node(lookup, head + "(%p_emb_weight, %input_ids, 0), kwargs = {})");
+  EXPECT_EQ(embedding_padding_index(lookup), 0);
+  onnx::NodeProto& more = parse.node("Gather", {"w", "ids"}, {"y2"});
+  add_fx_node(more, head + "(%p_emb_weight, %input_ids, 17, True), kwargs = {})");
+  EXPECT_EQ(embedding_padding_index(more), 17);
+  onnx::NodeProto& none = parse.node("Gather", {"w", "ids"}, {"y3"});
+  add_fx_node(none, head + "(%p_emb_weight, %input_ids), kwargs = {})");
+  EXPECT_EQ(embedding_padding_index(none), -1);
+  onnx::NodeProto& other = parse.node("Gather", {"w", "ids"}, {"y4"});
+  add_fx_node(other, "%index : [num_users=1] = call_function[target=torch.ops.aten.index_select.default](args = (%p_w, 0, %ids), kwargs = {})");
+  EXPECT_EQ(embedding_padding_index(other), -1);
+
+  // The gather's attribute, by metadata or by the row of zeros.
+  auto padding_of = [](const std::vector<double>& table, const std::string& fx, std::vector<std::string>* findings) -> int64_t {
+    OnnxBuilder b(17);
+    b.input("ids", {2}, onnx::TensorProto::INT64).output("y");
+    b.init("emb.weight", make_tensor(DType::kF32, {3, 2}, table));
+    onnx::NodeProto& g = b.node("Gather", {"emb.weight", "ids"}, {"y"});
+    g.set_name("lookup");
+    if (!fx.empty()) add_fx_node(g, fx);
+    std::vector<std::string> local;
+    auto m = import_with_findings(b, findings ? *findings : local);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    for (const Node& n : m->nodes())
+      if (!n.dead && n.op == "gather") return n.attrs.get_int("padding_idx", -1);
+    return -2;
+  };
+  std::vector<std::string> findings;
+  EXPECT_EQ(padding_of({1, 2, 0, 0, 3, 4}, "", &findings), 1);
+  EXPECT_TRUE(has_finding(findings, "embedding 'emb.weight' has one row of zeros (row 1), nn.Embedding's padding row: memc gives it no gradient "
+                                    "from the lookup, as PyTorch does (TorchScript's export keeps no padding index)"))
+      << (findings.empty() ? "" : findings.front());
+  EXPECT_EQ(padding_of({0, 0, 1, 2, 0, 0}, "", nullptr), -1);  // two rows of zeros: no evidence
+  EXPECT_EQ(padding_of({1, 2, 0, 3, 4, 5}, "", nullptr), -1);  // no row of zeros
+  EXPECT_EQ(padding_of({1, 2, 0, 0, 3, 4}, head + "(%p_emb_weight, %ids), kwargs = {})", nullptr), -1);  // the metadata says none
+  EXPECT_EQ(padding_of({1, 2, 3, 4, 5, 6}, head + "(%p_emb_weight, %ids, 2), kwargs = {})", nullptr), 2);
+}
+
 // --freeze names parameters: one the importer untied from a merged initializer, or the merged
 // initializer's own, stays a constant at the model's value while the others train.
 TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {

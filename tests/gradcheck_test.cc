@@ -234,6 +234,46 @@ TEST(GradRules, AutodiffRefusesOpsWithoutARule) {
       << grads.status().message();
 }
 
+// nn.Embedding(padding_idx=p): a gather with `padding_idx` gives row p no gradient from the
+// lookup, however often the indices name it (a NaN of dY there included), and every other row the
+// scatter-add of its rows of dY, as without the attribute.
+TEST(GradRules, AnEmbeddingsPaddingRowGetsNoGradientFromItsLookup) {
+  for (const int64_t pad : {int64_t{-1}, int64_t{1}}) {
+    Module m;
+    ValueId w = m.add_argument("w", TensorType{DType::kF32, {4, 2}}, Role::kParam);
+    ValueId ids = m.add_argument("ids", TensorType{DType::kI64, {2, 3}}, Role::kInput);
+    Attrs a = A({{"axis", int64_t{0}}});
+    if (pad >= 0) a.set("padding_idx", pad);
+    auto y = m.add_node("gather", {w, ids}, a);
+    ASSERT_TRUE(y.ok());
+    // dY = r: row i of the lookup gets weight i + 1; the lookup of row 1 at (0, 2) a NaN.
+    Tensor r = Tensor::zeros(DType::kF32, {2, 3, 2});
+    for (int64_t i = 0; i < 12; ++i) r.set_from_double(i, static_cast<double>(i / 2 + 1));
+    r.set_from_double(4, std::nan(""));
+    auto weighted = m.add_node("mul", {(*y)[0], m.add_constant(r, "r")});
+    auto loss = m.add_node("reduce_sum", {(*weighted)[0]}, A({{"axes", I{}}, {"keepdims", int64_t{0}}}));
+    auto grads = Autodiff().run(m, (*loss)[0], {w});
+    ASSERT_TRUE(grads.ok()) << grads.status().message();
+    m.set_outputs(*grads);
+    Tensor at = Tensor::zeros(DType::kI64, {2, 3});
+    const int64_t rows[] = {0, 3, 1, 1, 3, 0};
+    for (int64_t i = 0; i < 6; ++i) at.set_from_double(i, static_cast<double>(rows[i]));
+    auto out = execute(m, {{"w", Tensor::zeros(DType::kF32, {4, 2})}, {"ids", at}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const Tensor& dw = (*out)[0];
+    EXPECT_EQ(dw.get_as_double(0), 1 + 6) << pad;  // row 0: lookups 0 and 5
+    EXPECT_EQ(dw.get_as_double(6), 2 + 5) << pad;  // row 3: lookups 1 and 4
+    EXPECT_EQ(dw.get_as_double(4), 0) << pad;      // row 2: never looked up
+    if (pad == 1) {
+      EXPECT_EQ(dw.get_as_double(2), 0);  // row 1: lookups 2 (NaN) and 3, left out
+      EXPECT_EQ(dw.get_as_double(3), 0);
+    } else {
+      EXPECT_TRUE(std::isnan(dw.get_as_double(2)));
+      EXPECT_EQ(dw.get_as_double(3), 3 + 4);
+    }
+  }
+}
+
 // The L2 norm of a zero vector: its gradient is PyTorch's subgradient 0, not 0/0 (Swin v2 normalizes
 // the zero keys of padded window tokens); elsewhere x/‖x‖.
 TEST(GradRules, TheNormOfAZeroVectorHasGradientZero) {

@@ -282,9 +282,19 @@ void register_gradients(OpRegistry& r) {
   });
   set(r, "concat", concat_grad);
   set(r, "expand", [](GradBuilder& g) { g.set_GI(0, g.sum_to(g.GO(0), g.shape(g.I(0)))); return Status::Ok(); });
+  // An embedding's lookup with a padding index (nn.Embedding(padding_idx=p), attribute
+  // `padding_idx` on an axis-0 gather) gives row p no gradient: the rows of dY gathered from p
+  // are left out of the scatter-add (a `where`, so a non-finite dY there is left out too).
   set(r, "gather", [](GradBuilder& g) {
     Attrs a = make_attrs({{"axis", g.attrs().get_int("axis", 0)}, {"input_shape", g.shape(g.I(0))}});
-    g.set_GI(0, g.emit("gather_grad", {g.GO(0), g.I(1)}, a));
+    ValueId dy = g.GO(0);
+    if (const int64_t pad = g.attrs().get_int("padding_idx", -1); pad >= 0 && g.attrs().get_int("axis", 0) == 0) {
+      Shape rows = g.shape(g.I(1));
+      rows.resize(g.shape(dy).size(), 1);  // the index's dims, then 1 for each row's
+      const ValueId padded = g.reshape(g.emit("equal", {g.I(1), g.scalar(static_cast<double>(pad), g.dtype(g.I(1)))}), rows);
+      dy = g.emit("where", {padded, g.scalar(0.0, g.dtype(dy)), dy});
+    }
+    g.set_GI(0, g.emit("gather_grad", {dy, g.I(1)}, a));
     return Status::Ok();
   });
   // dData = scatter-add of dY at the gathered positions (repeated indices accumulate).
