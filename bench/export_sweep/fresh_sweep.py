@@ -314,6 +314,7 @@ def run_one(name, exporter, lr):
 
     # ---- torch (for a model with BatchNorm: also the fused form the eval() export holds)
     import torch as _t
+    clear_eval_caches(model)  # the export's trace filled them with tensors deepcopy refuses (HF LeViT)
     fm, pairs = bn_fused_copy(model, tuple(_t.from_numpy(feeds[n]) for n in names), exporter)
     loss_t, logits_t, grads_t, after_logits_t, p_before, p_after = torch_step(model, feeds, y, names, lr)
     res["torch_loss"] = loss_t

@@ -4,10 +4,12 @@
 // raise SIGINT on itself (`ulimit -v` 60–300 MB). This library is linked into libmemc after
 // libopenblas (CMakeLists.txt), so the loader maps it later and glibc runs this constructor
 // first, in memc and in any process that loads libmemc (the Python package); under a limit it
-// sets OPENBLAS_NUM_THREADS=1. Plain libc only: it runs before libstdc++ may.
+// sets OPENBLAS_NUM_THREADS=1 and keeps malloc to one arena. Plain libc only: it runs before
+// libstdc++ may.
 // It also names the kernels for an Intel CPU with AVX-512 that OpenBLAS 0.3.21 does not know by
 // model number (it falls back to generic "Prescott" kernels there, 5x slower), and chooses how
 // idle OpenMP threads wait (choose_wait_policy); libgomp reads that in its own constructor.
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +100,11 @@ __attribute__((constructor)) void memc_bound_gemm_threads() {
   // worker threads would only cost stacks under the limit. runtime/host_memory.cc bounds memc's
   // threads by the buffers the limit holds.
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  // Each thread that mallocs while another holds the main arena gets an arena of its own, which
+  // reserves 64 MiB of address space: under a limit, a few threads' timing decided whether a
+  // plan's arena still fit (tests/python/test_package.py, data four times the limit, AVX2: 621
+  // of 640 MiB without a second arena). One arena for all: memc's threads do not malloc in a step.
+  mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace

@@ -406,6 +406,37 @@ print(os.environ.get("OPENBLAS_NUM_THREADS", "unset"), threads)
     assert run("limit", {"OPENBLAS_NUM_THREADS": "2"})[0] == "2"
 
 
+# Under an address-space limit, memc keeps malloc to one arena (runtime/preinit/preinit.cc): a
+# thread that mallocs while another holds the arena gets no 64 MiB reservation of its own, so how
+# threads happen to interleave does not decide whether a plan's arena still fits (the test below
+# once failed so under load). Without the limit glibc's own choice stands.
+def test_threads_under_an_address_space_limit_reserve_no_arenas():
+    probe = """
+import resource, sys, threading, time
+if sys.argv[1] == "limit":
+    resource.setrlimit(resource.RLIMIT_AS, (640 << 20, 640 << 20))
+import memc
+def vm():
+    return [int(l.split()[1]) << 10 for l in open("/proc/self/status") if l.startswith("VmSize")][0]
+before = vm()
+start = threading.Barrier(4)
+def work():
+    start.wait()
+    kept = [bytearray(200_000) for _ in range(50)]
+    time.sleep(0.3)
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(vm() - before)
+"""
+    def grown(mode):
+        out = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return int(out.stdout)
+    # Four threads' stacks (8 MiB each) and their 10 MB, not 64 MiB arenas (before: 288 MiB).
+    assert grown("limit") < 64 << 20
+
+
 # Natively, and with oneDNN and OpenBLAS held to an AVX2-only CPU's kernels (issue 38: on Zen 3
 # the address space once ran out here).
 @pytest.mark.parametrize("isa_env", [{}, {"ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Zen"}],
