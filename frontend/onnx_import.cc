@@ -548,6 +548,7 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
     for (std::string& value : fx_arguments(n)) fx_read.insert(std::move(value));
     if (std::string value = fx_value(n); !value.empty()) fx_computed.insert(std::move(value));
   }
+  const std::map<std::string, std::string> components = name_components(model_);  // what placeholders split into
   // The parameter that node n's input j, initializer `name`, stands for.
   const auto parameter_of = [&](const onnx::NodeProto& n, int j, const std::string& name) {
     const size_t dot = name.rfind('.');
@@ -558,11 +559,11 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
       if (k < j) ++place;
       inputs.push_back(n.input(k));
     }
-    const std::vector<std::string> places = parameters_by_place(n, inputs);
+    const std::vector<std::string> places = parameters_by_place(n, inputs, &components);
     if (!places.empty() && !places[place].empty()) return places[place];
     std::string read;
     if (dot != std::string::npos) {
-      read = parameter_read(n, name.substr(dot + 1));
+      read = parameter_read(n, name.substr(dot + 1), &components);
       if (read.empty()) {
         std::set<std::string> known;  // what the node's other initializers stand for, by their own attribute
         for (int k = 0; k < n.input_size(); ++k) {

@@ -128,7 +128,7 @@ std::string parameter_behind(const onnx::NodeProto& n) {
 
 }  // namespace
 
-std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute) {
+std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute, const std::map<std::string, std::string>* components) {
   const std::string fx = lower_ascii(node_metadata(n, "pkg.torch.onnx.fx_node"));
   const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
   for (auto it = paths.rbegin(); it != paths.rend() && !attribute.empty(); ++it) {
@@ -140,11 +140,67 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
       if (end == fx.size() || !is_ident(fx[end])) return *it + "." + attribute;
     }
   }
+  if (!components || attribute.empty()) return "";
+  // The scope does not reach the module: a placeholder under the innermost scope that has one,
+  // whose path ends in the attribute.
+  const std::string suffix = lower_ascii("_" + attribute);
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
+    if (it->empty()) continue;
+    std::string prefix = lower_ascii("p_" + *it + "_");
+    std::replace(prefix.begin(), prefix.end(), '.', '_');
+    std::set<std::string> found;
+    for (const std::string& value : fx_arguments(n)) {
+      const std::string token = lower_ascii(value);
+      if (token.size() <= prefix.size() + suffix.size() || token.rfind(prefix, 0) != 0 || !token.ends_with(suffix)) continue;
+      const std::string dotted = dotted_path(token.substr(prefix.size()), *components);
+      found.insert(dotted.empty() ? "" : *it + "." + dotted);
+    }
+    if (found.size() == 1 && !found.begin()->empty()) return *found.begin();
+    if (!found.empty()) return "";
+  }
   return "";
 }
 
-std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs) {
+std::string dotted_path(const std::string& mangled, const std::map<std::string, std::string>& components) {
+  std::vector<std::string> tokens;
+  for (size_t at = 0; at <= mangled.size();) {
+    const size_t end = std::min(mangled.find('_', at), mangled.size());
+    tokens.push_back(mangled.substr(at, end - at));
+    at = end + 1;
+  }
+  // ways[i]: how many splits tokens[i..] has (capped at 2), next[i]: the end of its first component.
+  const size_t n = tokens.size();
+  std::vector<int> ways(n + 1, 0);
+  std::vector<size_t> next(n + 1, 0);
+  ways[n] = 1;
+  for (size_t i = n; i-- > 0;) {
+    std::string component;
+    for (size_t j = i; j < n; ++j) {
+      component += (j > i ? "_" : "") + tokens[j];
+      const auto it = components.find(component);
+      if (it == components.end() || it->second.empty() || ways[j + 1] == 0) continue;
+      if (ways[i] == 0) next[i] = j + 1;
+      ways[i] = std::min(2, ways[i] + ways[j + 1]);
+    }
+  }
+  if (ways[0] != 1) return "";
+  std::string path;
+  for (size_t i = 0; i < n; i = next[i]) {
+    std::string component;
+    for (size_t j = i; j < next[i]; ++j) component += (j > i ? "_" : "") + tokens[j];
+    path += (path.empty() ? "" : ".") + components.at(component);
+  }
+  return path;
+}
+
+std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs,
+                                             const std::map<std::string, std::string>* components) {
   const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
+  const auto mangled = [](std::string name) {
+    name = lower_ascii(name);
+    std::replace(name.begin(), name.end(), '.', '_');
+    return name;
+  };
   std::vector<std::string> places;
   for (const std::string& value : fx_arguments(n)) {
     if (!placeholder_value(value)) continue;
@@ -152,25 +208,35 @@ std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std
     std::string name;  // `<scope>.<attribute>` under the innermost scope that prefixes the token
     for (auto it = paths.rbegin(); it != paths.rend() && name.empty(); ++it) {
       if (it->empty()) continue;
-      std::string prefix = lower_ascii(token.substr(0, 2) + *it + "_");
-      std::replace(prefix.begin(), prefix.end(), '.', '_');
-      if (token.size() > prefix.size() && token.rfind(prefix, 0) == 0) name = *it + "." + token.substr(prefix.size());
+      const std::string prefix = token.substr(0, 2) + mangled(*it) + "_";
+      if (token.size() <= prefix.size() || token.rfind(prefix, 0) != 0) continue;
+      const std::string rest = token.substr(prefix.size());
+      const std::string dotted = components && rest.find('_') != std::string::npos ? dotted_path(rest, *components) : "";
+      name = *it + "." + (dotted.empty() ? rest : dotted);
     }
     places.push_back(name);
   }
   if (places.size() != inputs.size()) return {};
   bool evidence = false;  // a place named as an input is that input's place
   for (size_t k = 0; k < places.size(); ++k) {
-    const std::string place = lower_ascii(places[k]);
-    if (std::none_of(inputs.begin(), inputs.end(), [&](const std::string& in) { return lower_ascii(in) == place; })) continue;
-    if (lower_ascii(inputs[k]) != place) return {};
+    const std::string place = mangled(places[k]);
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const std::string& in) { return mangled(in) == place; })) continue;
+    if (mangled(inputs[k]) != place) return {};
     evidence = true;
   }
+  // Or each place ends in its input's own last component, and those are distinct (a LayerNorm's
+  // weight and bias under another layer's names).
+  const auto last = [](const std::string& name) { return lower_ascii(name.substr(name.rfind('.') + 1)); };
+  std::set<std::string> lasts;
+  bool by_attribute = components != nullptr;
+  for (size_t k = 0; k < places.size() && by_attribute; ++k) {
+    by_attribute = !places[k].empty() && last(places[k]) == last(inputs[k]) && lasts.insert(last(inputs[k])).second;
+  }
   const std::set<std::string> distinct(inputs.begin(), inputs.end());
-  if (!evidence && distinct.size() == inputs.size()) return {};  // one initializer read twice needs no more evidence
+  if (!evidence && !by_attribute && distinct.size() == inputs.size()) return {};  // one initializer read twice needs no more evidence
   // The attribute keeps the input's own spelling where it names the same one ("A_log").
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (lower_ascii(places[i]) == lower_ascii(inputs[i])) places[i] = inputs[i];
+    if (mangled(places[i]) == mangled(inputs[i])) places[i] = inputs[i];
   return places;
 }
 
@@ -453,6 +519,23 @@ void report_fused_batch_norms(const std::vector<onnx::NodeProto>& nodes, Report&
 }  // namespace
 
 void warn_finding_once(const std::string& line) { warn_once(line); }
+
+std::map<std::string, std::string> name_components(const onnx::ModelProto& model) {
+  std::map<std::string, std::string> components;
+  const auto add = [&](const std::string& name) {
+    for (size_t at = 0; at <= name.size();) {
+      const size_t end = std::min(name.find('.', at), name.size());
+      const std::string component = name.substr(at, end - at);
+      auto [it, added] = components.emplace(lower_ascii(component), component);
+      if (!added && it->second != component) it->second.clear();
+      at = end + 1;
+    }
+  };
+  for (const auto& init : model.graph().initializer()) add(init.name());
+  for (const auto& [value, sources] : value_metadata(model, kFoldedFrom))
+    for (const std::string& name : quoted_names(sources)) add(name);
+  return components;
+}
 
 std::set<std::string> exported_buffers(const onnx::ModelProto& model) {
   std::set<std::string> buffers;

@@ -77,7 +77,11 @@ std::string module_scope(const onnx::NodeProto& n);
 // The module parameter `<scope>.<attribute>` that a dynamo-exported node's FX node reads (as
 // "%p_<scope with _>_<attribute>", lower-cased), innermost module scope first; "" when the metadata names
 // none. It tells which parameter each use of an initializer the exporter merged by value stands for.
-std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute);
+// With `components` (as parameters_by_place's), where no scope reaches the module, the one
+// placeholder under a scope whose path ends in the attribute and splits into components one way
+// (`%p_<layer>_feed_forward_output_dense_bias` → `<layer>.feed_forward.output.dense.bias`).
+std::string parameter_read(const onnx::NodeProto& n, const std::string& attribute,
+                           const std::map<std::string, std::string>* components = nullptr);
 // The one module parameter the FX node reads, whatever its attribute ("%p_<scope>_<attribute>"
 // under the innermost scope that prefixes any placeholder), where the exporter merged parameters
 // of different attributes (CaiT's gamma_1 and gamma_2, DINOv2's LayerNorm weight and layer-scale
@@ -93,7 +97,21 @@ std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::
 // read twice by a node (a LayerNorm's zero weight and zero bias), or read at the bias of a node
 // whose weight is another merged one (LeViT's BatchNorm, weight of ones named after another
 // module's weight, bias of zeros named after another's weight), which the attribute cannot.
-std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs);
+// With `components` (every dotted component of the model's initializer names, lower-cased, to its
+// spelling), a placeholder under a scope that does not reach its module (HF Reformer's reversible
+// layers: scope `encoder.layers.1`, placeholder `..._layers_1_attention_layer_norm_weight`) is
+// named by the components it splits into in one way only (`attention.layer_norm.weight`), and
+// places whose last components are their inputs' own, all distinct, show the order too.
+std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs,
+                                             const std::map<std::string, std::string>* components = nullptr);
+// Every dotted component of the names the model keeps for its parameters: its initializers' and
+// those the exporter's optimizer records a folded value was made from (pkg.onnxscript.optimizer.
+// folded_from), lower-cased → spelling ("" where two spellings differ).
+std::map<std::string, std::string> name_components(const onnx::ModelProto& model);
+// The dotted path a mangled one ("attention_layer_norm_weight") stands for, split at underscores
+// into `components` (lower-cased → spelling; "" where two spellings differ); "" unless exactly
+// one split exists.
+std::string dotted_path(const std::string& mangled, const std::map<std::string, std::string>& components);
 
 // An op-output name ("embedding_1", "add_4": the dynamo exporter names folded values after the
 // aten op that made them), never a module path ("encoder.ln.weight") or a plain attribute

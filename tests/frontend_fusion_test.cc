@@ -937,6 +937,48 @@ TEST(FrontendImport, TwoZeroHeadsTheExporterComputedOnceTrainApartWithTheirBiase
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out_again->at(0).get_as_double(static_cast<int64_t>(i)), want[i]) << i;
 }
 
+// HF Reformer's reversible layers call their submodules where torch.export's scopes stop at the
+// layer: a LayerNorm node's scope is `encoder.layers.1`, its placeholder
+// `%p_encoder_layers_1_attention_layer_norm_weight`. The path after the scope is split into the
+// components the model's names use, where exactly one split exists, so a merged LayerNorm weight
+// read by four layers is named per layer, and a bias read by a decomposed linear by its own.
+TEST(FrontendImport, PlaceholdersUnderAScopeThatStopsAtTheLayerAreNamedByComponents) {
+  const std::map<std::string, std::string> components = {
+      {"encoder", "encoder"}, {"layers", "layers"}, {"0", "0"}, {"1", "1"}, {"attention", "attention"}, {"layer_norm", "layer_norm"},
+      {"feed_forward", "feed_forward"}, {"output", "output"}, {"dense", "dense"}, {"weight", "weight"}, {"bias", "bias"},
+      {"layernorm", "LayerNorm"}, {"self", "self"}};
+  EXPECT_EQ(dotted_path("attention_layer_norm_weight", components), "attention.layer_norm.weight");
+  EXPECT_EQ(dotted_path("feed_forward_output_dense_bias", components), "feed_forward.output.dense.bias");
+  EXPECT_EQ(dotted_path("attention_layernorm_weight", components), "attention.LayerNorm.weight");  // the model's spelling
+  EXPECT_EQ(dotted_path("attention_unknown_weight", components), "");  // a component the names never use
+  std::map<std::string, std::string> ambiguous = components;
+  ambiguous["layer"] = "layer", ambiguous["norm"] = "norm";
+  EXPECT_EQ(dotted_path("attention_layer_norm_weight", ambiguous), "");  // layer_norm or layer.norm: no name
+  ambiguous = components;
+  ambiguous["attention"] = "";  // spelt two ways in the model
+  EXPECT_EQ(dotted_path("attention_layer_norm_weight", ambiguous), "");
+
+  OnnxBuilder b(18);
+  onnx::NodeProto& norm = b.node("LayerNormalization", {"x", "encoder.layers.0.attention.layer_norm.weight", "encoder.layers.0.attention.layer_norm.bias"}, {"y"});
+  add_metadata(norm, "pkg.torch.onnx.name_scopes", "['', 'encoder', 'encoder.layers.1', 'layer_norm_2']");
+  add_fx_node(norm, "%layer_norm_2 : [num_users=1] = call_function[target=torch.ops.aten.layer_norm.default](args = (%add_6, [32], "
+                    "%p_encoder_layers_1_attention_layer_norm_weight, %p_encoder_layers_1_attention_layer_norm_bias, 1e-12, False), kwargs = {})");
+  const std::vector<std::string> inputs = {"encoder.layers.0.attention.layer_norm.weight", "encoder.layers.0.attention.layer_norm.bias"};
+  EXPECT_TRUE(parameters_by_place(norm, inputs).empty());  // without the components: no evidence of the order
+  EXPECT_EQ(parameters_by_place(norm, inputs, &components),
+            (std::vector<std::string>{"encoder.layers.1.attention.layer_norm.weight", "encoder.layers.1.attention.layer_norm.bias"}));
+  // The places' last components are the inputs' own, in order: swapped, they show nothing.
+  EXPECT_TRUE(parameters_by_place(norm, {inputs[1], inputs[0]}, &components).empty());
+
+  onnx::NodeProto& add = b.node("Add", {"val_212", "encoder.layers.0.attention.layer_norm.bias"}, {"z"});
+  add_metadata(add, "pkg.torch.onnx.name_scopes", "['', 'encoder', 'encoder.layers.0', 'linear_5']");
+  add_fx_node(add, "%linear_5 : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%relu, "
+                   "%p_encoder_layers_0_feed_forward_output_dense_weight, %p_encoder_layers_0_feed_forward_output_dense_bias), kwargs = {})");
+  EXPECT_EQ(parameter_read(add, "bias"), "");
+  EXPECT_EQ(parameter_read(add, "bias", &components), "encoder.layers.0.feed_forward.output.dense.bias");
+  EXPECT_EQ(parameter_read(add, "gamma", &components), "");
+}
+
 // nn.Embedding(padding_idx=p): the lookup's gather carries p (its gradient skips row p,
 // GradRules.AnEmbeddingsPaddingRowGetsNoGradientFromItsLookup). The dynamo exporter's FX node
 // names it as aten.embedding's third argument; without metadata (TorchScript), a table's one row
