@@ -667,10 +667,29 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
   std::string list;
   size_t untied = 0;
   for (onnx::NodeProto& reader : nodes) {
-    const std::vector<std::string> args = fx_arguments(reader);
-    if (args.size() != static_cast<size_t>(reader.input_size()) || reader.name().empty()) continue;
+    if (reader.name().empty()) continue;
+    // The FX value each input read: the arguments one for one, or, where the exporter decomposed
+    // the op (aten.linear → MatMul reading a folded weight, then Add), the computed inputs in the
+    // order of the FX arguments that are no placeholders (GPT-NeoX's MLP reads `%layer_norm_1`).
+    std::vector<std::string> args = fx_arguments(reader);
+    if (args.size() != static_cast<size_t>(reader.input_size())) {
+      std::vector<std::string> computed;
+      for (const std::string& a : args)
+        if (!placeholder_value(a)) computed.push_back(a);
+      std::vector<std::string> read(static_cast<size_t>(reader.input_size()));
+      size_t next = 0;
+      for (int k = 0; k < reader.input_size(); ++k) {
+        const std::string& in = reader.input(k);
+        const bool parameter = inits.count(in) || untied_.count(in) || restored_.count(in) || static_copies_.count(in);
+        if (!parameter && next < computed.size()) read[k] = computed[next];
+        next += !parameter;
+      }
+      if (next != computed.size() || computed.empty()) continue;
+      args = std::move(read);
+    }
     for (int k = 0; k < reader.input_size(); ++k) {
       const std::string& want = args[k];
+      if (want.empty()) continue;
       const auto from = producer.find(reader.input(k));
       if (want == reader.input(k) || !fx_read.count(reader.input(k)) || fx_defined.count(want) || names.count(want) || from == producer.end()) continue;
       const onnx::NodeProto& original = nodes[from->second];

@@ -86,6 +86,8 @@ std::vector<std::string> quoted_names(const std::string& list) {
 
 }  // namespace
 
+bool placeholder_value(const std::string& v) { return v.rfind("p_", 0) == 0 || v.rfind("b_", 0) == 0 || v.rfind("c_", 0) == 0; }
+
 std::string module_scope(const onnx::NodeProto& n) {
   const std::vector<std::string> scopes = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
   return scopes.size() >= 2 ? scopes[scopes.size() - 2] : "";
@@ -95,8 +97,6 @@ namespace {
 
 bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
-// A torch.export placeholder among FX values ("p_" a parameter, "b_" a buffer, "c_" a lifted constant).
-bool placeholder_value(const std::string& v) { return v.rfind("p_", 0) == 0 || v.rfind("b_", 0) == 0 || v.rfind("c_", 0) == 0; }
 
 // torch.export lower-cases its placeholders' names ("%p_m_bert_embeddings_layernorm_weight" for
 // HF's "LayerNorm", "%p_..._selfattention_q_weight" for T5's "SelfAttention"): FX text and module

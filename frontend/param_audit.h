@@ -142,6 +142,8 @@ std::string fx_target(const onnx::NodeProto& n);
 // the FX values its arguments name, in order ("args = ([%expand, %expand_1, %transpose], 1)" →
 // expand, expand_1, transpose); empty when the metadata does not say.
 std::string fx_value(const onnx::NodeProto& n);
+// A torch.export placeholder among FX values ("p_" a parameter, "b_" a buffer, "c_" a lifted constant).
+bool placeholder_value(const std::string& v);
 std::vector<std::string> fx_arguments(const onnx::NodeProto& n);
 // The padding index of a dynamo-exported embedding lookup: aten.embedding's third argument
 // ("args = (%p_..._weight, %input_ids, 0)" → 0), which nn.Embedding(padding_idx=p) passes; -1

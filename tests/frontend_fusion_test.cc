@@ -879,6 +879,47 @@ TEST(FrontendImport, EqualTokensTheExporterComputedOnceTrainApart) {
   }
 }
 
+// GPT-NeoX's parallel residual: two fresh LayerNorms of one input (weights of ones, biases of
+// zeros) become one, read by the attention and by the MLP's first linear, which the exporter
+// decomposed into a MatMul with a folded weight: its FX node names three arguments, its ONNX node
+// two inputs. The computed inputs pair with the FX arguments that are no placeholders, in order:
+// the MatMul read `%layer_norm_1`, which no node computes, and gets a LayerNorm of its own.
+TEST(FrontendImport, ADecomposedLinearsMergedInputIsComputedAgain) {
+  OnnxBuilder b(18);
+  b.input("x", {2, 2}).output("y").output("z");
+  b.init("ln1.weight", make_tensor(DType::kF32, {2}, {1})).init("ln1.bias", make_tensor(DType::kF32, {2}, {0}));
+  b.init("val_9", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4}));
+  onnx::NodeProto& norm = b.node("LayerNormalization", {"x", "ln1.weight", "ln1.bias"}, {"layer_norm"});
+  norm.set_name("node_layer_norm");
+  add_fx_node(norm, "%layer_norm : [num_users=1] = call_function[target=torch.ops.aten.layer_norm.default](args = (%x, [2], %p_ln1_weight, %p_ln1_bias, 1e-05), kwargs = {})");
+  onnx::NodeProto& attn = b.node("Relu", {"layer_norm"}, {"y"});
+  attn.set_name("node_relu");
+  add_fx_node(attn, "%relu : [num_users=1] = call_function[target=torch.ops.aten.relu.default](args = (%layer_norm,), kwargs = {})");
+  onnx::NodeProto& mm = b.node("MatMul", {"layer_norm", "val_9"}, {"z"});
+  mm.set_name("node_linear");
+  add_fx_node(mm, "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%layer_norm_1, %p_mlp_weight, %p_mlp_bias), kwargs = {})");
+  std::vector<std::string> findings;
+  auto m = import_with_findings(b, findings);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<std::string> names = trained_names(*m);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"ln1.bias", "ln1.bias@layer_norm_1", "ln1.weight", "ln1.weight@layer_norm_1", "val_9"}));
+  int norms = 0;
+  for (const Node& n : m->nodes()) norms += !n.dead && n.op == "layernorm";
+  EXPECT_EQ(norms, 2);
+  // The Add of the decomposed bias reads no FX value it names: nothing to copy there.
+  OnnxBuilder plain(18);
+  plain.input("x", {2, 2}).output("z");
+  plain.init("val_9", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4})).init("b", make_tensor(DType::kF32, {2}, {0}));
+  plain.node("MatMul", {"x", "val_9"}, {"val_10"}).set_name("node_mm");
+  onnx::NodeProto& bias = plain.node("Add", {"val_10", "b"}, {"z"});
+  bias.set_name("node_linear");
+  add_fx_node(bias, "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%x, %p_mlp_weight, %p_mlp_bias), kwargs = {})");
+  auto p = plain.import();
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->metadata().find("untied_copies"), nullptr);
+}
+
 // Two zero-initialised heads: the optimizer merges their weights, removes their zero biases and
 // computes the one Gemm left for both. The copy for the second head trains a weight and a bias of
 // its own (the restored bias too, from zeros), and `memc export` writes both back.
