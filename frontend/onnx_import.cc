@@ -569,7 +569,7 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
         for (int k = 0; k < n.input_size(); ++k) {
           const size_t at = n.input(k).rfind('.');
           if (k == j || !inits.count(n.input(k)) || at == std::string::npos) continue;
-          if (std::string other = parameter_read(n, n.input(k).substr(at + 1)); !other.empty()) known.insert(other);
+          if (std::string other = parameter_read(n, n.input(k).substr(at + 1), &components); !other.empty()) known.insert(other);
         }
         read = single_parameter_read(n, known);
       }
@@ -681,15 +681,27 @@ void Importer::untie_merged_reads(std::vector<onnx::NodeProto>& nodes) {
       for (int k = 0; k < reader.input_size(); ++k) {
         const std::string& in = reader.input(k);
         const bool parameter = inits.count(in) || untied_.count(in) || restored_.count(in) || static_copies_.count(in);
-        if (!parameter && next < computed.size()) read[k] = computed[next];
-        next += !parameter;
+        if (in.empty() || parameter) continue;  // an absent optional input is neither
+        if (next < computed.size()) read[k] = computed[next];
+        ++next;
       }
       if (next != computed.size() || computed.empty()) continue;
       args = std::move(read);
     }
+    // The exporter may reorder an op's operands (masked_fill(x, mask, v) → Where(mask, v, x)): an
+    // input that keeps its FX name where the arguments place it at another, mismatched position
+    // shows a permutation, not a merge (DeiT's second read of `%expand` is at a place matched by
+    // the first), and the node is left as it is.
+    bool permuted = false;
+    for (int k = 0; k < reader.input_size() && !permuted; ++k) {
+      if (args[k].empty() || args[k] == reader.input(k)) continue;
+      for (int j = 0; j < reader.input_size() && !permuted; ++j)
+        permuted = j != k && args[j] == reader.input(k) && args[j] != reader.input(j);
+    }
+    if (permuted) continue;
     for (int k = 0; k < reader.input_size(); ++k) {
       const std::string& want = args[k];
-      if (want.empty()) continue;
+      if (want.empty() || placeholder_value(want)) continue;
       const auto from = producer.find(reader.input(k));
       if (want == reader.input(k) || !fx_read.count(reader.input(k)) || fx_defined.count(want) || names.count(want) || from == producer.end()) continue;
       const onnx::NodeProto& original = nodes[from->second];
@@ -813,13 +825,17 @@ std::map<std::string, int64_t> Importer::find_padding_rows(const std::vector<onn
   std::map<std::string, const onnx::TensorProto*> inits;
   for (const auto& init : model_.graph().initializer()) inits[init.name()] = &init;
   std::map<std::string, int64_t> rows;
-  std::set<std::string> seen;
+  std::set<std::string> seen, constant_outputs;
+  for (const auto& n : nodes)
+    if (n.op_type() == "Constant") constant_outputs.insert(n.output().begin(), n.output().end());
   for (const auto& n : nodes) {
     if (n.op_type() != "Gather" || !n.domain().empty() || n.input_size() < 2 || !node_metadata(n, "pkg.torch.onnx.fx_node").empty()) continue;
     int64_t axis = 0;
     for (const auto& a : n.attribute())
       if (a.name() == "axis") axis = a.i();
     const auto init = inits.find(n.input(0));
+    // Looked up by indices the step computes or is given (token ids, positions), not constant ones.
+    if (inits.count(n.input(1)) || constant_outputs.count(n.input(1))) continue;
     if (axis != 0 || init == inits.end() || !seen.insert(n.input(0)).second || init->second->dims_size() != 2 ||
         init->second->dims(0) < 2 || tensor_proto_has_no_data(*init->second) || static_operands_.count(n.input(0))) {
       continue;

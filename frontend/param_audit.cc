@@ -153,7 +153,8 @@ std::string parameter_read(const onnx::NodeProto& n, const std::string& attribut
       const std::string token = lower_ascii(value);
       if (token.size() <= prefix.size() + suffix.size() || token.rfind(prefix, 0) != 0 || !token.ends_with(suffix)) continue;
       const std::string dotted = dotted_path(token.substr(prefix.size()), *components);
-      found.insert(dotted.empty() ? "" : *it + "." + dotted);
+      const bool ends_in_attribute = dotted.size() > attribute.size() && lower_ascii(dotted).ends_with(lower_ascii("." + attribute));
+      found.insert(ends_in_attribute ? *it + "." + dotted : "");
     }
     if (found.size() == 1 && !found.begin()->empty()) return *found.begin();
     if (!found.empty()) return "";

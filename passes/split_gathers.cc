@@ -151,7 +151,7 @@ Expected<PassReport> GatherTransposes::run(Module& m) {
   int64_t rewritten = 0;
   for (NodeId id : m.schedule()) {
     const Node& g = m.node(id);
-    if (g.dead || g.op != "gather") continue;
+    if (g.dead || g.op != "gather" || g.attrs.get_int("padding_idx", -1) >= 0) continue;  // an embedding's lookup stays as it is
     ValueId u = kNoValue;
     const std::optional<int64_t> p = source_axis(m, g, u);
     if (!p || !scalar_index(m, g.inputs[1], m.value(u).type.shape[*p])) continue;

@@ -1064,6 +1064,21 @@ TEST(FrontendImport, AnEmbeddingsPaddingIndexReachesItsGather) {
   EXPECT_EQ(padding_of({1, 2, 0, 3, 4, 5}, "", nullptr), -1);  // no row of zeros
   EXPECT_EQ(padding_of({1, 2, 0, 0, 3, 4}, head + "(%p_emb_weight, %ids), kwargs = {})", nullptr), -1);  // the metadata says none
   EXPECT_EQ(padding_of({1, 2, 3, 4, 5, 6}, head + "(%p_emb_weight, %ids, 2), kwargs = {})", nullptr), 2);
+  // A table looked up at constant indices (a relative-position table) is no embedding's lookup.
+  OnnxBuilder fixed(17);
+  fixed.input("x", {2}).output("y");
+  fixed.init("table", make_tensor(DType::kF32, {3, 2}, {1, 2, 0, 0, 3, 4})).init("at", make_tensor(DType::kI64, {2}, {1, 2}));
+  fixed.node("Gather", {"table", "at"}, {"rows"}).set_name("lookup");
+  fixed.node("Add", {"rows", "x"}, {"y"}).set_name("add");
+  auto f = fixed.import();
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  int lookups = 0;
+  for (const Node& n : f->nodes()) {
+    if (n.dead || n.op != "gather") continue;
+    ++lookups;
+    EXPECT_EQ(n.attrs.get_int("padding_idx", -1), -1);
+  }
+  EXPECT_EQ(lookups, 1);
 }
 
 // --freeze names parameters: one the importer untied from a merged initializer, or the merged

@@ -235,7 +235,7 @@ TEST(GradRules, AutodiffRefusesOpsWithoutARule) {
 }
 
 // nn.Embedding(padding_idx=p): a gather with `padding_idx` gives row p no gradient from the
-// lookup, however often the indices name it (a NaN of dY there included), and every other row the
+// lookup, however often the indices name it (from the end too; a NaN of dY there included), and every other row the
 // scatter-add of its rows of dY, as without the attribute.
 TEST(GradRules, AnEmbeddingsPaddingRowGetsNoGradientFromItsLookup) {
   for (const int64_t pad : {int64_t{-1}, int64_t{1}}) {
@@ -256,7 +256,7 @@ TEST(GradRules, AnEmbeddingsPaddingRowGetsNoGradientFromItsLookup) {
     ASSERT_TRUE(grads.ok()) << grads.status().message();
     m.set_outputs(*grads);
     Tensor at = Tensor::zeros(DType::kI64, {2, 3});
-    const int64_t rows[] = {0, 3, 1, 1, 3, 0};
+    const int64_t rows[] = {0, 3, 1, -3, 3, 0};  // -3: row 1 counted from the end
     for (int64_t i = 0; i < 6; ++i) at.set_from_double(i, static_cast<double>(rows[i]));
     auto out = execute(m, {{"w", Tensor::zeros(DType::kF32, {4, 2})}, {"ids", at}});
     ASSERT_TRUE(out.ok()) << out.status().message();

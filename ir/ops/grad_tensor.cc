@@ -291,7 +291,12 @@ void register_gradients(OpRegistry& r) {
     if (const int64_t pad = g.attrs().get_int("padding_idx", -1); pad >= 0 && g.attrs().get_int("axis", 0) == 0) {
       Shape rows = g.shape(g.I(1));
       rows.resize(g.shape(dy).size(), 1);  // the index's dims, then 1 for each row's
-      const ValueId padded = g.reshape(g.emit("equal", {g.I(1), g.scalar(static_cast<double>(pad), g.dtype(g.I(1)))}), rows);
+      // An index counts from the end where negative (ONNX Gather): p − V is row p too.
+      const DType index = g.dtype(g.I(1));
+      const double count = static_cast<double>(g.shape(g.I(0))[0]);
+      const ValueId at_p = g.emit("or", {g.emit("equal", {g.I(1), g.scalar(static_cast<double>(pad), index)}),
+                                         g.emit("equal", {g.I(1), g.scalar(static_cast<double>(pad) - count, index)})});
+      const ValueId padded = g.reshape(at_p, rows);
       dy = g.emit("where", {padded, g.scalar(0.0, g.dtype(dy)), dy});
     }
     g.set_GI(0, g.emit("gather_grad", {dy, g.I(1)}, a));

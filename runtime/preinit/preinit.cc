@@ -103,8 +103,10 @@ __attribute__((constructor)) void memc_bound_gemm_threads() {
   // Each thread that mallocs while another holds the main arena gets an arena of its own, which
   // reserves 64 MiB of address space: under a limit, a few threads' timing decided whether a
   // plan's arena still fit (tests/python/test_package.py, data four times the limit, AVX2: 621
-  // of 640 MiB without a second arena). One arena for all: memc's threads do not malloc in a step.
-  mallopt(M_ARENA_MAX, 1);
+  // of 640 MiB without a second arena). One arena for all (unless the user chose a number): memc's
+  // threads do not malloc in a step.
+  const char* tunables = getenv("GLIBC_TUNABLES");
+  if (!getenv("MALLOC_ARENA_MAX") && !(tunables && strstr(tunables, "arena_max"))) mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace
