@@ -394,6 +394,12 @@ std::vector<std::string> trained_names(const Module& m) {
   return names;
 }
 
+std::vector<std::string> sorted_trained_names(const Module& m) {
+  std::vector<std::string> names = trained_names(m);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // Imports with the parameter audit's findings collected in `findings` instead of printed.
 Expected<Module> import_with_findings(OnnxBuilder& b, std::vector<std::string>& findings) {
   ImportOptions options;
@@ -901,9 +907,7 @@ TEST(FrontendImport, ADecomposedLinearsMergedInputIsComputedAgain) {
   std::vector<std::string> findings;
   auto m = import_with_findings(b, findings);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  std::vector<std::string> names = trained_names(*m);
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"ln1.bias", "ln1.bias@layer_norm_1", "ln1.weight", "ln1.weight@layer_norm_1", "val_9"}));
+  EXPECT_EQ(sorted_trained_names(*m), (std::vector<std::string>{"ln1.bias", "ln1.bias@layer_norm_1", "ln1.weight", "ln1.weight@layer_norm_1", "val_9"}));
   int norms = 0;
   for (const Node& n : m->nodes()) norms += !n.dead && n.op == "layernorm";
   EXPECT_EQ(norms, 2);
@@ -938,9 +942,7 @@ TEST(FrontendImport, TwoZeroHeadsTheExporterComputedOnceTrainApartWithTheirBiase
   std::vector<std::string> findings;
   auto m = import_with_findings(b, findings);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  std::vector<std::string> names = trained_names(*m);
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"head.bias", "head.bias@linear_1", "head.weight", "head.weight@linear_1"}));
+  EXPECT_EQ(sorted_trained_names(*m), (std::vector<std::string>{"head.bias", "head.bias@linear_1", "head.weight", "head.weight@linear_1"}));
   EXPECT_TRUE(has_finding(findings, "memc computes each and trains 'head.weight@linear_1', 'head.bias@linear_1' as parameters of their own"))
       << (findings.empty() ? "" : findings.back());
   const std::map<std::string, Tensor> trained = {{"head.weight", make_tensor(DType::kF32, {2, 3}, {1, 0, 0, 0, 1, 0})},
@@ -970,9 +972,7 @@ TEST(FrontendImport, TwoZeroHeadsTheExporterComputedOnceTrainApartWithTheirBiase
   ASSERT_TRUE(written.ok()) << written.message();
   auto again = import_onnx(exported, {});
   ASSERT_TRUE(again.ok()) << again.status().message();
-  names = trained_names(*again);
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"head.bias", "head.bias@linear_1", "head.weight", "head.weight@linear_1"}));
+  EXPECT_EQ(sorted_trained_names(*again), (std::vector<std::string>{"head.bias", "head.bias@linear_1", "head.weight", "head.weight@linear_1"}));
   auto out_again = execute(*again, feeds);
   ASSERT_TRUE(out_again.ok()) << out_again.status().message();
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out_again->at(0).get_as_double(static_cast<int64_t>(i)), want[i]) << i;
