@@ -44,6 +44,7 @@ Status lower_binary(ImportContext& ctx) {
     if (!fmod && is_float(ctx.type(a).dtype)) return ctx.error("Mod of floats needs fmod = 1");
     attrs.set("fmod", fmod);
   }
+  if (op == "max" || op == "min") attrs.set("ties", std::string("split"));  // torch.maximum / minimum
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit(op, {a, b}, std::move(attrs)));
   return ctx.bind(0, y);
 }
@@ -56,7 +57,9 @@ Status lower_variadic(ImportContext& ctx) {
   const std::string& op = binary_ops().at(ctx.op_type());
   for (int i = 1; i < ctx.num_inputs(); ++i) {
     MEMC_ASSIGN_OR_RETURN(ValueId next, ctx.input(i));
-    MEMC_ASSIGN_OR_RETURN(acc, ctx.emit(op, {acc, next}));
+    Attrs attrs;
+    if (op == "max" || op == "min") attrs.set("ties", std::string("split"));
+    MEMC_ASSIGN_OR_RETURN(acc, ctx.emit(op, {acc, next}, std::move(attrs)));
   }
   if (ctx.op_type() == "Mean" && ctx.num_inputs() > 1) {
     if (!is_float(ctx.type(acc).dtype)) return ctx.error("Mean needs float inputs");
@@ -91,9 +94,17 @@ Status lower_leaky_relu(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// max(x, lo) or min(x, hi) of a clip. At the boundary the input gets no gradient, as PyTorch's
+// clamp, hardtanh, relu6, hardsigmoid and hardswish give: the bound takes the tie.
+Expected<ValueId> clip_bound(ImportContext& ctx, const char* op, ValueId x, ValueId bound) {
+  Attrs a;
+  a.set("ties", std::string("second"));
+  return ctx.emit(op, {x, bound}, std::move(a));
+}
+
 // HardSigmoid: max(0, min(1, alpha·x + beta)); HardSwish: x · HardSigmoid(x) at alpha 1/6,
-// beta 1/2 (PyTorch's hardswish). Built from mul, add, max and min, whose gradients pass where
-// the clip is inactive, boundaries included.
+// beta 1/2 (PyTorch's hardswish). Built from mul, add and the clip's max and min, whose
+// gradients pass where the clip is inactive, boundaries excluded.
 Status lower_hard_sigmoid(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   const DType dtype = ctx.type(x).dtype;
@@ -102,8 +113,8 @@ Status lower_hard_sigmoid(ImportContext& ctx) {
   const double alpha = swish ? 1.0 / 6 : ctx.attr_float("alpha", 0.2), beta = swish ? 0.5 : ctx.attr_float("beta", 0.5);
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("mul", {x, ctx.scalar(alpha, dtype)}));
   MEMC_ASSIGN_OR_RETURN(y, ctx.emit("add", {y, ctx.scalar(beta, dtype)}));
-  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("max", {y, ctx.scalar(0.0, dtype)}));
-  MEMC_ASSIGN_OR_RETURN(y, ctx.emit("min", {y, ctx.scalar(1.0, dtype)}));
+  MEMC_ASSIGN_OR_RETURN(y, clip_bound(ctx, "max", y, ctx.scalar(0.0, dtype)));
+  MEMC_ASSIGN_OR_RETURN(y, clip_bound(ctx, "min", y, ctx.scalar(1.0, dtype)));
   if (swish) { MEMC_ASSIGN_OR_RETURN(y, ctx.emit("mul", {x, y})); }
   return ctx.bind(0, y);
 }
@@ -188,8 +199,8 @@ Status lower_clip(ImportContext& ctx) {
   }
   if (lo != kNoValue) { MEMC_ASSIGN_OR_RETURN(lo, ctx.reshape(lo, {})); }
   if (hi != kNoValue) { MEMC_ASSIGN_OR_RETURN(hi, ctx.reshape(hi, {})); }
-  if (lo != kNoValue) { MEMC_ASSIGN_OR_RETURN(y, ctx.emit("max", {y, lo})); }
-  if (hi != kNoValue) { MEMC_ASSIGN_OR_RETURN(y, ctx.emit("min", {y, hi})); }
+  if (lo != kNoValue) { MEMC_ASSIGN_OR_RETURN(y, clip_bound(ctx, "max", y, lo)); }
+  if (hi != kNoValue) { MEMC_ASSIGN_OR_RETURN(y, clip_bound(ctx, "min", y, hi)); }
   if (lo == kNoValue && hi == kNoValue) { MEMC_ASSIGN_OR_RETURN(y, ctx.emit("copy", {y})); }
   return ctx.bind(0, y);
 }

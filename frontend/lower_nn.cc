@@ -6,6 +6,7 @@
 #include <set>
 
 #include "frontend/lowering.h"
+#include "frontend/param_audit.h"
 
 namespace memc {
 namespace {
@@ -190,6 +191,14 @@ Status lower_reduce(ImportContext& ctx) {
     MEMC_ASSIGN_OR_RETURN(ValueId y, composed->second(ctx, x, a));
     return ctx.bind(0, y);
   }
+  if (ctx.op_type() == "ReduceMax" || ctx.op_type() == "ReduceMin") {
+    // Tied extremes share the gradient (amax, amin) unless the dynamo exporter's FX node says the
+    // module took one value with its index (max(dim), adaptive max pooling): then the first wins.
+    const std::string target = fx_target(ctx.node());
+    const bool indexed = target.rfind("max.dim", 0) == 0 || target.rfind("min.dim", 0) == 0 ||
+                         target.rfind("adaptive_max_pool", 0) == 0 || target.rfind("max_pool", 0) == 0;
+    a.set("ties", std::string(indexed ? "first" : "split"));
+  }
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit(reduce_ops().at(ctx.op_type()), {x}, std::move(a)));
   return ctx.bind(0, y);
 }
@@ -331,6 +340,7 @@ Status lower_global_pool(ImportContext& ctx) {
   Attrs a;
   a.set("axes", axes);
   a.set("keepdims", int64_t{1});
+  if (ctx.op_type() == "GlobalMaxPool") a.set("ties", std::string("first"));  // a max pool's: the first maximum
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit(ctx.op_type() == "GlobalAveragePool" ? "reduce_mean" : "reduce_max", {x}, std::move(a)));
   return ctx.bind(0, y);
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <numeric>
+#include <sstream>
 
 #include "frontend/onnx_tensor.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -371,6 +372,24 @@ std::map<std::string, std::string> value_metadata(const onnx::ModelProto& model,
 constexpr const char* kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
 constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 
+// torch.export's whole graph signature, which the dynamo exporter writes on the graph, one input a
+// line ("p_fc_weight: PARAMETER target='fc.weight'"): each target's kind (PARAMETER, BUFFER,
+// CONSTANT_TENSOR), parameters the exporter folded away included. Empty without that record.
+std::map<std::string, std::string> signature_kinds(const onnx::ModelProto& model) {
+  constexpr int kGraphMetadata = 16;
+  const std::string signature = unknown_metadata(model.graph(), kGraphMetadata, "pkg.torch.export.ExportedProgram.graph_signature");
+  std::map<std::string, std::string> kinds;
+  std::istringstream lines(signature);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t colon = line.find(": "), target = line.find(" target='");
+    if (colon == std::string::npos || target == std::string::npos || target < colon) continue;
+    const size_t begin = target + 9, end = line.find('\'', begin);
+    if (end == std::string::npos) continue;
+    kinds[line.substr(begin, end - begin)] = line.substr(colon + 2, target - colon - 2);
+  }
+  return kinds;
+}
+
 // What the FX graph says of names, read from each node's pkg.torch.onnx.fx_node
 // ("%index_1 : [num_users=1] = call_function[...](args = (%b_rotary_emb_embed_positions, ...))"):
 // the placeholders it reads, by torch.export's prefixes ("p_" a parameter, "b_" a buffer, "c_" a
@@ -549,6 +568,7 @@ std::set<std::string> exported_buffers(const onnx::ModelProto& model) {
 std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& model, const std::vector<onnx::NodeProto>& nodes) {
   const std::map<std::string, std::string> folded = value_metadata(model, kFoldedFrom);
   const std::map<std::string, std::string> kinds = value_metadata(model, kSignatureKind);
+  const std::map<std::string, std::string> signature = signature_kinds(model);
   const FxNames fx = fx_names(nodes);
   std::set<std::string> activations;  // computed at run time: surviving nodes' outputs, the graph's inputs
   for (const auto& n : nodes) activations.insert(n.output().begin(), n.output().end());
@@ -575,6 +595,11 @@ std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& mode
     if (count <= 1 && synthesized_name(init.name())) continue;  // the importer never trains these anyway
     FoldedSources& sources = found[init.name()];
     for (const std::string& s : quoted_names(it->second)) {
+      if (!signature.empty()) {  // exact: a name the signature does not list is the exporter's own value
+        const auto kind = signature.find(s);
+        (kind == signature.end() ? sources.values : kind->second == "PARAMETER" ? sources.parameters : sources.buffers).push_back(s);
+        continue;
+      }
       (module_buffer(s) ? sources.buffers : exporter_value(s) ? sources.values : sources.parameters).push_back(s);
     }
   }

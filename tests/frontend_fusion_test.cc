@@ -507,6 +507,77 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out->at(0).get_as_double(i), want[i], 1e-6) << i;
 }
 
+// Tied maxima (a channel a ReLU zeroed, max-pooled) take PyTorch's gradient: amax shares it (and
+// a ReduceMax without an FX node is read as amax), max(dim) and adaptive max pooling give it
+// to the first, which the dynamo exporter's FX node names. torch 2.15's gradients at zeros.
+TEST(FrontendImport, TiedMaximaShareTheGradientOrGiveItToTheFirstAsTheFxNodeSays) {
+  struct Case {
+    const char* op;
+    const char* fx;  // "" for none (a TorchScript export)
+    bool first;
+  };
+  const Case cases[] = {
+      {"ReduceMax", "", false},
+      {"ReduceMax", "%amax : [num_users=1] = call_function[target=torch.ops.aten.amax.default](args = (%x, [2, 3]), kwargs = {})", false},
+      {"ReduceMax", "%max_1 : [num_users=1] = call_function[target=torch.ops.aten.max.dim](args = (%view, 2), kwargs = {})", true},
+      {"ReduceMax", "%adaptive_max_pool2d : [num_users=1] = call_function[target=torch.ops.aten.adaptive_max_pool2d.default](args = (%x, [1, 1]), kwargs = {})", true},
+      {"GlobalMaxPool", "", true},
+  };
+  for (const Case& c : cases) {
+    OnnxBuilder b(18);
+    b.input("x", {1, 1, 2, 2}).output("y");
+    if (std::string(c.op) == "ReduceMax") {
+      b.ints("axes", {2, 3});
+      auto& n = b.node("ReduceMax", {"x", "axes"}, {"y"});
+      if (*c.fx) add_fx_node(n, c.fx);
+    } else {
+      b.node(c.op, {"x"}, {"y"});
+    }
+    auto m = b.import();
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto dx = testing::input_gradients(*m, {"x"}, {{"x", make_tensor(DType::kF32, {1, 1, 2, 2}, {0})}});
+    ASSERT_TRUE(dx.ok()) << dx.status().message();
+    for (int64_t i = 0; i < 4; ++i) {
+      const double want = c.first ? (i == 0 ? 1.0 : 0.0) : 0.25;
+      EXPECT_EQ(dx->at(0).get_as_double(i), want) << c.op << " " << c.fx << " at " << i;
+    }
+  }
+}
+
+// The folded_from names alone cannot tell an FX value ('reciprocal', 'convert_element_type_default':
+// MPT's ALiBi slopes) from a root parameter ('cls_token'). torch.export's graph signature, which
+// the dynamo exporter writes on the graph, lists every parameter, those folded away included:
+// with it the sources are read exactly.
+TEST(FrontendImport, TheGraphSignatureSaysWhichFoldedSourcesAreParameters) {
+  for (const bool signed_graph : {false, true}) {
+    OnnxBuilder b(18);
+    b.input("x", {2}).output("y");
+    b.init("squeeze", make_tensor(DType::kF32, {2}, {-4, -2}));
+    b.init("val_3", make_tensor(DType::kF32, {2}, {3, 3}));
+    b.node("Add", {"x", "squeeze"}, {"a"});
+    b.node("Mul", {"a", "val_3"}, {"y"});
+    const std::string folded = "pkg.onnxscript.optimizer.folded_from";
+    add_value_metadata(b.proto(), "squeeze", folded, "['arange', 'convert_element_type_default', 'reciprocal', 'val_9']");
+    add_value_metadata(b.proto(), "val_3", folded, "['cls_token', 'val_2']");
+    if (signed_graph) {
+      onnx::StringStringEntryProto entry;
+      entry.set_key("pkg.torch.export.ExportedProgram.graph_signature");
+      entry.set_value("\n# inputs\np_cls_token: PARAMETER target='cls_token'\nb_mask: BUFFER target='mask' persistent=True\n"
+                      "x: USER_INPUT\n\n# outputs\nmul: USER_OUTPUT\n");
+      onnx::GraphProto* graph = b.proto().mutable_graph();
+      graph->GetReflection()->MutableUnknownFields(graph)->AddLengthDelimited(16, entry.SerializeAsString());
+    }
+    std::vector<std::string> findings;
+    auto m = import_with_findings(b, findings);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    // Unsigned: 'reciprocal' might be a root parameter, so 'squeeze' trains (the old reading).
+    const std::vector<std::string> want = signed_graph ? std::vector<std::string>{"val_3"} : std::vector<std::string>{"squeeze", "val_3"};
+    EXPECT_EQ(trained_names(*m), want);
+    EXPECT_EQ(has_finding(findings, "initializer 'squeeze' is a constant the exporter folded from values the exporter computed"),
+              signed_graph);
+  }
+}
+
 // torch 2.15's dynamo exporter writes a module in train() with a BatchNormalization node that
 // has no training_mode (ONNX's default: running statistics); only its FX node says PyTorch
 // normalizes with the batch's there. memc does: the running statistics become buffers, updated

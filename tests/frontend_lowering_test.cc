@@ -299,6 +299,52 @@ TEST(FrontendLowering, ClipBothOpsets) {
   }
 }
 
+// At a clip's boundary the input gets no gradient, as PyTorch's clamp, hardtanh, relu6,
+// hardsigmoid and hardswish give (MobileNetV2's dead channels sit at ReLU6's 0 exactly); Max and
+// Min split a tie in halves, as torch.maximum and torch.minimum do. The expected values are
+// torch 2.15's gradients at these points.
+TEST(FrontendLowering, ClipsAndMaxTakePyTorchsGradientsAtTheirBoundaries) {
+  struct Case {
+    const char* op;
+    std::vector<double> dx, dbound;  // dbound: Max's / Min's second operand
+  };
+  const double sixth = 1.0 / 6;
+  const Case cases[] = {
+      {"Clip", {0, 0, 0, 1, 1, 0}, {}},
+      {"HardSigmoid", {0, sixth, sixth, sixth, 0, 0}, {}},
+      {"HardSwish", {0, sixth, 0.5, 5 * sixth, 1, 1}, {}},
+      {"Max", {0, 0, 0.5, 1, 1, 1}, {1, 1, 0.5, 0, 0, 0}},
+      {"Min", {1, 1, 1, 1, 0.5, 0}, {0, 0, 0, 0, 0.5, 1}},
+  };
+  for (const Case& c : cases) {
+    const std::string op = c.op;
+    OnnxBuilder b(17);
+    b.input("x", {6}).output("y");
+    if (op == "Clip") {
+      b.scalar("lo", 0).scalar("hi", 6).node("Clip", {"x", "lo", "hi"}, {"y"});
+    } else if (op == "Max" || op == "Min") {
+      b.input("bound", {6}).node(op, {"x", "bound"}, {"y"});
+    } else {
+      auto& n = b.node(op, {"x"}, {"y"});
+      if (op == "HardSigmoid") testing::attr_f(n, "alpha", 1.0f / 6);
+    }
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    std::vector<std::string> wrt = {"x"};
+    if (!c.dbound.empty()) wrt.push_back("bound");
+    const double bound = op == "Min" ? 3 : 0;
+    auto out = testing::input_gradients(*m, wrt, {{"x", make_tensor(DType::kF32, {6}, {-3, -1, 0, 1, 3, 6})},
+                                                  {"bound", make_tensor(DType::kF32, {6}, {bound})}});
+    ASSERT_TRUE(out.ok()) << op << ": " << out.status().message();
+    for (int64_t i = 0; i < 6; ++i) {
+      EXPECT_NEAR(out->at(0).get_as_double(i), c.dx[i], 1e-6) << op << " dx at " << i;
+      if (!c.dbound.empty()) {
+        EXPECT_NEAR(out->at(1).get_as_double(i), c.dbound[i], 1e-6) << op << " dbound at " << i;
+      }
+    }
+  }
+}
+
 // Ceil mode lets a window overhang the input, even one wider than the input (EfficientNet's
 // pooler: AvgPool2d(64, ceil_mode=True) over a 2×2 map): one window over the values inside.
 TEST(FrontendLowering, CeilModePoolingWithAWindowWiderThanTheInput) {

@@ -1,11 +1,13 @@
 // Builds small ONNX ModelProtos in tests: inputs, initializers, nodes, attributes.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
 #include "frontend/onnx_import.h"
 #include "frontend/onnx_tensor.h"
 #include "onnx/onnx_pb.h"
+#include "passes/autodiff.h"
 #include "passes/pass.h"
 #include "runtime/executor.h"
 
@@ -104,6 +106,21 @@ inline Tensor make_tensor(DType dtype, Shape shape, std::vector<double> values) 
   Tensor t = Tensor::zeros(dtype, shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.set_from_double(i, values[i % values.size()]);
   return t;
+}
+
+// The gradients of the sum of an imported module's first output with respect to the graph
+// inputs named in `wrt`, at `feeds`: how a lowered op's gradient is checked against PyTorch's.
+inline Expected<std::vector<Tensor>> input_gradients(Module m, const std::vector<std::string>& wrt,
+                                                     const std::map<std::string, Tensor>& feeds) {
+  std::vector<ValueId> inputs;
+  for (const std::string& name : wrt) inputs.push_back(m.find_value(name));
+  Attrs all;
+  all.set("axes", std::vector<int64_t>{});
+  all.set("keepdims", int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> loss, m.add_node("reduce_sum", {m.outputs().at(0)}, all));
+  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> grads, Autodiff().run(m, loss[0], inputs));
+  m.set_outputs(grads);
+  return execute(m, feeds);
 }
 
 using memc::count_op;  // passes/pass.h

@@ -317,5 +317,84 @@ TEST(GradRules, ReluAndLeakyReluAtZeroTakePyTorchsSubgradients) {
   }
 }
 
+// max's and min's tie rule: "first" (the default) gives a tie to the first operand, "second" to
+// the second, "split" half to each; anything else is refused by name.
+TEST(GradRules, MaxAndMinGiveATieAsTheirAttributeSays) {
+  struct Case {
+    const char* ties;
+    double da, db;
+  };
+  for (const char* op : {"max", "min"}) {
+    for (const Case& c : {Case{"", 1, 0}, Case{"first", 1, 0}, Case{"second", 0, 1}, Case{"split", 0.5, 0.5}}) {
+      Module m;
+      ValueId a = m.add_argument("a", TensorType{DType::kF64, {2}}, Role::kParam);
+      ValueId b = m.add_argument("b", TensorType{DType::kF64, {2}}, Role::kParam);
+      Attrs attrs;
+      if (*c.ties) attrs.set("ties", std::string(c.ties));
+      auto y = m.add_node(op, {a, b}, attrs);
+      ASSERT_TRUE(y.ok());
+      auto loss = m.add_node("reduce_sum", {(*y)[0]}, A({{"axes", I{}}, {"keepdims", int64_t{0}}}));
+      auto grads = Autodiff().run(m, (*loss)[0], {a, b});
+      ASSERT_TRUE(grads.ok()) << grads.status().message();
+      m.set_outputs(*grads);
+      Tensor ta = Tensor::zeros(DType::kF64, {2}), tb = Tensor::zeros(DType::kF64, {2});
+      ta.set_from_double(1, std::string(op) == "max" ? 1.0 : -1.0);  // element 0 ties, a wins element 1
+      auto out = execute(m, {{"a", ta}, {"b", tb}});
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      EXPECT_EQ((*out)[0].get_as_double(0), c.da) << op << " " << c.ties;
+      EXPECT_EQ((*out)[1].get_as_double(0), c.db) << op << " " << c.ties;
+      EXPECT_EQ((*out)[0].get_as_double(1), 1.0) << op << " " << c.ties;
+      EXPECT_EQ((*out)[1].get_as_double(1), 0.0) << op << " " << c.ties;
+    }
+  }
+  Module m;
+  ValueId a = m.add_argument("a", TensorType{DType::kF64, {2}}, Role::kParam);
+  auto y = m.add_node("max", {a, a}, A({{"ties", std::string("middle")}}));
+  ASSERT_TRUE(y.ok());
+  auto loss = m.add_node("reduce_sum", {(*y)[0]}, A({{"axes", I{}}, {"keepdims", int64_t{0}}}));
+  auto grads = Autodiff().run(m, (*loss)[0], {a});
+  ASSERT_FALSE(grads.ok());
+  EXPECT_NE(grads.status().message().find("'ties' is 'middle'"), std::string::npos) << grads.status().message();
+}
+
+// reduce_max's and reduce_min's ties: "split" (the default) shares the gradient evenly, as
+// torch.amax does; "first" gives it to the first tied element in row-major order over the
+// reduced axes, as max(dim) and adaptive max pooling do. The gradient's sum is dy either way.
+TEST(GradRules, ReduceMaxAndMinShareOrGiveATieAsTheirAttributeSays) {
+  for (const char* op : {"reduce_max", "reduce_min"}) {
+    for (const char* ties : {"", "split", "first"}) {
+      Module m;
+      ValueId x = m.add_argument("x", TensorType{DType::kF64, {2, 2, 3}}, Role::kParam);
+      Attrs attrs = A({{"axes", I{1, 2}}, {"keepdims", int64_t{0}}});
+      if (*ties) attrs.set("ties", std::string(ties));
+      auto y = m.add_node(op, {x}, attrs);
+      ASSERT_TRUE(y.ok());
+      // dy = [1, 10] for the two rows
+      Tensor r = Tensor::zeros(DType::kF64, {2});
+      r.set_from_double(0, 1), r.set_from_double(1, 10);
+      auto weighted = m.add_node("mul", {(*y)[0], m.add_constant(r, "r")});
+      auto loss = m.add_node("reduce_sum", {(*weighted)[0]}, A({{"axes", I{}}, {"keepdims", int64_t{0}}}));
+      auto grads = Autodiff().run(m, (*loss)[0], {x});
+      ASSERT_TRUE(grads.ok()) << grads.status().message();
+      m.set_outputs(*grads);
+      // Row 0: the extreme 5 (or -5) at flat positions 1, 4 and 5; row 1: one extreme at 3.
+      const double sign = std::string(op) == "reduce_max" ? 1 : -1;
+      const std::vector<double> v = {0, 5, 1, 2, 5, 5, 0, 1, 2, 7, 3, 4};
+      Tensor at = Tensor::zeros(DType::kF64, {2, 2, 3});
+      for (int64_t i = 0; i < 12; ++i) at.set_from_double(i, sign * v[i]);
+      auto out = execute(m, {{"x", at}});
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      const bool first = std::string(ties) == "first";
+      for (int64_t i = 0; i < 12; ++i) {
+        double want = 0;
+        if (i == 1) want = first ? 1.0 : 1.0 / 3;
+        if (i == 4 || i == 5) want = first ? 0.0 : 1.0 / 3;
+        if (i == 9) want = 10;
+        EXPECT_NEAR((*out)[0].get_as_double(i), want, 1e-12) << op << " ties '" << ties << "' at " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace memc

@@ -85,7 +85,7 @@ void register_elementwise_ops(OpRegistry& r) {
   const char* arithmetic[] = {"add", "sub", "mul", "div", "pow", "max", "min", "mod"};
   for (const char* name : arithmetic) {
     r.add({.name = name, .min_inputs = 2, .max_inputs = 2, .flags = ew, .shape = binary_shape(false, false),
-           .doc = "numpy-broadcast binary arithmetic (mod {fmod = 0|1})"});
+           .doc = "numpy-broadcast binary arithmetic (mod {fmod = 0|1}; max, min {ties = first|second|split}: who takes a tie's gradient)"});
   }
   const char* comparisons[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
   for (const char* name : comparisons) {

@@ -126,13 +126,27 @@ void register_elementwise_gradients(OpRegistry& r) {
     if (g.needs_GI(1)) db = mul(g, g.GO(0), mul(g, g.O(0), g.emit("log", {g.I(0)})));
     return binary_broadcast(g, da, db);
   });
-  // The winner takes the gradient; ties go to the first operand.
+  // The winner takes the gradient. Where the operands tie, attribute `ties` says who takes it:
+  // "first" (the default: max pooling's first tap), "second" (a clip's bound, so the clipped
+  // input gets none at its boundary, as PyTorch's clamp, hardtanh and relu6 give) or "split"
+  // (half each, as PyTorch's maximum and minimum give).
   for (const char* op : {"max", "min"}) {
     set(r, op, [](GradBuilder& g) {
-      const char* cmp = g.node().op == "max" ? "greater_equal" : "less_equal";
+      const bool is_max = g.node().op == "max";
+      const std::string ties = g.attrs().get_string("ties", "first");
+      if (ties != "first" && ties != "second" && ties != "split") {
+        return Status::BadInput(str_cat("attribute 'ties' is '", ties, "', not first, second or split"));
+      }
+      const char* cmp = ties == "first" ? (is_max ? "greater_equal" : "less_equal") : (is_max ? "greater" : "less");
       ValueId first = g.emit(cmp, {g.I(0), g.I(1)});
       ValueId zero = scalar_like(g, 0.0, g.GO(0));
       ValueId dy = g.GO(0);
+      if (ties == "split") {
+        ValueId tied = g.emit("equal", {g.I(0), g.I(1)});
+        ValueId half = mul(g, dy, scalar_like(g, 0.5, dy));
+        ValueId da = g.emit("where", {first, dy, g.emit("where", {tied, half, zero})});
+        return binary_broadcast(g, g.needs_GI(0) ? da : kNoValue, g.needs_GI(1) ? g.emit("sub", {dy, da}) : kNoValue);
+      }
       return binary_broadcast(g, g.needs_GI(0) ? g.emit("where", {first, dy, zero}) : kNoValue,
                               g.needs_GI(1) ? g.emit("where", {first, zero, dy}) : kNoValue);
     });

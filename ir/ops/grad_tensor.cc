@@ -117,10 +117,39 @@ Status reduce_mean_grad(GradBuilder& g) {
   return Status::Ok();
 }
 
-// The elements equal to the extreme take the gradient.
+// The elements equal to the extreme take the gradient. Where several tie, attribute `ties` says
+// how: "split" (the default) shares it evenly, as PyTorch's amax, amin and max() give; "first"
+// gives it all to the first in row-major order over the reduced axes, as max(dim), min(dim) and
+// adaptive max pooling give.
 Status reduce_extreme_grad(GradBuilder& g) {
+  const std::string ties = g.attrs().get_string("ties", "split");
+  if (ties != "split" && ties != "first") return Status::BadInput(str_cat("attribute 'ties' is '", ties, "', not split or first"));
+  const DType dt = g.dtype(g.GO(0));
+  const ValueId zero = g.scalar(0.0, dt);
   ValueId hit = g.emit("equal", {g.I(0), broadcast_back(g, g.O(0))});
-  g.set_GI(0, g.emit("where", {hit, broadcast_back(g, g.GO(0)), g.scalar(0.0, g.dtype(g.GO(0)))}));
+  Attrs kept = g.attrs();
+  kept.erase("ties");
+  kept.set("keepdims", int64_t{1});
+  if (ties == "split") {
+    ValueId count = g.emit("reduce_sum", {g.cast(hit, dt)}, kept);
+    ValueId share = g.emit("div", {g.reshape(g.GO(0), kept_shape(g)), count});
+    g.set_GI(0, g.emit("where", {hit, g.emit("expand", {share}, make_attrs({{"shape", g.shape(g.I(0))}})), zero}));
+    return Status::Ok();
+  }
+  // Each element's position over the reduced axes; the smallest position that ties wins.
+  const Shape& in = g.shape(g.I(0));
+  const Shape out = kept_shape(g);
+  Shape positions_shape(in.size(), 1);
+  int64_t extent = 1;
+  for (size_t d = 0; d < in.size(); ++d)
+    if (out[d] == 1 && in[d] != 1) positions_shape[d] = in[d], extent *= in[d];
+  if (extent > (int64_t{1} << 24)) return Status::BadInput(str_cat("ties 'first' over ", extent, " elements: more than f32 counts exactly"));
+  Tensor positions = Tensor::zeros(DType::kF32, positions_shape);
+  for (int64_t i = 0; i < extent; ++i) positions.set_from_double(i, static_cast<double>(i));
+  const ValueId at = g.constant(std::move(positions));
+  ValueId candidates = g.emit("where", {hit, at, g.scalar(static_cast<double>(extent), DType::kF32)});
+  ValueId first = g.emit("equal", {at, g.emit("reduce_min", {candidates}, kept)});
+  g.set_GI(0, g.emit("where", {first, broadcast_back(g, g.GO(0)), zero}));
   return Status::Ok();
 }
 
