@@ -4,6 +4,7 @@
 
 #include "frontend/lowering.h"
 #include "frontend/onnx_tensor.h"
+#include "frontend/param_audit.h"
 
 namespace memc {
 namespace {
@@ -95,10 +96,13 @@ Status lower_leaky_relu(ImportContext& ctx) {
 }
 
 // max(x, lo) or min(x, hi) of a clip. At the boundary the input gets no gradient, as PyTorch's
-// clamp, hardtanh, relu6, hardsigmoid and hardswish give: the bound takes the tie.
+// clamp, hardtanh, relu6, hardsigmoid and hardswish give: the bound takes the tie. A clamp to
+// tensor bounds (its FX node: clamp.Tensor, clamp_min.Tensor) splits the tie, as PyTorch's does.
 Expected<ValueId> clip_bound(ImportContext& ctx, const char* op, ValueId x, ValueId bound) {
+  const std::string target = fx_target(ctx.node());
+  const bool tensor_bounds = target.rfind("clamp", 0) == 0 && target.find(".Tensor") != std::string::npos;
   Attrs a;
-  a.set("ties", std::string("second"));
+  a.set("ties", std::string(tensor_bounds ? "split" : "second"));
   return ctx.emit(op, {x, bound}, std::move(a));
 }
 

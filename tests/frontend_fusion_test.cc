@@ -510,7 +510,7 @@ TEST(FrontendImport, ConstantsFoldedFromNoParameterStayConstant) {
 // Tied maxima (a channel a ReLU zeroed, max-pooled) take PyTorch's gradient: amax shares it (and
 // a ReduceMax without an FX node is read as amax), max(dim) and adaptive max pooling give it
 // to the first, which the dynamo exporter's FX node names. torch 2.15's gradients at zeros.
-TEST(FrontendImport, TiedMaximaShareTheGradientOrGiveItToTheFirstAsTheFxNodeSays) {
+TEST(FrontendImport, TiesTakePyTorchsGradientAsTheFxNodeSays) {
   struct Case {
     const char* op;
     const char* fx;  // "" for none (a TorchScript export)
@@ -541,6 +541,22 @@ TEST(FrontendImport, TiedMaximaShareTheGradientOrGiveItToTheFirstAsTheFxNodeSays
       const double want = c.first ? (i == 0 ? 1.0 : 0.0) : 0.25;
       EXPECT_EQ(dx->at(0).get_as_double(i), want) << c.op << " " << c.fx << " at " << i;
     }
+  }
+  // A Clip from a clamp to a 0-d tensor bound (the dynamo exporter's clamp_min.Tensor) splits the
+  // tie as PyTorch's clamp does there; from relu6, hardtanh or a clamp to numbers the bound takes it.
+  for (const bool tensor_bound : {false, true}) {
+    OnnxBuilder b(18);
+    b.input("x", {2}).output("y");
+    auto& n = b.scalar("lo", 0).node("Clip", {"x", "lo"}, {"y"});
+    if (tensor_bound) {
+      add_fx_node(n, "%clamp_min : [num_users=1] = call_function[target=torch.ops.aten.clamp_min.Tensor](args = (%x, %lo), kwargs = {})");
+    }
+    auto m = b.import();
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto dx = testing::input_gradients(*m, {"x"}, {{"x", make_tensor(DType::kF32, {2}, {0, 1})}});
+    ASSERT_TRUE(dx.ok()) << dx.status().message();
+    EXPECT_EQ(dx->at(0).get_as_double(0), tensor_bound ? 0.5 : 0.0);
+    EXPECT_EQ(dx->at(0).get_as_double(1), 1.0);
   }
 }
 
