@@ -127,17 +127,15 @@ Status reduce_extreme_grad(GradBuilder& g) {
   const DType dt = g.dtype(g.GO(0));
   const ValueId zero = g.scalar(0.0, dt);
   ValueId hit = g.emit("equal", {g.I(0), broadcast_back(g, g.O(0))});
-  Attrs kept = g.attrs();
-  kept.erase("ties");
-  kept.set("keepdims", int64_t{1});
+  Attrs reduce = g.attrs();  // the forward's axes and keepdims: results shaped as dy
+  reduce.erase("ties");
   if (ties == "split") {
-    ValueId count = g.emit("reduce_sum", {g.cast(hit, dt)}, kept);
-    ValueId share = g.emit("div", {g.reshape(g.GO(0), kept_shape(g)), count});
-    g.set_GI(0, g.emit("where", {hit, g.emit("expand", {share}, make_attrs({{"shape", g.shape(g.I(0))}})), zero}));
+    ValueId count = g.emit("reduce_sum", {g.cast(hit, dt)}, reduce);
+    g.set_GI(0, g.emit("where", {hit, broadcast_back(g, g.emit("div", {g.GO(0), count})), zero}));
     return Status::Ok();
   }
   // Each element's position over the reduced axes; the smallest position that ties wins.
-  const Shape& in = g.shape(g.I(0));
+  const Shape in = g.shape(g.I(0));
   const Shape out = kept_shape(g);
   Shape positions_shape(in.size(), 1);
   int64_t extent = 1;
@@ -148,7 +146,7 @@ Status reduce_extreme_grad(GradBuilder& g) {
   for (int64_t i = 0; i < extent; ++i) positions.set_from_double(i, static_cast<double>(i));
   const ValueId at = g.constant(std::move(positions));
   ValueId candidates = g.emit("where", {hit, at, g.scalar(static_cast<double>(extent), DType::kF32)});
-  ValueId first = g.emit("equal", {at, g.emit("reduce_min", {candidates}, kept)});
+  ValueId first = g.emit("equal", {at, broadcast_back(g, g.emit("reduce_min", {candidates}, reduce))});
   g.set_GI(0, g.emit("where", {first, broadcast_back(g, g.GO(0)), zero}));
   return Status::Ok();
 }
