@@ -33,6 +33,11 @@ Status lower_unary(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
+// torch.maximum / minimum (ONNX Max, Min) give each side half the gradient where they tie.
+void split_ties(const std::string& op, Attrs& attrs) {
+  if (op == "max" || op == "min") attrs.set("ties", std::string("split"));
+}
+
 Status lower_binary(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId a, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(ValueId b, ctx.input(1));
@@ -45,7 +50,7 @@ Status lower_binary(ImportContext& ctx) {
     if (!fmod && is_float(ctx.type(a).dtype)) return ctx.error("Mod of floats needs fmod = 1");
     attrs.set("fmod", fmod);
   }
-  if (op == "max" || op == "min") attrs.set("ties", std::string("split"));  // torch.maximum / minimum
+  split_ties(op, attrs);
   MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit(op, {a, b}, std::move(attrs)));
   return ctx.bind(0, y);
 }
@@ -59,7 +64,7 @@ Status lower_variadic(ImportContext& ctx) {
   for (int i = 1; i < ctx.num_inputs(); ++i) {
     MEMC_ASSIGN_OR_RETURN(ValueId next, ctx.input(i));
     Attrs attrs;
-    if (op == "max" || op == "min") attrs.set("ties", std::string("split"));
+    split_ties(op, attrs);
     MEMC_ASSIGN_OR_RETURN(acc, ctx.emit(op, {acc, next}, std::move(attrs)));
   }
   if (ctx.op_type() == "Mean" && ctx.num_inputs() > 1) {
