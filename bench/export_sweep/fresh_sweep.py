@@ -8,7 +8,7 @@ zero biases, BatchNorm running statistics) and memc has to untie them. Here ever
 default init (torch.manual_seed), eval(), dropout 0, and one SGD step is compared end to end.
 
     TIMM_PKGS=/tmp/timm_pkgs FRESH_OUT=/tmp/fresh_sweep MEMC=$PWD/build/memc \\
-        build/python-test-venv/bin/python bench/export_sweep/fresh_sweep.py [--groups hf lm timm r3 r4] \\
+        build/python-test-venv/bin/python bench/export_sweep/fresh_sweep.py [--groups hf lm timm r3 r4 r5] \\
         [--only NAME ...] [--exporters dynamo ts] [--lr 0.5] [--timeout 180]
     ... fresh_sweep.py --table          # the table of $FRESH_OUT/results.jsonl
 
@@ -83,9 +83,10 @@ def load_lists():
                                      ctor=(lambda c=c: MT.TimmLogits(c())), img=s)
     except Exception as e:  # timm missing
         print(f"timm families skipped: {type(e).__name__}: {e}", flush=True)
-    # the third and fourth rounds' configurations (models_round3.py, models_round4.py: each patches
-    # export_all's lists on import), under their own groups; a name already listed keeps its job
-    for mod, group in (("models_round3", "r3"), ("models_round4", "r4")):
+    # the third, fourth and fifth rounds' configurations (models_round3.py, models_round4.py,
+    # models_round5.py: each patches export_all's lists on import), under their own groups; a name
+    # already listed keeps its job
+    for mod, group in (("models_round3", "r3"), ("models_round4", "r4"), ("models_round5", "r5")):
         try:
             R = __import__(mod)
             for n, c in R.text_models().items():
@@ -491,7 +492,7 @@ def table(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--groups", nargs="*", default=["hf", "lm", "timm"])  # also: r3, r4 (rounds 3 and 4)
+    ap.add_argument("--groups", nargs="*", default=["hf", "lm", "timm"])  # also: r3, r4, r5 (rounds 3, 4 and 5)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--skip", nargs="*", default=[])
     ap.add_argument("--exporters", nargs="*", default=["dynamo", "ts"])
