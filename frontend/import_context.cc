@@ -176,6 +176,14 @@ Expected<ValueId> ImportContext::cast(ValueId x, DType to) {
   return emit("cast", {x}, std::move(a));
 }
 
+Expected<ValueId> ImportContext::ones(const Shape& shape, DType dtype) {
+  Attrs fill;
+  fill.set("shape", shape);
+  fill.set("dtype", std::string(dtype_name(dtype)));
+  fill.set("value", 1.0);
+  return emit("full", {}, std::move(fill));
+}
+
 Status ImportContext::bind(int i, ValueId v) {
   if (!has_output(i)) return Status::Ok();
   const std::string& name = node_->output(i);

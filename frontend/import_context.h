@@ -100,6 +100,9 @@ class ImportContext {
   Expected<ValueId> reshape(ValueId x, const Shape& shape);
   Expected<ValueId> transpose(ValueId x, const std::vector<int64_t>& perm);
   Expected<ValueId> cast(ValueId x, DType to);
+  // Ones of `shape` and `dtype` as a fill node, not a constant as large as the activation it
+  // stands beside (Dropout's inference mask, Bernoulli's draws, a scatter's count).
+  Expected<ValueId> ones(const Shape& shape, DType dtype);
 
   // Binds ONNX output i to `v` (naming the IR value after the ONNX output when it is new).
   Status bind(int i, ValueId v);

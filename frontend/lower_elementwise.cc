@@ -214,16 +214,6 @@ Status lower_clip(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
-// Ones of `shape` and `dtype` as a fill node, not a constant as large as the activation it
-// stands beside (Dropout's inference mask, Bernoulli's draws).
-Expected<ValueId> ones(ImportContext& ctx, const Shape& shape, DType dtype) {
-  Attrs fill;
-  fill.set("shape", shape);
-  fill.set("dtype", std::string(dtype_name(dtype)));
-  fill.set("value", 1.0);
-  return ctx.emit("full", {}, std::move(fill));
-}
-
 // Dropout: ratio attribute before 12, optional inputs (ratio, training_mode) from 12. A
 // constant-false training_mode means inference: identity (mask all true). A missing one means
 // inference too, except in a training-mode export (ImportContext::training_export), where torch
@@ -249,7 +239,7 @@ Status lower_dropout(ImportContext& ctx) {
   if (!training || ratio == 0.0) {
     MEMC_RETURN_IF_ERROR(ctx.bind(0, x));
     if (want_mask) {  // all true
-      MEMC_ASSIGN_OR_RETURN(ValueId all_true, ones(ctx, ctx.type(x).shape, DType::kBool));
+      MEMC_ASSIGN_OR_RETURN(ValueId all_true, ctx.ones(ctx.type(x).shape, DType::kBool));
       MEMC_RETURN_IF_ERROR(ctx.bind(1, all_true));
     }
     return Status::Ok();
@@ -281,7 +271,7 @@ Status lower_bernoulli(ImportContext& ctx) {
   if (!(keep > 0.0 && keep <= 1.0)) return ctx.error(str_cat("probability ", keep, " not in (0, 1]"));
   MEMC_ASSIGN_OR_RETURN(const DType dtype, ctx.attr_dtype("dtype", ctx.type(probabilities).dtype));
   if (!is_float(dtype)) return ctx.error(str_cat("memc draws float Bernoulli masks, not ", dtype_name(dtype)));
-  MEMC_ASSIGN_OR_RETURN(ValueId mask, ones(ctx, ctx.type(probabilities).shape, dtype));
+  MEMC_ASSIGN_OR_RETURN(ValueId mask, ctx.ones(ctx.type(probabilities).shape, dtype));
   if (keep < 1.0) {
     Attrs a;
     a.set("ratio", 1.0 - keep);

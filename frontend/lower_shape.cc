@@ -2,6 +2,7 @@
 // must be known at import: with static input shapes the exporters' shape subgraphs fold.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "frontend/fold.h"
@@ -88,6 +89,29 @@ Status lower_eye_like(ImportContext& ctx) {
   for (int64_t r = 0; r < shape[0]; ++r)
     if (r + k >= 0 && r + k < shape[1]) eye.set_from_double(r * shape[1] + r + k, 1.0);
   return ctx.bind(0, ctx.constant(std::move(eye)));
+}
+
+// Trilu(x, [k]) {upper}: x where column − row ≥ k (upper) or ≤ k (lower) over its last two
+// dims, zero elsewhere (torch.triu / tril: Qwen3-Next's gated DeltaNet). A where on a constant
+// mask of those two dims, so the gradient passes where x does; k must be known at import.
+Status lower_trilu(ImportContext& ctx) {
+  MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
+  const Shape shape = ctx.type(x).shape;
+  if (shape.size() < 2) return ctx.error("needs an input of rank ≥ 2");
+  int64_t k = 0;
+  if (ctx.has_input(1)) {
+    MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> ks, ctx.input_ints(1, "k"));
+    if (ks.size() != 1) return ctx.error("k must hold one value");
+    k = ks[0];
+  }
+  const bool upper = ctx.attr_int("upper", 1) != 0;
+  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  if (rows * cols > kMaxFoldElements) return ctx.error("too large to fold");
+  Tensor keep = Tensor::zeros(DType::kBool, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) keep.set_from_double(r * cols + c, upper ? c - r >= k : c - r <= k);
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("where", {ctx.constant(std::move(keep), "trilu_mask"), x, ctx.scalar(0.0, ctx.type(x).dtype)}));
+  return ctx.bind(0, y);
 }
 
 Status lower_constant_of_shape(ImportContext& ctx) {
@@ -370,15 +394,49 @@ Status scatter_by_gather(ImportContext& ctx, ValueId updates, const Shape& updat
   return ctx.bind(0, y);
 }
 
-// ScatterND(data, indices, updates) with constant indices: y's rows (data flattened over the
-// first k dims) are gathered from [updates rows; data rows], the last update of a row winning
-// as in the spec's serial order. Both data and updates keep their gradients (a gather's).
+// A scatter the step computes: one whose indices depend on runtime data (an MoE router's mask
+// of its top-k experts, torch.scatter(zeros, 1, topk.indices, 1.0)), or one that adds
+// (index_add_, scatter_add_). `sum_into(v)` scatter-adds v (the updates' shape) into zeros of the
+// data's shape with the gather's gradient kernel, which adds duplicates in order. Reduction
+// 'add' adds that sum to the data; 'none' writes into each element that some update lands on
+// the mean of the updates landing there, which is the update itself where one lands (ONNX
+// leaves duplicates undefined; exporters write distinct indices). Data and updates keep their
+// gradients: the data's where no update landed (everywhere for 'add'), each update's the
+// output's gradient gathered at its place (over the count where several landed).
+Status scatter_by_adding(ImportContext& ctx, ValueId data, ValueId updates, const std::string& reduction,
+                         const std::function<Expected<ValueId>(ValueId)>& sum_into) {
+  const DType dtype = ctx.type(data).dtype;
+  if (!is_float(dtype)) return ctx.error(str_cat("a scatter into ", dtype_name(dtype), " data with runtime indices or reduction 'add': memc scatters float data so"));
+  MEMC_ASSIGN_OR_RETURN(ValueId summed, sum_into(updates));
+  if (reduction == "add") {
+    MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("add", {data, summed}));
+    return ctx.bind(0, y);
+  }
+  MEMC_ASSIGN_OR_RETURN(ValueId ones, ctx.ones(ctx.type(updates).shape, dtype));
+  MEMC_ASSIGN_OR_RETURN(ValueId count, sum_into(ones));
+  MEMC_ASSIGN_OR_RETURN(ValueId hit, ctx.emit("greater", {count, ctx.scalar(0.0, dtype)}));
+  MEMC_ASSIGN_OR_RETURN(ValueId divisor, ctx.emit("max", {count, ctx.scalar(1.0, dtype)}));
+  MEMC_ASSIGN_OR_RETURN(ValueId mean, ctx.emit("div", {summed, divisor}));
+  MEMC_ASSIGN_OR_RETURN(ValueId y, ctx.emit("where", {hit, mean, data}));
+  return ctx.bind(0, y);
+}
+
+Expected<std::string> scatter_reduction(const ImportContext& ctx) {
+  std::string reduction = ctx.attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add") return ctx.error("reduction '" + reduction + "' is unsupported (memc lowers 'none' and 'add')");
+  return reduction;
+}
+
+// ScatterND(data, indices, updates): y's rows (data flattened over the first k dims) are the
+// data's but where an index tuple names them. With indices known at import and no reduction,
+// they are gathered from [updates rows; data rows], the last update of a row winning as in the
+// spec's serial order; otherwise see scatter_by_adding. Both data and updates keep their
+// gradients.
 Status lower_scatter_nd(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
   MEMC_ASSIGN_OR_RETURN(ValueId updates, ctx.input(2));
-  const std::string reduction = ctx.attr_string("reduction", "none");
-  if (reduction != "none") return ctx.error("reduction '" + reduction + "' is unsupported");
+  MEMC_ASSIGN_OR_RETURN(const std::string reduction, scatter_reduction(ctx));
   const Shape ds = ctx.type(data).shape, is = ctx.type(indices).shape, us = ctx.type(updates).shape;
   if (is.empty()) return ctx.error("indices must have rank ≥ 1");
   if (ctx.type(updates).dtype != ctx.type(data).dtype) return ctx.error("updates and data differ in dtype");
@@ -387,40 +445,70 @@ Status lower_scatter_nd(ImportContext& ctx) {
   Shape want(is.begin(), is.end() - 1);
   want.insert(want.end(), ds.begin() + k, ds.end());
   if (us != want) return ctx.error(str_cat("updates [", shape_str(us), "] should be [", shape_str(want), "]"));
-  const Tensor* idx = ctx.constant_of(indices);
-  if (!idx) return ctx.error("indices depend on runtime data; memc needs them static");
   int64_t rows = 1;
   for (int64_t j = 0; j < k; ++j) rows *= ds[j];
   const int64_t count = numel(Shape(is.begin(), is.end() - 1));
-  MEMC_ASSIGN_OR_RETURN(Tensor targets, index_tuple_rows(ctx, *idx, is, ds));
-  Tensor source = Tensor::zeros(DType::kI64, {rows});
-  int64_t* from = source.data<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) from[r] = count + r;
-  for (int64_t t = 0; t < count; ++t) from[targets.data<int64_t>()[t]] = t;
   Shape slice(ds.begin() + k, ds.end());
   Shape flat_u = {count}, flat_d = {rows};
   flat_u.insert(flat_u.end(), slice.begin(), slice.end());
   flat_d.insert(flat_d.end(), slice.begin(), slice.end());
-  return scatter_by_gather(ctx, updates, flat_u, data, flat_d, std::move(source));
+  const Tensor* idx = ctx.constant_of(indices);
+  if (idx && reduction == "none") {
+    MEMC_ASSIGN_OR_RETURN(Tensor targets, index_tuple_rows(ctx, *idx, is, ds));
+    Tensor source = Tensor::zeros(DType::kI64, {rows});
+    int64_t* from = source.data<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) from[r] = count + r;
+    for (int64_t t = 0; t < count; ++t) from[targets.data<int64_t>()[t]] = t;
+    return scatter_by_gather(ctx, updates, flat_u, data, flat_d, std::move(source));
+  }
+  ValueId linear = kNoValue;  // each update's row: [count]
+  if (idx) {
+    MEMC_ASSIGN_OR_RETURN(Tensor targets, index_tuple_rows(ctx, *idx, is, ds));
+    linear = ctx.constant(targets.reshaped({count}), "scatter_nd_index");
+  } else {
+    MEMC_ASSIGN_OR_RETURN(linear, runtime_gather_nd_rows(ctx, indices, ds, k));
+    MEMC_ASSIGN_OR_RETURN(linear, ctx.reshape(linear, {count}));
+  }
+  return scatter_by_adding(ctx, data, updates, reduction, [&](ValueId v) -> Expected<ValueId> {
+    MEMC_ASSIGN_OR_RETURN(ValueId u, ctx.reshape(v, flat_u));
+    Attrs a;
+    a.set("axis", int64_t{0});
+    a.set("input_shape", flat_d);
+    MEMC_ASSIGN_OR_RETURN(ValueId sum, ctx.emit("gather_grad", {u, linear}, std::move(a)));
+    return ctx.reshape(sum, ds);
+  });
 }
 
-// ScatterElements(data, indices, updates) {axis}, reduction none, indices known at import (the
-// dynamo exporter's select_scatter: BART's shift_tokens_right writing the start token into
-// column 0). As ScatterND: every element of y is gathered from concat(updates, data), by a
-// static map that names an update where one lands and the data element elsewhere.
+// ScatterElements(data, indices, updates) {axis}. With indices known at import and no
+// reduction (the dynamo exporter's select_scatter: BART's shift_tokens_right writing the start
+// token into column 0), as ScatterND: every element of y is gathered from concat(updates, data),
+// by a static map that names an update where one lands and the data element elsewhere.
+// Otherwise see scatter_by_adding.
 Status lower_scatter_elements(ImportContext& ctx) {
   MEMC_ASSIGN_OR_RETURN(ValueId data, ctx.input(0));
   MEMC_ASSIGN_OR_RETURN(ValueId indices, ctx.input(1));
   MEMC_ASSIGN_OR_RETURN(ValueId updates, ctx.input(2));
-  const std::string reduction = ctx.attr_string("reduction", "none");
-  if (reduction != "none") return ctx.error("reduction '" + reduction + "' is unsupported");
+  MEMC_ASSIGN_OR_RETURN(const std::string reduction, scatter_reduction(ctx));
   const Shape ds = ctx.type(data).shape, is = ctx.type(indices).shape;
   if (ctx.type(updates).shape != is) return ctx.error("updates and indices differ in shape");
   if (ctx.type(updates).dtype != ctx.type(data).dtype) return ctx.error("updates and data differ in dtype");
   if (is.size() != ds.size()) return ctx.error("indices and data differ in rank");
   MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", 0), ds.size()));
+  for (size_t d = 0; d < is.size(); ++d)
+    if (static_cast<int64_t>(d) != axis && is[d] > ds[d]) return ctx.error("indices are larger than data off the scatter axis");
   const Tensor* idx = ctx.constant_of(indices);
-  if (!idx) return ctx.error("indices depend on runtime data; memc needs them static");
+  if (idx) {
+    for (int64_t t = 0; t < idx->numel(); ++t)
+      if (const int64_t c = idx->get_as_int(t); c < -ds[axis] || c >= ds[axis]) return ctx.error(str_cat("index ", c, " outside dim ", ds[axis]));
+  }
+  if (!idx || reduction != "none") {
+    return scatter_by_adding(ctx, data, updates, reduction, [&](ValueId v) -> Expected<ValueId> {
+      Attrs a;
+      a.set("axis", axis);
+      a.set("input_shape", ds);
+      return ctx.emit("gather_elements_grad", {v, indices}, std::move(a));
+    });
+  }
   const int64_t count = numel(is), total = numel(ds);
   Tensor source = Tensor::zeros(DType::kI64, {total});
   int64_t* from = source.data<int64_t>();
@@ -432,10 +520,7 @@ Status lower_scatter_elements(ImportContext& ctx) {
       int64_t c = at[d];
       if (static_cast<int64_t>(d) == axis) {
         c = idx->get_as_int(t);
-        if (c < -ds[d] || c >= ds[d]) return ctx.error(str_cat("index ", c, " outside dim ", ds[d]));
         if (c < 0) c += ds[d];
-      } else if (c >= ds[d]) {
-        return ctx.error("indices are larger than data off the scatter axis");
       }
       target = target * ds[d] + c;
     }
@@ -792,6 +877,7 @@ void add_shape_lowerings(LoweringTable& table) {
   table["SequenceAt"] = lower_sequence_at;
   table["Expand"] = lower_expand;
   table["Tile"] = lower_tile;
+  table["Trilu"] = lower_trilu;
   table["Col2Im"] = lower_col2im;
   table["Pad"] = lower_pad;
   table["Range"] = lower_range;

@@ -561,6 +561,13 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
     }
     const std::vector<std::string> places = parameters_by_place(n, inputs, &components);
     if (!places.empty() && !places[place].empty()) return places[place];
+    // One initializer under the exporter's own name, read where the FX node reads one parameter
+    // (gpt-oss's zero expert biases of two layers, merged into `val_N`, each read by a GatherND:
+    // `index(%p_..._layers_0_mlp_experts_down_proj_bias, [%view_9])`).
+    if (inputs.size() == 1 && (name.rfind("val_", 0) == 0 || name.rfind("_val_", 0) == 0)) {
+      const std::vector<std::string> read = placeholder_parameters(n, &components);
+      if (read.size() == 1 && !read[0].empty()) return read[0];
+    }
     std::string read;
     if (dot != std::string::npos) {
       read = parameter_read(n, name.substr(dot + 1), &components);

@@ -195,14 +195,16 @@ std::string dotted_path(const std::string& mangled, const std::map<std::string, 
   return path;
 }
 
-std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs,
-                                             const std::map<std::string, std::string>* components) {
+namespace {
+std::string mangled(std::string name) {
+  name = lower_ascii(name);
+  std::replace(name.begin(), name.end(), '.', '_');
+  return name;
+}
+}  // namespace
+
+std::vector<std::string> placeholder_parameters(const onnx::NodeProto& n, const std::map<std::string, std::string>* components) {
   const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
-  const auto mangled = [](std::string name) {
-    name = lower_ascii(name);
-    std::replace(name.begin(), name.end(), '.', '_');
-    return name;
-  };
   std::vector<std::string> places;
   for (const std::string& value : fx_arguments(n)) {
     if (!placeholder_value(value)) continue;
@@ -218,6 +220,12 @@ std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std
     }
     places.push_back(name);
   }
+  return places;
+}
+
+std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs,
+                                             const std::map<std::string, std::string>* components) {
+  std::vector<std::string> places = placeholder_parameters(n, components);
   if (places.size() != inputs.size()) return {};
   bool evidence = false;  // a place named as an input is that input's place
   for (size_t k = 0; k < places.size(); ++k) {

@@ -104,6 +104,9 @@ std::string single_parameter_read(const onnx::NodeProto& n, const std::set<std::
 // places whose last components are their inputs' own, all distinct, show the order too.
 std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std::vector<std::string>& inputs,
                                              const std::map<std::string, std::string>* components = nullptr);
+// The parameter each placeholder among n's FX arguments names, in order (`<scope>.<attribute>`,
+// "" where no scope prefixes it), with no evidence yet that they are n's inputs in that order.
+std::vector<std::string> placeholder_parameters(const onnx::NodeProto& n, const std::map<std::string, std::string>* components);
 // Every dotted component of the names the model keeps for its parameters: its initializers' and
 // those the exporter's optimizer records a folded value was made from (pkg.onnxscript.optimizer.
 // folded_from), lower-cased → spelling ("" where two spellings differ).

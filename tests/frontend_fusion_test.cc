@@ -1203,6 +1203,34 @@ TEST(FrontendImport, FreezeNamesOneParameterOfAMergedInitializer) {
   EXPECT_EQ(out->at(0).get_as_double(0), 6);
 }
 
+// gpt-oss through the dynamo exporter: the zero expert biases of two layers are merged into one
+// initializer under the exporter's own name (`val_189`), each layer's read by a GatherND whose FX
+// node indexes that layer's parameter. They train apart; the first keeps the initializer.
+TEST(FrontendImport, ZeroBiasesMergedUnderTheExportersNameTrainApartByTheirReaders) {
+  auto trained = [](const std::vector<std::string>& layers) {
+    OnnxBuilder b(18);
+    b.input("i", {2, 1}, onnx::TensorProto::INT64).input("x", {2, 4}).output("z");
+    b.init("val_189", make_tensor(DType::kF32, {3, 4}, {0}));
+    std::vector<std::string> reads;
+    for (size_t k = 0; k < layers.size(); ++k) {
+      const std::string& l = layers[k];
+      onnx::NodeProto& g = b.node("GatherND", {"val_189", "i"}, {"y" + std::to_string(k)});
+      g.set_name("node_GatherND_" + std::to_string(k));
+      add_metadata(g, "pkg.torch.onnx.name_scopes", "['', 'model', 'model.layers." + l + "', 'model.layers." + l + ".experts', 'index_" + l + "']");
+      add_fx_node(g, "%index_" + l + " : [num_users=1] = call_function[target=torch.ops.aten.index.Tensor](args = (%p_model_layers_" + l +
+                         "_experts_down_proj_bias, [%view_9]), kwargs = {})");
+      reads.push_back("y" + std::to_string(k));
+    }
+    b.node("Add", {reads[0], reads[1]}, {"s"});
+    b.node("Mul", {"s", "x"}, {"z"});
+    auto m = b.import();
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m.ok() ? sorted_trained_names(*m) : std::vector<std::string>{};
+  };
+  EXPECT_EQ(trained({"0", "1"}), (std::vector<std::string>{"model.layers.1.experts.down_proj_bias", "val_189"}));
+  EXPECT_EQ(trained({"0", "0"}), (std::vector<std::string>{"val_189"}));  // one parameter read twice
+}
+
 // Which parameter a dynamo node reads: torch.export lower-cases its placeholders
 // (HF BERT's "LayerNorm" is "%p_..._layernorm_weight"), the name keeps the module's case, and the
 // attribute must end the token ("weight" is not "weight_g").

@@ -554,6 +554,90 @@ TEST(FrontendLowering, GatherNDWithRuntimeIndices) {
   }
 }
 
+// A scatter the step computes (an MoE router's mask of its top-k experts: indices from TopK)
+// or one that adds (index_add_): values as the ONNX spec's, and both data and updates train.
+// The loss weighs y by w, so an update's gradient is w at the place it landed, and the data's is
+// w where no update did (everywhere for 'add').
+TEST(FrontendLowering, ScattersWithRuntimeIndicesOrAddingTrainDataAndUpdates) {
+  struct Case {
+    const char* op;
+    const char* reduction;
+    Shape data, idx, upd;
+    std::vector<double> indices, y, dx, du;
+  };
+  // data x = 1..8, updates u = 10, 20, …; w = 0.5, 1.5, …
+  const Case cases[] = {
+      // rows 0: places 1 and 3; row 1: places 0 and 3 (−1)
+      {"ScatterElements", "none", {2, 4}, {2, 2}, {2, 2}, {1, 3, 0, -1},
+       {1, 10, 3, 20, 30, 6, 7, 40}, {0.5, 0, 2.5, 0, 0, 5.5, 6.5, 0}, {1.5, 3.5, 4.5, 7.5}},
+      // a duplicate (row 0's place 2 twice) writes the mean and shares its gradient
+      {"ScatterElements", "none", {2, 4}, {2, 2}, {2, 2}, {2, 2, 0, 1},
+       {1, 2, 15, 4, 30, 40, 7, 8}, {0.5, 1.5, 0, 3.5, 0, 0, 6.5, 7.5}, {1.25, 1.25, 4.5, 5.5}},
+      {"ScatterElements", "add", {2, 4}, {2, 2}, {2, 2}, {2, 2, 0, 1},
+       {1, 2, 33, 4, 35, 46, 7, 8}, {0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5}, {2.5, 2.5, 4.5, 5.5}},
+      // ScatterND: rows 3 and 0 of x [4, 2]
+      {"ScatterND", "none", {4, 2}, {2, 1}, {2, 2}, {3, 0},
+       {30, 40, 3, 4, 5, 6, 10, 20}, {0, 0, 2.5, 3.5, 4.5, 5.5, 0, 0}, {6.5, 7.5, 0.5, 1.5}},
+      {"ScatterND", "add", {4, 2}, {2, 1}, {2, 2}, {3, 3},
+       {1, 2, 3, 4, 5, 6, 47, 68}, {0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5}, {6.5, 7.5, 6.5, 7.5}},
+  };
+  for (const Case& c : cases) {
+    const std::string label = std::string(c.op) + " " + c.reduction;
+    OnnxBuilder b(18);
+    b.input("x", c.data).input("idx", c.idx, onnx::TensorProto::INT64).input("u", c.upd).output("z");
+    std::vector<double> w, x, u;
+    for (int64_t i = 0; i < numel(c.data); ++i) w.push_back(0.5 + i), x.push_back(1 + i);
+    for (int64_t i = 0; i < numel(c.upd); ++i) u.push_back(10 * (i + 1));
+    b.init("w", make_tensor(DType::kF32, c.data, w));
+    auto& n = b.node(c.op, {"x", "idx", "u"}, {"y"});
+    testing::attr_s(n, "reduction", c.reduction);
+    if (std::string(c.op) == "ScatterElements") testing::attr_i(n, "axis", 1);
+    b.node("Mul", {"y", "w"}, {"z"});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << label << ": " << m.status().message();
+    const std::map<std::string, Tensor> feeds = {{"x", make_tensor(DType::kF32, c.data, x)},
+                                                 {"idx", make_tensor(DType::kI64, c.idx, c.indices)},
+                                                 {"u", make_tensor(DType::kF32, c.upd, u)}};
+    auto z = execute(*m, feeds);
+    ASSERT_TRUE(z.ok()) << label << ": " << z.status().message();
+    std::vector<double> zw;
+    for (size_t i = 0; i < c.y.size(); ++i) zw.push_back(c.y[i] * w[i]);
+    expect_values(z->at(0), zw);
+    auto g = testing::input_gradients(*m, {"x", "u"}, feeds);
+    ASSERT_TRUE(g.ok()) << label << ": " << g.status().message();
+    SCOPED_TRACE(label);
+    expect_values(g->at(0), c.dx);
+    expect_values(g->at(1), c.du);
+  }
+  // An index outside the data is refused at run time, as a gather's is.
+  OnnxBuilder b(18);
+  b.input("x", {2, 4}).input("idx", {2, 1}, onnx::TensorProto::INT64).input("u", {2, 1}).output("y");
+  testing::attr_i(b.node("ScatterElements", {"x", "idx", "u"}, {"y"}), "axis", 1);
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto refused = execute(*m, {{"x", make_tensor(DType::kF32, {2, 4}, {0})}, {"idx", make_tensor(DType::kI64, {2, 1}, {1, 4})},
+                              {"u", make_tensor(DType::kF32, {2, 1}, {1, 2})}});
+  ASSERT_FALSE(refused.ok()) << "index 4 of a dim of 4 was scattered";
+  EXPECT_NE(refused.status().message().find("scatter index 4 out of range for dim 4"), std::string::npos) << refused.status().message();
+}
+
+// Trilu keeps the upper or lower triangle from diagonal k of the last two dims, and its gradient
+// passes there only.
+TEST(FrontendLowering, TriluKeepsATriangleAndItsGradient) {
+  for (const bool upper : {true, false}) {
+    OnnxBuilder b(14);
+    b.input("x", {2, 3}).ints("k", {upper ? 1 : -1}).output("y");
+    testing::attr_i(b.node("Trilu", {"x", "k"}, {"y"}), "upper", upper);
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const Tensor x = make_tensor(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6});
+    expect_values(run1(*m, {{"x", x}}), upper ? std::vector<double>{0, 2, 3, 0, 0, 6} : std::vector<double>{0, 0, 0, 4, 0, 0});
+    auto g = testing::input_gradients(*m, {"x"}, {{"x", x}});
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    expect_values(g->at(0), upper ? std::vector<double>{0, 1, 1, 0, 0, 1} : std::vector<double>{0, 0, 0, 1, 0, 0});
+  }
+}
+
 TEST(FrontendLowering, RangeConstantOfShapeFold) {
   OnnxBuilder b;
   b.input("x", {4}).output("y");

@@ -116,6 +116,12 @@ std::vector<GradCase> cases() {
   // torch.gather: repeated indices accumulate in the scatter-add; indices smaller off the axis.
   c.push_back({"gather_elements", "gather_elements", {InputSpec{{3, 4}}, InputSpec{{5, 4}, DType::kI64, -3, 3, false}}, A({{"axis", int64_t{0}}})});
   c.push_back({"gather_elements_axis1", "gather_elements", {InputSpec{{3, 5}}, InputSpec{{2, 7}, DType::kI64, 0, 5, false}}, A({{"axis", int64_t{1}}})});
+  // The scatter-adds as a forward op (a scatter the step computes: ScatterND / ScatterElements
+  // with runtime indices or reduction 'add'): each added element's gradient is dY at its place.
+  c.push_back({"gather_grad", "gather_grad", {InputSpec{{2, 4, 3}}, InputSpec{{4}, DType::kI64, -5, 5, false}},
+               A({{"axis", int64_t{1}}, {"input_shape", I{2, 5, 3}}})});
+  c.push_back({"gather_elements_grad", "gather_elements_grad", {InputSpec{{2, 3}}, InputSpec{{2, 3}, DType::kI64, 0, 4, false}},
+               A({{"axis", int64_t{1}}, {"input_shape", I{3, 4}}})});
   c.push_back({"cumsum", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}})});
   c.push_back({"cumsum_reverse_exclusive", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}})});
   c.push_back({"pad", "pad", {InputSpec{{2, 3}}}, A({{"pads", I{1, 0, 0, 2}}, {"mode", std::string("constant")}, {"value", 0.0}})});

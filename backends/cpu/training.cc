@@ -10,6 +10,7 @@
 #include "backends/cpu/parallel.h"
 #include "backends/cpu/vector_math.h"
 #include "backends/cpu/workspace.h"
+#include "ir/ops/ops.h"  // kGatherNoRow
 
 namespace memc::cpu {
 namespace {
@@ -418,16 +419,22 @@ Status gather_grad_kernel(KernelContext& ctx) {
   const int64_t outer = outer_rest.first, rest = outer_rest.second;
   const int64_t dim = in_shape[axis], inner = rest / std::max<int64_t>(dim, 1);
   const int64_t count = idx_t.numel();
+  // As the gather checks its indices: a scatter the step computes (ScatterND with runtime
+  // indices) has no gather before it to refuse a bad one.
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t k = idx_t.get_as_int(j);
+    if (k == kGatherNoRow) return Status::BadInput(str_cat("index tuple ", j, " lies outside the data's dims"));
+    if (k < -dim || k >= dim) return Status::BadInput(str_cat("scatter index ", k, " out of range for dim ", dim, " (axis ", axis, ")"));
+  }
   Workspace ws(ctx);
   return dispatch_float(ctx, dx_t.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
     const T* dy = dy_t.data<T>();  // [outer, count, inner]
     C* acc = gather_grad_accumulator<T>(ws, dx_t);
-    int64_t* rows = ws.take<int64_t>(count);  // each index, wrapped, or -1
+    int64_t* rows = ws.take<int64_t>(count);  // each index, wrapped
     for (int64_t j = 0; j < count; ++j) {
-      int64_t k = idx_t.get_as_int(j);
-      if (k < 0) k += dim;
-      rows[j] = k >= 0 && k < dim ? k : -1;  // the forward already rejected it
+      const int64_t k = idx_t.get_as_int(j);
+      rows[j] = k < 0 ? k + dim : k;
     }
     // Split over (outer, inner) positions: each position's sum runs over the indices in their
     // order on one thread, so repeated indices add as they would serially.
@@ -474,6 +481,12 @@ Status gather_elements_grad_kernel(KernelContext& ctx) {
   const Tensor &dy_t = *ctx.inputs[0], &idx_t = *ctx.inputs[1];
   Tensor& dx_t = *ctx.outputs[0];
   const int64_t axis = ctx.node.attrs.get_int("axis", 0);
+  const int64_t dim = dx_t.shape()[axis];
+  for (int64_t i = 0, count = idx_t.numel(); i < count; ++i) {  // as gather_grad's
+    if (const int64_t k = idx_t.get_as_int(i); k < -dim || k >= dim) {
+      return Status::BadInput(str_cat("scatter index ", k, " out of range for dim ", dim, " (axis ", axis, ")"));
+    }
+  }
   Workspace ws(ctx);
   return dispatch_float(ctx, dx_t.dtype(), [&]<typename T>() {
     using C = typename Compute<T>::type;
@@ -481,8 +494,7 @@ Status gather_elements_grad_kernel(KernelContext& ctx) {
     C* acc = gather_grad_accumulator<T>(ws, dx_t);
     std::fill(acc, acc + dx_t.numel(), C(0));
     for (int64_t i = 0, count = idx_t.numel(); i < count; ++i) {
-      const int64_t offset = gather_elements_offset(i, idx_t.shape(), dx_t.shape(), axis, idx_t.get_as_int(i));
-      if (offset >= 0) acc[offset] += load(dy[i]);  // forward already rejected bad indices
+      acc[gather_elements_offset(i, idx_t.shape(), dx_t.shape(), axis, idx_t.get_as_int(i))] += load(dy[i]);
     }
     if constexpr (!std::is_same_v<T, C>) {
       T* dx = dx_t.data<T>();

@@ -335,6 +335,16 @@ void register_gradients(OpRegistry& r) {
     g.set_GI(0, g.emit("gather_elements_grad", {g.GO(0), g.I(1)}, a));
     return Status::Ok();
   });
+  // The scatter-adds (a gather's gradient, and a scatter the step computes, lowered to one):
+  // each added element's gradient is the output's at the place it was added to.
+  set(r, "gather_grad", [](GradBuilder& g) {
+    g.set_GI(0, g.emit("gather", {g.GO(0), g.I(1)}, make_attrs({{"axis", g.attrs().get_int("axis", 0)}})));
+    return Status::Ok();
+  });
+  set(r, "gather_elements_grad", [](GradBuilder& g) {
+    g.set_GI(0, g.emit("gather_elements", {g.GO(0), g.I(1)}, make_attrs({{"axis", g.attrs().get_int("axis", 0)}})));
+    return Status::Ok();
+  });
   set(r, "pad", pad_grad);
   set(r, "tile", tile_grad);
 }

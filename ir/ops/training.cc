@@ -95,14 +95,14 @@ void register_training_ops(OpRegistry& r) {
          .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 12 * in[1].numel(); },
          .doc = "(dy, x, scale, [addend]) → (dx [+ addend], dscale[, dbias][, dx as dx_copy]) {axis, eps, bias_grad, dx_copy}"});
   r.add({.name = "gather_grad", .min_inputs = 2, .max_inputs = 2,
-         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
          },
          .doc = "(dy, indices) → scatter-add of dy into zeros of {input_shape} along {axis}"});
   r.add({.name = "gather_elements_grad", .min_inputs = 2, .max_inputs = 2,
-         .flags = kOpNoGradient, .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
+         .shape = [](const ShapeContext& c, std::vector<TensorType>& out) -> Status {
            MEMC_RETURN_IF_ERROR(check_shape(shape_attr(c, "input_shape"), "input_shape"));
            out = {TensorType{c.inputs[0].dtype, shape_attr(c, "input_shape")}};
            return Status::Ok();
