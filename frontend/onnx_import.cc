@@ -1,6 +1,7 @@
 #include "frontend/onnx_import.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -44,11 +45,17 @@ bool looks_synthesized(const std::string& name) {
          name.rfind("_v_", 0) == 0 || name.rfind("/", 0) == 0;
 }
 
-// A float initializer is a trainable weight unless it is a rank-0 scalar or a one-element
-// tensor the exporter synthesized (torchvision and HF models have no scalar parameters).
-bool is_weight(const onnx::TensorProto& init, DType dtype, int64_t count) {
-  if (!is_float(dtype) || init.dims_size() == 0) return false;
-  return !(count <= 1 && looks_synthesized(init.name()));
+// A rank-0 initializer that is a module's own value, by its name: not the exporter's (onnx::,
+// val_, an FX op's output such as `add_6` or `scalar_tensor_default`) and holding a letter.
+// torch.export's placeholder spelling of a module path: lower case, dots as underscores.
+std::string fx_mangled(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return c == '.' ? '_' : std::tolower(c); });
+  return name;
+}
+
+bool module_scalar_name(const std::string& name) {
+  return !looks_synthesized(name) && !op_output_name(name) && !creation_op_name(name) &&
+         std::any_of(name.begin(), name.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
 }
 
 class Importer {
@@ -72,10 +79,34 @@ class Importer {
   void untie_merged_reads(std::vector<onnx::NodeProto>& nodes);
   void restore_removed_biases(std::vector<onnx::NodeProto>& nodes);
   std::map<std::string, int64_t> find_padding_rows(const std::vector<onnx::NodeProto>& nodes);
+  // A float initializer is a trainable weight unless it is a one-element tensor the exporter
+  // synthesized, or a rank-0 scalar that is no parameter (CLIP's logit_scale, NFNet's
+  // skipinit_gain and a ReZero gate are 0-d parameters): the dynamo export's graph signature
+  // says which are, or the exporter folded it from parameters (DiffLlama's lambda_full); without
+  // a signature (TorchScript), a scalar under a module's name is taken for one, and said.
+  bool is_weight(const onnx::TensorProto& init, DType dtype, int64_t count) const {
+    if (!is_float(dtype)) return false;
+    if (init.dims_size() > 0) return !(count <= 1 && looks_synthesized(init.name()));
+    if (!signature_.empty()) {
+      const auto kind = signature_.find(init.name());
+      if (kind != signature_.end()) return kind->second == "PARAMETER";
+      return folded_from_parameters_.count(init.name()) > 0;
+    }
+    if (fx_export_) return fx_parameters_.count(fx_mangled(init.name())) > 0;  // an older dynamo export: read as a %p_ placeholder
+    return pytorch_export_ && module_scalar_name(init.name());
+  }
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
     return is_weight(init, dtype, count) && !static_operands_.count(init.name()) && !options_.frozen.count(init.name()) &&
            !buffers_.count(init.name());
   }
+  // torch.export's graph signature (target → PARAMETER, BUFFER, …), empty without one; and the
+  // initializers the exporter folded from parameters.
+  std::map<std::string, std::string> signature_;
+  std::set<std::string> folded_from_parameters_;
+  // A dynamo export (its nodes carry FX metadata) and the parameters its FX nodes read (%p_
+  // placeholders, mangled); a file torch wrote (TorchScript's, where neither is there).
+  bool fx_export_ = false, pytorch_export_ = false;
+  std::set<std::string> fx_parameters_;
   // The module's buffers, as the export's graph signature names them, and the exporter's constants
   // folded from no parameter (frontend/param_audit.h): PyTorch trains neither.
   std::set<std::string> buffers_;
@@ -402,11 +433,12 @@ void Importer::warn_tied_initializers(const std::vector<onnx::NodeProto>& nodes)
 }
 
 // The first of n's inputs read only as a constant (Resize's roi and scales, BatchNormalization's
-// running statistics); inputs before it are data.
+// running statistics, Pad's value, Dropout's ratio, Range's bounds); inputs before it are data.
 int first_static_input(const onnx::NodeProto& n) {
-  if (n.op_type() == "Resize" || n.op_type() == "Upsample") return 1;
-  if (n.op_type() == "BatchNormalization") return 3;
-  return n.input_size();
+  static const std::map<std::string, int> first = {{"Resize", 1}, {"Upsample", 1}, {"BatchNormalization", 3}, {"Pad", 1},
+                                                   {"Dropout", 1}, {"Range", 0}, {"OneHot", 1}, {"Trilu", 1}};
+  const auto it = first.find(n.op_type());
+  return it == first.end() ? n.input_size() : std::min(it->second, n.input_size());
 }
 
 void Importer::find_static_operands(const std::vector<onnx::NodeProto>& nodes) {
@@ -903,6 +935,24 @@ Expected<Module> Importer::run() {
   buffers_ = exported_buffers(model_);
   const std::map<std::string, FoldedSources> folded = folded_sources(model_, nodes);
   for (const auto& [name, from] : folded_constants(folded)) buffers_.insert(name);
+  signature_ = signature_kinds(model_);
+  pytorch_export_ = model_.producer_name() == "pytorch";
+  for (const auto& n : nodes) {
+    if (node_metadata(n, "pkg.torch.onnx.fx_node").empty()) continue;
+    fx_export_ = true;
+    for (const std::string& token : fx_arguments(n))
+      if (token.rfind("p_", 0) == 0) fx_parameters_.insert(token.substr(2));
+  }
+  for (const auto& [name, from] : folded)
+    if (!from.parameters.empty()) folded_from_parameters_.insert(name);
+  if (signature_.empty() && !fx_export_) {
+    for (const auto& init : model_.graph().initializer()) {
+      const auto dtype = dtype_from_onnx(init.data_type());
+      if (init.dims_size() != 0 || !dtype.ok() || !trains(init, *dtype, 1)) continue;
+      quiet_findings_.push_back(str_cat("initializer '", init.name(), "' is a scalar under a module's name: memc trains it as a parameter "
+                                        "(the export does not say whether it is one or a buffer: --freeze it if a buffer)"));
+    }
+  }
   audit_ = audit_parameters(model_, nodes, folded, weight_names(), running_statistics_, fixed_batch_, base_dir_, file_, options_.param_findings == nullptr);
   for (const std::string& line : untie_findings_) {
     if (options_.param_findings == nullptr) warn_finding_once(file_ + ": " + line);

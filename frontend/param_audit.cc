@@ -380,9 +380,9 @@ std::map<std::string, std::string> value_metadata(const onnx::ModelProto& model,
 constexpr const char* kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
 constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 
-// torch.export's whole graph signature, which the dynamo exporter writes on the graph, one input a
-// line ("p_fc_weight: PARAMETER target='fc.weight'"): each target's kind (PARAMETER, BUFFER,
-// CONSTANT_TENSOR), parameters the exporter folded away included. Empty without that record.
+}  // namespace
+
+// One input a line: "p_fc_weight: PARAMETER target='fc.weight'".
 std::map<std::string, std::string> signature_kinds(const onnx::ModelProto& model) {
   constexpr int kGraphMetadata = 16;
   const std::string signature = unknown_metadata(model.graph(), kGraphMetadata, "pkg.torch.export.ExportedProgram.graph_signature");
@@ -397,6 +397,8 @@ std::map<std::string, std::string> signature_kinds(const onnx::ModelProto& model
   }
   return kinds;
 }
+
+namespace {
 
 // What the FX graph says of names, read from each node's pkg.torch.onnx.fx_node
 // ("%index_1 : [num_users=1] = call_function[...](args = (%b_rotary_emb_embed_positions, ...))"):
@@ -418,6 +420,8 @@ FxNames fx_names(const std::vector<onnx::NodeProto>& nodes) {
   return names;
 }
 
+}  // namespace
+
 // An FX node's name that is an aten op's own (the first node of an op is named after it, a later
 // one gets "_1", which op_output_name already knows): tensors made from no input ("arange",
 // "full") and the ops that build masks and positions from them.
@@ -433,6 +437,8 @@ bool creation_op_name(const std::string& name) {
                                             "to", "repeat", "permute", "transpose", "tril", "triu", "min", "max", "any", "all"};
   return ops.count(name) > 0;
 }
+
+namespace {
 
 // The one name in onnxscript's "['name']" (folded_from); "" for none or several.
 std::string single_source(const std::string& list) {
@@ -598,10 +604,10 @@ std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& mode
   for (const auto& init : model.graph().initializer()) {
     auto it = folded.find(init.name());
     const auto dtype = dtype_from_onnx(init.data_type());
-    if (it == folded.end() || !dtype.ok() || !is_float(*dtype) || init.dims_size() == 0) continue;
+    if (it == folded.end() || !dtype.ok() || !is_float(*dtype)) continue;
     const int64_t count = std::accumulate(init.dims().begin(), init.dims().end(), int64_t{1}, std::multiplies<>());
     if (count <= 1 && synthesized_name(init.name())) continue;  // the importer never trains these anyway
-    FoldedSources& sources = found[init.name()];
+    FoldedSources sources;
     for (const std::string& s : quoted_names(it->second)) {
       if (!signature.empty()) {  // exact: a name the signature does not list is the exporter's own value
         const auto kind = signature.find(s);
@@ -610,6 +616,9 @@ std::map<std::string, FoldedSources> folded_sources(const onnx::ModelProto& mode
       }
       (module_buffer(s) ? sources.buffers : exporter_value(s) ? sources.values : sources.parameters).push_back(s);
     }
+    // A scalar counts where the signature shows it folded from parameters (DiffLlama's
+    // lambda_full): the exporter's other scalars are constants the importer keeps anyway.
+    if (init.dims_size() > 0 || (!signature.empty() && !sources.parameters.empty())) found[init.name()] = std::move(sources);
   }
   return found;
 }

@@ -120,6 +120,12 @@ std::string dotted_path(const std::string& mangled, const std::map<std::string, 
 // aten op that made them), never a module path ("encoder.ln.weight") or a plain attribute
 // ("class_token").
 bool op_output_name(const std::string& name);
+// An FX node's name that is an aten op's own ("arange", "full", "scalar_tensor", "add", …).
+bool creation_op_name(const std::string& name);
+// torch.export's whole graph signature, which the dynamo exporter writes on the graph: each
+// target's kind (PARAMETER, BUFFER, CONSTANT_TENSOR), parameters the exporter folded away
+// included. Empty without that record.
+std::map<std::string, std::string> signature_kinds(const onnx::ModelProto& model);
 
 // The FX value a dynamo node reads at input `input` where that input is an initializer the
 // exporter folded and merged by value (Gemma's RMSNorm `1 + weight`, folded once per layer as

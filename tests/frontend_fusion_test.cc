@@ -594,6 +594,44 @@ TEST(FrontendImport, TheGraphSignatureSaysWhichFoldedSourcesAreParameters) {
   }
 }
 
+// A 0-d nn.Parameter (CLIP's logit_scale, a ReZero gate) trains, as in PyTorch. The dynamo
+// export's graph signature says which scalars are parameters, and which the exporter folded from
+// parameters (DiffLlama's lambda_full, `add_6`); without it (TorchScript), a scalar under a
+// module's name is taken for a parameter and said, and the exporter's own scalars stay constant.
+// A file another producer wrote keeps its scalars constant (ErfGeluInEveryOrder's "half").
+TEST(FrontendImport, ScalarParametersTrain) {
+  for (const bool signed_graph : {false, true}) {
+    OnnxBuilder b(18);
+    b.input("x", {2}).output("y");
+    b.init("alpha", make_tensor(DType::kF32, {}, {0.7}));
+    b.init("beta", make_tensor(DType::kF32, {}, {2}));
+    b.init("add_6", make_tensor(DType::kF32, {}, {0.1}));
+    b.init("val_3", make_tensor(DType::kF32, {}, {3}));
+    b.node("Mul", {"x", "alpha"}, {"a"});
+    b.node("Mul", {"a", "beta"}, {"c"});
+    b.node("Mul", {"c", "add_6"}, {"d"});
+    b.node("Mul", {"d", "val_3"}, {"y"});
+    add_value_metadata(b.proto(), "add_6", "pkg.onnxscript.optimizer.folded_from", "['exp', 'layer.lambda_q1', 'layer.lambda_k1', 'sub']");
+    b.proto().set_producer_name("pytorch");  // another producer's scalars are its constants ("eps", "half")
+    if (signed_graph) {
+      onnx::StringStringEntryProto entry;
+      entry.set_key("pkg.torch.export.ExportedProgram.graph_signature");
+      entry.set_value("\n# inputs\np_alpha: PARAMETER target='alpha'\np_layer_lambda_q1: PARAMETER target='layer.lambda_q1'\n"
+                      "p_layer_lambda_k1: PARAMETER target='layer.lambda_k1'\nb_beta: BUFFER target='beta' persistent=True\n"
+                      "x: USER_INPUT\n\n# outputs\nmul_3: USER_OUTPUT\n");
+      onnx::GraphProto* graph = b.proto().mutable_graph();
+      graph->GetReflection()->MutableUnknownFields(graph)->AddLengthDelimited(16, entry.SerializeAsString());
+    }
+    std::vector<std::string> findings;
+    auto m = import_with_findings(b, findings);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const std::vector<std::string> want = signed_graph ? std::vector<std::string>{"add_6", "alpha"} : std::vector<std::string>{"alpha", "beta"};
+    EXPECT_EQ(sorted_trained_names(*m), want) << (signed_graph ? "signed" : "unsigned");
+    EXPECT_EQ(has_finding(findings, "initializer 'alpha' is a scalar under a module's name: memc trains it as a parameter"), !signed_graph);
+    EXPECT_EQ(has_finding(findings, "initializer 'add_6' [] is a value the exporter computed from parameters"), signed_graph);
+  }
+}
+
 // torch 2.15's dynamo exporter writes a module in train() with a BatchNormalization node that
 // has no training_mode (ONNX's default: running statistics); only its FX node says PyTorch
 // normalizes with the batch's there. memc does: the running statistics become buffers, updated

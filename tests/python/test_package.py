@@ -301,6 +301,36 @@ def test_a_parameter_the_output_does_not_use_is_left_as_pytorch_leaves_it():
         assert not torch.equal(state["linear.weight"], before["linear.weight"]), exporter
 
 
+def test_a_scalar_parameter_trains_and_a_scalar_buffer_does_not():
+    """A 0-d nn.Parameter (CLIP's logit_scale, a ReZero gate) trains as PyTorch trains it, through
+    both exporters; a 0-d float buffer stays as it is."""
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 4)
+            self.gate = torch.nn.Parameter(torch.tensor(0.7))
+            self.register_buffer("scale", torch.tensor(2.0))
+
+        def forward(self, x):
+            return self.linear(x * self.gate * self.scale)
+
+    torch.manual_seed(0)
+    module = Gated()
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 2, 3])
+    reference = copy.deepcopy(module)
+    torch.nn.functional.cross_entropy(reference(x), y).backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p -= 0.1 * p.grad
+    for exporter in ("dynamo", "torchscript"):
+        plan = memc.compile(module, (x,), optimizer="sgd", lr=0.1, exporter=exporter)
+        plan.step(x, y)
+        state = plan.state_dict()
+        for name, theirs in reference.state_dict().items():
+            assert torch.allclose(state[name], theirs, rtol=1e-5, atol=1e-6), f"{exporter} {name}: {state[name]} against {theirs}"
+        assert state["gate"].item() != 0.7 and state["scale"].item() == 2.0, exporter
+
+
 def test_bad_inputs_are_one_line_exceptions():
     torch.manual_seed(0)
     module = TinyViT()
