@@ -214,59 +214,23 @@ Status lower_arg(ImportContext& ctx) {
   return ctx.bind(0, y);
 }
 
-// TopK(x, k) {axis, largest, sorted}: k rounds of argmax (argmin for the smallest), each taking
-// its value with gather_elements and masking that position out for the next round; values and
-// indices concatenated in order, so they come sorted. The gradient flows to x through
-// gather_elements (a scatter-add). k is known at import and small: a MoE router's top-2 of its
-// experts, not a sort.
+// TopK(x, k) {axis, largest, sorted}: memc's topk, always in order (what `sorted` asks, and
+// torch.topk's and torch.sort's order: NaN the largest, ties to the lower index); values of any
+// dtype (JetMoE sorts its tokens' expert ids). The values' gradient goes back to where they were
+// taken (a scatter-add); k must be known at import.
 Status lower_top_k(ImportContext& ctx) {
-  constexpr int64_t kMaxRounds = 64;
   MEMC_ASSIGN_OR_RETURN(ValueId x, ctx.input(0));
   const Shape xs = ctx.type(x).shape;
-  const DType dtype = ctx.type(x).dtype;
-  if (!is_float(dtype)) return ctx.error("needs float values");
   MEMC_ASSIGN_OR_RETURN(std::vector<int64_t> ks, ctx.input_ints(1, "K"));
   MEMC_ASSIGN_OR_RETURN(int64_t axis, checked_axis(ctx, ctx.attr_int("axis", -1), xs.size()));
   if (ks.size() != 1 || ks[0] < 1 || ks[0] > xs[axis]) return ctx.error(str_cat("K must be one value in [1, ", xs[axis], "]"));
-  const int64_t k = ks[0];
-  if (k > kMaxRounds) return ctx.error(str_cat("K = ", k, " is more than memc's ", kMaxRounds, " (TopK is lowered as K rounds of argmax)"));
-  const bool largest = ctx.attr_int("largest", 1) != 0;
-  Shape along(xs.size(), 1);  // the positions 0..n-1 along the axis, broadcast against an index
-  along[axis] = xs[axis];
-  Tensor positions = Tensor::zeros(DType::kI64, along);
-  for (int64_t i = 0; i < xs[axis]; ++i) positions.set_from_double(i, static_cast<double>(i));
-  const ValueId position = ctx.constant(std::move(positions), "topk_positions");
-  const ValueId excluded = ctx.scalar(largest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity(), dtype);
-  std::vector<ValueId> values, indices;
-  ValueId remaining = x;
-  for (int64_t round = 0; round < k; ++round) {
-    Attrs a;
-    a.set("axis", axis);
-    a.set("keepdims", int64_t{1});
-    a.set("select_last_index", int64_t{0});
-    MEMC_ASSIGN_OR_RETURN(ValueId index, ctx.emit(largest ? "argmax" : "argmin", {remaining}, std::move(a)));
-    Attrs g;
-    g.set("axis", axis);
-    MEMC_ASSIGN_OR_RETURN(ValueId value, ctx.emit("gather_elements", {x, index}, std::move(g)));
-    values.push_back(value);
-    indices.push_back(index);
-    if (round + 1 == k) break;
-    MEMC_ASSIGN_OR_RETURN(ValueId taken, ctx.emit("equal", {position, index}));
-    MEMC_ASSIGN_OR_RETURN(remaining, ctx.emit("where", {taken, excluded, remaining}));
-  }
-  auto joined = [&](const std::vector<ValueId>& parts) -> Expected<ValueId> {
-    if (parts.size() == 1) return parts[0];
-    Attrs a;
-    a.set("axis", axis);
-    return ctx.emit("concat", parts, std::move(a));
-  };
-  MEMC_ASSIGN_OR_RETURN(ValueId y, joined(values));
-  MEMC_RETURN_IF_ERROR(ctx.bind(0, y));
-  if (ctx.has_output(1)) {
-    MEMC_ASSIGN_OR_RETURN(ValueId i, joined(indices));
-    MEMC_RETURN_IF_ERROR(ctx.bind(1, i));
-  }
-  return Status::Ok();
+  Attrs a;
+  a.set("axis", axis);
+  a.set("k", ks[0]);
+  a.set("largest", ctx.attr_int("largest", 1) != 0 ? int64_t{1} : int64_t{0});
+  MEMC_ASSIGN_OR_RETURN(std::vector<ValueId> out, ctx.emit_multi("topk", {x}, std::move(a), 2));
+  MEMC_RETURN_IF_ERROR(ctx.bind(0, out[0]));
+  return ctx.bind(1, out[1]);
 }
 
 // OneHot(indices, depth, values) {axis}: where(indices == position, on, off), the positions

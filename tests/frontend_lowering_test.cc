@@ -621,6 +621,49 @@ TEST(FrontendLowering, ScattersWithRuntimeIndicesOrAddingTrainDataAndUpdates) {
   EXPECT_NE(refused.status().message().find("scatter index 4 out of range for dim 4"), std::string::npos) << refused.status().message();
 }
 
+// TopK in torch.topk's and torch.sort's order (NaN the largest, ties to the lower index), for
+// any dtype and any K (JetMoE sorts its 128 tokens' expert ids: an int64 TopK of K = n), and the
+// values' gradient goes back to where each was taken.
+TEST(FrontendLowering, TopKSortsAnyDtypeInTorchsOrderAndItsValuesTrain) {
+  {
+    OnnxBuilder b(17);
+    b.input("ids", {6}, onnx::TensorProto::INT64).ints("k", {6}).output("v").output("i");
+    testing::attr_i(b.node("TopK", {"ids", "k"}, {"v", "i"}), "largest", 0);
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto out = execute(*m, {{"ids", make_tensor(DType::kI64, {6}, {3, 1, 2, 1, 0, 3})}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(out->at(0).dtype(), DType::kI64);
+    expect_values(out->at(0), {0, 1, 1, 2, 3, 3}, 0);
+    expect_values(out->at(1), {4, 1, 3, 2, 0, 5}, 0);
+  }
+  {
+    OnnxBuilder b(17);
+    b.input("x", {1, 5}).ints("k", {3}).output("v").output("i");
+    b.node("TopK", {"x", "k"}, {"v", "i"});
+    auto m = b.import(raw());
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto out = execute(*m, {{"x", make_tensor(DType::kF32, {1, 5}, {1, NAN, 3, 3, -1})}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_TRUE(std::isnan(out->at(0).get_as_double(0)));
+    EXPECT_EQ(out->at(0).get_as_double(1), 3);
+    EXPECT_EQ(out->at(0).get_as_double(2), 3);
+    expect_values(out->at(1), {1, 2, 3}, 0);
+  }
+  OnnxBuilder b(17);
+  b.input("x", {2, 4}).ints("k", {2}).output("z");
+  b.init("w", make_tensor(DType::kF32, {2, 2}, {1, 2, 3, 4}));
+  b.node("TopK", {"x", "k"}, {"v", "i"});
+  b.node("Mul", {"v", "w"}, {"z"});
+  auto m = b.import(raw());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const Tensor x = make_tensor(DType::kF32, {2, 4}, {0.5, 4, -1, 2, 7, 6, 8, 5});
+  expect_values(run1(*m, {{"x", x}}), {4 * 1, 2 * 2, 8 * 3, 7 * 4});
+  auto g = testing::input_gradients(*m, {"x"}, {{"x", x}});
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  expect_values(g->at(0), {0, 1, 0, 2, 4, 0, 3, 0});
+}
+
 // Trilu keeps the upper or lower triangle from diagonal k of the last two dims, and its gradient
 // passes there only.
 TEST(FrontendLowering, TriluKeepsATriangleAndItsGradient) {

@@ -122,6 +122,8 @@ std::vector<GradCase> cases() {
                A({{"axis", int64_t{1}}, {"input_shape", I{2, 5, 3}}})});
   c.push_back({"gather_elements_grad", "gather_elements_grad", {InputSpec{{2, 3}}, InputSpec{{2, 3}, DType::kI64, 0, 4, false}},
                A({{"axis", int64_t{1}}, {"input_shape", I{3, 4}}})});
+  c.push_back({"topk", "topk", {InputSpec{{3, 5}}}, A({{"axis", int64_t{1}}, {"k", int64_t{2}}, {"largest", int64_t{1}}}), 2});
+  c.push_back({"topk_smallest_axis0", "topk", {InputSpec{{4, 3}}}, A({{"axis", int64_t{0}}, {"k", int64_t{3}}, {"largest", int64_t{0}}}), 2});
   c.push_back({"cumsum", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{1}}})});
   c.push_back({"cumsum_reverse_exclusive", "cumsum", {InputSpec{{3, 4}}}, A({{"axis", int64_t{0}}, {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}})});
   c.push_back({"pad", "pad", {InputSpec{{2, 3}}}, A({{"pads", I{1, 0, 0, 2}}, {"mode", std::string("constant")}, {"value", 0.0}})});

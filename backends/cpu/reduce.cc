@@ -180,6 +180,51 @@ Status arg_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// ---- topk ------------------------------------------------------------------------------------
+
+// The k largest (smallest) along the axis, in order: torch.topk's order, where NaN is the largest
+// and ties go to the lower index. A partial sort of each line's positions (workspace [n]).
+Status topk_kernel(KernelContext& ctx) {
+  const Tensor& x = *ctx.inputs[0];
+  const int64_t axis = ctx.node.attrs.get_int("axis", 0), k = ctx.node.attrs.get_int("k", 1);
+  const bool largest = ctx.node.attrs.get_int("largest", 1) != 0;
+  const AxisView v(x.shape(), axis);
+  if (k < 1 || k > v.n) return Status::BadInput(str_cat("topk: k = ", k, " outside [1, ", v.n, "]"));
+  Workspace ws(ctx);
+  int64_t* order = ws.take<int64_t>(v.n);
+  int64_t* indices = ctx.outputs[1]->data<int64_t>();
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    const T* src = x.data<T>();
+    T* values = ctx.outputs[0]->data<T>();
+    for (int64_t o = 0; o < v.outer; ++o) {
+      for (int64_t j = 0; j < v.inner; ++j) {
+        const T* line = src + o * v.n * v.inner + j;
+        const auto before = [&](int64_t a, int64_t b) {
+          const auto va = load<T>(line[a * v.inner]), vb = load<T>(line[b * v.inner]);
+          const bool nan_a = va != va, nan_b = vb != vb;
+          if (nan_a || nan_b) return nan_a == nan_b ? a < b : (largest ? nan_a : nan_b);
+          if (va != vb) return largest ? va > vb : va < vb;
+          return a < b;
+        };
+        for (int64_t i = 0; i < v.n; ++i) order[i] = i;
+        std::partial_sort(order, order + k, order + v.n, before);
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t at = o * k * v.inner + r * v.inner + j;
+          values[at] = line[order[r] * v.inner];
+          indices[at] = order[r];
+        }
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+int64_t topk_workspace(const Node& node, std::span<const TensorType> in, std::span<const TensorType>) {
+  Workspace counter;
+  counter.take<int64_t>(in[0].shape[node.attrs.get_int("axis", 0)]);
+  return counter.used_bytes();
+}
+
 // ---- softmax / log_softmax ------------------------------------------------------------------
 
 // One row of n values at stride `inner`: softmax = e^(x - max) / Σ, log_softmax = x - max - ln Σ.
@@ -407,6 +452,7 @@ void register_reduce_kernels(KernelTable& t) {
   t.add("reduce_l2", reduce_kernel<Reduction::kL2>, reduce_workspace);
   t.add("argmax", arg_kernel<true>);
   t.add("argmin", arg_kernel<false>);
+  t.add("topk", topk_kernel, topk_workspace);
   t.add("softmax", softmax_kernel<false>, softmax_workspace);
   t.add("log_softmax", softmax_kernel<true>, softmax_workspace);
   t.add("layernorm", layernorm_kernel, layernorm_workspace);

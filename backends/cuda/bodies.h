@@ -764,6 +764,45 @@ struct ArgExtremeLine {
   }
 };
 
+// torch.topk along a line, in order: each pick is the best element after the last pick in that
+// order (the largest first unless !largest; NaN the largest; ties to the lower index), one scan
+// a pick: O(n·k), no scratch. Values are copied as they are (elem_size bytes), indices i64.
+struct TopKLine {
+  const void* x;
+  void* values;
+  int64_t* indices;
+  DType dtype;
+  int elem_size;
+  Lines in, out;  // out.n = k
+  bool largest;
+  MEMC_HD bool before(double va, int64_t a, double vb, int64_t b) const {
+    const bool nan_a = va != va, nan_b = vb != vb;
+    if (nan_a || nan_b) return nan_a == nan_b ? a < b : (largest ? nan_a : nan_b);
+    if (va != vb) return largest ? va > vb : va < vb;
+    return a < b;
+  }
+  MEMC_HD void operator()(int64_t line) const {
+    const int64_t base = in.base(line), obase = out.base(line);
+    double last = 0;
+    int64_t last_index = -1;
+    for (int64_t r = 0; r < out.n; ++r) {
+      int64_t best = -1;
+      double best_value = 0;
+      for (int64_t i = 0; i < in.n; ++i) {
+        const double v = ld_double(x, dtype, base + i * in.inner);
+        if (last_index >= 0 && !before(last, last_index, v, i)) continue;  // at or before the last pick
+        if (best < 0 || before(v, i, best_value, best)) best = i, best_value = v;
+      }
+      const int64_t from = base + best * in.inner, to = obase + r * out.inner;
+      const char* src = static_cast<const char*>(x) + from * elem_size;
+      char* dst = static_cast<char*>(values) + to * elem_size;
+      for (int b = 0; b < elem_size; ++b) dst[b] = src[b];
+      indices[to] = best;
+      last = best_value, last_index = best;
+    }
+  }
+};
+
 // Running sums along a line, of any numeric dtype (accumulated as a double).
 struct CumsumLine {
   const void* x;

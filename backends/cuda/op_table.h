@@ -56,6 +56,7 @@ const std::vector<std::pair<std::string, Kernel>>& kernel_table() {
         {"log_softmax", as_kernel<R, line_op<LogSoftmaxLine, R>>},
         {"log_softmax_grad", as_kernel<R, line_grad_op<LogSoftmaxGradLine, R>>},
         {"argmax", as_kernel<R, arg_extreme<R, true>>}, {"argmin", as_kernel<R, arg_extreme<R, false>>},
+        {"topk", as_kernel<R, topk_op<R>>},
         {"cast", as_kernel<R, cast_op<R>>}, {"dropout", as_kernel<R, dropout_op<R>>},
         {"neg", as_kernel<R, unary<R, UnaryOp::kNeg>>}, {"abs", as_kernel<R, unary<R, UnaryOp::kAbs>>},
         {"exp", as_kernel<R, unary<R, UnaryOp::kExp>>}, {"log", as_kernel<R, unary<R, UnaryOp::kLog>>},

@@ -645,6 +645,17 @@ Status arg_extreme_op(KernelContext& ctx, R& run, bool is_max) {
 }
 
 template <class R>
+Status topk_op(KernelContext& ctx, R& run) {
+  const Tensor& x = *ctx.inputs[0];
+  const int64_t k = ctx.node.attrs.get_int("k", 1);
+  const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", 0));
+  if (k < 1 || k > lines.n) return Status::BadInput(str_cat("topk: k = ", k, " outside [1, ", lines.n, "]"));
+  return run(TopKLine{x.raw(), ctx.outputs[0]->raw(), out<int64_t>(ctx, 1), x.dtype(), static_cast<int>(dtype_size(x.dtype())), lines,
+                      Lines{k, lines.inner}, ctx.node.attrs.get_int("largest", 1) != 0},
+             count);
+}
+
+template <class R>
 Status cumsum_op(KernelContext& ctx, R& run) {
   const Tensor& x = *ctx.inputs[0];
   const auto [lines, count] = lines_along(x.shape(), ctx.node.attrs.get_int("axis", 0));

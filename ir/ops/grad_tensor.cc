@@ -345,6 +345,13 @@ void register_gradients(OpRegistry& r) {
     g.set_GI(0, g.emit("gather_elements", {g.GO(0), g.I(1)}, make_attrs({{"axis", g.attrs().get_int("axis", 0)}})));
     return Status::Ok();
   });
+  // The values' gradient goes back to the elements they were taken from; the indices have none.
+  set(r, "topk", [](GradBuilder& g) {
+    if (g.GO(0) == kNoValue) return Status::Ok();
+    Attrs a = make_attrs({{"axis", g.attrs().get_int("axis", 0)}, {"input_shape", g.shape(g.I(0))}});
+    g.set_GI(0, g.emit("gather_elements_grad", {g.GO(0), g.O(1)}, a));
+    return Status::Ok();
+  });
   set(r, "pad", pad_grad);
   set(r, "tile", tile_grad);
 }

@@ -28,6 +28,17 @@ Status arg_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   return Status::Ok();
 }
 
+// topk(x) {axis, k, largest} → (values, indices): x's shape with k along axis; indices i64.
+Status topk_shape(const ShapeContext& c, std::vector<TensorType>& out) {
+  const int64_t axis = c.node.attrs.get_int("axis", 0), k = c.node.attrs.get_int("k", 1);
+  MEMC_RETURN_IF_ERROR(check_axes({axis}, static_cast<int64_t>(c.inputs[0].shape.size()), "topk"));
+  if (k < 1 || k > c.inputs[0].shape[axis]) return Status::BadInput(str_cat("k = ", k, " outside [1, ", c.inputs[0].shape[axis], "]"));
+  Shape shape = c.inputs[0].shape;
+  shape[axis] = k;
+  out = {TensorType{c.inputs[0].dtype, shape}, TensorType{DType::kI64, shape}};
+  return Status::Ok();
+}
+
 Status softmax_shape(const ShapeContext& c, std::vector<TensorType>& out) {
   if (!is_float(c.inputs[0].dtype)) return Status::BadInput("needs a float input");
   // The default axis is the last one (axes are non-negative in the IR).
@@ -95,6 +106,9 @@ void register_reduce_ops(OpRegistry& r) {
     r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpReduction | kOpNoGradient, .shape = arg_shape,
            .doc = "index of the extreme along {axis} {keepdims, select_last_index}"});
   }
+  r.add({.name = "topk", .min_inputs = 1, .max_inputs = 1, .num_outputs = 2, .flags = kOpNone, .shape = topk_shape,
+         .flops = [](const Node& n, std::span<const TensorType> in, std::span<const TensorType>) { return in[0].numel() * std::min<int64_t>(n.attrs.get_int("k", 1), 64); },
+         .doc = "the k largest (smallest unless {largest}) along {axis}, in order, and their indices; ties and NaN (the largest) as torch.topk"});
   for (const char* name : {"softmax", "log_softmax"}) {
     r.add({.name = name, .min_inputs = 1, .max_inputs = 1, .flags = kOpNone, .shape = softmax_shape,
            .flops = [](const Node&, std::span<const TensorType> in, std::span<const TensorType>) { return 5 * in[0].numel(); },
