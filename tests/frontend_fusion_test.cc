@@ -560,6 +560,16 @@ TEST(FrontendImport, TiesTakePyTorchsGradientAsTheFxNodeSays) {
   }
 }
 
+// torch.export's graph signature as the dynamo exporter writes it: graph metadata (field 16,
+// unknown to Debian's onnx.proto).
+void add_graph_signature(OnnxBuilder& b, const std::string& signature) {
+  onnx::StringStringEntryProto entry;
+  entry.set_key("pkg.torch.export.ExportedProgram.graph_signature");
+  entry.set_value(signature);
+  onnx::GraphProto* graph = b.proto().mutable_graph();
+  graph->GetReflection()->MutableUnknownFields(graph)->AddLengthDelimited(16, entry.SerializeAsString());
+}
+
 // The folded_from names alone cannot tell an FX value ('reciprocal', 'convert_element_type_default':
 // MPT's ALiBi slopes) from a root parameter ('cls_token'). torch.export's graph signature, which
 // the dynamo exporter writes on the graph, lists every parameter, those folded away included:
@@ -576,12 +586,8 @@ TEST(FrontendImport, TheGraphSignatureSaysWhichFoldedSourcesAreParameters) {
     add_value_metadata(b.proto(), "squeeze", folded, "['arange', 'convert_element_type_default', 'reciprocal', 'val_9']");
     add_value_metadata(b.proto(), "val_3", folded, "['cls_token', 'val_2']");
     if (signed_graph) {
-      onnx::StringStringEntryProto entry;
-      entry.set_key("pkg.torch.export.ExportedProgram.graph_signature");
-      entry.set_value("\n# inputs\np_cls_token: PARAMETER target='cls_token'\nb_mask: BUFFER target='mask' persistent=True\n"
-                      "x: USER_INPUT\n\n# outputs\nmul: USER_OUTPUT\n");
-      onnx::GraphProto* graph = b.proto().mutable_graph();
-      graph->GetReflection()->MutableUnknownFields(graph)->AddLengthDelimited(16, entry.SerializeAsString());
+      add_graph_signature(b, "\n# inputs\np_cls_token: PARAMETER target='cls_token'\nb_mask: BUFFER target='mask' persistent=True\n"
+                             "x: USER_INPUT\n\n# outputs\nmul: USER_OUTPUT\n");
     }
     std::vector<std::string> findings;
     auto m = import_with_findings(b, findings);
@@ -614,13 +620,9 @@ TEST(FrontendImport, ScalarParametersTrain) {
     add_value_metadata(b.proto(), "add_6", "pkg.onnxscript.optimizer.folded_from", "['exp', 'layer.lambda_q1', 'layer.lambda_k1', 'sub']");
     b.proto().set_producer_name("pytorch");  // another producer's scalars are its constants ("eps", "half")
     if (signed_graph) {
-      onnx::StringStringEntryProto entry;
-      entry.set_key("pkg.torch.export.ExportedProgram.graph_signature");
-      entry.set_value("\n# inputs\np_alpha: PARAMETER target='alpha'\np_layer_lambda_q1: PARAMETER target='layer.lambda_q1'\n"
-                      "p_layer_lambda_k1: PARAMETER target='layer.lambda_k1'\nb_beta: BUFFER target='beta' persistent=True\n"
-                      "x: USER_INPUT\n\n# outputs\nmul_3: USER_OUTPUT\n");
-      onnx::GraphProto* graph = b.proto().mutable_graph();
-      graph->GetReflection()->MutableUnknownFields(graph)->AddLengthDelimited(16, entry.SerializeAsString());
+      add_graph_signature(b, "\n# inputs\np_alpha: PARAMETER target='alpha'\np_layer_lambda_q1: PARAMETER target='layer.lambda_q1'\n"
+                             "p_layer_lambda_k1: PARAMETER target='layer.lambda_k1'\nb_beta: BUFFER target='beta' persistent=True\n"
+                             "x: USER_INPUT\n\n# outputs\nmul_3: USER_OUTPUT\n");
     }
     std::vector<std::string> findings;
     auto m = import_with_findings(b, findings);
