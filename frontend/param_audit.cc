@@ -379,6 +379,9 @@ std::map<std::string, std::string> value_metadata(const onnx::ModelProto& model,
 
 constexpr const char* kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
 constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+// How to keep a value computed from parameters out of the file, for the findings that name one.
+constexpr const char* kRefold = "; an export without constant folding trains the parameters themselves: dynamo's optimize=False, "
+                                "TorchScript's do_constant_folding=False";
 
 }  // namespace
 
@@ -771,10 +774,11 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
                !audit.batch_expanded.count(name) && from != sources.end() && from->second.parameters.size() == 1) {
       report(str_cat("initializer '", name, "' [", shape_str(dims), "] is a value the exporter folded from parameter '",
                      from->second.parameters[0], "' alone: memc trains it in this form (the same as training '", from->second.parameters[0],
-                     "' when that function is a reshape or a cast)"));
+                     "' when that function is a reshape or a cast", kRefold, ")"));
     } else if (!audit.batch_expanded.count(name) && (synthesized_name(name) || op_output_name(name))) {
       report(str_cat("initializer '", name, "' [", shape_str(dims),
-                     "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter"));
+                     "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter (",
+                     kRefold + 2, ")"));
     }
   }
   report_fused_batch_norms(nodes, report);
