@@ -497,6 +497,8 @@ void Importer::untie_static_aliases(std::vector<onnx::NodeProto>& nodes) {
     for (int i = first_static_input(n); i < n.input_size(); ++i) {
       const std::string root = n.input(i);
       if (!inits.count(root) || !read_as_data.count(root) || tensor_proto_has_no_data(*inits.at(root))) continue;
+      const auto dtype = dtype_from_onnx(inits.at(root)->data_type());
+      if (!dtype.ok() || !is_float(*dtype)) continue;  // never trained (Range's int64 start, merged with an index)
       const size_t dot = root.rfind('.');
       const std::string slot = n.op_type() == "BatchNormalization" ? (i == 3 ? "running_mean" : "running_var") : str_cat("input_", i);
       std::string copy = dot == std::string::npos ? str_cat(n.name(), ".", slot) : str_cat(root.substr(0, dot), ".", slot);

@@ -600,6 +600,27 @@ TEST(FrontendImport, TheGraphSignatureSaysWhichFoldedSourcesAreParameters) {
   }
 }
 
+// An integer the dynamo optimizer merged by value (`val_24`, a 0) read as Range's start, a static
+// input, and as data elsewhere: never trained, so no constant copy and no finding about
+// running statistics (87 of the fresh sweep's dynamo exports said so for a while).
+TEST(FrontendImport, AnIntegerReadAsRangesStartAndAsDataIsNoRunningStatistic) {
+  OnnxBuilder b(18);
+  b.input("ids", {4}, onnx::TensorProto::INT64).output("y");
+  b.init("val_24", make_tensor(DType::kI64, {}, {0}));
+  b.init("val_5", make_tensor(DType::kI64, {}, {4}));
+  b.init("val_6", make_tensor(DType::kI64, {}, {1}));
+  b.node("Range", {"val_24", "val_5", "val_6"}, {"r"}).set_name("node_arange");
+  b.node("Add", {"ids", "val_24"}, {"a"}).set_name("node_add");
+  b.node("Add", {"a", "r"}, {"y"}).set_name("node_add_1");
+  std::vector<std::string> findings;
+  auto m = import_with_findings(b, findings);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_FALSE(has_finding(findings, "constant input"));
+  auto out = execute(*m, {{"ids", make_tensor(DType::kI64, {4}, {5, 6, 7, 8})}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->at(0).get_as_int(3), 11);
+}
+
 // A 0-d nn.Parameter (CLIP's logit_scale, a ReZero gate) trains, as in PyTorch. The dynamo
 // export's graph signature says which scalars are parameters, and which the exporter folded from
 // parameters (DiffLlama's lambda_full, `add_6`); without it (TorchScript), a scalar under a
