@@ -203,4 +203,14 @@ class QuantIndex {
   int steps_ = 0;
 };
 
+// torch.topk's and torch.sort's order: does value va at position a come before vb at b? The
+// largest first (the smallest unless `largest`), NaN the largest, ties to the lower position.
+template <typename V>
+MEMC_HD inline bool topk_before(V va, int64_t a, V vb, int64_t b, bool largest) {
+  const bool nan_a = va != va, nan_b = vb != vb;
+  if (nan_a || nan_b) return nan_a == nan_b ? a < b : (largest ? nan_a : nan_b);
+  if (va != vb) return largest ? va > vb : va < vb;
+  return a < b;
+}
+
 }  // namespace memc

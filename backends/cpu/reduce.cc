@@ -182,8 +182,8 @@ Status arg_kernel(KernelContext& ctx) {
 
 // ---- topk ------------------------------------------------------------------------------------
 
-// The k largest (smallest) along the axis, in order: torch.topk's order, where NaN is the largest
-// and ties go to the lower index. A partial sort of each line's positions (workspace [n]).
+// The k largest (smallest) along the axis, in torch.topk's order (topk_before, shared with the
+// CUDA body). A partial sort of each line's positions (workspace [n]).
 Status topk_kernel(KernelContext& ctx) {
   const Tensor& x = *ctx.inputs[0];
   const int64_t axis = ctx.node.attrs.get_int("axis", 0), k = ctx.node.attrs.get_int("k", 1);
@@ -199,13 +199,7 @@ Status topk_kernel(KernelContext& ctx) {
     for (int64_t o = 0; o < v.outer; ++o) {
       for (int64_t j = 0; j < v.inner; ++j) {
         const T* line = src + o * v.n * v.inner + j;
-        const auto before = [&](int64_t a, int64_t b) {
-          const auto va = load<T>(line[a * v.inner]), vb = load<T>(line[b * v.inner]);
-          const bool nan_a = va != va, nan_b = vb != vb;
-          if (nan_a || nan_b) return nan_a == nan_b ? a < b : (largest ? nan_a : nan_b);
-          if (va != vb) return largest ? va > vb : va < vb;
-          return a < b;
-        };
+        const auto before = [&](int64_t a, int64_t b) { return topk_before(load<T>(line[a * v.inner]), a, load<T>(line[b * v.inner]), b, largest); };
         for (int64_t i = 0; i < v.n; ++i) order[i] = i;
         std::partial_sort(order, order + k, order + v.n, before);
         for (int64_t r = 0; r < k; ++r) {

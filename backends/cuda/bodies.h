@@ -775,12 +775,6 @@ struct TopKLine {
   int elem_size;
   Lines in, out;  // out.n = k
   bool largest;
-  MEMC_HD bool before(double va, int64_t a, double vb, int64_t b) const {
-    const bool nan_a = va != va, nan_b = vb != vb;
-    if (nan_a || nan_b) return nan_a == nan_b ? a < b : (largest ? nan_a : nan_b);
-    if (va != vb) return largest ? va > vb : va < vb;
-    return a < b;
-  }
   MEMC_HD void operator()(int64_t line) const {
     const int64_t base = in.base(line), obase = out.base(line);
     double last = 0;
@@ -790,8 +784,8 @@ struct TopKLine {
       double best_value = 0;
       for (int64_t i = 0; i < in.n; ++i) {
         const double v = ld_double(x, dtype, base + i * in.inner);
-        if (last_index >= 0 && !before(last, last_index, v, i)) continue;  // at or before the last pick
-        if (best < 0 || before(v, i, best_value, best)) best = i, best_value = v;
+        if (last_index >= 0 && !topk_before(last, last_index, v, i, largest)) continue;  // at or before the last pick
+        if (best < 0 || topk_before(v, i, best_value, best, largest)) best = i, best_value = v;
       }
       const int64_t from = base + best * in.inner, to = obase + r * out.inner;
       const char* src = static_cast<const char*>(x) + from * elem_size;
