@@ -47,12 +47,6 @@ bool looks_synthesized(const std::string& name) {
 
 // A rank-0 initializer that is a module's own value, by its name: not the exporter's (onnx::,
 // val_, an FX op's output such as `add_6` or `scalar_tensor_default`) and holding a letter.
-// torch.export's placeholder spelling of a module path: lower case, dots as underscores.
-std::string fx_mangled(std::string name) {
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return c == '.' ? '_' : std::tolower(c); });
-  return name;
-}
-
 bool module_scalar_name(const std::string& name) {
   return !looks_synthesized(name) && !op_output_name(name) && !creation_op_name(name) &&
          std::any_of(name.begin(), name.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
@@ -92,7 +86,7 @@ class Importer {
       if (kind != signature_.end()) return kind->second == "PARAMETER";
       return folded_from_parameters_.count(init.name()) > 0;
     }
-    if (fx_export_) return fx_parameters_.count(fx_mangled(init.name())) > 0;  // an older dynamo export: read as a %p_ placeholder
+    if (fx_export_) return fx_parameters_.count(placeholder_spelling(init.name())) > 0;  // an older dynamo export: read as a %p_ placeholder
     return pytorch_export_ && module_scalar_name(init.name());
   }
   bool trains(const onnx::TensorProto& init, DType dtype, int64_t count) const {
@@ -598,7 +592,7 @@ void Importer::untie_merged_weights(std::vector<onnx::NodeProto>& nodes) {
     // One initializer under the exporter's own name, read where the FX node reads one parameter
     // (gpt-oss's zero expert biases of two layers, merged into `val_N`, each read by a GatherND:
     // `index(%p_..._layers_0_mlp_experts_down_proj_bias, [%view_9])`).
-    if (inputs.size() == 1 && (name.rfind("val_", 0) == 0 || name.rfind("_val_", 0) == 0)) {
+    if (inputs.size() == 1 && looks_synthesized(name)) {
       const std::vector<std::string> read = placeholder_parameters(n, &components);
       if (read.size() == 1 && !read[0].empty()) return read[0];
     }
@@ -939,12 +933,8 @@ Expected<Module> Importer::run() {
   for (const auto& [name, from] : folded_constants(folded)) buffers_.insert(name);
   signature_ = signature_kinds(model_);
   pytorch_export_ = model_.producer_name() == "pytorch";
-  for (const auto& n : nodes) {
-    if (node_metadata(n, "pkg.torch.onnx.fx_node").empty()) continue;
-    fx_export_ = true;
-    for (const std::string& token : fx_arguments(n))
-      if (token.rfind("p_", 0) == 0) fx_parameters_.insert(token.substr(2));
-  }
+  fx_export_ = std::any_of(nodes.begin(), nodes.end(), [](const onnx::NodeProto& n) { return !node_metadata(n, "pkg.torch.onnx.fx_node").empty(); });
+  fx_parameters_ = fx_names(nodes).parameters;
   for (const auto& [name, from] : folded)
     if (!from.parameters.empty()) folded_from_parameters_.insert(name);
   if (signature_.empty() && !fx_export_) {

@@ -195,13 +195,11 @@ std::string dotted_path(const std::string& mangled, const std::map<std::string, 
   return path;
 }
 
-namespace {
-std::string mangled(std::string name) {
+std::string placeholder_spelling(std::string name) {
   name = lower_ascii(name);
   std::replace(name.begin(), name.end(), '.', '_');
   return name;
 }
-}  // namespace
 
 std::vector<std::string> placeholder_parameters(const onnx::NodeProto& n, const std::map<std::string, std::string>* components) {
   const std::vector<std::string> paths = quoted_names(node_metadata(n, "pkg.torch.onnx.name_scopes"));
@@ -212,7 +210,7 @@ std::vector<std::string> placeholder_parameters(const onnx::NodeProto& n, const 
     std::string name;  // `<scope>.<attribute>` under the innermost scope that prefixes the token
     for (auto it = paths.rbegin(); it != paths.rend() && name.empty(); ++it) {
       if (it->empty()) continue;
-      const std::string prefix = token.substr(0, 2) + mangled(*it) + "_";
+      const std::string prefix = token.substr(0, 2) + placeholder_spelling(*it) + "_";
       if (token.size() <= prefix.size() || token.rfind(prefix, 0) != 0) continue;
       const std::string rest = token.substr(prefix.size());
       const std::string dotted = components && rest.find('_') != std::string::npos ? dotted_path(rest, *components) : "";
@@ -229,9 +227,9 @@ std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std
   if (places.size() != inputs.size()) return {};
   bool evidence = false;  // a place named as an input is that input's place
   for (size_t k = 0; k < places.size(); ++k) {
-    const std::string place = mangled(places[k]);
-    if (std::none_of(inputs.begin(), inputs.end(), [&](const std::string& in) { return mangled(in) == place; })) continue;
-    if (mangled(inputs[k]) != place) return {};
+    const std::string place = placeholder_spelling(places[k]);
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const std::string& in) { return placeholder_spelling(in) == place; })) continue;
+    if (placeholder_spelling(inputs[k]) != place) return {};
     evidence = true;
   }
   // Or each place ends in its input's own last component, and those are distinct (a LayerNorm's
@@ -246,7 +244,7 @@ std::vector<std::string> parameters_by_place(const onnx::NodeProto& n, const std
   if (!evidence && !by_attribute && distinct.size() == inputs.size()) return {};  // one initializer read twice needs no more evidence
   // The attribute keeps the input's own spelling where it names the same one ("A_log").
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (mangled(places[i]) == mangled(inputs[i])) places[i] = inputs[i];
+    if (placeholder_spelling(places[i]) == placeholder_spelling(inputs[i])) places[i] = inputs[i];
   return places;
 }
 
@@ -380,7 +378,7 @@ std::map<std::string, std::string> value_metadata(const onnx::ModelProto& model,
 constexpr const char* kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
 constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 // How to keep a value computed from parameters out of the file, for the findings that name one.
-constexpr const char* kRefold = "; an export without constant folding trains the parameters themselves: dynamo's optimize=False, "
+constexpr const char* kRefold = "an export without constant folding trains the parameters themselves: dynamo's optimize=False, "
                                 "TorchScript's do_constant_folding=False";
 
 }  // namespace
@@ -401,16 +399,10 @@ std::map<std::string, std::string> signature_kinds(const onnx::ModelProto& model
   return kinds;
 }
 
-namespace {
-
 // What the FX graph says of names, read from each node's pkg.torch.onnx.fx_node
 // ("%index_1 : [num_users=1] = call_function[...](args = (%b_rotary_emb_embed_positions, ...))"):
 // the placeholders it reads, by torch.export's prefixes ("p_" a parameter, "b_" a buffer, "c_" a
 // lifted constant; the module path's dots become underscores), and the values its nodes define.
-struct FxNames {
-  std::set<std::string> parameters, constants, defined;
-};
-
 FxNames fx_names(const std::vector<onnx::NodeProto>& nodes) {
   FxNames names;
   for (const auto& n : nodes) {
@@ -422,8 +414,6 @@ FxNames fx_names(const std::vector<onnx::NodeProto>& nodes) {
   }
   return names;
 }
-
-}  // namespace
 
 // An FX node's name that is an aten op's own (the first node of an op is named after it, a later
 // one gets "_1", which op_output_name already knows): tensors made from no input ("arange",
@@ -774,11 +764,11 @@ ParamAudit audit_parameters(const onnx::ModelProto& model, const std::vector<onn
                !audit.batch_expanded.count(name) && from != sources.end() && from->second.parameters.size() == 1) {
       report(str_cat("initializer '", name, "' [", shape_str(dims), "] is a value the exporter folded from parameter '",
                      from->second.parameters[0], "' alone: memc trains it in this form (the same as training '", from->second.parameters[0],
-                     "' when that function is a reshape or a cast", kRefold, ")"));
+                     "' when that function is a reshape or a cast; ", kRefold, ")"));
     } else if (!audit.batch_expanded.count(name) && (synthesized_name(name) || op_output_name(name))) {
       report(str_cat("initializer '", name, "' [", shape_str(dims),
                      "] is a value the exporter computed from parameters (a folded constant): memc trains it as its own parameter (",
-                     kRefold + 2, ")"));
+                     kRefold, ")"));
     }
   }
   report_fused_batch_norms(nodes, report);

@@ -120,6 +120,16 @@ std::string dotted_path(const std::string& mangled, const std::map<std::string, 
 // aten op that made them), never a module path ("encoder.ln.weight") or a plain attribute
 // ("class_token").
 bool op_output_name(const std::string& name);
+// A module path as torch.export spells its placeholder: lower case, dots as underscores
+// ("encoder.LayerNorm.weight" → "encoder_layernorm_weight").
+std::string placeholder_spelling(std::string name);
+// What the FX graph of a dynamo export says of names: the placeholders its nodes read, by
+// torch.export's prefixes ("p_" a parameter, "b_" a buffer, "c_" a lifted constant; spelt as
+// placeholder_spelling), and the values its nodes define. Empty for a TorchScript export.
+struct FxNames {
+  std::set<std::string> parameters, constants, defined;
+};
+FxNames fx_names(const std::vector<onnx::NodeProto>& nodes);
 // An FX node's name that is an aten op's own ("arange", "full", "scalar_tensor", "add", …).
 bool creation_op_name(const std::string& name);
 // torch.export's whole graph signature, which the dynamo exporter writes on the graph: each
